@@ -1,0 +1,30 @@
+# Two entry points (see README): `make demo` and `make test`. Everything else is set up on demand.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+
+.PHONY: demo test test-fast bench clean
+
+$(STAMP): pyproject.toml
+	@command -v java >/dev/null || { echo "java not found: install a Java 17+ runtime"; exit 2; }
+	@command -v mvn >/dev/null || { echo "mvn not found: install Apache Maven"; exit 2; }
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	@rm -f $(VENV)/.installed-*; touch $@
+
+demo: $(STAMP)
+	$(VENV)/bin/kshare demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q -rfEs
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q tests/unit
+
+bench: $(STAMP)
+	$(PY) benchmarks/engine.py --quick
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

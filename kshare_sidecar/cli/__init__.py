@@ -1,0 +1,31 @@
+"""The ``kshare`` command. Sub-commands live in their own modules; Typer commands stay sync."""
+
+from __future__ import annotations
+
+import typer
+
+from . import dev
+
+app = typer.Typer(
+    name="kshare",
+    help="kshare: Kafka share groups (KIP-932) for every cluster.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(dev.app, name="dev")
+
+
+@app.command()
+def demo(
+    records: int = typer.Option(20_000, help="Records to produce."),
+    consumers: int = typer.Option(4, help="Share consumers splitting the queue."),
+) -> None:
+    """Show share groups at work: a broker, a producer and several share consumers, live."""
+    from .. import demo as demo_mod
+
+    raise typer.Exit(demo_mod.run(records=records, consumers=consumers))
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,1 @@
+"""Durable share-group state: the persisted model, the persister protocol and built-in persisters."""

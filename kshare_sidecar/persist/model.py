@@ -1,0 +1,60 @@
+"""The persisted form of share-group state.
+
+One `PartitionState` per share-partition is the unit a persister stores: a complete, small
+snapshot (KIP-932's ShareSnapshot, minus Kafka's delta chain), so a compacted topic keyed by
+share-partition needs nothing but its latest value. ACQUIRED is never persisted: an acquired
+record is written as AVAILABLE with the delivery count it had when it was acquired.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+
+class DeliveryState(IntEnum):
+    """Record states with Kafka's wire/persisted numbering (ACQUIRED exists only in memory)."""
+
+    AVAILABLE = 0
+    ACQUIRED = 1
+    ACKNOWLEDGED = 2
+    ARCHIVED = 4
+
+
+PERSISTED_STATES = frozenset({DeliveryState.AVAILABLE, DeliveryState.ACKNOWLEDGED, DeliveryState.ARCHIVED})
+
+
+@dataclass(frozen=True, slots=True)
+class StateBatch:
+    """A run of offsets [first_offset, last_offset] sharing one state and delivery count."""
+
+    first_offset: int
+    last_offset: int
+    delivery_state: DeliveryState
+    delivery_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class SharePartitionKey:
+    """Identifies a share-partition: (group, topic id, partition)."""
+
+    group_id: str
+    topic_id: str  # canonical UUID string
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """Complete persisted state of one share-partition.
+
+    `start_offset` is the SPSO. `state_batches` holds only the non-trivial ranges inside the
+    window, ascending and non-overlapping: AVAILABLE with a delivery count > 0, ACKNOWLEDGED and
+    ARCHIVED. Offsets in the window not covered are AVAILABLE with delivery count 0.
+    `state_epoch` changes when the state is reset (admin alter/delete), fencing older writers;
+    `leader_epoch` is the owner (writer) epoch.
+    """
+
+    state_epoch: int
+    leader_epoch: int
+    start_offset: int
+    state_batches: tuple[StateBatch, ...] = field(default=())

@@ -1,0 +1,256 @@
+"""An Apache Kafka broker in KRaft mode, started from Maven Central jars on loopback ports.
+
+`KafkaBroker` is the one facade: ``with KafkaBroker("3.9") as broker: broker.bootstrap``.
+Each broker gets a fresh temporary directory (data, config, log) that is removed on stop,
+and runs in its own process group so stopping it leaves no process behind.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections import deque
+from pathlib import Path
+
+from .errors import HarnessError
+from .maven import kafka_libs, require_tool
+from .probe import broker_ready
+
+#: Pinned versions by alias: 3.9 is a backend without share groups, 4 the native reference.
+# 4.4.0 is on Maven Central but its kafka-tools-api artifact is not (checked 2026-11-21), so it
+# cannot be resolved; 4.3.1 is the newest 4.x release whose artifacts all resolve.
+KAFKA_VERSIONS: dict[str, str] = {"3.9": "3.9.2", "4": "4.3.1"}
+
+_LOG4J1 = """log4j.rootLogger=INFO, stdout
+log4j.appender.stdout=org.apache.log4j.ConsoleAppender
+log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
+log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.org.apache.kafka.clients=WARN
+"""
+
+_LOG4J2 = """status = warn
+appender.console.type = Console
+appender.console.name = STDOUT
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.stdout.ref = STDOUT
+logger.clients.name = org.apache.kafka.clients
+logger.clients.level = WARN
+"""
+
+
+def resolve_version(alias: str) -> str:
+    """Map ``3.9`` / ``4`` (or a pinned full version) to the pinned release."""
+    if alias in KAFKA_VERSIONS:
+        return KAFKA_VERSIONS[alias]
+    if alias in KAFKA_VERSIONS.values():
+        return alias
+    allowed = ", ".join(sorted(KAFKA_VERSIONS) + sorted(KAFKA_VERSIONS.values()))
+    raise HarnessError(f"unknown Kafka version {alias!r}: use one of {allowed}")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _cluster_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+class KafkaBroker:
+    """A single-node KRaft Kafka (combined broker + controller) for tests and local development.
+
+    ``extra_config`` adds or overrides broker properties. ``share_groups`` (4.x only) enables
+    KIP-932 share groups, with the share-state topic sized for one broker.
+    """
+
+    def __init__(
+        self,
+        version: str = "3.9",
+        *,
+        extra_config: dict[str, str] | None = None,
+        heap: str = "1g",
+        startup_timeout_s: float = 120.0,
+        keep_dir: bool | None = None,
+    ) -> None:
+        self.version = resolve_version(version)
+        self.major = int(self.version.split(".")[0])
+        self.extra_config = dict(extra_config or {})
+        self.heap = heap
+        self.startup_timeout_s = startup_timeout_s
+        self.keep_dir = bool(os.environ.get("KSHARE_KEEP_BROKER_DIR")) if keep_dir is None else keep_dir
+        self.port = 0
+        self.controller_port = 0
+        self.workdir: Path | None = None
+        self.startup_seconds: float | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    # -- facade -------------------------------------------------------------------------
+    @property
+    def bootstrap(self) -> str:
+        if not self.port:
+            raise HarnessError("the broker is not started: call start() first")
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def share_groups(self) -> bool:
+        """True when this broker serves KIP-932 share groups natively."""
+        return self.major >= 4
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def log_path(self) -> Path | None:
+        return self.workdir / "broker.log" if self.workdir else None
+
+    def __enter__(self) -> KafkaBroker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> KafkaBroker:
+        java = require_tool("java", "install a Java 17+ runtime (for example `apt-get install openjdk-17-jre`)")
+        started = time.monotonic()
+        libs = kafka_libs(self.version)
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"kshare-kafka-{self.version}-"))
+        atexit.register(self.stop)
+        try:
+            self._launch(java, libs)
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_seconds = time.monotonic() - started
+        return self
+
+    def stop(self) -> None:
+        """Stop the broker process tree and remove its directory; safe to call twice."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            _signal_group(proc, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                _signal_group(proc, signal.SIGKILL)
+                proc.wait(timeout=10)
+        if proc is not None:
+            _signal_group(proc, signal.SIGKILL)  # stragglers in the group, if any
+        if self.workdir is not None and not self.keep_dir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+        atexit.unregister(self.stop)
+
+    def log_tail(self, lines: int = 25) -> str:
+        path = self.log_path
+        if path is None or not path.exists():
+            return "(no broker log)"
+        with open(path, errors="replace") as fh:
+            return "".join(deque(fh, maxlen=lines))
+
+    # -- internals ----------------------------------------------------------------------
+    def _properties(self) -> dict[str, str]:
+        assert self.workdir is not None
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(self.workdir / "data"),
+            "num.partitions": "1",
+            "default.replication.factor": "1",
+            "offsets.topic.replication.factor": "1",
+            "offsets.topic.num.partitions": "4",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.num.partitions": "4",
+            "group.initial.rebalance.delay.ms": "0",
+            # Let compaction tests finish in seconds rather than the default 15 s back-off.
+            "log.cleaner.backoff.ms": "1000",
+        }
+        if self.share_groups:
+            props |= {
+                "share.coordinator.state.topic.replication.factor": "1",
+                "share.coordinator.state.topic.min.isr": "1",
+                "share.coordinator.state.topic.num.partitions": "4",
+            }
+        return props | self.extra_config
+
+    def _launch(self, java: str, libs: Path) -> None:
+        assert self.workdir is not None
+        self.port, self.controller_port = free_port(), free_port()
+        config = self.workdir / "server.properties"
+        config.write_text("".join(f"{k}={v}\n" for k, v in self._properties().items()))
+        if self.major >= 4:
+            (self.workdir / "log4j2.properties").write_text(_LOG4J2)
+            logging = f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}"
+        else:
+            (self.workdir / "log4j.properties").write_text(_LOG4J1)
+            logging = f"-Dlog4j.configuration=file:{self.workdir / 'log4j.properties'}"
+        base = [java, f"-Xmx{self.heap}", "-Xms256m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+                logging, "-cp", f"{libs}/*"]
+        format_cmd = base + ["kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(config)]
+        if self.share_groups:
+            format_cmd += ["--feature", "share.version=1"]
+        fmt = subprocess.run(format_cmd, capture_output=True, text=True, timeout=120)
+        if fmt.returncode != 0:
+            tail = " | ".join((fmt.stdout + fmt.stderr).strip().splitlines()[-3:])
+            raise HarnessError(f"formatting the Kafka {self.version} storage failed: {tail}")
+        log = open(self.workdir / "broker.log", "wb")
+        with log:
+            self._proc = subprocess.Popen(
+                base + ["kafka.Kafka", str(config)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, cwd=self.workdir, preexec_fn=_die_with_parent,
+            )
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            assert self._proc is not None
+            if self._proc.poll() is not None:
+                raise HarnessError(
+                    f"Kafka {self.version} exited during start-up (code {self._proc.returncode}); "
+                    f"broker log tail:\n{self.log_tail()}"
+                )
+            if broker_ready("127.0.0.1", self.port):
+                return
+            time.sleep(0.2)
+        raise HarnessError(
+            f"Kafka {self.version} did not answer Metadata within {self.startup_timeout_s:.0f} s; "
+            f"broker log tail:\n{self.log_tail()}"
+        )
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGTERM the broker if the process that started it dies (even by SIGKILL)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -1,0 +1,60 @@
+"""pytest fixtures for real brokers, registered through the ``pytest11`` entry point.
+
+Any project with kshare-sidecar installed gets ``kafka_39`` (a backend without share groups),
+``kafka_4`` (native KIP-932 share groups) and ``redpanda`` (Docker only) as session fixtures.
+Start-up times are printed in the terminal summary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from .cluster import Cluster, kafka_cluster, redpanda_cluster
+from .errors import HarnessError
+
+_started: list[Cluster] = []
+
+
+def _provide(factory, *args) -> Iterator[Cluster]:
+    try:
+        ctx = factory(*args)
+        cluster = ctx.__enter__()
+    except HarnessError as exc:
+        pytest.fail(f"kshare harness: {exc}", pytrace=False)
+    _started.append(cluster)
+    try:
+        yield cluster
+    finally:
+        ctx.__exit__(None, None, None)
+
+
+@pytest.fixture(scope="session")
+def kafka_39() -> Iterator[Cluster]:
+    """Apache Kafka 3.9 (no share groups): the backend kshare serves share groups on."""
+    yield from _provide(kafka_cluster, "3.9")
+
+
+@pytest.fixture(scope="session")
+def kafka_4() -> Iterator[Cluster]:
+    """Apache Kafka 4.x with share groups enabled: the native reference."""
+    yield from _provide(kafka_cluster, "4")
+
+
+@pytest.fixture(scope="session")
+def redpanda() -> Iterator[Cluster]:
+    """Redpanda in a container; skipped when no Docker engine answers a ping."""
+    from .cluster import docker_engine_available
+
+    if not docker_engine_available():
+        pytest.skip("no Docker engine answers a ping (Redpanda runs only in a container)")
+    yield from _provide(redpanda_cluster)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    for cluster in _started:
+        terminalreporter.write_line(
+            f"kshare harness: Kafka {cluster.version} ({cluster.kind}) at {cluster.bootstrap}, "
+            f"ready in {cluster.startup_seconds:.1f} s"
+        )

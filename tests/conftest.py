@@ -1,0 +1,1 @@
+"""Project-wide test settings. The real-broker fixtures come from kshare_sidecar.testing."""

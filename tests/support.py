@@ -1,0 +1,58 @@
+"""Client-side helpers shared by integration and e2e tests (third-party clients only)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from confluent_kafka import KafkaException, Producer, ShareConsumer
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+    futures[topic].result(timeout=30)
+
+
+def produce(bootstrap: str, topic: str, count: int, *, partitions: int = 1, prefix: str = "v") -> list[bytes]:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    values = [f"{prefix}-{i}".encode() for i in range(count)]
+    for i, value in enumerate(values):
+        producer.produce(topic, value=value, key=str(i).encode(), partition=i % partitions)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    remaining = producer.flush(30)
+    assert remaining == 0, f"{remaining} records not delivered"
+    return values
+
+
+def set_group_config(bootstrap: str, group: str, configs: dict[str, str]) -> None:
+    """Set share.* group configs through the admin API (IncrementalAlterConfigs on a GROUP)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()]
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(timeout=30)
+
+
+def share_consume(bootstrap: str, group: str, topic: str, expected: int, *, timeout_s: float = 60,
+                  extra: dict | None = None) -> list[tuple[bytes, int]]:
+    """Consume ``expected`` records with confluent-kafka's ShareConsumer; return (value, delivery count)."""
+    consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, **(extra or {})})
+    got: list[tuple[bytes, int]] = []
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + timeout_s
+        while len(got) < expected and time.monotonic() < deadline:
+            for msg in consumer.poll(1.0):
+                if msg.error():
+                    raise KafkaException(msg.error())
+                got.append((msg.value(), msg.delivery_count()))
+    finally:
+        consumer.close()
+    return got
