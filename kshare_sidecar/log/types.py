@@ -1,0 +1,46 @@
+"""Value types shared by the backend layer and its callers (handlers, fetch manager)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    """A backend topic as kshare presents it: a stable topic ID and its partition count."""
+
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+    internal: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class BatchInfo:
+    """Boundaries of one log batch inside a fetched `records` buffer (header fields only).
+
+    ``start``/``end`` are byte positions in the buffer, so a caller can pass through exactly the
+    batches it acquired without decoding a single record.
+    """
+
+    base_offset: int
+    last_offset: int
+    producer_id: int
+    is_transactional: bool
+    is_control: bool
+    start: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    """One partition's answer from a backend Fetch: raw bytes plus what share logic needs."""
+
+    records: bytes
+    batches: tuple[BatchInfo, ...]
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    aborted_transactions: tuple[tuple[int, int], ...] = field(default=())  # (producer_id, first_offset)
+    error_code: int = 0
