@@ -1,0 +1,216 @@
+"""One typed configuration for the sidecar: file (TOML), environment, flags — in that order.
+
+Keys use Kafka's names (``group.share.*`` broker-level defaults, ``share.*`` per-group
+overrides) so operators recognise them. Every key is declared once in `SETTINGS`; a bad value
+is rejected with a message that names the key and the allowed values.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A configuration value is unknown or out of range; the message names the key."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    key: str
+    default: Any
+    kind: type
+    doc: str
+    low: int | None = None
+    high: int | None = None
+    choices: tuple[str, ...] | None = None
+    check: Callable[[Any], str | None] | None = None  # returns an error text or None
+
+    def coerce(self, raw: Any, source: str) -> Any:
+        try:
+            if self.kind is bool:
+                value = raw if isinstance(raw, bool) else str(raw).strip().lower() in ("1", "true", "yes", "on")
+                if not isinstance(raw, bool) and str(raw).strip().lower() not in (
+                        "1", "0", "true", "false", "yes", "no", "on", "off"):
+                    raise ValueError
+            elif self.kind is int:
+                if isinstance(raw, bool):
+                    raise ValueError
+                value = int(raw)
+            else:
+                value = str(raw)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{self.key} (from {source}) must be {self.kind.__name__}, got {raw!r}") from None
+        if self.low is not None and value < self.low or self.high is not None and value > self.high:
+            raise ConfigError(
+                f"{self.key} (from {source}) = {value} is out of range: allowed {self.low}..{self.high}")
+        if self.choices is not None and value not in self.choices:
+            raise ConfigError(f"{self.key} (from {source}) = {value!r}: allowed values are {', '.join(self.choices)}")
+        if self.check is not None and (problem := self.check(value)):
+            raise ConfigError(f"{self.key} (from {source}) = {value!r}: {problem}")
+        return value
+
+
+def _host_port(value: str) -> str | None:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        return "expected host:port, for example 127.0.0.1:9192"
+    return None
+
+
+def _bootstrap(value: str) -> str | None:
+    if not value:
+        return "required: the backend cluster's bootstrap servers, host:port[,host:port...]"
+    for part in value.split(","):
+        if problem := _host_port(part.strip()):
+            return problem
+    return None
+
+
+def _offset_reset(value: str) -> str | None:
+    if value in ("latest", "earliest"):
+        return None
+    if value.startswith("by_duration:"):
+        from .timeutil import parse_iso_duration_ms
+
+        try:
+            parse_iso_duration_ms(value.removeprefix("by_duration:"))
+        except ValueError as exc:
+            return str(exc)
+        return None
+    return "allowed values are latest, earliest, by_duration:<ISO-8601 duration> (e.g. by_duration:PT1H)"
+
+
+_S = Setting
+SETTINGS: tuple[Setting, ...] = (
+    # -- the sidecar itself
+    _S("bootstrap.servers", "", str, "Backend cluster (Kafka or Redpanda) bootstrap servers.", check=_bootstrap),
+    _S("listen", "127.0.0.1:9192", str, "Address the Kafka-protocol listener binds.", check=_host_port),
+    _S("advertised.listener", "", str, "host:port clients are told to connect to (default: listen)."),
+    _S("node.id", 1, int, "Node id the sidecar presents as coordinator and partition leader.", 0, 2**31 - 1),
+    _S("cluster.id", "kshare", str, "Cluster id reported in Metadata."),
+    _S("socket.request.max.bytes", 100 * 1024 * 1024, int, "Largest request frame accepted.", 1024, 2**31 - 1),
+    _S("metrics.port", 0, int, "Prometheus metrics port (0 = off).", 0, 65535),
+    _S("persister", "topic", str, "Persister plugin name (built-ins: topic, memory)."),
+    _S("assignor", "simple", str, "Share-group assignor plugin name."),
+    _S("plugins.load", "", str, "Comma-separated allowlist of plugin distributions ('' = all)."),
+    _S("plugins.disable", "", str, "Comma-separated plugin names to block."),
+    _S("state.topic", "__kshare_state", str, "Compacted topic holding share-group state."),
+    _S("state.topic.partitions", 16, int, "Partitions of the state topic when created.", 1, 1000),
+    _S("state.topic.replication.factor", -1, int, "Replication factor (-1 = broker default).", -1, 32),
+    _S("state.write.linger.ms", 2, int, "Linger to coalesce state writes across share-partitions.", 0, 1000),
+    # -- broker-level share-group settings (Kafka group.share.* names and defaults)
+    _S("group.share.delivery.count.limit", 5, int, "Deliveries before a record is archived.", 2, 10),
+    _S("group.share.record.lock.duration.ms", 30000, int, "Acquisition lock duration.", 1000, 3600000),
+    _S("group.share.min.record.lock.duration.ms", 15000, int, "Lowest per-group lock duration.", 1000, 3600000),
+    _S("group.share.max.record.lock.duration.ms", 60000, int, "Highest per-group lock duration.", 1000, 3600000),
+    _S("group.share.partition.max.record.locks", 2000, int, "In-flight window per share-partition.", 100, 10000),
+    _S("group.share.max.share.sessions", 2000, int, "Share sessions the sidecar holds.", 1, 1000000),
+    _S("group.share.session.timeout.ms", 45000, int, "Member session timeout.", 1000, 1800000),
+    _S("group.share.heartbeat.interval.ms", 5000, int, "Heartbeat interval given to members.", 100, 1800000),
+    _S("group.share.max.size", 200, int, "Members per share group.", 1, 1000),
+    _S("group.share.assignment.interval.ms", 1000, int, "Least time between assignment recomputations.", 0, 60000),
+    _S("share.auto.offset.reset", "latest", str, "Default initial SPSO for new share-partitions.",
+       check=_offset_reset),
+    _S("share.isolation.level", "read_uncommitted", str, "Default isolation level for share groups.",
+       choices=("read_uncommitted", "read_committed")),
+)
+BY_KEY = {s.key: s for s in SETTINGS}
+
+#: Per-group dynamic configs (IncrementalAlterConfigs on GROUP resources) → their default source.
+GROUP_CONFIGS: dict[str, str] = {
+    "share.auto.offset.reset": "share.auto.offset.reset",
+    "share.isolation.level": "share.isolation.level",
+    "share.record.lock.duration.ms": "group.share.record.lock.duration.ms",
+    "share.session.timeout.ms": "group.share.session.timeout.ms",
+    "share.heartbeat.interval.ms": "group.share.heartbeat.interval.ms",
+    "share.delivery.count.limit": "group.share.delivery.count.limit",
+    "share.partition.max.record.locks": "group.share.partition.max.record.locks",
+}
+
+
+def env_name(key: str) -> str:
+    return "KSHARE_" + key.upper().replace(".", "_")
+
+
+@dataclass(frozen=True)
+class SidecarConfig:
+    """Resolved settings; read with ``config[key]`` using the Kafka-style names."""
+
+    values: Mapping[str, Any]
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        host, _, port = (self.values["advertised.listener"] or self.values["listen"]).rpartition(":")
+        return host, int(port)
+
+    def group_config(self, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """A group's effective ``share.*`` configs: sidecar defaults with the group's overrides."""
+        resolved = {k: self.values[src] for k, src in GROUP_CONFIGS.items()}
+        resolved |= dict(overrides or {})
+        return resolved
+
+    def validate_group_config(self, key: str, raw: Any) -> Any:
+        """Check one per-group override against Kafka's bounds; raise ConfigError naming the key."""
+        if key not in GROUP_CONFIGS:
+            raise ConfigError(f"{key} is not a share group config: allowed keys are {', '.join(GROUP_CONFIGS)}")
+        base = BY_KEY[GROUP_CONFIGS[key]]
+        setting = base
+        if key == "share.record.lock.duration.ms":
+            setting = Setting(key, None, int, base.doc, self.values["group.share.min.record.lock.duration.ms"],
+                              self.values["group.share.max.record.lock.duration.ms"])
+        elif key in ("share.delivery.count.limit", "share.partition.max.record.locks"):
+            # A group may lower the broker-level value, never raise it (Kafka 4.3 bounds).
+            setting = Setting(key, None, int, base.doc, base.low, self.values[GROUP_CONFIGS[key]])
+        return Setting(key, None, setting.kind, setting.doc, setting.low, setting.high, setting.choices,
+                       setting.check).coerce(raw, "group config")
+
+
+def load_config(path: str | Path | None = None, *, env: Mapping[str, str] | None = None,
+                overrides: Mapping[str, Any] | None = None) -> SidecarConfig:
+    """Resolve settings: defaults < TOML file < ``KSHARE_*`` environment < explicit overrides."""
+    env = os.environ if env is None else env
+    values = {s.key: s.default for s in SETTINGS}
+    sources: list[tuple[str, Mapping[str, Any]]] = []
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} does not exist") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+        sources.append((str(path), _flatten(data)))
+    sources.append(("environment", {s.key: env[env_name(s.key)] for s in SETTINGS if env_name(s.key) in env}))
+    sources.append(("command line", {k: v for k, v in (overrides or {}).items() if v is not None}))
+    for source, mapping in sources:
+        for key, raw in mapping.items():
+            if key not in BY_KEY:
+                near = [k for k in BY_KEY if k.split(".")[-1] == key.split(".")[-1]]
+                hint = f" (did you mean {near[0]}?)" if near else ""
+                raise ConfigError(f"unknown setting {key!r} in {source}{hint}")
+            values[key] = BY_KEY[key].coerce(raw, source)
+    for setting in SETTINGS:  # re-check defaults that have requirements (bootstrap.servers)
+        setting.coerce(values[setting.key], "defaults" if values[setting.key] == setting.default else "config")
+    if values["group.share.min.record.lock.duration.ms"] > values["group.share.max.record.lock.duration.ms"]:
+        raise ConfigError("group.share.min.record.lock.duration.ms must not exceed "
+                          "group.share.max.record.lock.duration.ms")
+    return SidecarConfig(values)
+
+
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """TOML tables become dotted keys: [group.share] delivery.count.limit = 5."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        full = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out |= _flatten(value, full + ".")
+        else:
+            out[full] = value
+    return out

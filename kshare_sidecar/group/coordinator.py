@@ -1,0 +1,238 @@
+"""The share-group coordinator: pure state, driven by heartbeats and an injected clock.
+
+KIP-932 share groups reuse KIP-848's epochs without revocation: a member gets its target
+assignment as soon as the group's assignment epoch moves past its member epoch, because
+share-partitions may be consumed by several members at once.
+
+- group epoch: bumped on every membership, subscription or topic-metadata change;
+- assignment epoch: the group epoch the current target assignment was computed for;
+- member epoch: the assignment epoch the member last received.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+from kio.schema.errors import ErrorCode
+
+from ..log.types import TopicInfo
+
+#: (members: member id -> subscribed topic ids, topics: topic id -> partition count, racks)
+#: -> member id -> topic id -> partitions. Provided by the assignor plugin.
+AssignFn = Callable[[Mapping[str, frozenset[uuid.UUID]], Mapping[uuid.UUID, int], Mapping[str, str | None]],
+                    Mapping[str, Mapping[uuid.UUID, frozenset[int]]]]
+Assignment = dict[uuid.UUID, frozenset[int]]
+
+
+class GroupState(Enum):
+    EMPTY = "Empty"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+@dataclass
+class Member:
+    member_id: str
+    subscribed: tuple[str, ...]
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    member_epoch: int = 0
+    previous_epoch: int = -1
+    assignment: Assignment = field(default_factory=dict)
+    sent_assignment: Assignment | None = None
+    deadline_ms: int = 0
+
+
+@dataclass
+class ShareGroup:
+    group_id: str
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    members: dict[str, Member] = field(default_factory=dict)
+    target: dict[str, Assignment] = field(default_factory=dict)
+    topics_seen: dict[str, tuple[uuid.UUID, int]] = field(default_factory=dict)  # name -> (id, partitions)
+    configs: dict[str, object] = field(default_factory=dict)
+    last_assignment_ms: int = -(10**12)
+    deleted: bool = False
+
+    @property
+    def state(self) -> GroupState:
+        if self.deleted:
+            return GroupState.DEAD
+        return GroupState.STABLE if self.members else GroupState.EMPTY
+
+    def subscribed_topics(self) -> set[str]:
+        return {t for m in self.members.values() for t in m.subscribed}
+
+
+@dataclass(frozen=True)
+class HeartbeatResult:
+    error: ErrorCode = ErrorCode.none
+    message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    assignment: Assignment | None = None  # None = unchanged (not sent)
+
+
+class ShareGroupCoordinator:
+    """All share groups of this sidecar. Pure: callers supply time and topic metadata."""
+
+    def __init__(self, *, assign: AssignFn, clock: Callable[[], int], max_size: int = 200,
+                 session_timeout_ms: int = 45000, heartbeat_interval_ms: int = 5000,
+                 assignment_interval_ms: int = 0) -> None:
+        self.assign = assign
+        self.clock = clock
+        self.max_size = max_size
+        self.session_timeout_ms = session_timeout_ms
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.assignment_interval_ms = assignment_interval_ms
+        self.groups: dict[str, ShareGroup] = {}
+
+    # -- heartbeats ------------------------------------------------------------------------
+    def heartbeat(self, group_id: str, member_id: str, member_epoch: int, *, rack_id: str | None,
+                  subscribed_topic_names: list[str] | None, topics: Mapping[str, TopicInfo],
+                  client_id: str = "", client_host: str = "") -> HeartbeatResult:
+        """Apply one ShareGroupHeartbeat. ``topics`` describes the subscribed topics that exist."""
+        if not group_id or not member_id or len(member_id) > 36 or rack_id == "":
+            return HeartbeatResult(ErrorCode.invalid_request, "GroupId, MemberId (<= 36 chars) and RackId "
+                                   "must not be empty", member_id or None, member_epoch)
+        if member_epoch < -1:
+            return HeartbeatResult(ErrorCode.invalid_request, f"invalid member epoch {member_epoch}",
+                                   member_id, member_epoch)
+        if member_epoch == 0 and not subscribed_topic_names:
+            return HeartbeatResult(ErrorCode.invalid_request, "SubscribedTopicNames must be set when joining",
+                                   member_id, member_epoch)
+        now = self.clock()
+        group = self.groups.get(group_id)
+        if member_epoch == -1:
+            if group is not None and member_id in group.members:
+                self._remove_member(group, member_id)
+            return HeartbeatResult(member_id=member_id, member_epoch=-1,
+                                   heartbeat_interval_ms=self._interval(group))
+        if group is None or group.deleted:
+            if member_epoch != 0:
+                return HeartbeatResult(ErrorCode.unknown_member_id, f"member {member_id} is not in group "
+                                       f"{group_id}", member_id, member_epoch)
+            group = self.groups[group_id] = ShareGroup(group_id)
+        member = group.members.get(member_id)
+        if member_epoch == 0:
+            if member is None and len(group.members) >= self.max_size:
+                return HeartbeatResult(ErrorCode.group_max_size_reached, f"group {group_id} has reached "
+                                       f"group.share.max.size={self.max_size}", member_id, member_epoch)
+            if member is not None:  # a rejoin keeps the id but starts over
+                self._remove_member(group, member_id)
+            member = group.members[member_id] = Member(
+                member_id, tuple(sorted(set(subscribed_topic_names or ()))), rack_id, client_id, client_host)
+            group.group_epoch += 1
+        elif member is None:
+            return HeartbeatResult(ErrorCode.unknown_member_id, f"member {member_id} is not in group {group_id}",
+                                   member_id, member_epoch)
+        elif member_epoch not in (member.member_epoch, member.previous_epoch):
+            return HeartbeatResult(ErrorCode.fenced_member_epoch, f"member epoch {member_epoch} is fenced "
+                                   f"(current {member.member_epoch})", member_id, member_epoch)
+        else:
+            if subscribed_topic_names is not None:
+                subscribed = tuple(sorted(set(subscribed_topic_names)))
+                if subscribed != member.subscribed:
+                    member.subscribed = subscribed
+                    group.group_epoch += 1
+            if rack_id is not None and rack_id != member.rack_id:
+                member.rack_id = rack_id
+                group.group_epoch += 1
+        member.deadline_ms = now + self._session_timeout(group)
+        self._observe_topics(group, topics)
+        self._maybe_assign(group, now)
+        if member.member_epoch < group.assignment_epoch:
+            member.previous_epoch = member.member_epoch
+            member.member_epoch = group.assignment_epoch
+            member.assignment = group.target.get(member_id, {})
+        full = member_epoch == 0 or subscribed_topic_names is not None
+        send = None
+        if full or member.sent_assignment != member.assignment:
+            send = member.sent_assignment = dict(member.assignment)
+        return HeartbeatResult(member_id=member_id, member_epoch=member.member_epoch,
+                               heartbeat_interval_ms=self._interval(group), assignment=send)
+
+    def _observe_topics(self, group: ShareGroup, topics: Mapping[str, TopicInfo]) -> None:
+        """Bump the group epoch when a subscribed topic appears, disappears, grows or is recreated."""
+        seen = {name: (info.topic_id, info.partitions) for name, info in topics.items()
+                if name in group.subscribed_topics()}
+        if seen != group.topics_seen:
+            group.topics_seen = seen
+            group.group_epoch += 1
+
+    def _maybe_assign(self, group: ShareGroup, now: int) -> None:
+        if group.assignment_epoch >= group.group_epoch:
+            return
+        if now - group.last_assignment_ms < self.assignment_interval_ms and group.assignment_epoch > 0:
+            return  # share.assignment.interval.ms: batch bursts of joins into one recomputation
+        by_name = group.topics_seen
+        members = {m.member_id: frozenset(by_name[t][0] for t in m.subscribed if t in by_name)
+                   for m in group.members.values()}
+        partitions = dict(by_name.values())
+        racks = {m.member_id: m.rack_id for m in group.members.values()}
+        result = self.assign(members, partitions, racks) if members else {}
+        group.target = {mid: {tid: frozenset(ps) for tid, ps in result.get(mid, {}).items() if ps}
+                        for mid in members}
+        group.assignment_epoch = group.group_epoch
+        group.last_assignment_ms = now
+
+    def _remove_member(self, group: ShareGroup, member_id: str) -> None:
+        del group.members[member_id]
+        group.target.pop(member_id, None)
+        group.group_epoch += 1
+
+    def _session_timeout(self, group: ShareGroup | None) -> int:
+        return int(group.configs.get("share.session.timeout.ms", self.session_timeout_ms)) if group else \
+            self.session_timeout_ms
+
+    def _interval(self, group: ShareGroup | None) -> int:
+        return int(group.configs.get("share.heartbeat.interval.ms", self.heartbeat_interval_ms)) if group else \
+            self.heartbeat_interval_ms
+
+    # -- time and administration --------------------------------------------------------------
+    def expire_members(self) -> list[tuple[str, str]]:
+        """Remove members whose session timed out; returns (group, member) pairs. Releases nothing:
+        in Kafka, coordinator expiry leaves acquired records to their locks."""
+        now, gone = self.clock(), []
+        for group in self.groups.values():
+            for member in [m for m in group.members.values() if m.deadline_ms <= now]:
+                self._remove_member(group, member.member_id)
+                gone.append((group.group_id, member.member_id))
+        return gone
+
+    def next_deadline_ms(self) -> int | None:
+        deadlines = [m.deadline_ms for g in self.groups.values() for m in g.members.values()]
+        return min(deadlines) if deadlines else None
+
+    def ensure_group(self, group_id: str) -> ShareGroup:
+        group = self.groups.get(group_id)
+        if group is None or group.deleted:
+            group = self.groups[group_id] = ShareGroup(group_id)
+        return group
+
+    def restore_group(self, group_id: str, group_epoch: int, configs: Mapping[str, object]) -> None:
+        """Recreate a group from its persisted record (members rejoin with epoch 0 after a restart)."""
+        group = self.ensure_group(group_id)
+        group.group_epoch = group.assignment_epoch = group_epoch
+        group.configs = dict(configs)
+
+    def delete_group(self, group_id: str) -> ErrorCode:
+        group = self.groups.get(group_id)
+        if group is None or group.deleted:
+            return ErrorCode.group_id_not_found
+        if group.members:
+            return ErrorCode.non_empty_group
+        del self.groups[group_id]
+        return ErrorCode.none
+
+    def assigned_partitions(self, group_id: str) -> set[tuple[uuid.UUID, int]]:
+        group = self.groups.get(group_id)
+        if group is None:
+            return set()
+        return {(tid, p) for a in group.target.values() for tid, ps in a.items() for p in ps}
