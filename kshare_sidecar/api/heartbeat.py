@@ -1,0 +1,32 @@
+"""ShareGroupHeartbeat (key 76, v1): message <-> GroupService."""
+
+from __future__ import annotations
+
+import datetime
+
+from kio.schema.share_group_heartbeat.v1 import response as r1
+
+from .context import RequestContext
+
+
+def make_handler(groups):
+    async def share_group_heartbeat(ctx: RequestContext, header, req):
+        result = await groups.heartbeat(
+            group_id=req.group_id, member_id=req.member_id, member_epoch=req.member_epoch, rack_id=req.rack_id,
+            subscribed_topic_names=list(req.subscribed_topic_names) if req.subscribed_topic_names is not None
+            else None, client_id=ctx.client_id or "", client_host=ctx.client_host)
+        assignment = None
+        if result.assignment is not None:
+            assignment = r1.Assignment(topic_partitions=tuple(
+                r1.TopicPartitions(topic_id=tid, partitions=tuple(sorted(ps)))
+                for tid, ps in sorted(result.assignment.items())))
+        return r1.ShareGroupHeartbeatResponse(
+            throttle_time=datetime.timedelta(0), error_code=result.error, error_message=result.message,
+            member_id=result.member_id, member_epoch=result.member_epoch,
+            heartbeat_interval=datetime.timedelta(milliseconds=result.heartbeat_interval_ms), assignment=assignment)
+
+    return share_group_heartbeat
+
+
+def register(registry, groups) -> None:
+    registry.register(76, 1, 1, make_handler(groups))

@@ -1,0 +1,108 @@
+"""ShareFetch (key 78) and ShareAcknowledge (key 79), v1–v2: message <-> ShareService.
+
+Responses are built in the v2 shape and converted by the registry for v1 clients. Every
+partition that carried acknowledgements is answered, and `Records` is never null.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+from kio.schema.share_acknowledge.v2 import response as a2
+from kio.schema.share_fetch.v2 import response as f2
+
+from ..service.shares import FetchParams, ShareOut
+from ..share.types import AckBatch
+from .context import RequestContext
+
+_ZERO = datetime.timedelta(0)
+
+
+def _topics(req_topics) -> list:
+    return [(t.topic_id, p.partition_index,
+             [AckBatch(b.first_offset, b.last_offset, tuple(b.acknowledge_types)) for b in p.acknowledgement_batches])
+            for t in req_topics for p in t.partitions]
+
+
+def _leader(ctx: RequestContext, mod):
+    return mod.LeaderIdAndEpoch(leader_id=ctx.node.node_id, leader_epoch=0)
+
+
+def _endpoints(ctx: RequestContext, mod):
+    n = ctx.node
+    return (mod.NodeEndpoint(node_id=n.node_id, host=n.host, port=n.port, rack=n.rack),)
+
+
+def _by_topic(out: ShareOut) -> dict:
+    topics: dict = {}
+    for part in out.partitions:
+        topics.setdefault(part.topic_id, []).append(part)
+    return topics
+
+
+def _watch_connection(ctx: RequestContext, shares, watched: set[int]) -> None:
+    """A TCP disconnect closes the connection's share sessions (releasing their records)."""
+    if ctx.connection is not None and ctx.conn_id not in watched:
+        watched.add(ctx.conn_id)
+
+        def closed(conn) -> None:
+            watched.discard(conn.conn_id)
+            shares.connection_closed(conn.conn_id)
+
+        ctx.on_close(closed)
+
+
+def make_fetch_handler(shares):
+    watched: set[int] = set()
+
+    async def share_fetch(ctx: RequestContext, header, req):
+        _watch_connection(ctx, shares, watched)
+        params = FetchParams(
+            max_wait_ms=int(req.max_wait.total_seconds() * 1000), min_bytes=req.min_bytes,
+            max_bytes=req.max_bytes, max_records=req.max_records, batch_size=req.batch_size,
+            mode=getattr(req, "share_acquire_mode", 0))
+        out = await shares.share_fetch(
+            conn_id=ctx.conn_id, group_id=req.group_id, member_id=req.member_id, epoch=req.share_session_epoch,
+            params=params, topics=_topics(req.topics),
+            forgotten=[(t.topic_id, p) for t in req.forgotten_topics_data for p in t.partitions],
+            is_renew=bool(getattr(req, "is_renew_ack", False)), on_park=ctx.release_ordering)
+        responses = tuple(
+            f2.ShareFetchableTopicResponse(topic_id=topic_id, partitions=tuple(
+                f2.PartitionData(
+                    partition_index=p.partition, error_code=p.error, error_message=p.message,
+                    acknowledge_error_code=int(p.ack_error or 0), acknowledge_error_message=p.ack_message,
+                    current_leader=_leader(ctx, f2), records=p.records,
+                    acquired_records=tuple(f2.AcquiredRecords(first_offset=a.first_offset, last_offset=a.last_offset,
+                                                              delivery_count=a.delivery_count) for a in p.acquired))
+                for p in parts))
+            for topic_id, parts in _by_topic(out).items())
+        return f2.ShareFetchResponse(
+            throttle_time=_ZERO, error_code=out.error, error_message=out.message,
+            acquisition_lock_timeout=datetime.timedelta(milliseconds=out.lock_timeout_ms),
+            responses=responses if not out.error else (), node_endpoints=_endpoints(ctx, f2))
+
+    return share_fetch
+
+
+def make_ack_handler(shares):
+    async def share_acknowledge(ctx: RequestContext, header, req):
+        out = await shares.share_acknowledge(
+            conn_id=ctx.conn_id, group_id=req.group_id, member_id=req.member_id, epoch=req.share_session_epoch,
+            topics=_topics(req.topics), is_renew=bool(getattr(req, "is_renew_ack", False)))
+        responses = tuple(
+            a2.ShareAcknowledgeTopicResponse(topic_id=topic_id, partitions=tuple(
+                a2.PartitionData(partition_index=p.partition, error_code=p.error, error_message=p.message,
+                                 current_leader=_leader(ctx, a2))
+                for p in parts))
+            for topic_id, parts in _by_topic(out).items())
+        return a2.ShareAcknowledgeResponse(
+            throttle_time=_ZERO, error_code=out.error, error_message=out.message,
+            acquisition_lock_timeout=datetime.timedelta(milliseconds=out.lock_timeout_ms),
+            responses=responses if not out.error else (), node_endpoints=_endpoints(ctx, a2))
+
+    return share_acknowledge
+
+
+def register(registry, shares) -> None:
+    registry.register(78, 1, 2, make_fetch_handler(shares))
+    registry.register(79, 1, 2, make_ack_handler(shares))

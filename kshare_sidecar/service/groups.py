@@ -1,0 +1,95 @@
+"""Heartbeats and group administration around the pure coordinator.
+
+Resolves subscribed topics through the backend, initializes share-partitions when they are
+first assigned (so ``share.auto.offset.reset=latest`` means "from when the group subscribed"),
+and keeps each group's durable record (epoch, subscriptions, per-group configs) in the persister
+so a restarted sidecar knows its groups.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from kio.schema.errors import ErrorCode
+
+from ..group.coordinator import HeartbeatResult, ShareGroupCoordinator
+from ..persist.errors import PersistError
+from ..persist.records import GroupRecord
+from .partitions import SharePartitionManager
+
+log = logging.getLogger("kshare.groups")
+
+
+class GroupService:
+    def __init__(self, *, coordinator: ShareGroupCoordinator, partitions: SharePartitionManager, backend,
+                 persister) -> None:
+        self.coordinator = coordinator
+        self.partitions = partitions
+        self.backend = backend
+        self.persister = persister
+        self._initialized: set[tuple[str, uuid.UUID, int]] = set()
+
+    def restore(self) -> int:
+        """Recreate groups from their persisted records (members rejoin after a restart)."""
+        groups = self.persister.list_groups()
+        for record in groups.values():
+            self.coordinator.restore_group(record.group_id, record.group_epoch, dict(record.configs))
+        return len(groups)
+
+    async def heartbeat(self, *, group_id: str, member_id: str, member_epoch: int, rack_id: str | None,
+                        subscribed_topic_names: list[str] | None, client_id: str,
+                        client_host: str) -> HeartbeatResult:
+        if not self.persister.ready:
+            return HeartbeatResult(ErrorCode.coordinator_load_in_progress, "share state is still loading",
+                                   member_id, member_epoch)
+        group = self.coordinator.groups.get(group_id)
+        names = set(subscribed_topic_names or ())
+        if group is not None:
+            names |= group.subscribed_topics()
+        topics = await self.backend.describe_topics(sorted(names)) if names else {}
+        before = group.group_epoch if group is not None else None
+        result = self.coordinator.heartbeat(group_id, member_id, member_epoch, rack_id=rack_id,
+                                            subscribed_topic_names=subscribed_topic_names, topics=topics,
+                                            client_id=client_id, client_host=client_host)
+        if result.error != ErrorCode.none:
+            log.info("heartbeat rejected with %s: group=%s member=%s: %s", result.error.name, group_id, member_id,
+                     result.message)
+            return result
+        group = self.coordinator.groups.get(group_id)
+        if group is not None:
+            try:
+                await self._initialize_assigned(group_id, topics)
+                if group.group_epoch != before:
+                    await self.save(group_id)
+            except PersistError as exc:
+                return HeartbeatResult(ErrorCode.coordinator_not_available, f"share state unavailable: {exc}",
+                                       member_id, member_epoch)
+        return result
+
+    async def _initialize_assigned(self, group_id: str, topics) -> None:
+        names = {info.topic_id: name for name, info in topics.items()}
+        for topic_id, p in self.coordinator.assigned_partitions(group_id):
+            if (group_id, topic_id, p) in self._initialized or topic_id not in names:
+                continue
+            await self.partitions.initialize(group_id, topic_id, names[topic_id], p)
+            self._initialized.add((group_id, topic_id, p))
+
+    async def save(self, group_id: str) -> None:
+        group = self.coordinator.groups.get(group_id)
+        if group is None:
+            return
+        initialized: dict[str, list[int]] = {}
+        for (gid, topic_id, p) in self._initialized:
+            if gid == group_id:
+                initialized.setdefault(str(topic_id), []).append(p)
+        await self.persister.put_group(GroupRecord(
+            group_id, group_epoch=group.group_epoch, subscribed_topics=tuple(sorted(group.subscribed_topics())),
+            initialized={t: tuple(sorted(ps)) for t, ps in initialized.items()},
+            configs={k: str(v) for k, v in group.configs.items()}))
+
+    def expire_members(self) -> list[tuple[str, str]]:
+        gone = self.coordinator.expire_members()
+        for group_id, member_id in gone:
+            log.info("member session timed out: group=%s member=%s", group_id, member_id)
+        return gone

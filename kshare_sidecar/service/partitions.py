@@ -1,0 +1,267 @@
+"""Share-partitions in memory: load (claiming ownership), initialize, persist, expire locks, wake.
+
+Every state change that must survive a restart goes through `persist()`, which serialises
+writes per share-partition: each persisted value is a complete snapshot, so two writes of one
+share-partition must never race (the later snapshot would silently drop the earlier change).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from kio.schema.errors import ErrorCode
+
+from ..persist.errors import PersistError, UnknownSharePartitionError
+from ..persist.model import SharePartitionKey
+from ..persist.records import UNSET_OFFSET, WriteItem
+from ..share.config import ShareConfig
+from ..share.partition import SharePartition
+from ..timeutil import parse_iso_duration_ms
+
+log = logging.getLogger("kshare.partitions")
+
+
+def owner_epoch() -> int:
+    """This sidecar's owner (leader) epoch: seconds since 2020, so a restarted sidecar fences its
+    predecessor's writes without any coordination, and the value fits Kafka's int32 fields."""
+    return int(time.time()) - 1_577_836_800
+
+
+class PartitionError(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class Slot:
+    """One loaded share-partition with its coordination primitives."""
+
+    key: SharePartitionKey
+    topic: str
+    partition: SharePartition
+    write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    fetch_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    waiters: set[asyncio.Future] = field(default_factory=set)
+
+    def wake(self) -> None:
+        for fut in self.waiters:
+            if not fut.done():
+                fut.set_result(None)
+        self.waiters.clear()
+
+
+class SharePartitionManager:
+    """Owns every `SharePartition` this sidecar serves."""
+
+    def __init__(self, *, persister, backend, clock: Callable[[], int],
+                 group_config: Callable[[str], dict], epoch: int | None = None) -> None:
+        self.persister = persister
+        self.backend = backend
+        self.clock = clock
+        self.group_config = group_config
+        self.epoch = owner_epoch() if epoch is None else epoch
+        self.slots: dict[SharePartitionKey, Slot] = {}
+        self._loading: dict[SharePartitionKey, asyncio.Task] = {}
+        self._deadlines: list[tuple[int, SharePartitionKey]] = []
+        self._rearm = asyncio.Event()
+        self._timer: asyncio.Task | None = None
+        self._background: set[asyncio.Task] = set()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        self._timer = asyncio.create_task(self._expiry_loop(), name="kshare-lock-expiry")
+
+    async def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            await asyncio.gather(self._timer, return_exceptions=True)
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+
+    # -- loading -----------------------------------------------------------------------------
+    async def get(self, group_id: str, topic_id: uuid.UUID, partition: int, topic: str) -> Slot:
+        key = SharePartitionKey(group_id, str(topic_id), partition)
+        slot = self.slots.get(key)
+        if slot is not None:
+            return slot
+        task = self._loading.get(key)
+        if task is None:
+            task = self._loading[key] = asyncio.create_task(self._load(key, topic))
+            task.add_done_callback(lambda _t, k=key: self._loading.pop(k, None))
+        return await asyncio.shield(task)
+
+    def loaded(self, group_id: str, topic_id: uuid.UUID, partition: int) -> Slot | None:
+        return self.slots.get(SharePartitionKey(group_id, str(topic_id), partition))
+
+    def share_config(self, group_id: str) -> ShareConfig:
+        cfg = self.group_config(group_id)
+        return ShareConfig(record_lock_duration_ms=int(cfg["share.record.lock.duration.ms"]),
+                           delivery_count_limit=int(cfg["share.delivery.count.limit"]),
+                           max_record_locks=int(cfg["share.partition.max.record.locks"]))
+
+    async def initial_offset(self, group_id: str, topic: str, partition: int) -> int:
+        """Resolve the first SPSO from ``share.auto.offset.reset`` (latest, earliest, by_duration)."""
+        reset = str(self.group_config(group_id)["share.auto.offset.reset"])
+        if reset == "earliest":
+            return await self.backend.list_offsets(topic, partition, "earliest")
+        if reset.startswith("by_duration:"):
+            ts = int(time.time() * 1000) - parse_iso_duration_ms(reset.removeprefix("by_duration:"))
+            offset = await self.backend.list_offsets(topic, partition, ts)
+            if offset is not None and offset >= 0:
+                return offset
+        return await self.backend.list_offsets(topic, partition, "latest")
+
+    async def initialize(self, group_id: str, topic_id: uuid.UUID, topic: str, partition: int) -> None:
+        """Fix a share-partition's SPSO when it is first assigned (so ``latest`` means "from the
+        moment the group subscribed", not "from the first fetch")."""
+        key = SharePartitionKey(group_id, str(topic_id), partition)
+        if key in self.slots or self.persister.stored(key) is not None:
+            return
+        start = await self.initial_offset(group_id, topic, partition)
+        await self.persister.initialize(key, 0, start)
+
+    async def _load(self, key: SharePartitionKey, topic: str) -> Slot:
+        try:
+            try:
+                state = await self.persister.read_one(key, leader_epoch=self.epoch)
+            except UnknownSharePartitionError:
+                start = await self.initial_offset(key.group_id, topic, key.partition)
+                await self.persister.initialize(key, 0, start)
+                state = await self.persister.read_one(key, leader_epoch=self.epoch)
+            config = self.share_config(key.group_id)
+            if state.start_offset == UNSET_OFFSET:
+                start = await self.initial_offset(key.group_id, topic, key.partition)
+                sp = SharePartition(config, self.clock, start_offset=start, state_epoch=state.state_epoch,
+                                    leader_epoch=self.epoch)
+                await self.persister.write(key, sp.snapshot(), self.epoch)
+            else:
+                sp = SharePartition.restore(state, self.clock, config)
+                sp.leader_epoch = self.epoch
+        except PersistError as exc:
+            raise PartitionError(exc.error_code, f"share-partition {_name(key, topic)}: {exc}") from exc
+        slot = self.slots[key] = Slot(key, topic, sp)
+        log.info("loaded share-partition %s: SPSO %d, state epoch %d", _name(key, topic), sp.spso, sp.state_epoch)
+        return slot
+
+    def unload_group(self, group_id: str) -> list[Slot]:
+        """Forget a group's share-partitions (after an admin reset/delete); they reload on demand."""
+        gone = [s for k, s in self.slots.items() if k.group_id == group_id]
+        for slot in gone:
+            del self.slots[slot.key]
+            slot.wake()
+        return gone
+
+    # -- persistence -------------------------------------------------------------------------
+    async def persist_plans(self, planned: list[tuple[Slot, object]]) -> dict[SharePartitionKey, ErrorCode]:
+        """Write each plan's resulting state, then apply it; per share-partition outcome.
+
+        Holds each share-partition's write lock from prepare to commit, so durable snapshots are
+        written in the order their changes are applied."""
+        return dict(await asyncio.gather(*(self._persist_plan(slot, plan) for slot, plan in planned)))
+
+    async def _persist_plan(self, slot: Slot, plan) -> tuple[SharePartitionKey, ErrorCode]:
+        async with slot.write_lock:
+            plan = slot.partition.prepare_acknowledge(plan.member_id, plan.batches, allow_renew=plan.allow_renew) \
+                if isinstance(plan, PendingAcks) else plan
+            if plan.error != ErrorCode.none:
+                return slot.key, plan.error
+            try:
+                await self.persister.write(slot.key, plan.state, self.epoch)
+            except PersistError as exc:
+                log.warning("state write for %s failed, acknowledgement rolled back: %s", _name(slot.key, slot.topic),
+                            exc)
+                return slot.key, _ack_error(exc)
+            code = slot.partition.commit(plan)
+            if code != ErrorCode.none:  # durable state got ahead of memory: write memory again
+                self._spawn(self._write_current(slot))
+        slot.wake()
+        self.track(slot)
+        return slot.key, code
+
+    def persist_soon(self, slot: Slot) -> None:
+        """Persist a change nobody waits for (lock expiry, release on session close)."""
+        self._spawn(self._write_current(slot))
+
+    async def _write_current(self, slot: Slot) -> None:
+        async with slot.write_lock:
+            try:
+                await self.persister.write(slot.key, slot.partition.snapshot(), self.epoch)
+            except PersistError as exc:
+                log.warning("state write for %s failed: %s", _name(slot.key, slot.topic), exc)
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # -- acquisition locks -------------------------------------------------------------------
+    def track(self, slot: Slot) -> None:
+        """Register the share-partition's earliest lock deadline with the expiry timer."""
+        deadline = slot.partition.next_lock_deadline()
+        if deadline is not None:
+            if not self._deadlines or deadline < self._deadlines[0][0]:
+                self._rearm.set()
+            heapq.heappush(self._deadlines, (deadline, slot.key))
+
+    async def _expiry_loop(self) -> None:
+        while True:
+            now = self.clock()
+            due: set[SharePartitionKey] = set()
+            while self._deadlines and self._deadlines[0][0] <= now:
+                due.add(heapq.heappop(self._deadlines)[1])
+            for key in due:
+                slot = self.slots.get(key)
+                if slot is None:
+                    continue
+                if slot.partition.expire(now):
+                    log.debug("acquisition locks expired on %s", _name(key, slot.topic))
+                    slot.wake()
+                    self.persist_soon(slot)
+                self.track(slot)
+            self._rearm.clear()
+            timeout = (self._deadlines[0][0] - self.clock()) / 1000 if self._deadlines else None
+            try:
+                await asyncio.wait_for(self._rearm.wait(), timeout=max(timeout, 0.001) if timeout is not None else None)
+            except TimeoutError:
+                pass
+
+    def release_member(self, group_id: str, member_id: str, partitions: Iterable[tuple[uuid.UUID, int]]) -> int:
+        """A share session closed (epoch -1 or TCP disconnect): release the member's records."""
+        released = 0
+        for topic_id, p in partitions:
+            slot = self.loaded(group_id, topic_id, p)
+            if slot is None:
+                continue
+            n = slot.partition.release_member(member_id)
+            if n:
+                released += n
+                slot.wake()
+                self.persist_soon(slot)
+        return released
+
+
+@dataclass
+class PendingAcks:
+    """Acks to validate under the share-partition's write lock (so validation sees the state the
+    write will be based on)."""
+
+    member_id: str
+    batches: list
+    allow_renew: bool = False
+
+
+def _ack_error(exc: PersistError) -> ErrorCode:
+    if exc.error_code in (ErrorCode.fenced_state_epoch, ErrorCode.fenced_leader_epoch):
+        return ErrorCode.fenced_state_epoch
+    return ErrorCode.coordinator_not_available if exc.retriable else ErrorCode.unknown_server_error
+
+
+def _name(key: SharePartitionKey, topic: str) -> str:
+    return f"group={key.group_id} partition={topic}-{key.partition}"

@@ -1,0 +1,332 @@
+"""ShareFetch and ShareAcknowledge: share sessions, piggybacked acks, long-poll acquisition.
+
+Order inside one request, as Kafka does it: session epoch rules first, then acknowledgements
+(applied on arrival and answered only after the durable write), then — unless the request is
+ack-only or closes the session — records are acquired, waiting up to MaxWaitMs when there are
+none. An empty answer is never sent early: librdkafka refetches at once and would spin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from kio.schema.errors import ErrorCode
+
+from ..log.types import BatchInfo
+from ..share.sessions import SessionError, ShareSession, ShareSessionCache
+from ..share.types import AcquiredRecords, AcquireMode
+from .partitions import PartitionError, PendingAcks, SharePartitionManager, Slot
+
+log = logging.getLogger("kshare.shares")
+
+TopicPartition = tuple[uuid.UUID, int]
+
+
+@dataclass
+class PartitionOut:
+    topic_id: uuid.UUID
+    partition: int
+    error: ErrorCode = ErrorCode.none
+    message: str | None = None
+    ack_error: ErrorCode | None = None  # None: the partition carried no acks
+    ack_message: str | None = None
+    records: bytes = b""
+    acquired: list[AcquiredRecords] = field(default_factory=list)
+
+
+@dataclass
+class ShareOut:
+    error: ErrorCode = ErrorCode.none
+    message: str | None = None
+    lock_timeout_ms: int = 0
+    partitions: list[PartitionOut] = field(default_factory=list)
+
+
+@dataclass
+class FetchParams:
+    max_wait_ms: int = 500
+    min_bytes: int = 1
+    max_bytes: int = 52_428_800
+    max_records: int = 500
+    batch_size: int = 500
+    mode: int = AcquireMode.BATCH_OPTIMIZED
+
+
+class ShareService:
+    def __init__(self, *, sessions: ShareSessionCache, partitions: SharePartitionManager, backend,
+                 group_config) -> None:
+        self.sessions = sessions
+        self.partitions = partitions
+        self.backend = backend
+        self.group_config = group_config
+        self._rotation: dict[tuple[str, str], int] = {}
+
+    # -- entry points ------------------------------------------------------------------------
+    async def share_fetch(self, *, conn_id: int, group_id: str, member_id: str, epoch: int, params: FetchParams,
+                          topics: list[tuple[uuid.UUID, int, list]], forgotten: list[TopicPartition],
+                          is_renew: bool = False, on_park=None) -> ShareOut:
+        key = (group_id, member_id)
+        lock_ms = int(self.group_config(group_id)["share.record.lock.duration.ms"])
+        acks = _merge_acks(topics)
+        if not member_id or len(member_id) > 36:
+            return ShareOut(ErrorCode.invalid_request, "MemberId must be 1..36 characters")
+        try:
+            if epoch == 0:
+                if acks:
+                    return ShareOut(ErrorCode.invalid_request, "acknowledgements are not allowed when opening a "
+                                    "share session (epoch 0)")
+                session = await self._open(key, conn_id, params.max_wait_ms)
+            elif epoch == -1:
+                session = self.sessions.get(key)
+                if session is None:
+                    raise SessionError(ErrorCode.share_session_not_found, f"no share session for member {member_id}")
+            else:
+                session = self.sessions.advance(key, epoch, conn_id)
+        except SessionError as exc:
+            return ShareOut(exc.code, str(exc))
+        for topic_id, p, _ in topics:
+            session.partitions.add((topic_id, p))
+        out: dict[TopicPartition, PartitionOut] = {}
+        if acks:
+            for tp, code in (await self._acknowledge(group_id, member_id, acks, allow_renew=is_renew)).items():
+                out[tp] = PartitionOut(tp[0], tp[1], ack_error=code)
+        for tp in forgotten:
+            session.partitions.discard(tp)
+        if epoch == -1:
+            self._close(session)
+            return ShareOut(lock_timeout_ms=lock_ms, partitions=list(out.values()))
+        if not is_renew and params.max_records > 0 and params.max_bytes > 0 and session.partitions:
+            fetched = await self._fetch(session, group_id, member_id, params, on_park)
+            for tp, part in fetched.items():
+                if tp in out:
+                    part.ack_error = out[tp].ack_error
+                out[tp] = part
+        return ShareOut(lock_timeout_ms=lock_ms, partitions=list(out.values()))
+
+    async def share_acknowledge(self, *, conn_id: int, group_id: str, member_id: str, epoch: int,
+                                topics: list[tuple[uuid.UUID, int, list]], is_renew: bool = False) -> ShareOut:
+        key = (group_id, member_id)
+        lock_ms = int(self.group_config(group_id)["share.record.lock.duration.ms"])
+        try:
+            if epoch == 0:
+                raise SessionError(ErrorCode.invalid_share_session_epoch,
+                                   "ShareAcknowledge cannot open a share session (epoch 0)")
+            if epoch == -1:
+                session = self.sessions.get(key)
+                if session is None:
+                    raise SessionError(ErrorCode.share_session_not_found, f"no share session for member {member_id}")
+            else:
+                session = self.sessions.advance(key, epoch, conn_id)
+        except SessionError as exc:
+            return ShareOut(exc.code, str(exc))
+        acks = _merge_acks(topics)
+        results = await self._acknowledge(group_id, member_id, acks, allow_renew=is_renew) if acks else {}
+        if epoch == -1:
+            self._close(session)
+        return ShareOut(lock_timeout_ms=lock_ms,
+                        partitions=[PartitionOut(tp[0], tp[1], error=code) for tp, code in results.items()])
+
+    def connection_closed(self, conn_id: int) -> None:
+        """TCP disconnect: close the connection's share sessions, releasing their records at once."""
+        for session in self.sessions.close_connection(conn_id):
+            released = self.partitions.release_member(session.key[0], session.key[1], session.partitions)
+            log.info("connection %d closed: share session of group=%s member=%s released %d records",
+                     conn_id, session.key[0], session.key[1], released)
+
+    # -- sessions ----------------------------------------------------------------------------
+    async def _open(self, key, conn_id: int, max_wait_ms: int) -> ShareSession:
+        try:
+            session, _replaced = self.sessions.open(key, conn_id)
+        except SessionError:
+            await asyncio.sleep(max_wait_ms / 1000)  # Kafka holds the request before refusing
+            session, _replaced = self.sessions.open(key, conn_id)  # raises again if still full
+        return session
+
+    def _close(self, session: ShareSession) -> None:
+        self.sessions.close(session.key)
+        self.partitions.release_member(session.key[0], session.key[1], session.partitions)
+
+    # -- acknowledgements --------------------------------------------------------------------
+    async def _acknowledge(self, group_id: str, member_id: str, acks: dict[TopicPartition, list],
+                           *, allow_renew: bool) -> dict[TopicPartition, ErrorCode]:
+        results: dict[TopicPartition, ErrorCode] = {}
+        planned: list[tuple[Slot, PendingAcks]] = []
+        for (topic_id, p), batches in acks.items():
+            try:
+                slot = await self._slot(group_id, topic_id, p)
+            except PartitionError as exc:
+                results[(topic_id, p)] = exc.code
+                continue
+            planned.append((slot, PendingAcks(member_id, batches, allow_renew)))
+        if planned:
+            by_key = {slot.key: (uuid.UUID(slot.key.topic_id), slot.key.partition) for slot, _ in planned}
+            for key, code in (await self.partitions.persist_plans(planned)).items():
+                results[by_key[key]] = code
+                if code != ErrorCode.none:
+                    log.info("acknowledgement rejected with %s: group=%s member=%s partition=%s-%d",
+                             code.name, group_id, member_id, key.topic_id, key.partition)
+        return results
+
+    async def _slot(self, group_id: str, topic_id: uuid.UUID, partition: int) -> Slot:
+        slot = self.partitions.loaded(group_id, topic_id, partition)
+        if slot is not None:
+            return slot
+        info = self.backend.topic_by_id(topic_id)
+        if info is None:
+            await self.backend.refresh()
+            info = self.backend.topic_by_id(topic_id)
+        if info is None:
+            raise PartitionError(ErrorCode.unknown_topic_id, f"unknown topic id {topic_id}")
+        if not 0 <= partition < info.partitions:
+            raise PartitionError(ErrorCode.unknown_topic_or_partition, f"{info.name} has no partition {partition}")
+        return await self.partitions.get(group_id, topic_id, partition, info.name)
+
+    # -- fetching ----------------------------------------------------------------------------
+    async def _fetch(self, session: ShareSession, group_id: str, member_id: str,
+                     params: FetchParams, on_park=None) -> dict[TopicPartition, PartitionOut]:
+        deadline = time.monotonic() + params.max_wait_ms / 1000
+        out: dict[TopicPartition, PartitionOut] = {}
+        budget = _Budget(params.max_records, params.max_bytes)
+        read_committed = self.group_config(group_id)["share.isolation.level"] == "read_committed"
+        while True:
+            slots = await self._session_slots(session, group_id, out)
+            for slot in slots:
+                if budget.records <= 0 or budget.bytes <= 0:
+                    break
+                tp = (uuid.UUID(slot.key.topic_id), slot.key.partition)
+                try:
+                    got = await self._acquire(slot, member_id, params, budget, read_committed)
+                except PartitionError as exc:
+                    out[tp] = PartitionOut(*tp, error=exc.code, message=str(exc))
+                    continue
+                if got is not None:
+                    records, acquired = got
+                    part = out.setdefault(tp, PartitionOut(*tp))
+                    part.records += records
+                    part.acquired += acquired
+            acquired_bytes = params.max_bytes - budget.bytes
+            remaining = deadline - time.monotonic()
+            if any(p.error != ErrorCode.none for p in out.values()) or remaining <= 0 or \
+                    (acquired_bytes and acquired_bytes >= max(params.min_bytes, 1)) or budget.records <= 0:
+                return out
+            if on_park is not None:  # only waiting is left: let the connection's next request run
+                on_park()
+                on_park = None
+            await self._wait(slots, remaining, read_committed)
+
+    async def _session_slots(self, session: ShareSession, group_id: str,
+                             out: dict[TopicPartition, PartitionOut]) -> list[Slot]:
+        """The session's share-partitions, rotated so every partition gets its turn first."""
+        tps = sorted(session.partitions)
+        if not tps:
+            return []
+        start = self._rotation.get(session.key, 0) % len(tps)
+        self._rotation[session.key] = start + 1
+        slots = []
+        for tp in tps[start:] + tps[:start]:
+            try:
+                slots.append(await self._slot(group_id, *tp))
+            except PartitionError as exc:
+                out[tp] = PartitionOut(*tp, error=exc.code, message=str(exc))
+        return slots
+
+    async def _acquire(self, slot: Slot, member_id: str, params: FetchParams, budget: _Budget,
+                       read_committed: bool) -> tuple[bytes, list[AcquiredRecords]] | None:
+        sp = slot.partition
+        if not sp.can_acquire():
+            return None
+        async with slot.fetch_lock:  # members of one share-partition read the log one at a time
+            offset = sp.next_fetch_offset()
+            if offset is None:
+                return None
+            result = await self.backend.fetch(slot.topic, slot.key.partition, offset, max_bytes=budget.bytes,
+                                              max_wait_ms=0, isolation_level=1 if read_committed else 0)
+            if result.error_code:
+                raise PartitionError(ErrorCode(result.error_code),
+                                     f"backend fetch of {slot.topic}-{slot.key.partition} failed")
+            sp.move_log_start(result.log_start_offset)
+            batches = [b for b in result.batches if b.last_offset >= offset]
+            if not batches:
+                return None
+            acquired = sp.acquire(member_id, [(b.base_offset, b.last_offset, b.producer_id, b.is_transactional,
+                                               b.is_control) for b in batches],
+                                  budget.records, params.batch_size, mode=params.mode,
+                                  aborted_transactions=result.aborted_transactions if read_committed else None)
+        if not acquired:
+            return None
+        self.partitions.track(slot)
+        records = _slice(result.records, batches, acquired)
+        budget.records -= sum(a.last_offset - a.first_offset + 1 for a in acquired)
+        budget.bytes -= len(records)
+        return records, acquired
+
+    async def _wait(self, slots: list[Slot], remaining_s: float, read_committed: bool) -> None:
+        """Park until a share-partition changes (ack, release, lock expiry), new data arrives in
+        the backend, or the time is up."""
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+        for slot in slots:
+            slot.waiters.add(waiter)
+        pending = [waiter]
+        poll_ms = int(remaining_s * 1000)
+        for slot in slots:
+            offset = slot.partition.next_fetch_offset()
+            if offset is not None and slot.partition.can_acquire():
+                pending.append(asyncio.ensure_future(self.backend.fetch(
+                    slot.topic, slot.key.partition, offset, max_bytes=1, max_wait_ms=poll_ms,
+                    isolation_level=1 if read_committed else 0)))
+        try:
+            await asyncio.wait(pending, timeout=remaining_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for fut in pending:
+                if not fut.done():
+                    fut.cancel()
+            for fut in pending[1:]:
+                if fut.done() and not fut.cancelled():
+                    fut.exception()  # retrieved: a failed long-poll just ends the wait
+            for slot in slots:
+                slot.waiters.discard(waiter)
+
+
+@dataclass
+class _Budget:
+    records: int
+    bytes: int
+
+
+def _merge_acks(topics: Iterable[tuple[uuid.UUID, int, list]]) -> dict[TopicPartition, list]:
+    """Clients may list one TopicId (and even one partition) more than once: merge, keep order."""
+    acks: dict[TopicPartition, list] = {}
+    for topic_id, p, batches in topics:
+        if batches:
+            acks.setdefault((topic_id, p), []).extend(batches)
+    return acks
+
+
+def _slice(records: bytes, batches: list[BatchInfo], acquired: list[AcquiredRecords]) -> bytes:
+    """The fetched bytes of exactly the log batches that overlap an acquired range, unchanged."""
+    ranges = sorted((a.first_offset, a.last_offset) for a in acquired)
+    parts, i = [], 0
+    for b in batches:
+        while i < len(ranges) and ranges[i][1] < b.base_offset:
+            i += 1
+        if i == len(ranges):
+            break
+        if ranges[i][0] <= b.last_offset:
+            parts.append((b.start, b.end))
+    if not parts:
+        return b""
+    view = memoryview(records)
+    # contiguous runs are joined without copying each batch separately
+    merged: list[list[int]] = []
+    for start, end in parts:
+        if merged and merged[-1][1] == start:
+            merged[-1][1] = end
+        else:
+            merged.append([start, end])
+    return b"".join(view[s:e] for s, e in merged)
