@@ -7,4 +7,6 @@ try:
 except PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0.0.0+unknown"
 
-__all__ = ["__version__"]
+from kshare_sidecar.hookspecs import hookimpl  # noqa: E402  (plugin authors: from kshare_sidecar import hookimpl)
+
+__all__ = ["__version__", "hookimpl"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from . import dev
+from . import plugins as plugins_cli
 
 app = typer.Typer(
     name="kshare",
@@ -14,6 +15,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(dev.app, name="dev")
+app.add_typer(plugins_cli.app, name="plugins")
 
 
 @app.command()

@@ -1,0 +1,49 @@
+"""Plugin hook specifications for kshare (pluggy project name ``kshare_sidecar``).
+
+Every hook is a ``register_*`` hook in the style of ``llm``: the host passes a ``register``
+callback and the plugin calls it once per thing it provides. Nothing is returned, so the host
+keeps full control over validation, duplicate names and error messages.
+
+Plugin authors write::
+
+    from kshare_sidecar.hookspecs import hookimpl   # or: from kshare_sidecar import hookimpl
+
+    @hookimpl
+    def register_assignors(register):
+        register("my-assignor", MyAssignor, description="...")
+
+An implementation may accept any subset of a hook's documented arguments. Each spec below is
+documented (with its exact signature as a heading) in ``docs/plugins/hooks.md``.
+"""
+
+from __future__ import annotations
+
+from pluggy import HookimplMarker, HookspecMarker
+
+PROJECT_NAME = "kshare_sidecar"
+
+hookspec = HookspecMarker(PROJECT_NAME)
+hookimpl = HookimplMarker(PROJECT_NAME)
+
+
+@hookspec
+def register_assignors(register):
+    """Register share-group partition assignors.
+
+    Call ``register(name, factory, description="")`` once per assignor. ``factory(**options)``
+    returns an object implementing :class:`kshare_sidecar.assignors.Assignor` (a ``name``
+    attribute and a pure, synchronous ``assign(spec) -> GroupAssignment``). Names are unique
+    across all plugins; the group config ``group.share.assignors`` selects one by name.
+    """
+
+
+@hookspec
+def register_persisters(register):
+    """Register share-group state persisters.
+
+    Call ``register(name, factory, description="")`` once per persister. ``factory(**options)``
+    returns an object implementing :class:`kshare_sidecar.persist.Persister` (async
+    ``start``/``recover``/``close``, ``initialize``/``read``/``write``/``delete``/
+    ``read_summary`` with Kafka's state-epoch and leader-epoch fencing). The sidecar config
+    selects one by name and passes its options as keyword arguments.
+    """

@@ -1,0 +1,445 @@
+"""The engine every built-in persister shares: in-memory view, fencing, coalesced writes, replay.
+
+A concrete persister supplies only its backend: ``_open`` (connect, fence older writers),
+``_replay`` (feed every stored record to a sink, up to the end of the log), ``_commit``
+(durably write a list of ``(key, value)`` records to one state partition, atomically) and
+``_close``. Decisions (fencing, validation) live in :mod:`kshare_sidecar.persist.fencing`, so
+the memory persister and the compacted-topic persister behave identically.
+
+Writes are queued per state partition. A writer task per partition waits ``linger_ms`` after
+the first queued request, evaluates every queued request in order against the committed state
+plus the batch's own earlier changes, writes the final value of each touched key in one
+backend commit, and only then updates the in-memory view and answers the callers. Requests
+that fail fencing are answered at once and write nothing; if the commit fails, every request
+of the batch fails and the in-memory view is unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kshare_sidecar.persist import codec, fencing
+from kshare_sidecar.persist.codec import KIND_GROUP, KIND_PARTITION, KIND_TOPIC_ID, CodecError
+from kshare_sidecar.persist.errors import (
+    BackendWriteError,
+    NotReadyError,
+    PersistError,
+    PersisterClosedError,
+    UnknownSharePartitionError,
+    WriterFencedError,
+)
+from kshare_sidecar.persist.fencing import UNCHANGED
+from kshare_sidecar.persist.model import PartitionState, SharePartitionKey
+from kshare_sidecar.persist.records import (
+    UNSET_OFFSET,
+    GroupRecord,
+    InitializeItem,
+    RecoveryStats,
+    StateSummary,
+    StoredPartition,
+    WriteItem,
+    summarize,
+)
+
+log = logging.getLogger("kshare_sidecar.persist")
+
+EntityKey = tuple[str, Any]  # (kind, identity)
+Record = tuple[bytes, bytes | None]
+ReplaySink = Callable[[int, int, bytes | None, bytes | None], None]
+
+
+def state_partition_for(kind: str, ident: Any, partitions: int) -> int:
+    """Stable placement of an entity on the state topic's partitions."""
+    if kind == KIND_PARTITION:
+        text = f"{ident.group_id}:{ident.topic_id}:{ident.partition}"
+    else:
+        text = f"{kind}:{ident}"
+    return zlib.crc32(text.encode()) % partitions
+
+
+@dataclass(slots=True)
+class _Op:
+    kind: str
+    ident: Any
+    fn: Callable[[Any], tuple[Any, Any]]
+    future: asyncio.Future = field(repr=False)
+
+
+class BasePersister:
+    """Shared implementation of the :class:`~kshare_sidecar.persist.protocol.Persister` protocol."""
+
+    name = "base"
+
+    def __init__(self, *, partitions: int = 1, linger_ms: float = 0.0, max_batch: int = 10_000):
+        if partitions < 1:
+            raise ValueError("partitions must be >= 1")
+        self.partitions = partitions
+        self.linger_ms = linger_ms
+        self.max_batch = max_batch
+        self._entities: dict[EntityKey, Any] = {}
+        self._ready = False
+        self._closed = False
+        self._started = False
+        self._queues: dict[int, list[_Op]] = {}
+        self._wakeups: dict[int, asyncio.Event] = {}
+        self._writers: dict[int, asyncio.Task] = {}
+        self.fenced_partitions: set[int] = set()
+        self.recovery_stats = RecoveryStats()
+        self.commits = 0  # backend commits made (observability / tests)
+
+    # ------------------------------------------------------------------------------ backend
+    async def _open(self) -> None:
+        """Connect; make sure the storage exists; fence older writers."""
+
+    async def _replay(self, sink: ReplaySink) -> None:
+        """Call ``sink(partition, offset, key, value)`` for every stored record, to the end."""
+        raise NotImplementedError
+
+    async def _commit(self, partition: int, records: list[Record]) -> None:
+        """Durably and atomically write ``records`` to ``partition``. Raise WriterFencedError
+        when the backend has fenced this writer."""
+        raise NotImplementedError
+
+    async def _close(self) -> None:
+        """Release backend resources."""
+
+    # ---------------------------------------------------------------------------- lifecycle
+    @property
+    def ready(self) -> bool:
+        """True once recovery finished and until close(); callers answer
+        COORDINATOR_LOAD_IN_PROGRESS while it is False."""
+        return self._ready and not self._closed
+
+    async def start(self) -> None:
+        """Open the backend, replay it to its end, then start serving (idempotent)."""
+        if self._started:
+            return
+        if self._closed:
+            raise PersisterClosedError(f"{self.name} persister is closed")
+        self._started = True
+        await self._open()
+        await self.recover()
+        loop = asyncio.get_running_loop()
+        for p in range(self.partitions):
+            self._queues[p] = []
+            self._wakeups[p] = asyncio.Event()
+            self._writers[p] = loop.create_task(self._writer(p), name=f"kshare-persist-writer-{p}")
+        self._ready = True
+
+    async def recover(self) -> RecoveryStats:
+        """Rebuild the in-memory view by replaying the backend to its end."""
+        was_ready, self._ready = self._ready, False
+        stats = RecoveryStats()
+        entities: dict[EntityKey, Any] = {}
+        started = time.perf_counter()
+
+        def sink(partition: int, offset: int, raw_key: bytes | None, raw_value: bytes | None) -> None:
+            stats.records += 1
+            try:
+                kind, ident, entity = codec.decode(raw_key, raw_value)
+            except CodecError as exc:
+                stats.skip(partition, offset, str(exc))
+                log.warning("state record skipped: partition %d offset %d: %s", partition, offset, exc)
+                return
+            if entity is None:
+                stats.tombstones += 1
+                entities.pop((kind, ident), None)
+            else:
+                entities[(kind, ident)] = entity
+
+        await self._replay(sink)
+        self._entities = entities
+        for kind, _ in entities:
+            if kind == KIND_PARTITION:
+                stats.share_partitions += 1
+            elif kind == KIND_GROUP:
+                stats.groups += 1
+            else:
+                stats.topic_ids += 1
+        stats.seconds = time.perf_counter() - started
+        self.recovery_stats = stats
+        log.info("%s persister recovered %d records (%d share-partitions, %d groups, %d topic ids, "
+                 "%d skipped) in %.3fs", self.name, stats.records, stats.share_partitions, stats.groups,
+                 stats.topic_ids, stats.skipped_count, stats.seconds)
+        self._ready = was_ready or self._started
+        return stats
+
+    async def wait_ready(self, timeout: float | None = None) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.ready:
+            if self._closed:
+                raise PersisterClosedError(f"{self.name} persister is closed")
+            if deadline is not None and time.monotonic() > deadline:
+                raise NotReadyError(f"{self.name} persister not ready after {timeout}s")
+            await asyncio.sleep(0.01)
+
+    async def close(self) -> None:
+        """Finish queued writes, stop the writers and release the backend (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._ready = False
+        for event in self._wakeups.values():
+            event.set()
+        if self._writers:
+            await asyncio.gather(*self._writers.values(), return_exceptions=True)
+        for queue in self._queues.values():
+            for op in queue:
+                if not op.future.done():
+                    op.future.set_exception(PersisterClosedError(f"{self.name} persister closed"))
+            queue.clear()
+        await self._close()
+
+    # ------------------------------------------------------------------------------ writers
+    def _check_serving(self) -> None:
+        if self._closed:
+            raise PersisterClosedError(f"{self.name} persister is closed")
+        if not self._ready:
+            raise NotReadyError(f"{self.name} persister is loading its state")
+
+    def _enqueue(self, kind: str, ident: Any, fn: Callable[[Any], tuple[Any, Any]]) -> asyncio.Future:
+        self._check_serving()
+        future = asyncio.get_running_loop().create_future()
+        p = state_partition_for(kind, ident, self.partitions)
+        if p in self.fenced_partitions:
+            future.set_exception(WriterFencedError(
+                f"state partition {p} was fenced by another writer; this instance no longer owns it"))
+            return future
+        self._queues[p].append(_Op(kind, ident, fn, future))
+        self._wakeups[p].set()
+        return future
+
+    async def _writer(self, p: int) -> None:
+        event, queue = self._wakeups[p], self._queues[p]
+        while True:
+            await event.wait()
+            if self.linger_ms > 0 and not self._closed:
+                await asyncio.sleep(self.linger_ms / 1000)
+            event.clear()
+            if not queue:
+                if self._closed:
+                    return
+                continue
+            batch = queue[: self.max_batch]
+            del queue[: self.max_batch]
+            if queue:
+                event.set()
+            try:
+                await self._flush(p, batch)
+            except Exception as exc:  # never let one batch kill the writer
+                log.exception("state partition %d: flush failed", p)
+                for op in batch:
+                    if not op.future.done():
+                        op.future.set_exception(BackendWriteError(f"internal error: {exc!r}"))
+
+    async def _flush(self, p: int, batch: list[_Op]) -> None:
+        if p in self.fenced_partitions:
+            for op in batch:
+                if not op.future.done():
+                    op.future.set_exception(WriterFencedError(f"state partition {p} was fenced by another writer"))
+            return
+        overlay: dict[EntityKey, Any] = {}
+        accepted: list[tuple[_Op, Any]] = []
+        for op in batch:
+            if op.future.done():  # caller gave up
+                continue
+            k = (op.kind, op.ident)
+            current = overlay[k] if k in overlay else self._entities.get(k)
+            try:
+                result, new = op.fn(current)
+            except PersistError as exc:
+                op.future.set_exception(exc)
+                continue
+            if new is not UNCHANGED:
+                overlay[k] = new
+            accepted.append((op, result))
+        if overlay:
+            records = [codec.encode(kind, ident, entity) for (kind, ident), entity in overlay.items()]
+            try:
+                await self._commit(p, records)
+            except WriterFencedError as exc:
+                self.fenced_partitions.add(p)
+                log.error("state partition %d fenced by another writer: %s", p, exc)
+                self._fail(accepted, exc)
+                return
+            except PersistError as exc:
+                self._fail(accepted, exc)
+                return
+            except Exception as exc:
+                self._fail(accepted, BackendWriteError(f"state write to partition {p} failed: {exc!r}"))
+                return
+            self.commits += 1
+            for k, entity in overlay.items():
+                if entity is None:
+                    self._entities.pop(k, None)
+                else:
+                    self._entities[k] = entity
+        for op, result in accepted:
+            if not op.future.done():
+                op.future.set_result(result)
+
+    @staticmethod
+    def _fail(accepted: list[tuple[_Op, Any]], exc: PersistError) -> None:
+        for op, _ in accepted:
+            if not op.future.done():
+                op.future.set_exception(exc)
+
+    @staticmethod
+    async def _gather(keys: Sequence[Any], futures: Sequence[asyncio.Future]) -> dict[Any, Any]:
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        out: dict[Any, Any] = {}
+        for key, res in zip(keys, results, strict=True):
+            if isinstance(res, BaseException) and not isinstance(res, PersistError):
+                raise res
+            out[key] = res
+        return out
+
+    # ---------------------------------------------------------------- share-partition state
+    async def initialize(self, key: SharePartitionKey, state_epoch: int,
+                         start_offset: int = UNSET_OFFSET) -> PartitionState:
+        """InitializeShareGroupState for one share-partition; returns the resulting state."""
+        return await self._enqueue(KIND_PARTITION, key,
+                                   lambda cur: fencing.initialize(key, cur, state_epoch, start_offset))
+
+    async def initialize_many(self, items: Iterable[InitializeItem]) -> dict[SharePartitionKey, PersistError | None]:
+        items = list(items)
+        futures = [self._enqueue(KIND_PARTITION, it.key,
+                                 lambda cur, it=it: fencing.initialize(it.key, cur, it.state_epoch, it.start_offset))
+                   for it in items]
+        res = await self._gather([it.key for it in items], futures)
+        return {k: (v if isinstance(v, PersistError) else None) for k, v in res.items()}
+
+    async def read(self, keys: Iterable[SharePartitionKey], *,
+                   leader_epoch: int | None = None) -> dict[SharePartitionKey, PartitionState | PersistError]:
+        """ReadShareGroupState. With ``leader_epoch`` the reader claims the share-partitions as
+        their new owner (a lower epoch than the current one is FENCED_LEADER_EPOCH)."""
+        keys = list(keys)
+        self._check_serving()
+        if leader_epoch is None:
+            out: dict[SharePartitionKey, PartitionState | PersistError] = {}
+            for key in keys:
+                stored = self._entities.get((KIND_PARTITION, key))
+                out[key] = stored.state if stored is not None else UnknownSharePartitionError(
+                    f"no state for share-partition {key.group_id}/{key.topic_id}/{key.partition}")
+            return out
+        futures = [self._enqueue(KIND_PARTITION, k, lambda cur, k=k: fencing.claim(k, cur, leader_epoch))
+                   for k in keys]
+        return await self._gather(keys, futures)
+
+    async def read_one(self, key: SharePartitionKey, *, leader_epoch: int | None = None) -> PartitionState:
+        """read() for one key, raising its PersistError."""
+        result = (await self.read([key], leader_epoch=leader_epoch))[key]
+        if isinstance(result, PersistError):
+            raise result
+        return result
+
+    async def advance_epoch(self, keys: Iterable[SharePartitionKey], epoch: int) -> dict[SharePartitionKey, PersistError | None]:
+        """The owner's epoch moved on without a change of owner: raise the current epoch only."""
+        keys = list(keys)
+        futures = [self._enqueue(KIND_PARTITION, k, lambda cur, k=k: fencing.advance(k, cur, epoch)) for k in keys]
+        res = await self._gather(keys, futures)
+        return {k: (v if isinstance(v, PersistError) else None) for k, v in res.items()}
+
+    async def write(self, key: SharePartitionKey, state: PartitionState, writer_epoch: int) -> None:
+        """WriteShareGroupState: store a complete snapshot; raises FencedStateEpochError,
+        FencedLeaderEpochError, UnknownSharePartitionError, WriterFencedError, ..."""
+        await self._enqueue(KIND_PARTITION, key, lambda cur: fencing.write(key, cur, state, writer_epoch))
+
+    async def write_many(self, items: Iterable[WriteItem]) -> dict[SharePartitionKey, PersistError | None]:
+        """Many writes, coalesced into as few backend commits as possible; per-key outcome."""
+        items = list(items)
+        futures = [self._enqueue(KIND_PARTITION, it.key,
+                                 lambda cur, it=it: fencing.write(it.key, cur, it.state, it.writer_epoch))
+                   for it in items]
+        res = await self._gather([it.key for it in items], futures)
+        return {k: (v if isinstance(v, PersistError) else None) for k, v in res.items()}
+
+    async def delete(self, keys: Iterable[SharePartitionKey]) -> dict[SharePartitionKey, PersistError | None]:
+        """DeleteShareGroupState: tombstones; deleting absent state succeeds."""
+        keys = list(keys)
+        futures = [self._enqueue(KIND_PARTITION, k, lambda cur, k=k: fencing.delete(k, cur)) for k in keys]
+        res = await self._gather(keys, futures)
+        return {k: (v if isinstance(v, PersistError) else None) for k, v in res.items()}
+
+    async def read_summary(self, keys: Iterable[SharePartitionKey]) -> dict[SharePartitionKey, StateSummary | PersistError]:
+        """ReadShareGroupStateSummary: state epoch, leader epoch, SPSO and lag inputs."""
+        out: dict[SharePartitionKey, StateSummary | PersistError] = {}
+        for key, res in (await self.read(keys)).items():
+            out[key] = res if isinstance(res, PersistError) else summarize(res)
+        return out
+
+    def keys(self, group_id: str | None = None) -> list[SharePartitionKey]:
+        """Share-partitions with state (optionally of one group), sorted."""
+        self._check_serving()
+        found = [ident for (kind, ident) in self._entities
+                 if kind == KIND_PARTITION and (group_id is None or ident.group_id == group_id)]
+        return sorted(found, key=lambda k: (k.group_id, k.topic_id, k.partition))
+
+    def stored(self, key: SharePartitionKey) -> StoredPartition | None:
+        """The stored entity including the assignment epoch (introspection, tests)."""
+        return self._entities.get((KIND_PARTITION, key))
+
+    # --------------------------------------------------------------------------- groups
+    async def put_group(self, record: GroupRecord) -> None:
+        """Create or replace a group record."""
+        def fn(cur):
+            return None, (UNCHANGED if cur == record else record)
+        await self._enqueue(KIND_GROUP, record.group_id, fn)
+
+    def get_group(self, group_id: str) -> GroupRecord | None:
+        self._check_serving()
+        return self._entities.get((KIND_GROUP, group_id))
+
+    def list_groups(self) -> dict[str, GroupRecord]:
+        self._check_serving()
+        return {ident: ent for (kind, ident), ent in self._entities.items() if kind == KIND_GROUP}
+
+    async def delete_group(self, group_id: str, *, with_state: bool = True) -> None:
+        """Tombstone the group record and, by default, every share-partition state of the group."""
+        keys = self.keys(group_id) if with_state else []
+        futures = [self._enqueue(KIND_PARTITION, k, lambda cur, k=k: fencing.delete(k, cur)) for k in keys]
+        futures.append(self._enqueue(KIND_GROUP, group_id, lambda cur: (None, UNCHANGED if cur is None else None)))
+        res = await self._gather(list(range(len(futures))), futures)
+        errors = [e for e in res.values() if isinstance(e, PersistError)]
+        if errors:
+            raise errors[0]
+
+    # ------------------------------------------------------------------------ topic ids
+    async def topic_id(self, topic_name: str, *, create: bool = True) -> str | None:
+        """The stable UUID of ``topic_name``; minted and persisted on first use when ``create``."""
+        self._check_serving()
+        existing = self._entities.get((KIND_TOPIC_ID, topic_name))
+        if existing is not None or not create:
+            return existing
+
+        def fn(cur):
+            if cur is not None:
+                return cur, UNCHANGED
+            minted = str(uuid.uuid4())
+            return minted, minted
+        return await self._enqueue(KIND_TOPIC_ID, topic_name, fn)
+
+    async def set_topic_id(self, topic_name: str, topic_id: str) -> None:
+        """Record the backend's own id for a topic (or a new id after the topic was re-created)."""
+        str(uuid.UUID(topic_id))  # validate
+        await self._enqueue(KIND_TOPIC_ID, topic_name,
+                            lambda cur: (None, UNCHANGED if cur == topic_id else topic_id))
+
+    async def delete_topic_id(self, topic_name: str) -> None:
+        await self._enqueue(KIND_TOPIC_ID, topic_name, lambda cur: (None, UNCHANGED if cur is None else None))
+
+    def topic_ids(self) -> dict[str, str]:
+        """topic name -> topic id, for every topic in the map."""
+        self._check_serving()
+        return {ident: ent for (kind, ident), ent in self._entities.items() if kind == KIND_TOPIC_ID}
+
+    def topic_names(self) -> Mapping[str, str]:
+        """topic id -> topic name (reverse map)."""
+        return {v: k for k, v in self.topic_ids().items()}

@@ -1,0 +1,178 @@
+"""orjson codec for the state topic.
+
+Keys are JSON arrays whose first element names the kind, so compaction keeps exactly one
+record per entity:
+
+* ``["p", group_id, topic_id, partition]`` — one share-partition (value: a complete snapshot);
+* ``["g", group_id]`` — a group record;
+* ``["t", topic_name]`` — the topic-id map entry for one topic (value: its stable UUID).
+
+Values are JSON objects with a version field ``"v"``; a ``None`` value is a tombstone. Any key
+or value this module does not understand raises :class:`CodecError`; recovery skips such a
+record, logs it with its offset and counts it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from kshare_sidecar.persist.model import DeliveryState, PartitionState, SharePartitionKey, StateBatch
+from kshare_sidecar.persist.records import GroupRecord, StoredPartition
+
+VALUE_VERSION = 1
+
+KIND_PARTITION = "p"
+KIND_GROUP = "g"
+KIND_TOPIC_ID = "t"
+KINDS = (KIND_PARTITION, KIND_GROUP, KIND_TOPIC_ID)
+
+
+class CodecError(ValueError):
+    """A record the codec cannot decode (garbage, unknown kind, unknown version)."""
+
+
+# ------------------------------------------------------------------------------------- keys
+def partition_key(key: SharePartitionKey) -> bytes:
+    return orjson.dumps([KIND_PARTITION, key.group_id, key.topic_id, key.partition])
+
+
+def group_key(group_id: str) -> bytes:
+    return orjson.dumps([KIND_GROUP, group_id])
+
+
+def topic_id_key(topic_name: str) -> bytes:
+    return orjson.dumps([KIND_TOPIC_ID, topic_name])
+
+
+def decode_key(raw: bytes | None) -> tuple[str, Any]:
+    """-> (kind, identity): SharePartitionKey, group id or topic name."""
+    if raw is None:
+        raise CodecError("record has no key")
+    try:
+        parts = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise CodecError(f"key is not JSON: {exc}") from None
+    if not isinstance(parts, list) or not parts:
+        raise CodecError("key is not a non-empty JSON array")
+    kind = parts[0]
+    if kind == KIND_PARTITION and len(parts) == 4:
+        _, group_id, topic_id, partition = parts
+        if isinstance(group_id, str) and isinstance(topic_id, str) and type(partition) is int:
+            return kind, SharePartitionKey(group_id, topic_id, partition)
+    elif kind in (KIND_GROUP, KIND_TOPIC_ID) and len(parts) == 2 and isinstance(parts[1], str):
+        return kind, parts[1]
+    raise CodecError(f"unknown key kind or shape: {parts[:1]!r} with {len(parts)} elements")
+
+
+# ----------------------------------------------------------------------------------- values
+def encode_partition(stored: StoredPartition) -> bytes:
+    s = stored.state
+    return orjson.dumps({
+        "v": VALUE_VERSION,
+        "se": s.state_epoch,
+        "le": s.leader_epoch,
+        "ae": stored.assignment_epoch,
+        "so": s.start_offset,
+        "b": [[b.first_offset, b.last_offset, int(b.delivery_state), b.delivery_count] for b in s.state_batches],
+    })
+
+
+def encode_group(record: GroupRecord) -> bytes:
+    return orjson.dumps({
+        "v": VALUE_VERSION,
+        "type": record.group_type,
+        "epoch": record.group_epoch,
+        "topics": list(record.subscribed_topics),
+        "init": {t: list(ps) for t, ps in record.initialized.items()},
+        "cfg": dict(record.configs),
+    })
+
+
+def encode_topic_id(topic_id: str) -> bytes:
+    return orjson.dumps({"v": VALUE_VERSION, "id": topic_id})
+
+
+def _load_value(raw: bytes) -> dict:
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise CodecError(f"value is not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise CodecError("value is not a JSON object")
+    version = value.get("v")
+    if version != VALUE_VERSION:
+        raise CodecError(f"unknown value version {version!r} (this build reads version {VALUE_VERSION})")
+    return value
+
+
+def _int(value: dict, name: str) -> int:
+    v = value.get(name)
+    if type(v) is not int:
+        raise CodecError(f"field {name!r} missing or not an integer")
+    return v
+
+
+def decode_partition(raw: bytes) -> StoredPartition:
+    value = _load_value(raw)
+    batches_raw = value.get("b", [])
+    if not isinstance(batches_raw, list):
+        raise CodecError("field 'b' is not a list")
+    batches = []
+    try:
+        for first, last, state, count in batches_raw:
+            if not all(type(x) is int for x in (first, last, state, count)):
+                raise CodecError("state batch fields must be integers")
+            batches.append(StateBatch(first, last, DeliveryState(state), count))
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, CodecError):
+            raise
+        raise CodecError(f"bad state batch: {exc}") from None
+    state = PartitionState(state_epoch=_int(value, "se"), leader_epoch=_int(value, "le"),
+                           start_offset=_int(value, "so"), state_batches=tuple(batches))
+    return StoredPartition(state, assignment_epoch=_int(value, "ae"))
+
+
+def decode_group(group_id: str, raw: bytes) -> GroupRecord:
+    value = _load_value(raw)
+    try:
+        init = {str(t): tuple(int(p) for p in ps) for t, ps in value.get("init", {}).items()}
+        return GroupRecord(group_id=group_id, group_type=str(value.get("type", "share")),
+                           group_epoch=_int(value, "epoch"),
+                           subscribed_topics=tuple(str(t) for t in value.get("topics", [])),
+                           initialized=init, configs={str(k): str(v) for k, v in value.get("cfg", {}).items()})
+    except (TypeError, ValueError, AttributeError) as exc:
+        if isinstance(exc, CodecError):
+            raise
+        raise CodecError(f"bad group record: {exc}") from None
+
+
+def decode_topic_id(raw: bytes) -> str:
+    value = _load_value(raw)
+    topic_id = value.get("id")
+    if not isinstance(topic_id, str) or not topic_id:
+        raise CodecError("topic-id record has no 'id'")
+    return topic_id
+
+
+def decode(raw_key: bytes | None, raw_value: bytes | None) -> tuple[str, Any, Any]:
+    """-> (kind, identity, entity or None for a tombstone)."""
+    kind, ident = decode_key(raw_key)
+    if raw_value is None:
+        return kind, ident, None
+    if kind == KIND_PARTITION:
+        return kind, ident, decode_partition(raw_value)
+    if kind == KIND_GROUP:
+        return kind, ident, decode_group(ident, raw_value)
+    return kind, ident, decode_topic_id(raw_value)
+
+
+def encode(kind: str, ident: Any, entity: Any) -> tuple[bytes, bytes | None]:
+    if kind == KIND_PARTITION:
+        return partition_key(ident), None if entity is None else encode_partition(entity)
+    if kind == KIND_GROUP:
+        return group_key(ident), None if entity is None else encode_group(entity)
+    if kind == KIND_TOPIC_ID:
+        return topic_id_key(ident), None if entity is None else encode_topic_id(entity)
+    raise ValueError(f"unknown kind {kind!r}")

@@ -1,0 +1,76 @@
+"""The memory persister: same semantics as the topic persister, state kept in-process.
+
+It writes encoded records to a :class:`MemoryLog`, an in-process stand-in for the compacted
+topic. Pass the same log to a new ``MemoryPersister`` to simulate a restart (it replays the
+log); opening a persister on a log fences the previous one on the same partitions, exactly as
+a transactional producer with the same ``transactional.id`` would.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from kshare_sidecar.persist.base import BasePersister, Record, ReplaySink
+from kshare_sidecar.persist.errors import WriterFencedError
+
+
+class MemoryLog:
+    """Per-partition lists of ``(key, value)`` records, with writer fencing and compaction."""
+
+    _tokens = itertools.count(1)
+
+    def __init__(self, partitions: int = 1):
+        self.partitions: list[list[Record]] = [[] for _ in range(partitions)]
+        self._owner: dict[int, int] = {}
+
+    def open_writer(self, partition: int) -> int:
+        """Become the writer of ``partition``; any previous writer is fenced."""
+        token = next(self._tokens)
+        self._owner[partition] = token
+        return token
+
+    def append(self, partition: int, token: int, records: list[Record]) -> None:
+        if self._owner.get(partition) != token:
+            raise WriterFencedError(f"memory log partition {partition}: a newer writer took over")
+        self.partitions[partition].extend(records)
+
+    def produce_raw(self, partition: int, key: bytes | None, value: bytes | None) -> None:
+        """Append a record without any checks (tests: garbage records)."""
+        self.partitions[partition].append((key, value))
+
+    def compact(self) -> None:
+        """Keep the last record per key; drop tombstones (what log compaction converges to)."""
+        for p, records in enumerate(self.partitions):
+            last: dict[bytes | None, Record] = {}
+            for rec in records:
+                last.pop(rec[0], None)
+                last[rec[0]] = rec
+            self.partitions[p] = [r for r in last.values() if r[1] is not None]
+
+    def __len__(self) -> int:
+        return sum(len(p) for p in self.partitions)
+
+
+class MemoryPersister(BasePersister):
+    name = "memory"
+
+    def __init__(self, *, log: MemoryLog | None = None, partitions: int | None = None,
+                 linger_ms: float = 0.0, max_batch: int = 10_000):
+        if log is None:
+            log = MemoryLog(partitions or 1)
+        elif partitions is not None and partitions != len(log.partitions):
+            raise ValueError(f"log has {len(log.partitions)} partitions, not {partitions}")
+        super().__init__(partitions=len(log.partitions), linger_ms=linger_ms, max_batch=max_batch)
+        self.log = log
+        self._tokens: dict[int, int] = {}
+
+    async def _open(self) -> None:
+        self._tokens = {p: self.log.open_writer(p) for p in range(self.partitions)}
+
+    async def _replay(self, sink: ReplaySink) -> None:
+        for p, records in enumerate(self.log.partitions):
+            for offset, (key, value) in enumerate(list(records)):
+                sink(p, offset, key, value)
+
+    async def _commit(self, partition: int, records: list[Record]) -> None:
+        self.log.append(partition, self._tokens[partition], records)

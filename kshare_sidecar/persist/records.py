@@ -1,0 +1,109 @@
+"""Value types the persisters store and return, besides :mod:`kshare_sidecar.persist.model`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from kshare_sidecar.persist.model import DeliveryState, PartitionState, SharePartitionKey
+
+UNSET_OFFSET = -1  # start offset not known yet: resolved by the caller via share.auto.offset.reset
+NO_EPOCH = -1  # leader/assignment epoch of a share-partition no owner has claimed yet
+
+
+@dataclass(frozen=True, slots=True)
+class StoredPartition:
+    """What a persister keeps per share-partition.
+
+    ``state.leader_epoch`` is the *current* owner epoch; ``assignment_epoch`` is the epoch at
+    which the current owner took the share-partition over. A write from epoch ``w`` is accepted
+    when ``assignment_epoch <= w <= state.leader_epoch`` (KIP-1251-style relaxed fencing, seed
+    004): the owner's in-flight writes survive an epoch bump, a previous owner's do not.
+    """
+
+    state: PartitionState
+    assignment_epoch: int = NO_EPOCH
+
+
+@dataclass(frozen=True, slots=True)
+class StateSummary:
+    """ReadShareGroupStateSummary plus what lag needs.
+
+    Lag of a share-partition = ``high_watermark - start_offset - completed_count`` when
+    ``start_offset >= 0``: records at or past the SPSO that are already ACKNOWLEDGED or
+    ARCHIVED are done and must not count.
+    """
+
+    state_epoch: int
+    leader_epoch: int
+    start_offset: int
+    completed_count: int  # ACKNOWLEDGED + ARCHIVED offsets at or after start_offset
+    redelivering_count: int  # AVAILABLE offsets with delivery count > 0 (released / timed out)
+
+    def lag(self, high_watermark: int) -> int | None:
+        if self.start_offset < 0:
+            return None
+        return max(0, high_watermark - self.start_offset - self.completed_count)
+
+
+def summarize(state: PartitionState) -> StateSummary:
+    completed = redelivering = 0
+    for b in state.state_batches:
+        first = max(b.first_offset, state.start_offset)
+        if b.last_offset < first:
+            continue
+        size = b.last_offset - first + 1
+        if b.delivery_state in (DeliveryState.ACKNOWLEDGED, DeliveryState.ARCHIVED):
+            completed += size
+        elif b.delivery_state == DeliveryState.AVAILABLE and b.delivery_count > 0:
+            redelivering += size
+    return StateSummary(state.state_epoch, state.leader_epoch, state.start_offset, completed, redelivering)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRecord:
+    """A share group's durable metadata (kind ``g`` in the state topic).
+
+    ``initialized``: topic id -> partitions whose share-partition state has been initialized
+    (KIP-932's ShareGroupStatePartitionMetadata). ``configs``: per-group config overrides.
+    """
+
+    group_id: str
+    group_type: str = "share"
+    group_epoch: int = 0
+    subscribed_topics: tuple[str, ...] = ()
+    initialized: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class InitializeItem:
+    key: SharePartitionKey
+    state_epoch: int
+    start_offset: int = UNSET_OFFSET
+
+
+@dataclass(frozen=True, slots=True)
+class WriteItem:
+    key: SharePartitionKey
+    state: PartitionState
+    writer_epoch: int
+
+
+@dataclass(slots=True)
+class RecoveryStats:
+    """What the last recovery replayed. ``skipped`` lists (partition, offset, reason), capped."""
+
+    records: int = 0
+    share_partitions: int = 0
+    groups: int = 0
+    topic_ids: int = 0
+    tombstones: int = 0
+    skipped_count: int = 0
+    skipped: list[tuple[int, int, str]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def skip(self, partition: int, offset: int, reason: str, cap: int = 100) -> None:
+        self.skipped_count += 1
+        if len(self.skipped) < cap:
+            self.skipped.append((partition, offset, reason))

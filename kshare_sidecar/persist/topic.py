@@ -1,0 +1,332 @@
+"""The compacted-topic persister (the default): share-group state in a topic on the backend.
+
+* The topic (default ``__kshare_state``) is created when missing with ``cleanup.policy=compact``
+  and settings that keep it small; an existing topic that is not compacted is refused with a
+  message naming the topic and the fix.
+* One record per entity (share-partition snapshot, group record, topic-id entry), keyed by
+  :mod:`kshare_sidecar.persist.codec`; deletes are tombstones.
+* Writes are coalesced per state-topic partition (``linger_ms``) and written in one Kafka
+  transaction per batch by a transactional producer whose ``transactional.id`` is
+  ``<prefix>-<topic>-<partition>``: starting a second instance for the same partition bumps
+  the producer epoch and the backend fences the first one, which then fails every write with
+  :class:`WriterFencedError` (never a silent loss). Callers proceed only after the commit
+  (acks=all, idempotent) returned.
+* Recovery replays every partition with ``isolation_level=read_committed`` up to the
+  last-stable offset before the persister is ``ready``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import (
+    InvalidProducerEpoch,
+    KafkaError,
+    ProducerFenced,
+    TopicAlreadyExistsError,
+    TransactionalIdAuthorizationFailed,
+    for_code,
+)
+
+from kshare_sidecar.persist.base import BasePersister, Record, ReplaySink
+from kshare_sidecar.persist.errors import (
+    BackendWriteError,
+    NotReadyError,
+    PersistError,
+    StateTopicMisconfiguredError,
+    WriterFencedError,
+)
+
+log = logging.getLogger("kshare_sidecar.persist.topic")
+
+DEFAULT_TOPIC = "__kshare_state"
+DEFAULT_TOPIC_CONFIGS: dict[str, str] = {
+    "cleanup.policy": "compact",
+    # Roll segments often so superseded snapshots become cleanable soon (the active segment is
+    # never compacted); small segments keep each cleaning pass short.
+    "segment.ms": "600000",  # 10 minutes
+    "segment.bytes": "16777216",  # 16 MiB
+    # Clean as soon as 10% of the log is superseded snapshots (broker default is 50%).
+    "min.cleanable.dirty.ratio": "0.1",
+    # Tombstones stay readable for an hour: long enough for any replay in progress to see them.
+    "delete.retention.ms": "3600000",
+}
+
+_FENCING_ERRORS = (ProducerFenced, InvalidProducerEpoch, TransactionalIdAuthorizationFailed)
+
+
+def _is_fenced(exc: BaseException) -> bool:
+    if isinstance(exc, _FENCING_ERRORS):
+        return True
+    text = f"{type(exc).__name__} {exc}".lower()
+    return "fenced" in text or "invalidproducerepoch" in text
+
+
+class TopicPersister(BasePersister):
+    """State in a compacted topic, written by per-partition transactional producers.
+
+    ``bootstrap_servers``: the backend. ``client_options``: extra keyword arguments for every
+    aiokafka client (``security_protocol``, ``ssl_context``, ``sasl_mechanism``, ...).
+    ``topic_configs``: overrides of :data:`DEFAULT_TOPIC_CONFIGS` used when creating the topic
+    (a value of ``None`` drops a default, for backends that reject a setting).
+    ``partitions`` only applies when creating the topic; an existing topic's count is used.
+    """
+
+    name = "topic"
+
+    def __init__(
+        self,
+        bootstrap_servers: str | list[str],
+        *,
+        topic: str = DEFAULT_TOPIC,
+        partitions: int = 4,
+        replication_factor: int = -1,
+        topic_configs: Mapping[str, str | None] | None = None,
+        create_topic: bool = True,
+        transactional_id_prefix: str = "kshare-state",
+        linger_ms: float = 5.0,
+        max_batch: int = 10_000,
+        client_options: Mapping[str, Any] | None = None,
+        request_timeout_ms: int = 30_000,
+        transaction_timeout_ms: int = 60_000,
+        commit_timeout_s: float = 30.0,
+        recovery_timeout_s: float = 300.0,
+    ):
+        super().__init__(partitions=partitions, linger_ms=linger_ms, max_batch=max_batch)
+        self.bootstrap_servers = bootstrap_servers
+        self.topic = topic
+        self.replication_factor = replication_factor
+        configs: dict[str, str] = dict(DEFAULT_TOPIC_CONFIGS)
+        for k, v in (topic_configs or {}).items():
+            if v is None:
+                configs.pop(k, None)
+            else:
+                configs[k] = str(v)
+        if configs.get("cleanup.policy") != "compact":
+            raise ValueError("the state topic must be created with cleanup.policy=compact")
+        self.topic_configs = configs
+        self.create_topic = create_topic
+        self.transactional_id_prefix = transactional_id_prefix
+        self.client_options = dict(client_options or {})
+        self.request_timeout_ms = request_timeout_ms
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.commit_timeout_s = commit_timeout_s
+        self.recovery_timeout_s = recovery_timeout_s
+        self._producers: dict[int, AIOKafkaProducer] = {}
+        self._admin: AIOKafkaAdminClient | None = None
+
+    def transactional_id(self, partition: int) -> str:
+        return f"{self.transactional_id_prefix}-{self.topic}-{partition}"
+
+    # ------------------------------------------------------------------------------- open
+    async def _open(self) -> None:
+        self._admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers,
+                                          request_timeout_ms=self.request_timeout_ms, **self.client_options)
+        await self._admin.start()
+        try:
+            await self._ensure_topic()
+        finally:
+            await self._admin.close()
+            self._admin = None
+        # Producers first: init_transactions fences older writers and resolves their open
+        # transactions, so the replay that follows sees a stable end.
+        producers = {p: self._new_producer(p) for p in range(self.partitions)}
+        results = await asyncio.gather(*(pr.start() for pr in producers.values()), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            await asyncio.gather(*(pr.stop() for pr in producers.values()), return_exceptions=True)
+            raise BackendWriteError(f"cannot start transactional producers for state topic "
+                                    f"{self.topic!r}: {errors[0]!r}")
+        self._producers = producers
+
+    def _new_producer(self, partition: int) -> AIOKafkaProducer:
+        return AIOKafkaProducer(
+            bootstrap_servers=self.bootstrap_servers,
+            transactional_id=self.transactional_id(partition),
+            enable_idempotence=True,
+            acks="all",
+            linger_ms=0,
+            max_batch_size=1024 * 1024,
+            request_timeout_ms=self.request_timeout_ms,
+            transaction_timeout_ms=self.transaction_timeout_ms,
+            client_id=f"kshare-state-writer-{partition}",
+            **self.client_options,
+        )
+
+    async def _describe_partitions(self) -> int | None:
+        assert self._admin is not None
+        # Never ask for the topic by name before it exists: a Metadata request naming it would
+        # let a broker with auto.create.topics.enable create it with cleanup.policy=delete.
+        if self.topic not in await self._admin.list_topics():
+            return None
+        (meta,) = await self._admin.describe_topics([self.topic])
+        error = meta.get("error_code", 0)
+        if error == 3:  # UNKNOWN_TOPIC_OR_PARTITION
+            return None
+        if error:
+            raise BackendWriteError(f"cannot describe state topic {self.topic!r}: {for_code(error).__name__}")
+        return len(meta["partitions"])
+
+    async def _ensure_topic(self) -> None:
+        assert self._admin is not None
+        count = await self._describe_partitions()
+        if count is None:
+            if not self.create_topic:
+                raise StateTopicMisconfiguredError(
+                    f"state topic {self.topic!r} does not exist and create_topic is off; create it with "
+                    f"cleanup.policy=compact or let kshare create it")
+            new = NewTopic(name=self.topic, num_partitions=self.partitions,
+                           replication_factor=self.replication_factor, topic_configs=self.topic_configs)
+            response = await self._admin.create_topics([new])
+            for name, code, *rest in response.topic_errors:
+                if code and not issubclass(for_code(code), TopicAlreadyExistsError):
+                    message = rest[0] if rest else ""
+                    raise BackendWriteError(
+                        f"cannot create state topic {name!r}: {for_code(code).__name__} {message or ''}".strip())
+                if not code:
+                    log.info("created state topic %r (%d partitions, configs %s)", name, self.partitions,
+                             self.topic_configs)
+            deadline = time.monotonic() + self.request_timeout_ms / 1000
+            while (count := await self._describe_partitions()) is None:
+                if time.monotonic() > deadline:
+                    raise BackendWriteError(f"state topic {self.topic!r} did not appear after creation")
+                await asyncio.sleep(0.1)
+        if count != self.partitions:
+            log.warning("state topic %r has %d partitions (configured %d): using %d; the partition count "
+                        "of an existing state topic must never change", self.topic, count, self.partitions, count)
+            self.partitions = count
+        policy = await self._cleanup_policy()
+        if policy != "compact":
+            raise StateTopicMisconfiguredError(
+                f"state topic {self.topic!r} exists with cleanup.policy={policy!r}, but kshare keeps share-group "
+                f"state there and needs cleanup.policy=compact (with 'delete' the state of idle share-partitions "
+                f"would be lost). Fix: kafka-configs.sh --bootstrap-server <backend> --alter --entity-type topics "
+                f"--entity-name {self.topic} --add-config cleanup.policy=compact  (or: rpk topic alter-config "
+                f"{self.topic} --set cleanup.policy=compact), or configure another state topic name.")
+
+    async def _cleanup_policy(self) -> str:
+        assert self._admin is not None
+        responses = await self._admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, self.topic, configs=None)])
+        for response in responses:
+            for resource in response.resources:
+                error_code, error_message, _type, _name, entries = resource[:5]
+                if error_code:
+                    raise BackendWriteError(f"cannot read configs of state topic {self.topic!r}: "
+                                            f"{for_code(error_code).__name__} {error_message or ''}")
+                for entry in entries:
+                    if entry[0] == "cleanup.policy":
+                        return ",".join(part.strip() for part in (entry[1] or "").split(","))
+        raise StateTopicMisconfiguredError(f"state topic {self.topic!r}: cleanup.policy not reported")
+
+    # ----------------------------------------------------------------------------- replay
+    async def _replay(self, sink: ReplaySink) -> None:
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap_servers,
+            group_id=None,
+            enable_auto_commit=False,
+            isolation_level="read_committed",
+            auto_offset_reset="earliest",
+            max_partition_fetch_bytes=16 * 1024 * 1024,
+            fetch_max_bytes=64 * 1024 * 1024,
+            request_timeout_ms=self.request_timeout_ms,
+            client_id="kshare-state-recovery",
+            **self.client_options,
+        )
+        await consumer.start()
+        try:
+            tps = [TopicPartition(self.topic, p) for p in range(self.partitions)]
+            consumer.assign(tps)
+            await consumer.seek_to_beginning(*tps)
+            ends = await consumer.end_offsets(tps)  # last stable offsets under read_committed
+            pending = set()
+            for tp in tps:
+                if await consumer.position(tp) < ends[tp]:
+                    pending.add(tp)
+            deadline = time.monotonic() + self.recovery_timeout_s
+            while pending:
+                if time.monotonic() > deadline:
+                    raise NotReadyError(f"state topic {self.topic!r}: replay did not reach the end within "
+                                        f"{self.recovery_timeout_s}s")
+                batches = await consumer.getmany(*pending, timeout_ms=200, max_records=100_000)
+                for tp, messages in batches.items():
+                    for m in messages:
+                        sink(tp.partition, m.offset, m.key, m.value)
+                for tp in list(pending):
+                    if await consumer.position(tp) >= ends[tp]:
+                        pending.discard(tp)
+        finally:
+            await consumer.stop()
+
+    # ----------------------------------------------------------------------------- commit
+    async def _commit(self, partition: int, records: list[Record]) -> None:
+        producer = self._producers[partition]
+        try:
+            await asyncio.wait_for(self._transaction(producer, partition, records), self.commit_timeout_s)
+        except PersistError:
+            raise
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            if _is_fenced(exc):
+                await self._drop_producer(partition)
+                raise WriterFencedError(
+                    f"state partition {partition} of {self.topic!r}: transactional.id "
+                    f"{self.transactional_id(partition)!r} was fenced by a newer instance ({type(exc).__name__}); "
+                    f"this sidecar no longer owns these share-partitions") from exc
+            await self._reset_producer(partition)
+            raise BackendWriteError(f"state write to {self.topic!r} partition {partition} not confirmed: "
+                                    f"{exc!r}") from exc
+
+    async def _transaction(self, producer: AIOKafkaProducer, partition: int, records: list[Record]) -> None:
+        futures: list[asyncio.Future] = []
+        try:
+            await producer.begin_transaction()
+            for key, value in records:
+                futures.append(await producer.send(self.topic, value=value, key=key, partition=partition))
+            await producer.commit_transaction()
+            for f in futures:
+                f.result()  # surface a failed batch even if the commit call returned
+        finally:
+            for f in futures:  # the commit error is what we report; consume the batch errors
+                if f.done():
+                    if not f.cancelled():
+                        f.exception()
+                else:
+                    f.add_done_callback(lambda fut: fut.cancelled() or fut.exception())
+
+    async def _drop_producer(self, partition: int) -> None:
+        producer = self._producers.pop(partition, None)
+        if producer is not None:
+            try:
+                await asyncio.wait_for(producer.stop(), 10)
+            except BaseException as exc:  # noqa: BLE001 - already fenced; just release it
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+                log.debug("stopping fenced producer %d: %r", partition, exc)
+
+    async def _reset_producer(self, partition: int) -> None:
+        """After an unconfirmed transaction: a fresh producer (init_transactions aborts the old one)."""
+        await self._drop_producer(partition)
+        producer = self._new_producer(partition)
+        try:
+            await producer.start()
+        except KafkaError as exc:
+            if _is_fenced(exc):
+                self.fenced_partitions.add(partition)
+            log.error("state partition %d: cannot restart producer: %r", partition, exc)
+            await asyncio.gather(producer.stop(), return_exceptions=True)
+            self._producers[partition] = producer  # next commit fails fast and is retried/reset again
+            return
+        self._producers[partition] = producer
+
+    async def _close(self) -> None:
+        producers, self._producers = self._producers, {}
+        await asyncio.gather(*(p.stop() for p in producers.values()), return_exceptions=True)
