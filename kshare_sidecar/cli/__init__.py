@@ -6,6 +6,7 @@ import typer
 
 from . import dev
 from . import plugins as plugins_cli
+from . import sidecar as sidecar_cli
 
 app = typer.Typer(
     name="kshare",
@@ -16,6 +17,7 @@ app = typer.Typer(
 )
 app.add_typer(dev.app, name="dev")
 app.add_typer(plugins_cli.app, name="plugins")
+app.add_typer(sidecar_cli.app, name="sidecar")
 
 
 @app.command()

@@ -20,11 +20,12 @@ from kio.schema.errors import ErrorCode
 
 from ..log.types import TopicInfo
 
-#: (members: member id -> subscribed topic ids, topics: topic id -> partition count, racks)
-#: -> member id -> topic id -> partitions. Provided by the assignor plugin.
-AssignFn = Callable[[Mapping[str, frozenset[uuid.UUID]], Mapping[uuid.UUID, int], Mapping[str, str | None]],
-                    Mapping[str, Mapping[uuid.UUID, frozenset[int]]]]
 Assignment = dict[uuid.UUID, frozenset[int]]
+#: (members: member id -> subscribed topic ids, topics: topic id -> partition count, racks,
+#: current target) -> member id -> topic id -> partitions. See group/assign.py for the adapter
+#: to assignor plugins.
+AssignFn = Callable[[Mapping[str, frozenset[uuid.UUID]], Mapping[uuid.UUID, int], Mapping[str, str | None],
+                     Mapping[str, Assignment]], Mapping[str, Mapping[uuid.UUID, frozenset[int]]]]
 
 
 class GroupState(Enum):
@@ -176,7 +177,7 @@ class ShareGroupCoordinator:
                    for m in group.members.values()}
         partitions = dict(by_name.values())
         racks = {m.member_id: m.rack_id for m in group.members.values()}
-        result = self.assign(members, partitions, racks) if members else {}
+        result = self.assign(members, partitions, racks, group.target) if members else {}
         group.target = {mid: {tid: frozenset(ps) for tid, ps in result.get(mid, {}).items() if ps}
                         for mid in members}
         group.assignment_epoch = group.group_epoch

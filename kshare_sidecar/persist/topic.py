@@ -182,8 +182,11 @@ class TopicPersister(BasePersister):
                 raise StateTopicMisconfiguredError(
                     f"state topic {self.topic!r} does not exist and create_topic is off; create it with "
                     f"cleanup.policy=compact or let kshare create it")
+            # aiokafka only accepts replication_factor=-1 (broker default, CreateTopics v4+) when
+            # replica_assignments is not None; an empty mapping assigns nothing explicitly.
             new = NewTopic(name=self.topic, num_partitions=self.partitions,
-                           replication_factor=self.replication_factor, topic_configs=self.topic_configs)
+                           replication_factor=self.replication_factor, topic_configs=self.topic_configs,
+                           replica_assignments={} if self.replication_factor == -1 else None)
             response = await self._admin.create_topics([new])
             for name, code, *rest in response.topic_errors:
                 if code and not issubclass(for_code(code), TopicAlreadyExistsError):

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
+from ..log.errors import BackendError, UnknownTopicError
 from ..log.types import BatchInfo
 from ..share.sessions import SessionError, ShareSession, ShareSessionCache
 from ..share.types import AcquiredRecords, AcquireMode
@@ -176,10 +177,7 @@ class ShareService:
         slot = self.partitions.loaded(group_id, topic_id, partition)
         if slot is not None:
             return slot
-        info = self.backend.topic_by_id(topic_id)
-        if info is None:
-            await self.backend.refresh()
-            info = self.backend.topic_by_id(topic_id)
+        info = await self.backend.resolve_topic_id(topic_id)
         if info is None:
             raise PartitionError(ErrorCode.unknown_topic_id, f"unknown topic id {topic_id}")
         if not 0 <= partition < info.partitions:
@@ -244,12 +242,16 @@ class ShareService:
             offset = sp.next_fetch_offset()
             if offset is None:
                 return None
-            result = await self.backend.fetch(slot.topic, slot.key.partition, offset, max_bytes=budget.bytes,
-                                              max_wait_ms=0, isolation_level=1 if read_committed else 0)
-            if result.error_code:
-                raise PartitionError(ErrorCode(result.error_code),
-                                     f"backend fetch of {slot.topic}-{slot.key.partition} failed")
+            try:
+                result = await self.backend.fetch(slot.topic, slot.key.partition, offset, max_bytes=budget.bytes,
+                                                  max_wait_ms=0, isolation_level=1 if read_committed else 0)
+            except BackendError as exc:
+                log.warning("backend read failed for group=%s partition=%s-%d: %s", slot.key.group_id, slot.topic,
+                            slot.key.partition, exc)
+                raise PartitionError(_share_error(exc), str(exc)) from exc
             sp.move_log_start(result.log_start_offset)
+            if result.error_code:  # OFFSET_OUT_OF_RANGE: the log start moved past us; archived above
+                return None
             batches = [b for b in result.batches if b.last_offset >= offset]
             if not batches:
                 return None
@@ -297,6 +299,14 @@ class ShareService:
 class _Budget:
     records: int
     bytes: int
+
+
+def _share_error(exc: BackendError) -> ErrorCode:
+    """Only codes share clients expect at partition level: unknown topic, or "leader unavailable"
+    (which makes them refresh metadata and retry) for anything transient."""
+    if isinstance(exc, UnknownTopicError):
+        return ErrorCode.unknown_topic_or_partition
+    return ErrorCode.not_leader_or_follower
 
 
 def _merge_acks(topics: Iterable[tuple[uuid.UUID, int, list]]) -> dict[TopicPartition, list]:

@@ -15,7 +15,7 @@ T2 = TopicInfo("t2", uuid.UUID(int=2), 1)
 TOPICS = {"t1": T1, "t2": T2}
 
 
-def everyone_gets_everything(members, partitions, racks):
+def everyone_gets_everything(members, partitions, racks, current):
     return {m: {t: frozenset(range(partitions[t])) for t in subs} for m, subs in members.items()}
 
 
@@ -152,3 +152,16 @@ def test_delete_group_rules(coord):
     assert coord.delete_group("g") == ErrorCode.non_empty_group
     hb(coord, "m1", -1, topics=None)
     assert coord.delete_group("g") == ErrorCode.none and "g" not in coord.groups
+
+
+def test_simple_assignor_plugin_through_adapter():
+    from kshare_sidecar.assignors.simple import SimpleAssignor
+    from kshare_sidecar.group.assign import assign_with
+
+    coord = ShareGroupCoordinator(assign=assign_with(SimpleAssignor()), clock=Clock())
+    results = {m: hb(coord, m, 0, topics=("t1", "t2")) for m in ("a", "b", "c", "d")}
+    final = {m: hb(coord, m, results[m].member_epoch, topics=None) for m in results}
+    target = coord.groups["g"].target
+    covered = {(t, p) for a in target.values() for t, ps in a.items() for p in ps}
+    assert covered == {(T1.topic_id, p) for p in range(3)} | {(T2.topic_id, 0)}
+    assert all(r.error == ErrorCode.none for r in final.values())

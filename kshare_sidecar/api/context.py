@@ -1,0 +1,94 @@
+"""What a handler knows about the request it serves, and how it reports a Kafka error.
+
+Handlers are pure translators (message <-> domain call). Everything connection-specific they may
+need — who is asking, on which connection, as which node the sidecar answers — arrives in a
+:class:`RequestContext`, so handlers never import the I/O layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from kio.schema.errors import ErrorCode
+
+
+@dataclass(frozen=True, slots=True)
+class NodeIdentity:
+    """The single broker the sidecar pretends to be.
+
+    ``node_id``/``host``/``port`` are what Metadata (brokers list, every partition leader) and
+    FindCoordinator return; clients route share acks by node id, so all three must agree with the
+    listener the client is actually connected to (share-protocol.md §4.3).
+    """
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+    cluster_id: str | None = "kshare"
+    controller_id: int | None = None  # None: the sidecar itself
+
+    @property
+    def effective_controller_id(self) -> int:
+        return self.node_id if self.controller_id is None else self.controller_id
+
+
+class ConnectionHandle(Protocol):
+    """The part of a connection handlers may touch (``wire.Connection`` satisfies it)."""
+
+    conn_id: int
+    peer_host: str
+    peer_port: int
+
+    def add_close_callback(self, callback: Callable[[Any], Any]) -> None: ...
+
+
+class KafkaError(Exception):
+    """Raise from a handler to answer with a Kafka error code instead of a result.
+
+    The registry turns it into the API's error response (the entry's ``error_response`` or the
+    generic one). Anything else a handler raises becomes UNKNOWN_SERVER_ERROR — which the share
+    clients treat as fatal on heartbeats, so handlers should prefer explicit, retriable codes.
+    """
+
+    def __init__(self, code: ErrorCode | int, message: str | None = None) -> None:
+        self.code = ErrorCode(code)
+        self.message = message
+        super().__init__(f"{self.code.name}" + (f": {message}" if message else ""))
+
+
+def _noop() -> None:
+    return None
+
+
+@dataclass(slots=True)
+class RequestContext:
+    """Per-request facts: connection, client identity, sidecar identity, request coordinates."""
+
+    conn_id: int
+    client_id: str | None
+    client_host: str
+    client_port: int
+    node: NodeIdentity
+    api_key: int
+    api_version: int
+    correlation_id: int
+    connection: ConnectionHandle | None = None
+    _release: Callable[[], None] = field(default=_noop, repr=False)
+
+    def release_ordering(self) -> None:
+        """Let the next request on this connection start processing before this one answers.
+
+        Call it once the ordered part is done (e.g. ShareFetch: session epoch validated and
+        piggybacked acks applied) and the handler only waits (long poll). Responses are still
+        written in request order. Idempotent.
+        """
+        self._release()
+
+    def on_close(self, callback: Callable[[Any], Any]) -> None:
+        """Run ``callback(connection)`` (sync or async) once when this TCP connection ends."""
+        if self.connection is None:
+            raise RuntimeError("request has no connection (pure unit test?)")
+        self.connection.add_close_callback(callback)

@@ -1,0 +1,85 @@
+"""FindCoordinator (key 10, v0–v6): the sidecar coordinates every share group it serves.
+
+librdkafka asks with v0–2 (one ``Key`` + ``KeyType``), Java up to v6 (``CoordinatorKeys`` batch
+from v4). Key types, following Kafka's semantics:
+
+- 0 GROUP: this node, whatever the group id (the sidecar is the only node).
+- 1 TRANSACTION: the sidecar runs no transaction coordinator -> COORDINATOR_NOT_AVAILABLE, the
+  code a broker gives when it cannot name a coordinator for that key.
+- 2 SHARE: broker-internal (share-state coordinator, ``group:topicId:partition`` keys, only valid
+  from v6); kshare keeps share state elsewhere and exposes no such coordinator ->
+  COORDINATOR_NOT_AVAILABLE on v6, INVALID_REQUEST before v6 (the type did not exist).
+- anything else: INVALID_REQUEST, as Kafka does for an unknown coordinator type.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from .context import RequestContext
+from .registry import ApiRegistry
+
+API_KEY = 10
+MIN_VERSION, MAX_VERSION = 0, 6
+_FIRST_BATCHED_VERSION = 4
+_FIRST_SHARE_KEY_VERSION = 6
+
+GROUP, TRANSACTION, SHARE = 0, 1, 2
+
+
+def _coordinator(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
+    if key_type == GROUP:
+        node = ctx.node
+        return {
+            "key": key,
+            "node_id": node.node_id,
+            "host": node.host,
+            "port": node.port,
+            "error_code": ErrorCode.none,
+            "error_message": None,
+        }
+    if key_type == TRANSACTION:
+        return _failed(key, ErrorCode.coordinator_not_available, "kshare has no transaction coordinator")
+    if key_type == SHARE and ctx.api_version >= _FIRST_SHARE_KEY_VERSION:
+        return _failed(key, ErrorCode.coordinator_not_available, "kshare exposes no share-state coordinator")
+    return _failed(key, ErrorCode.invalid_request, f"unknown coordinator type {key_type}")
+
+
+def _failed(key: str, code: ErrorCode, message: str | None) -> dict[str, Any]:
+    return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": code, "error_message": message}
+
+
+def _shape(ctx: RequestContext, coordinators: list[dict[str, Any]]) -> dict[str, Any]:
+    """Canonical (list of coordinators) -> v0–3 single-key or v4+ batched shape."""
+    if ctx.api_version >= _FIRST_BATCHED_VERSION:
+        return {"throttle_time": 0, "coordinators": coordinators}
+    (single,) = coordinators
+    return {"throttle_time": 0, **single}
+
+
+def _keys(ctx: RequestContext, request: Any) -> tuple[list[str], int]:
+    key_type = int(getattr(request, "key_type", GROUP))
+    if ctx.api_version >= _FIRST_BATCHED_VERSION:
+        return list(request.coordinator_keys), key_type
+    return [request.key], key_type
+
+
+async def find_coordinator(ctx: RequestContext, header: Any, request: Any) -> dict[str, Any]:
+    keys, key_type = _keys(ctx, request)
+    return _shape(ctx, [_coordinator(ctx, key, key_type) for key in keys])
+
+
+def coordinator_error_response(
+    ctx: RequestContext, request: Any, code: ErrorCode, message: str | None
+) -> Any:
+    """Every requested key carries the error (Kafka's FindCoordinator error form)."""
+    keys, _ = _keys(ctx, request)
+    return _shape(ctx, [_failed(key, code, message) for key in keys])
+
+
+def register(registry: ApiRegistry) -> None:
+    registry.register(
+        API_KEY, MIN_VERSION, MAX_VERSION, find_coordinator, error_response=coordinator_error_response
+    )

@@ -1,0 +1,156 @@
+"""Metadata (key 3, v0–v13): the sidecar is the whole cluster, and leads every partition.
+
+Clients resolve share assignments (topic IDs) through Metadata and route fetches and acks by
+partition leader, so: one broker (the sidecar), every leader = its node id with epoch 0,
+replicas/isr = [node id], and real, stable topic IDs (v10+). librdkafka also looks topics up *by
+ID* (v12+, name null). Topics are never auto-created.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import uuid
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.schema.metadata.v13 import response as v13
+
+from ..log.types import TopicInfo
+from .catalog import TopicCatalog
+from .context import KafkaError, RequestContext
+from .registry import ApiRegistry
+
+API_KEY = 3
+MIN_VERSION, MAX_VERSION = 0, 13
+_FIRST_ID_LOOKUP_VERSION = 12
+_ZERO_UUID = uuid.UUID(int=0)
+
+
+class MetadataHandler:
+    def __init__(self, catalog: TopicCatalog) -> None:
+        self._catalog = catalog
+
+    async def __call__(self, ctx: RequestContext, header: Any, request: Any) -> Any:
+        topics = await self._topics(ctx, request)
+        return _response(ctx, topics)
+
+    async def _topics(self, ctx: RequestContext, request: Any) -> list[v13.MetadataResponseTopic]:
+        node = ctx.node.node_id
+        requested = request.topics
+        # v0: an empty list means "all topics"; v1+: null means all, empty means none.
+        if requested is None or (ctx.api_version == 0 and not requested):
+            found = await self._catalog.describe_topics(None)
+            return [_topic(info, node) for info in sorted(found.values(), key=lambda t: t.name)]
+
+        by_name: list[str] = []
+        wanted: list[tuple[str, Any]] = []  # ("name", str) | ("id", uuid | None), request order
+        seen: set[Any] = set()
+        for entry in requested:
+            name = entry.name
+            topic_id = getattr(entry, "topic_id", None)
+            if name is not None:
+                key: tuple[str, Any] = ("name", name)
+            else:
+                if ctx.api_version < _FIRST_ID_LOOKUP_VERSION:
+                    # Kafka rejects the whole request: names are mandatory before v12.
+                    raise KafkaError(
+                        ErrorCode.invalid_request,
+                        f"topic name can not be null for version {ctx.api_version}",
+                    )
+                key = ("id", topic_id)
+            if key in seen:
+                continue
+            seen.add(key)
+            wanted.append(key)
+            if key[0] == "name":
+                by_name.append(name)
+
+        found = await self._catalog.describe_topics(by_name) if by_name else {}
+        out: list[v13.MetadataResponseTopic] = []
+        for kind, value in wanted:
+            if kind == "name":
+                info = found.get(value)
+                out.append(_topic(info, node) if info else _unknown_name(value))
+            else:
+                info = None
+                if value is not None and value != _ZERO_UUID:
+                    info = await self._catalog.topic_by_id(value)
+                out.append(_topic(info, node) if info else _unknown_id(value))
+        return out
+
+
+def _topic(info: TopicInfo, node: int) -> v13.MetadataResponseTopic:
+    replicas = (node,)
+    return v13.MetadataResponseTopic(
+        error_code=ErrorCode.none,
+        name=info.name,
+        topic_id=info.topic_id,
+        is_internal=info.internal,
+        partitions=tuple(
+            v13.MetadataResponsePartition(
+                error_code=ErrorCode.none,
+                partition_index=p,
+                leader_id=node,
+                leader_epoch=0,
+                replica_nodes=replicas,
+                isr_nodes=replicas,
+                offline_replicas=(),
+            )
+            for p in range(info.partitions)
+        ),
+    )
+
+
+def _unknown_name(
+    name: str, code: ErrorCode = ErrorCode.unknown_topic_or_partition
+) -> v13.MetadataResponseTopic:
+    return v13.MetadataResponseTopic(error_code=code, name=name, topic_id=None, partitions=())
+
+
+def _unknown_id(
+    topic_id: uuid.UUID | None, code: ErrorCode = ErrorCode.unknown_topic_id
+) -> v13.MetadataResponseTopic:
+    return v13.MetadataResponseTopic(error_code=code, name=None, topic_id=topic_id, partitions=())
+
+
+def _response(ctx: RequestContext, topics: list[v13.MetadataResponseTopic]) -> v13.MetadataResponse:
+    node = ctx.node
+    return v13.MetadataResponse(
+        throttle_time=datetime.timedelta(0),
+        brokers=(
+            v13.MetadataResponseBroker(node_id=node.node_id, host=node.host, port=node.port, rack=node.rack),
+        ),
+        cluster_id=node.cluster_id,
+        controller_id=node.effective_controller_id,
+        topics=tuple(topics),
+        error_code=ErrorCode.none,
+    )
+
+
+def metadata_error_response(ctx: RequestContext, request: Any, code: ErrorCode, message: str | None) -> Any:
+    """Kafka's Metadata error form: every requested topic carries the error.
+
+    A failed "all topics" request has nothing to mirror, so it closes the connection (``None``)
+    instead of claiming the cluster is empty. Catalog failures should raise ``KafkaError`` with a
+    retriable code (e.g. LEADER_NOT_AVAILABLE); anything else becomes UNKNOWN_SERVER_ERROR.
+    """
+    if request.topics is None or (ctx.api_version == 0 and not request.topics):
+        return None
+    topics = []
+    for t in request.topics:
+        if t.name is not None:
+            topics.append(_unknown_name(t.name, code))
+        else:
+            # Names are non-nullable in responses before v12: echo the ID with an empty name.
+            entry = _unknown_id(getattr(t, "topic_id", None), code)
+            if ctx.api_version < _FIRST_ID_LOOKUP_VERSION:
+                entry = dataclasses.replace(entry, name="")
+            topics.append(entry)
+    return _response(ctx, topics)
+
+
+def register(registry: ApiRegistry, catalog: TopicCatalog) -> None:
+    registry.register(
+        API_KEY, MIN_VERSION, MAX_VERSION, MetadataHandler(catalog), error_response=metadata_error_response
+    )

@@ -1,0 +1,247 @@
+"""API registry and the dispatcher that turns request frames into response frames.
+
+The registry is the single source of truth for what the sidecar serves: ApiVersions advertises
+exactly its ranges, and a request for a key or version outside them closes the connection, as
+Kafka does (ApiVersions excepted — it gets the v0 UNSUPPORTED_VERSION answer so clients can
+downgrade). Handlers register as::
+
+    registry.register(api_key, min_version, max_version, handler, error_response=None)
+
+with ``async handler(ctx, header, request) -> response | None``. A handler may return the
+negotiated version's response entity or a canonical one of another version of the same API (the
+dispatcher converts it, see :mod:`.convert`); ``None`` sends no response (Produce acks=0).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+import logging
+import types
+import typing
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from kio.index import KioIndexError
+from kio.schema.errors import ErrorCode
+
+from ..wire import codec
+from ..wire.errors import CloseConnection, UnsupportedRequest
+from .context import ConnectionHandle, KafkaError, NodeIdentity, RequestContext
+from .convert import convert
+
+log = logging.getLogger("kshare.api")
+
+Handler = Callable[[RequestContext, Any, Any], Awaitable[Any]]
+#: ``error_response(ctx, request, code, message) -> response entity | None``; ``None`` closes.
+ErrorResponder = Callable[[RequestContext, Any, ErrorCode, "str | None"], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ApiEntry:
+    api_key: int
+    min_version: int
+    max_version: int
+    handler: Handler
+    error_response: ErrorResponder | None = None
+
+    def serves(self, version: int) -> bool:
+        return self.min_version <= version <= self.max_version
+
+
+class ApiRegistry:
+    """api_key -> :class:`ApiEntry`."""
+
+    def __init__(self) -> None:
+        self._entries: dict[int, ApiEntry] = {}
+
+    def register(
+        self,
+        api_key: int,
+        min_version: int,
+        max_version: int,
+        handler: Handler,
+        *,
+        error_response: ErrorResponder | None = None,
+        replace: bool = False,
+    ) -> ApiEntry:
+        """Serve ``api_key`` versions ``min_version..max_version`` with ``handler``.
+
+        Fails early (``ValueError``) if kio lacks a request or response class for any version in
+        the range, or if the key is already registered and ``replace`` is false.
+        """
+        if not 0 <= min_version <= max_version:
+            raise ValueError(f"bad version range {min_version}..{max_version}")
+        if api_key in self._entries and not replace:
+            raise ValueError(f"api key {api_key} is already registered")
+        for version in range(min_version, max_version + 1):
+            try:
+                codec.request_class(api_key, version)
+                codec.response_class(api_key, version)
+            except UnsupportedRequest as exc:
+                raise ValueError(str(exc)) from exc
+        entry = ApiEntry(api_key, min_version, max_version, handler, error_response)
+        self._entries[api_key] = entry
+        return entry
+
+    def unregister(self, api_key: int) -> None:
+        self._entries.pop(api_key, None)
+
+    def get(self, api_key: int) -> ApiEntry | None:
+        return self._entries.get(api_key)
+
+    def __contains__(self, api_key: object) -> bool:
+        return api_key in self._entries
+
+    def __iter__(self) -> Iterator[ApiEntry]:
+        return iter(sorted(self._entries.values(), key=lambda e: e.api_key))
+
+    def ranges(self) -> list[tuple[int, int, int]]:
+        """``(api_key, min_version, max_version)`` sorted by key — what ApiVersions advertises."""
+        return [(e.api_key, e.min_version, e.max_version) for e in self]
+
+
+def generic_error_response(response_cls: type, code: ErrorCode, message: str | None = None) -> Any:
+    """An error response built from the response class alone, or ``None`` if it cannot carry one.
+
+    Works for APIs with a top-level ``error_code`` (ShareGroupHeartbeat, ShareFetch, ...): that
+    field gets ``code``, ``error_message`` gets ``message``, lists are empty, ids/epochs/ports are
+    -1 and other numbers 0. APIs whose errors live only per topic/partition/key need their own
+    ``error_response`` (Metadata and FindCoordinator have one); without it the dispatcher closes
+    the connection rather than send an empty "success".
+    """
+    fields = {f.name: f for f in dataclasses.fields(response_cls)}
+    if "error_code" not in fields:
+        return None
+    hints = typing.get_type_hints(response_cls)
+    kwargs: dict[str, Any] = {}
+    for name, f in fields.items():
+        if name == "error_code":
+            kwargs[name] = code
+            continue
+        if name == "error_message":
+            kwargs[name] = message
+            continue
+        if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
+            continue
+        kwargs[name] = _placeholder(name, hints[name], f.metadata.get("kafka_type", ""))
+    return response_cls(**kwargs)
+
+
+def _placeholder(name: str, tp: Any, kafka_type: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType) and type(None) in typing.get_args(tp):
+        return None
+    if origin is tuple:
+        return ()
+    if kafka_type.startswith("timedelta"):
+        return datetime.timedelta(0)
+    if kafka_type in ("string",):
+        return ""
+    if kafka_type in ("bytes", "records"):
+        return b""
+    if kafka_type == "bool":
+        return False
+    if kafka_type.startswith("int") or kafka_type.startswith("uint"):
+        return -1 if name.endswith(("_id", "_epoch", "port")) else 0
+    raise TypeError(f"no placeholder for field {name} ({kafka_type or tp})")
+
+
+class Dispatcher:
+    """The :class:`~kshare_sidecar.wire.FrameHandler` for a registry (sans-I/O: frame -> frame).
+
+    ``node`` is a plain attribute so a server bound to an ephemeral port can fill in the port
+    after binding.
+    """
+
+    def __init__(self, registry: ApiRegistry, node: NodeIdentity) -> None:
+        self.registry = registry
+        self.node = node
+
+    async def __call__(
+        self, conn: ConnectionHandle, frame: bytes, release: Callable[[], None]
+    ) -> bytes | None:
+        return await self.handle(frame, conn, release)
+
+    async def handle(
+        self,
+        frame: bytes,
+        conn: ConnectionHandle | None = None,
+        release: Callable[[], None] | None = None,
+    ) -> bytes | None:
+        """Answer one request frame; raises :class:`CloseConnection` when Kafka would close."""
+        peeked = codec.peek(frame)
+        entry = self.registry.get(peeked.api_key)
+        if entry is None or not entry.serves(peeked.api_version):
+            if peeked.api_key == codec.API_VERSIONS_KEY:
+                return codec.api_versions_fallback(peeked.correlation_id, self.registry.ranges())
+            raise UnsupportedRequest(
+                f"api key {peeked.api_key} version {peeked.api_version} is not served"
+            )
+        decoded = codec.decode_request(frame)
+        if decoded.trailing_bytes:
+            log.debug("api key %d v%d: %d trailing bytes ignored", decoded.api_key,
+                      decoded.api_version, decoded.trailing_bytes)
+        ctx = RequestContext(
+            conn_id=conn.conn_id if conn is not None else 0,
+            client_id=getattr(decoded.header, "client_id", None),
+            client_host=conn.peer_host if conn is not None else "",
+            client_port=conn.peer_port if conn is not None else 0,
+            node=self.node,
+            api_key=decoded.api_key,
+            api_version=decoded.api_version,
+            correlation_id=decoded.correlation_id,
+            connection=conn,
+            _release=release or (lambda: None),
+        )
+        response = await self._invoke(entry, ctx, decoded)
+        if response is None:
+            return None
+        try:
+            if type(response) is not decoded.response_class:
+                response = convert(response, decoded.response_class)
+            try:
+                return codec.encode_response(response, decoded.correlation_id)
+            except (AttributeError, TypeError):
+                # kio's writers insist on ErrorCode / timedelta where handlers often hold plain
+                # ints; rebuild once with normalisation rather than drop the connection.
+                normalised = convert(response, decoded.response_class, force=True)
+                return codec.encode_response(normalised, decoded.correlation_id)
+        except Exception as exc:
+            log.exception(
+                "api key %d v%d: cannot encode the response", decoded.api_key, decoded.api_version
+            )
+            raise CloseConnection(f"cannot encode response: {exc}") from exc
+
+    async def _invoke(self, entry: ApiEntry, ctx: RequestContext, decoded: codec.DecodedRequest) -> Any:
+        try:
+            return await entry.handler(ctx, decoded.header, decoded.body)
+        except (CloseConnection, asyncio.CancelledError):
+            raise
+        except KafkaError as exc:
+            code, message = exc.code, exc.message
+        except Exception:
+            log.exception(
+                "conn %d: api key %d v%d handler failed", ctx.conn_id, ctx.api_key, ctx.api_version
+            )
+            code, message = ErrorCode.unknown_server_error, None
+        if entry.error_response is not None:
+            response = entry.error_response(ctx, decoded.body, code, message)
+        else:
+            response = generic_error_response(decoded.response_class, code, message)
+        if response is None:
+            raise CloseConnection(
+                f"api key {ctx.api_key} v{ctx.api_version}: {code.name} has no error response form"
+            )
+        return response
+
+
+def kio_knows(api_key: int, version: int) -> bool:
+    """Whether kio has classes for (api key, version) — handy for registration-time checks."""
+    try:
+        codec.request_class(api_key, version)
+    except (UnsupportedRequest, KioIndexError):
+        return False
+    return True

@@ -1,0 +1,55 @@
+"""``kshare sidecar run``: serve share groups for a backend cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+
+import typer
+
+from ..config import ConfigError, load_config
+
+app = typer.Typer(help="Run the share-group sidecar.", no_args_is_help=True)
+
+
+@app.command()
+def run(
+    bootstrap_server: str = typer.Option(None, "--bootstrap-server", help="Backend cluster, host:port[,...]"),
+    listen: str = typer.Option(None, "--listen", help="Listener address, host:port (default 127.0.0.1:9192)"),
+    config: Path = typer.Option(None, "--config", help="TOML config file"),
+    node_id: int = typer.Option(None, "--node-id", help="Node id presented to clients"),
+    persister: str = typer.Option(None, "--persister", help="Persister plugin (topic, memory)"),
+    log_level: str = typer.Option("INFO", "--log-level", help="DEBUG, INFO, WARNING, ERROR"),
+) -> None:
+    """Serve KIP-932 share groups on the Kafka protocol, backed by an ordinary cluster."""
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        cfg = load_config(config, overrides={"bootstrap.servers": bootstrap_server, "listen": listen,
+                                             "node.id": node_id, "persister": persister})
+    except ConfigError as exc:
+        typer.echo(f"kshare sidecar: {exc}", err=True)
+        raise typer.Exit(2) from None
+    raise typer.Exit(asyncio.run(_serve(cfg)))
+
+
+async def _serve(cfg) -> int:
+    from ..service.runner import Sidecar
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    sidecar = Sidecar(cfg)
+    try:
+        await sidecar.start()
+    except Exception as exc:
+        logging.getLogger("kshare.sidecar").error("start-up failed: %s", exc)
+        await sidecar.stop()
+        return 1
+    print(f"kshare sidecar listening on {sidecar.node.host}:{sidecar.node.port}", flush=True)
+    await stop.wait()
+    logging.getLogger("kshare.sidecar").info("stopping")
+    await sidecar.stop()
+    return 0

@@ -1,0 +1,158 @@
+"""The sidecar's lifecycle: plugins, persister recovery, backend, services, listener — and back.
+
+Start order matters: the persister recovers before the listener accepts, so no client sees
+half-loaded state; stop order is the reverse, and state writes in flight are awaited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+
+from .. import plugins
+from ..api import Dispatcher, NodeIdentity, build_registry
+from ..api import heartbeat as heartbeat_api
+from ..api import shares as shares_api
+from ..config import SidecarConfig
+from ..group.assign import assign_with
+from ..group.coordinator import ShareGroupCoordinator
+from ..log.backend import Backend
+from ..share.sessions import ShareSessionCache
+from ..wire.server import Listener
+from .groups import GroupService
+from .partitions import SharePartitionManager
+from .shares import ShareService
+
+log = logging.getLogger("kshare.sidecar")
+
+
+def monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class PersisterTopicIds:
+    """Stable topic IDs minted for backends that have none, kept with the share state."""
+
+    def __init__(self, persister) -> None:
+        self.persister = persister
+
+    async def get_or_create(self, name: str) -> uuid.UUID:
+        return uuid.UUID(await self.persister.topic_id(name, create=True))
+
+    async def forget(self, name: str, topic_id: uuid.UUID) -> None:
+        await self.persister.delete_topic_id(name)
+
+
+class BackendCatalog:
+    """The Metadata handler's view of the backend."""
+
+    def __init__(self, backend: Backend, hidden: set[str]) -> None:
+        self.backend = backend
+        self.hidden = hidden
+
+    async def describe_topics(self, names):
+        topics = await self.backend.describe_topics(list(names) if names is not None else None)
+        return {n: t for n, t in topics.items() if n not in self.hidden}
+
+    async def topic_by_id(self, topic_id):
+        info = await self.backend.resolve_topic_id(topic_id)
+        return None if info is None or info.name in self.hidden else info
+
+
+class Sidecar:
+    """One kshare sidecar. ``await start()``, then ``await stop()``; ``port`` is the bound port."""
+
+    def __init__(self, config: SidecarConfig, *, persister=None) -> None:
+        self.config = config
+        self._persister = persister
+        self.listener: Listener | None = None
+        self._tasks: list[asyncio.Task] = []
+
+    @property
+    def port(self) -> int:
+        assert self.listener is not None
+        return self.listener.port
+
+    def group_config(self, group_id: str) -> dict:
+        group = self.coordinator.groups.get(group_id)
+        return self.config.group_config(group.configs if group is not None else None)
+
+    async def start(self) -> None:
+        cfg = self.config
+        plugins.load_plugins(load=_names(cfg["plugins.load"]) if cfg["plugins.load"] else None,
+                             disable=_names(cfg["plugins.disable"]) or None)
+        self.persister = self._persister or plugins.get_persister(cfg["persister"], **_persister_options(cfg))
+        await self.persister.start()
+        log.info("share state recovered from persister %r: %s", cfg["persister"], self.persister.recovery_stats)
+        hidden = {cfg["state.topic"]}
+        self.backend = Backend(cfg["bootstrap.servers"], topic_id_store=PersisterTopicIds(self.persister),
+                               internal_topics=hidden)
+        await self.backend.start()
+        assignor = plugins.get_assignor(cfg["assignor"])
+        self.coordinator = ShareGroupCoordinator(
+            assign=assign_with(assignor), clock=monotonic_ms, max_size=cfg["group.share.max.size"],
+            session_timeout_ms=cfg["group.share.session.timeout.ms"],
+            heartbeat_interval_ms=cfg["group.share.heartbeat.interval.ms"],
+            assignment_interval_ms=cfg["group.share.assignment.interval.ms"])
+        self.partitions = SharePartitionManager(persister=self.persister, backend=self.backend, clock=monotonic_ms,
+                                                group_config=self.group_config)
+        self.partitions.start()
+        self.groups = GroupService(coordinator=self.coordinator, partitions=self.partitions, backend=self.backend,
+                                   persister=self.persister)
+        restored = self.groups.restore()
+        self.shares = ShareService(sessions=ShareSessionCache(cfg["group.share.max.share.sessions"]),
+                                   partitions=self.partitions, backend=self.backend, group_config=self.group_config)
+        host, port = _split(cfg["listen"])
+        adv_host, adv_port = cfg.advertised
+        self.node = NodeIdentity(node_id=cfg["node.id"], host=adv_host, port=adv_port, cluster_id=cfg["cluster.id"])
+        registry = build_registry(BackendCatalog(self.backend, hidden))
+        heartbeat_api.register(registry, self.groups)
+        shares_api.register(registry, self.shares)
+        self.dispatcher = Dispatcher(registry, self.node)
+        self.listener = Listener(self.dispatcher, host, port, max_frame_bytes=cfg["socket.request.max.bytes"])
+        await self.listener.start()
+        if port == 0 or not cfg["advertised.listener"]:
+            self.node = NodeIdentity(node_id=cfg["node.id"], host=adv_host, port=self.listener.port,
+                                     cluster_id=cfg["cluster.id"])
+            self.dispatcher.node = self.node
+        self._tasks.append(asyncio.create_task(self._expire_members(), name="kshare-member-expiry"))
+        log.info("kshare sidecar serving share groups on %s:%d for backend %s (%d groups restored)",
+                 self.node.host, self.node.port, cfg["bootstrap.servers"], restored)
+
+    async def _expire_members(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            self.groups.expire_members()
+
+    async def stop(self) -> None:
+        if self.listener is not None:
+            await self.listener.stop()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for name in ("partitions", "backend", "persister"):
+            part = getattr(self, name, None)
+            if part is not None:
+                try:
+                    await part.close()
+                except Exception:
+                    log.exception("closing %s failed", name)
+
+
+def _names(text: str) -> list[str]:
+    return [n.strip() for n in text.split(",") if n.strip()]
+
+
+def _split(hostport: str) -> tuple[str, int]:
+    host, _, port = hostport.rpartition(":")
+    return host, int(port)
+
+
+def _persister_options(cfg: SidecarConfig) -> dict:
+    if cfg["persister"] != "topic":
+        return {}
+    return {"bootstrap_servers": cfg["bootstrap.servers"], "topic": cfg["state.topic"],
+            "partitions": cfg["state.topic.partitions"], "replication_factor": cfg["state.topic.replication.factor"],
+            "linger_ms": float(cfg["state.write.linger.ms"])}

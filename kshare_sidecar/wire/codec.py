@@ -1,0 +1,191 @@
+"""Request/response encoding on top of kio (sans-I/O: bytes in, entities out, and back).
+
+Why a module of its own: the decisions a broker makes before any handler runs live here —
+which header version a request and its response use, which (api key, version) pairs parse at
+all, and the one exception to "unknown version closes the connection", ApiVersions, which is
+answered with a v0 body listing the served ranges so that a newer client can downgrade.
+
+kio looks classes up dynamically and builds readers/writers per class; both are cached per class
+here so the per-request path is two dict hits. Readers need immutable ``bytes``.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from kio.index import KioIndexError, load_request_schema, load_response_schema
+from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
+from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+
+from .errors import MalformedFrame, UnsupportedRequest
+from .framing import frame
+
+#: API key of ApiVersions, the request every client sends first and the one special case.
+API_VERSIONS_KEY = 18
+
+#: A request header starts with api_key int16, api_version int16, correlation_id int32 in every
+#: header version, so these eight bytes can be read before the header version is known.
+_PEEK_BYTES = 8
+
+
+@dataclass(frozen=True, slots=True)
+class RequestPeek:
+    """The fixed prefix of every request header."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedRequest:
+    """A parsed request: kio header and body entities plus the classes they came from."""
+
+    header: Any
+    body: Any
+    request_class: type
+    response_class: type
+    trailing_bytes: int = 0  # bytes after the body; tolerated (see docs/wire.md)
+
+    @property
+    def api_key(self) -> int:
+        return int(self.header.request_api_key)
+
+    @property
+    def api_version(self) -> int:
+        return int(self.header.request_api_version)
+
+    @property
+    def correlation_id(self) -> int:
+        return int(self.header.correlation_id)
+
+
+def peek(frame_bytes: bytes) -> RequestPeek:
+    """Read api key, version and correlation id without knowing the header version."""
+    if len(frame_bytes) < _PEEK_BYTES:
+        raise MalformedFrame(f"frame of {len(frame_bytes)} bytes is too short for a request header")
+    return RequestPeek(
+        api_key=int.from_bytes(frame_bytes[0:2], "big", signed=True),
+        api_version=int.from_bytes(frame_bytes[2:4], "big", signed=True),
+        correlation_id=int.from_bytes(frame_bytes[4:8], "big", signed=True),
+    )
+
+
+@functools.cache
+def request_class(api_key: int, api_version: int) -> type:
+    """kio's request class for (key, version); :class:`UnsupportedRequest` when kio has none."""
+    try:
+        return load_request_schema(api_key, api_version)
+    except KioIndexError as exc:
+        raise UnsupportedRequest(f"api key {api_key} version {api_version} is unknown") from exc
+
+
+@functools.cache
+def response_class(api_key: int, api_version: int) -> type:
+    """kio's response class for (key, version); :class:`UnsupportedRequest` when kio has none."""
+    try:
+        return load_response_schema(api_key, api_version)
+    except KioIndexError as exc:
+        raise UnsupportedRequest(f"api key {api_key} version {api_version} is unknown") from exc
+
+
+@functools.cache
+def reader(cls: type) -> Any:
+    """Cached kio reader: ``reader(cls)(buffer, offset) -> (entity, size)``."""
+    return entity_reader(cls)
+
+
+@functools.cache
+def writer(cls: type) -> Any:
+    """Cached kio writer: ``writer(cls)(io, entity)``."""
+    return entity_writer(cls)
+
+
+def decode_request(frame_bytes: bytes) -> DecodedRequest:
+    """Parse header and body of one request frame (payload without its size prefix).
+
+    Raises :class:`UnsupportedRequest` for an (api key, version) kio does not know and
+    :class:`MalformedFrame` for anything that does not parse — both close the connection, as
+    Kafka does. Whether the version is *served* is the registry's decision, not the codec's.
+    """
+    if not isinstance(frame_bytes, bytes):
+        frame_bytes = bytes(frame_bytes)
+    peeked = peek(frame_bytes)
+    req_cls = request_class(peeked.api_key, peeked.api_version)
+    resp_cls = response_class(peeked.api_key, peeked.api_version)
+    try:
+        header, header_size = reader(req_cls.__header_schema__)(frame_bytes, 0)
+        body, body_size = reader(req_cls)(frame_bytes, header_size)
+    except Exception as exc:  # kio raises DecodeError, ValueError, TypeError, UnicodeError...
+        raise MalformedFrame(
+            f"cannot parse api key {peeked.api_key} v{peeked.api_version}: {type(exc).__name__}: {exc}"
+        ) from exc
+    return DecodedRequest(
+        header=header,
+        body=body,
+        request_class=req_cls,
+        response_class=resp_cls,
+        trailing_bytes=len(frame_bytes) - header_size - body_size,
+    )
+
+
+def encode_response(response: Any, correlation_id: int) -> bytes:
+    """Frame ``response`` (a kio response entity) with the header version its class dictates.
+
+    kio's ``__header_schema__`` already encodes the quirks: response header v1 for flexible
+    versions, v0 otherwise, and v0 for every ApiVersions response.
+    """
+    cls = type(response)
+    header_cls = cls.__header_schema__
+    buf = io.BytesIO()
+    writer(header_cls)(buf, header_cls(correlation_id=correlation_id))
+    writer(cls)(buf, response)
+    return frame(buf.getvalue())
+
+
+def encode_request(request: Any, correlation_id: int, client_id: str | None = "kshare") -> bytes:
+    """Frame ``request`` with its header (used by tests and small tools, not by the server)."""
+    cls = type(request)
+    header_cls = cls.__header_schema__
+    buf = io.BytesIO()
+    writer(header_cls)(
+        buf,
+        header_cls(
+            request_api_key=cls.__api_key__,
+            request_api_version=cls.__version__,
+            correlation_id=correlation_id,
+            client_id=client_id,
+        ),
+    )
+    writer(cls)(buf, request)
+    return frame(buf.getvalue())
+
+
+def decode_response(frame_bytes: bytes, response_cls: type) -> tuple[Any, Any]:
+    """Parse a response frame (payload without size prefix) into (header, body)."""
+    header, offset = reader(response_cls.__header_schema__)(frame_bytes, 0)
+    body, _ = reader(response_cls)(frame_bytes, offset)
+    return header, body
+
+
+def api_versions_fallback(correlation_id: int, ranges: Iterable[tuple[int, int, int]]) -> bytes:
+    """The answer to an ApiVersions request whose version is not served.
+
+    Kafka replies with an ApiVersionsResponse **v0** body (error UNSUPPORTED_VERSION, plus the
+    served ranges so the client can pick a version) and response header v0, whatever version was
+    asked. librdkafka then retries with ``min(its version - 1, our ApiVersions max)``.
+    ``ranges`` are ``(api_key, min_version, max_version)``.
+    """
+    body = ApiVersionsResponseV0(
+        error_code=ErrorCode.unsupported_version,
+        api_keys=tuple(
+            ApiVersionV0(api_key=key, min_version=lo, max_version=hi) for key, lo, hi in ranges
+        ),
+    )
+    return encode_response(body, correlation_id)

@@ -1,0 +1,235 @@
+"""One client TCP connection: read frames, dispatch them, write responses in request order.
+
+Ordering model (see docs/wire.md): Kafka mutes a channel while one of its requests is being
+processed, so requests on a connection are *processed* one at a time and *answered* in order.
+Handlers rely on that (a ShareFetch at session epoch N must be applied before the pipelined
+ShareAcknowledge at epoch N+1). But librdkafka keeps one TCP connection per broker and queues
+heartbeats and Metadata behind a long-polling ShareFetch; holding them for MaxWaitMs is legal yet
+wasteful. So the default is Kafka's (strictly one request at a time), and a handler may call
+``release()`` once it has done everything that must happen before the next request is looked at
+(session epoch checked, piggybacked acks applied) and is only *waiting*. The next request is then
+processed concurrently, while responses are still written strictly in request order. At most
+``max_inflight`` responses may be outstanding; beyond that the connection stops reading
+(backpressure instead of unbounded buffering).
+
+The handler is anything matching :class:`FrameHandler`; this module knows nothing of APIs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from .errors import CloseConnection
+from .framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder
+
+log = logging.getLogger("kshare.wire")
+
+_conn_ids = itertools.count(1)
+
+#: Called once when a connection ends; may be a coroutine function. Receives the connection.
+CloseCallback = Callable[["Connection"], Awaitable[None] | None]
+
+
+class FrameHandler(Protocol):
+    """Turns one request frame into one framed response (or ``None`` for no response).
+
+    ``release`` lets the next request on this connection start processing early (see module
+    docstring); calling it is optional and idempotent. Raising :class:`CloseConnection` closes
+    the connection after every earlier response has been written.
+    """
+
+    async def __call__(self, conn: Connection, frame: bytes, release: Callable[[], None]) -> bytes | None: ...
+
+
+class _Job:
+    __slots__ = ("released", "task")
+
+    def __init__(self) -> None:
+        self.released = asyncio.Event()
+        self.task: asyncio.Task[bytes | None] | None = None
+
+
+class Connection:
+    """Owns one ``asyncio`` stream pair for its whole life; ``run()`` returns when it is closed."""
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        handler: FrameHandler,
+        *,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        max_inflight: int = 64,
+        read_size: int = 65536,
+        conn_id: int | None = None,
+    ) -> None:
+        if max_inflight < 1:
+            raise ValueError("max_inflight must be at least 1")
+        self.conn_id: int = next(_conn_ids) if conn_id is None else conn_id
+        self._reader = reader
+        self._writer = writer
+        self._handler = handler
+        self._decoder = FrameDecoder(max_frame_bytes)
+        self._slots = asyncio.Semaphore(max_inflight)
+        self._read_size = read_size
+        self._queue: asyncio.Queue[_Job] = asyncio.Queue()
+        self._jobs: set[asyncio.Task[Any]] = set()
+        self._callbacks: list[CloseCallback] = []
+        self._loops: list[asyncio.Task[None]] = []
+        self._done = asyncio.Event()
+        self._closing = False
+        self._draining = False
+        self.close_reason: str | None = None
+        self.peer_host, self.peer_port = _address(writer.get_extra_info("peername"))
+        self.local_host, self.local_port = _address(writer.get_extra_info("sockname"))
+
+    # --- public surface -------------------------------------------------------------------
+
+    @property
+    def peer(self) -> str:
+        """``host:port`` of the client, for log lines."""
+        return f"{self.peer_host}:{self.peer_port}"
+
+    @property
+    def closed(self) -> bool:
+        return self._done.is_set()
+
+    def add_close_callback(self, callback: CloseCallback) -> None:
+        """Run ``callback(conn)`` once when the connection ends (immediately if it already has).
+
+        This is how per-connection state (share sessions) is released on TCP disconnect.
+        """
+        if self._done.is_set():
+            asyncio.get_running_loop().create_task(_run_callback(self, callback))
+        else:
+            self._callbacks.append(callback)
+
+    def close(self, reason: str = "closed by server") -> None:
+        """Ask the connection to close now; in-flight handlers are cancelled."""
+        if self.close_reason is None:
+            self.close_reason = reason
+        for task in self._loops:
+            task.cancel()
+
+    async def wait_closed(self) -> None:
+        await self._done.wait()
+
+    async def run(self) -> None:
+        """Serve until the peer disconnects, a protocol error occurs, or :meth:`close`."""
+        log.debug("conn %d from %s: open", self.conn_id, self.peer)
+        self._loops = [
+            asyncio.create_task(self._read_loop(), name=f"kshare-conn-{self.conn_id}-read"),
+            asyncio.create_task(self._write_loop(), name=f"kshare-conn-{self.conn_id}-write"),
+        ]
+        try:
+            await asyncio.wait(self._loops, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            await self._shutdown()
+
+    # --- loops --------------------------------------------------------------------------------
+
+    async def _read_loop(self) -> None:
+        try:
+            while True:
+                data = await self._reader.read(self._read_size)
+                if not data:
+                    self._set_reason("peer closed the connection")
+                    return
+                for frame in self._decoder.feed(data):
+                    await self._slots.acquire()
+                    job = _Job()
+                    job.task = asyncio.create_task(self._process(frame, job))
+                    self._jobs.add(job.task)
+                    job.task.add_done_callback(self._jobs.discard)
+                    self._queue.put_nowait(job)
+                    await job.released.wait()  # Kafka-style: next request only after this one
+                    if self._draining:
+                        # A handler asked to close: process nothing more, but let the write
+                        # loop flush the responses that precede it (it ends the connection).
+                        await asyncio.Future()
+        except CloseConnection as exc:
+            self._set_reason(str(exc))
+            log.warning("conn %d from %s: closing: %s", self.conn_id, self.peer, exc)
+        except (ConnectionError, OSError) as exc:
+            self._set_reason(f"read failed: {exc}")
+
+    async def _process(self, frame: bytes, job: _Job) -> bytes | None:
+        try:
+            return await self._handler(self, frame, job.released.set)
+        except CloseConnection:
+            self._draining = True
+            raise
+        finally:
+            job.released.set()
+
+    async def _write_loop(self) -> None:
+        while True:
+            job = await self._queue.get()
+            assert job.task is not None
+            try:
+                out = await job.task
+            except CloseConnection as exc:
+                self._set_reason(str(exc))
+                log.warning("conn %d from %s: closing: %s", self.conn_id, self.peer, exc)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                self._set_reason("handler failed")
+                log.exception("conn %d from %s: handler failed, closing", self.conn_id, self.peer)
+                return
+            try:
+                if out:
+                    self._writer.write(out)
+                    await self._writer.drain()
+            except (ConnectionError, OSError) as exc:
+                self._set_reason(f"write failed: {exc}")
+                return
+            self._slots.release()
+
+    # --- teardown -----------------------------------------------------------------------------
+
+    def _set_reason(self, reason: str) -> None:
+        if self.close_reason is None:
+            self.close_reason = reason
+
+    async def _shutdown(self) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        for task in self._loops:
+            task.cancel()
+        jobs = list(self._jobs)
+        for task in jobs:
+            task.cancel()
+        await asyncio.gather(*self._loops, *jobs, return_exceptions=True)
+        self._writer.close()
+        try:
+            await self._writer.wait_closed()
+        except (ConnectionError, OSError):
+            pass
+        log.debug("conn %d from %s: closed (%s)", self.conn_id, self.peer, self.close_reason)
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            await _run_callback(self, callback)
+        self._done.set()
+
+
+async def _run_callback(conn: Connection, callback: CloseCallback) -> None:
+    try:
+        result = callback(conn)
+        if inspect.isawaitable(result):
+            await result
+    except Exception:
+        log.exception("conn %d from %s: close callback %r failed", conn.conn_id, conn.peer, callback)
+
+
+def _address(info: Any) -> tuple[str, int]:
+    if isinstance(info, tuple) and len(info) >= 2:
+        return str(info[0]), int(info[1])
+    return ("?", 0)

@@ -1,0 +1,131 @@
+"""The TCP listener: accepts connections and runs one :class:`Connection` per client.
+
+A misbehaving client only ever ends its own connection; the listener keeps serving the others.
+``serve()`` mirrors hypercorn's embedding API: it runs until ``shutdown_trigger`` returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from .connection import Connection, FrameHandler
+from .framing import DEFAULT_MAX_FRAME_BYTES
+
+log = logging.getLogger("kshare.wire")
+
+
+class Listener:
+    """A listening socket plus the set of live connections.
+
+    ``port=0`` binds an ephemeral port; read the real one from :attr:`port` after :meth:`start`.
+    """
+
+    def __init__(
+        self,
+        handler: FrameHandler,
+        host: str = "0.0.0.0",
+        port: int = 9092,
+        *,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        max_inflight: int = 64,
+    ) -> None:
+        self._handler = handler
+        self._host = host
+        self._port = port
+        self._max_frame_bytes = max_frame_bytes
+        self._max_inflight = max_inflight
+        self._server: asyncio.Server | None = None
+        self._connections: dict[int, Connection] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def host(self) -> str:
+        return self._host
+
+    @property
+    def port(self) -> int:
+        """The bound port (the requested one until :meth:`start`; kept after :meth:`stop`)."""
+        return self._port
+
+    @property
+    def connections(self) -> dict[int, Connection]:
+        """Live connections by ``conn_id`` (a view: do not mutate)."""
+        return self._connections
+
+    async def start(self) -> None:
+        if self._server is not None:
+            raise RuntimeError("listener already started")
+        self._server = await asyncio.start_server(self._accept, self._host, self._port)
+        if self._server.sockets:
+            self._port = int(self._server.sockets[0].getsockname()[1])
+        log.info("listening on %s:%d", self._host, self.port)
+
+    async def stop(self, *, grace: float = 5.0) -> None:
+        """Stop accepting, close every connection (cancelling in-flight handlers), wait for them."""
+        if self._server is None:
+            return
+        self._server.close()
+        for conn in list(self._connections.values()):
+            conn.close("listener stopping")
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=grace)
+        await self._server.wait_closed()
+        self._server = None
+        log.info("stopped listening on %s:%d", self._host, self._port)
+
+    async def __aenter__(self) -> Listener:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = Connection(
+            reader,
+            writer,
+            self._handler,
+            max_frame_bytes=self._max_frame_bytes,
+            max_inflight=self._max_inflight,
+        )
+        self._connections[conn.conn_id] = conn
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        try:
+            await conn.run()
+        except Exception:  # never let one connection take the listener down
+            log.exception("conn %d from %s: crashed", conn.conn_id, conn.peer)
+        finally:
+            self._connections.pop(conn.conn_id, None)
+            if task is not None:
+                self._tasks.discard(task)
+
+
+async def serve(
+    host: str,
+    port: int,
+    handler: FrameHandler,
+    *,
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+    max_inflight: int = 64,
+    shutdown_trigger: Callable[[], Awaitable[object]] | None = None,
+    on_started: Callable[[Listener], object] | None = None,
+) -> None:
+    """Serve ``handler`` on ``host:port`` until ``shutdown_trigger()`` returns (or forever).
+
+    ``on_started(listener)`` runs once the socket is bound (useful with ``port=0``).
+    """
+    listener = Listener(handler, host, port, max_frame_bytes=max_frame_bytes, max_inflight=max_inflight)
+    await listener.start()
+    try:
+        if on_started is not None:
+            on_started(listener)
+        if shutdown_trigger is None:
+            await asyncio.Event().wait()
+        else:
+            await shutdown_trigger()
+    finally:
+        await listener.stop()
