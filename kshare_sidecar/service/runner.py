@@ -42,7 +42,10 @@ class PersisterTopicIds:
         return uuid.UUID(await self.persister.topic_id(name, create=True))
 
     async def forget(self, name: str, topic_id: uuid.UUID) -> None:
-        await self.persister.delete_topic_id(name)
+        """Compare-and-delete: only drop the mapping if it still names this (deleted) topic."""
+        current = await self.persister.topic_id(name, create=False)
+        if current is not None and uuid.UUID(current) == topic_id:
+            await self.persister.delete_topic_id(name)
 
 
 class BackendCatalog:

@@ -1,0 +1,70 @@
+"""The backend layer's own errors: callers never see aiokafka or kio exceptions.
+
+Every error carries a Kafka error code (``code``) because the handlers above translate backend
+trouble into protocol answers, and a code is what they need. ``retriable`` tells the fetch
+manager whether waiting and trying again can help.
+"""
+
+from __future__ import annotations
+
+# Kafka error codes the backend layer produces or reacts to (names as in Kafka's Errors.java).
+OFFSET_OUT_OF_RANGE = 1
+UNKNOWN_TOPIC_OR_PARTITION = 3
+LEADER_NOT_AVAILABLE = 5
+NOT_LEADER_OR_FOLLOWER = 6
+REQUEST_TIMED_OUT = 7
+NETWORK_EXCEPTION = 13
+UNSUPPORTED_VERSION = 35
+FENCED_LEADER_EPOCH = 74
+UNKNOWN_LEADER_EPOCH = 75
+UNKNOWN_TOPIC_ID = 100
+UNKNOWN_SERVER_ERROR = -1
+
+# Codes after which fresh metadata (a new leader, a recreated topic) may make a retry succeed.
+REFRESH_AND_RETRY = frozenset(
+    {
+        UNKNOWN_TOPIC_OR_PARTITION,
+        LEADER_NOT_AVAILABLE,
+        NOT_LEADER_OR_FOLLOWER,
+        REQUEST_TIMED_OUT,
+        NETWORK_EXCEPTION,
+        FENCED_LEADER_EPOCH,
+        UNKNOWN_LEADER_EPOCH,
+        UNKNOWN_TOPIC_ID,
+    }
+)
+
+_TRANSIENT = REFRESH_AND_RETRY - {UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID}
+
+
+class BackendError(Exception):
+    """A backend request failed. ``code`` is the Kafka error code that describes it."""
+
+    def __init__(self, code: int, message: str, *, topic: str | None = None, partition: int | None = None):
+        super().__init__(message)
+        self.code = code
+        self.topic = topic
+        self.partition = partition
+
+    @property
+    def retriable(self) -> bool:
+        return self.code in _TRANSIENT
+
+
+class UnknownTopicError(BackendError):
+    """The topic or partition does not exist on the backend (or was deleted)."""
+
+
+class BackendUnavailableError(BackendError):
+    """No leader, no connection, or a timeout, even after refreshing metadata and retrying once."""
+
+
+def error_for(code: int, message: str, *, topic: str | None = None, partition: int | None = None) -> BackendError:
+    """The most specific error class for a Kafka error code."""
+    if code in (UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID):
+        cls: type[BackendError] = UnknownTopicError
+    elif code in _TRANSIENT:
+        cls = BackendUnavailableError
+    else:
+        cls = BackendError
+    return cls(code, message, topic=topic, partition=partition)

@@ -1,0 +1,155 @@
+"""Carry kio-encoded requests over aiokafka's connections.
+
+Why: aiokafka 0.14 owns bootstrap, broker discovery, TLS/SASL and pipelined connections, but
+its own protocol structs stop at Metadata v5 (no topic IDs) and Fetch v11. kio encodes every
+version. ``AIOKafkaConnection.send`` only needs a duck-typed request: ``prepare(versions)``
+returning an object with ``build_request_header``/``encode``/``parse_response_header`` and a
+``RESPONSE_TYPE.decode``. :class:`KioRequest` supplies exactly that, so we keep one connection
+pool (and its auth) and pick the API version per connection from the broker's ApiVersions.
+
+This relies on aiokafka internals (``conn.send`` → ``request.prepare``); the integration tests
+exercise it on every run and the lead pins ``aiokafka>=0.14,<0.15``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import io
+from collections.abc import Callable
+from typing import Any
+
+from kio.index import load_payload_module, load_response_schema
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+
+from .errors import BackendError
+
+Builder = Callable[[Any, int], Any]
+"""``build(module, version) -> kio request entity`` for the chosen version's payload module."""
+
+
+@functools.cache
+def _writer(cls: type) -> Callable[[Any, Any], None]:
+    return entity_writer(cls)
+
+
+@functools.cache
+def _reader(cls: type) -> Callable[[Any, int], tuple[Any, int]]:
+    return entity_reader(cls)
+
+
+@functools.cache
+def request_module(api_key: int, version: int):
+    """The kio payload module of one request version (nested classes live there)."""
+    return load_payload_module(api_key, version, EntityType.request)
+
+
+def make(cls: type, **kwargs: Any) -> Any:
+    """Build a kio entity, silently dropping fields this version does not have.
+
+    Lets one builder serve a range of versions: v4 Fetch simply has no ``log_start_offset``.
+    """
+    names = _field_names(cls)
+    return cls(**{k: v for k, v in kwargs.items() if k in names})
+
+
+@functools.cache
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))
+
+
+class _Encoded:
+    """Something with ``encode()`` (what aiokafka expects of a header)."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+
+    def encode(self) -> bytes:
+        return self._data
+
+
+class _ResponseDecoder:
+    """Stands in for an aiokafka ``Response`` class: ``decode(BytesIO)`` → kio entity."""
+
+    __slots__ = ("_cls",)
+
+    def __init__(self, cls: type) -> None:
+        self._cls = cls
+
+    def decode(self, buf: io.BytesIO) -> Any:
+        # kio wants a read-only buffer; a read-only view of the frame avoids one copy.
+        view = buf.getbuffer().toreadonly()
+        try:
+            entity, _ = _reader(self._cls)(view, buf.tell())
+        finally:
+            view.release()
+        return entity
+
+
+class _KioStruct:
+    """The prepared request aiokafka's connection encodes and matches responses against."""
+
+    __slots__ = ("entity", "RESPONSE_TYPE", "_response_cls")
+
+    def __init__(self, entity: Any) -> None:
+        self.entity = entity
+        self._response_cls = load_response_schema(entity.__api_key__, entity.__version__)
+        self.RESPONSE_TYPE = _ResponseDecoder(self._response_cls)
+
+    def build_request_header(self, correlation_id: int, client_id: str) -> _Encoded:
+        header_cls = self.entity.__header_schema__
+        header = header_cls(
+            request_api_key=self.entity.__api_key__,
+            request_api_version=self.entity.__version__,
+            correlation_id=correlation_id,
+            client_id=client_id,
+        )
+        buf = io.BytesIO()
+        _writer(header_cls)(buf, header)
+        return _Encoded(buf.getvalue())
+
+    def encode(self) -> bytes:
+        buf = io.BytesIO()
+        _writer(type(self.entity))(buf, self.entity)
+        return buf.getvalue()
+
+    def parse_response_header(self, buf: io.BytesIO) -> Any:
+        header_cls = self._response_cls.__header_schema__
+        view = buf.getbuffer().toreadonly()
+        try:
+            header, size = _reader(header_cls)(view, buf.tell())
+        finally:
+            view.release()
+        buf.seek(buf.tell() + size)
+        return header
+
+    def __repr__(self) -> str:  # aiokafka logs requests at debug level
+        return f"<kio {type(self.entity).__name__} v{self.entity.__version__}>"
+
+
+class KioRequest:
+    """A request aiokafka can send; the version is chosen per connection in ``prepare``.
+
+    ``versions`` is the range kshare knows how to build and read, highest preferred.
+    """
+
+    def __init__(self, api_key: int, versions: range, build: Builder) -> None:
+        self.API_KEY = api_key
+        self._versions = versions
+        self._build = build
+        self.version: int | None = None
+
+    def prepare(self, broker_versions: dict[int, tuple[int, int]]) -> _KioStruct:
+        low, high = broker_versions.get(self.API_KEY, (0, -1))
+        usable = [v for v in self._versions if low <= v <= high]
+        if not usable:
+            raise BackendError(
+                35,  # UNSUPPORTED_VERSION
+                f"backend supports api {self.API_KEY} v{low}..v{high}; kshare needs "
+                f"v{self._versions.start}..v{self._versions.stop - 1}",
+            )
+        self.version = max(usable)
+        return _KioStruct(self._build(request_module(self.API_KEY, self.version), self.version))

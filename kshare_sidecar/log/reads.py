@@ -1,0 +1,122 @@
+"""Fetch and ListOffsets requests (through kio) and their translation into FetchResult.
+
+Why Fetch by topic *name* (v4..v12) rather than by ID (v13+): minted topic IDs (Redpanda, old
+backends) mean nothing to the backend, names work everywhere, and v12 already carries everything
+share logic needs: high watermark, LSO, log start offset and the aborted-transaction list.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from .batches import parse_batches
+from .kio_bridge import KioRequest, make
+from .types import FetchResult
+
+FETCH_API = 1
+FETCH_VERSIONS = range(4, 13)  # v4: isolation level, LSO, aborted txns; Kafka 4 dropped < v4
+LIST_OFFSETS_API = 2
+LIST_OFFSETS_VERSIONS = range(1, 8)  # v2: isolation level; v7: max-timestamp spec (-3)
+
+EARLIEST = -2
+LATEST = -1
+INT32_MAX = 2**31 - 1
+
+
+class PartitionRead(NamedTuple):
+    """One partition to read in :meth:`Backend.fetch_many`."""
+
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int
+
+
+def fetch_request(
+    reads: Sequence[PartitionRead], *, max_wait_ms: int, isolation_level: int, max_bytes: int | None
+) -> KioRequest:
+    by_topic: dict[str, list[PartitionRead]] = {}
+    for r in reads:
+        by_topic.setdefault(r.topic, []).append(r)
+    total = max_bytes if max_bytes is not None else min(INT32_MAX, sum(r.max_bytes for r in reads))
+    wait = datetime.timedelta(milliseconds=max_wait_ms)
+
+    def build(mod, version: int):
+        topics = tuple(
+            make(
+                mod.FetchTopic,
+                topic=name,
+                partitions=tuple(
+                    make(
+                        mod.FetchPartition,
+                        partition=r.partition,
+                        fetch_offset=r.offset,
+                        partition_max_bytes=r.max_bytes,
+                        current_leader_epoch=-1,
+                        last_fetched_epoch=-1,
+                        log_start_offset=-1,
+                    )
+                    for r in rs
+                ),
+            )
+            for name, rs in by_topic.items()
+        )
+        return make(
+            mod.FetchRequest,
+            replica_id=-1,
+            max_wait=wait,
+            min_bytes=1,  # answer as soon as any data exists: a long poll when max_wait > 0
+            max_bytes=total,
+            isolation_level=isolation_level,
+            session_id=0,
+            session_epoch=-1,  # no incremental fetch sessions: every request is self-contained
+            topics=topics,
+            forgotten_topics_data=(),
+            rack_id="",
+        )
+
+    return KioRequest(FETCH_API, FETCH_VERSIONS, build)
+
+
+def empty_result(error_code: int, *, hwm: int = -1, lso: int = -1, log_start: int = -1) -> FetchResult:
+    return FetchResult(b"", (), hwm, lso, log_start, (), error_code)
+
+
+def to_result(p) -> FetchResult:
+    """Translate one kio ``PartitionData`` into a :class:`FetchResult` (only complete batches)."""
+    code = int(p.error_code)
+    hwm = int(p.high_watermark)
+    lso = int(getattr(p, "last_stable_offset", -1))
+    log_start = int(getattr(p, "log_start_offset", -1))
+    if code != 0:
+        return empty_result(code, hwm=hwm, lso=lso, log_start=log_start)
+    raw = p.records or b""
+    batches = parse_batches(raw)
+    if batches:
+        end = batches[-1].end
+        records = raw if end == len(raw) else raw[:end]  # drop a truncated trailing batch
+    else:
+        records = b""
+    aborted = tuple((int(a.producer_id), int(a.first_offset)) for a in (p.aborted_transactions or ()))
+    return FetchResult(records, batches, hwm, lso, log_start, aborted, 0)
+
+
+def list_offsets_request(topic: str, partition: int, timestamp: int, isolation_level: int) -> KioRequest:
+    def build(mod, version: int):
+        part = make(
+            mod.ListOffsetsPartition,
+            partition_index=partition,
+            current_leader_epoch=-1,
+            timestamp=timestamp,
+            max_num_offsets=1,
+        )
+        return make(
+            mod.ListOffsetsRequest,
+            replica_id=-1,
+            isolation_level=isolation_level,
+            topics=(make(mod.ListOffsetsTopic, name=topic, partitions=(part,)),),
+        )
+
+    return KioRequest(LIST_OFFSETS_API, LIST_OFFSETS_VERSIONS, build)
