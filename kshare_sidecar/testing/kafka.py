@@ -65,7 +65,12 @@ def free_port() -> int:
 
 
 def _cluster_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A KRaft cluster id (URL-safe base64 of a UUID). Never one starting with '-': the storage
+    tool's argument parser would take it for an option (Kafka's own Uuid avoids it too)."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cid.startswith("-"):
+            return cid
 
 
 class KafkaBroker:

@@ -24,3 +24,11 @@ def test_docker_check_pings_the_engine(monkeypatch, tmp_path):
         assert docker_engine_available() is False
     finally:
         docker_engine_available.cache_clear()
+
+
+def test_cluster_ids_never_look_like_options():
+    from kshare_sidecar.testing.kafka import _cluster_id
+
+    ids = {_cluster_id() for _ in range(5000)}
+    assert len(ids) == 5000 and not any(i.startswith("-") for i in ids)
+    assert all(len(i) == 22 for i in ids)
