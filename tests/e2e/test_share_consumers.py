@@ -97,6 +97,9 @@ def test_record_released_every_time_is_archived_at_the_limit(target):
 
 
 def test_lock_expiry_moves_records_and_late_ack_fails(target):
+    """The slow consumer's ack arrives while the records belong to the fast one. (Once the fast
+    one has completed them and the SPSO moved past, Kafka 4.3 answers such a late ack with
+    success; kshare keeps answering INVALID_RECORD_STATE - see docs/compatibility.md.)"""
     topic, group, _ = _setup(target, records=5)
     slow, fast = _consumer(target, group), _consumer(target, group)
     try:
@@ -108,15 +111,16 @@ def test_lock_expiry_moves_records_and_late_ack_fails(target):
         taken = _poll(fast, 5, timeout=30)
         assert sorted(m.offset() for m in taken) == [0, 1, 2, 3, 4]
         assert {m.delivery_count() for m in taken} == {2}
-        for m in taken:
-            fast.acknowledge(m, AcknowledgeType.ACCEPT)
-        assert all(exc is None for exc in fast.commit_sync(30).values())
         for m in held:
             slow.acknowledge(m, AcknowledgeType.ACCEPT)
         results = slow.commit_sync(30)
         errors = [exc for exc in results.values() if exc is not None]
         assert errors, "the late acknowledgement should fail"
         assert all(isinstance(e, KafkaException) and "INVALID_RECORD_STATE" in str(e) for e in errors), errors
+        for m in taken:
+            fast.acknowledge(m, AcknowledgeType.ACCEPT)
+        assert all(exc is None for exc in fast.commit_sync(30).values())
+        assert _poll(fast, 1, timeout=3) == []
     finally:
         slow.close()
         fast.close()
