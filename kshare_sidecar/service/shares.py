@@ -257,7 +257,7 @@ class ShareService:
                 return None
             acquired = sp.acquire(member_id, [(b.base_offset, b.last_offset, b.producer_id, b.is_transactional,
                                                b.is_control) for b in batches],
-                                  budget.records, params.batch_size, mode=params.mode,
+                                  budget.records, params.batch_size, mode=params.mode, fetch_offset=offset,
                                   aborted_transactions=result.aborted_transactions if read_committed else None)
         if not acquired:
             return None

@@ -66,6 +66,7 @@ def main() -> int:
                     failed = {(tp.partition) for tp, exc in results.items() if exc is not None}
                     for m in batch:
                         out.write(json.dumps({"ev": "ack", "p": m.partition(), "o": m.offset(),
+                                              "dc": m.delivery_count(),
                                               "ok": m.partition() not in failed}) + "\n")
             elif seen and time.monotonic() - last > args.idle_s:
                 break

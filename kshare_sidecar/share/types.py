@@ -1,0 +1,49 @@
+"""Small value types shared by the engine and its callers (wire numbering kept where one exists)."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import NamedTuple
+
+
+class AckType(IntEnum):
+    """AcknowledgeTypes values of ShareFetch/ShareAcknowledge (v1; RENEW is v2 with IsRenewAck)."""
+
+    GAP = 0
+    ACCEPT = 1
+    RELEASE = 2
+    REJECT = 3
+    RENEW = 4
+
+
+class AcquireMode(IntEnum):
+    """ShareAcquireMode (ShareFetch v2): MaxRecords is soft (whole batches) or strict."""
+
+    BATCH_OPTIMIZED = 0
+    RECORD_LIMIT = 1
+
+
+class AcquiredRecords(NamedTuple):
+    """One AcquiredRecords entry of a ShareFetch response; it carries its own acquisition lock."""
+
+    first_offset: int
+    last_offset: int
+    delivery_count: int
+
+
+class LogBatch(NamedTuple):
+    """Header facts of one log record batch: all the engine needs to acquire it without decoding records."""
+
+    base_offset: int
+    last_offset: int
+    producer_id: int = -1
+    is_transactional: bool = False
+    is_control: bool = False
+
+
+class AckBatch(NamedTuple):
+    """One AcknowledgementBatches entry: types has 1 element (whole range) or one per offset."""
+
+    first_offset: int
+    last_offset: int
+    ack_types: tuple[int, ...] | list[int]
