@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import typer
 
+from . import configs as configs_cli
+from . import consume as consume_cli
 from . import dev
+from . import groups as groups_cli
 from . import plugins as plugins_cli
 from . import sidecar as sidecar_cli
 
@@ -18,6 +21,9 @@ app = typer.Typer(
 app.add_typer(dev.app, name="dev")
 app.add_typer(plugins_cli.app, name="plugins")
 app.add_typer(sidecar_cli.app, name="sidecar")
+app.add_typer(groups_cli.app, name="groups")
+app.add_typer(configs_cli.app, name="configs")
+app.command("consume", cls=groups_cli.OneLineCommand)(consume_cli.consume)
 
 
 @app.command()

@@ -88,6 +88,26 @@ class GroupService:
             initialized={t: tuple(sorted(ps)) for t, ps in initialized.items()},
             configs={k: str(v) for k, v in group.configs.items()}))
 
+    # -- administration (used by service/admin.py) -------------------------------------------
+    def mark_initialized(self, group_id: str, topic_id: uuid.UUID, partition: int) -> None:
+        """Record that a share-partition's state was initialized by an admin offsets reset."""
+        self._initialized.add((group_id, topic_id, partition))
+
+    def forget_initialized(self, group_id: str, topic_id: uuid.UUID | None = None) -> None:
+        """Drop initialized markers of a group (or of one of its topics) after its state was deleted."""
+        self._initialized = {e for e in self._initialized
+                             if not (e[0] == group_id and (topic_id is None or e[1] == topic_id))}
+
+    async def delete_group(self, group_id: str) -> ErrorCode:
+        """Delete an empty group with its share-partition state and per-group configs."""
+        code = self.coordinator.delete_group(group_id)
+        if code != ErrorCode.none:
+            return code
+        self.forget_initialized(group_id)
+        self.partitions.unload_group(group_id)
+        await self.persister.delete_group(group_id, with_state=True)
+        return ErrorCode.none
+
     def expire_members(self) -> list[tuple[str, str]]:
         gone = self.coordinator.expire_members()
         for group_id, member_id in gone:

@@ -13,6 +13,8 @@ import uuid
 
 from .. import plugins
 from ..api import Dispatcher, NodeIdentity, build_registry
+from ..api import admin as admin_api
+from ..api import configs as configs_api
 from ..api import heartbeat as heartbeat_api
 from ..api import shares as shares_api
 from ..config import SidecarConfig
@@ -21,6 +23,7 @@ from ..group.coordinator import ShareGroupCoordinator
 from ..log.backend import Backend
 from ..share.sessions import ShareSessionCache
 from ..wire.server import Listener
+from .admin import AdminService
 from .groups import GroupService
 from .partitions import SharePartitionManager
 from .shares import ShareService
@@ -113,6 +116,10 @@ class Sidecar:
         registry = build_registry(BackendCatalog(self.backend, hidden))
         heartbeat_api.register(registry, self.groups)
         shares_api.register(registry, self.shares)
+        self.admin = AdminService(config=cfg, coordinator=self.coordinator, groups=self.groups,
+                                  partitions=self.partitions, persister=self.persister, backend=self.backend)
+        admin_api.register(registry, self.admin, self.backend)
+        configs_api.register(registry, self.admin)
         self.dispatcher = Dispatcher(registry, self.node)
         self.listener = Listener(self.dispatcher, host, port, max_frame_bytes=cfg["socket.request.max.bytes"])
         await self.listener.start()

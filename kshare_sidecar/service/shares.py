@@ -12,13 +12,14 @@ import asyncio
 import logging
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
 from ..log.errors import BackendError, UnknownTopicError
-from ..log.types import BatchInfo
+from ..log.types import BatchInfo, FetchResult
 from ..share.sessions import SessionError, ShareSession, ShareSessionCache
 from ..share.types import AcquiredRecords, AcquireMode
 from .partitions import PartitionError, PendingAcks, SharePartitionManager, Slot
@@ -58,13 +59,58 @@ class FetchParams:
     mode: int = AcquireMode.BATCH_OPTIMIZED
 
 
+class BatchCache:
+    """The last backend read of each share-partition, shared by all its members, bounded in bytes.
+
+    Members of one share-partition fetch from nearby offsets (the next one picks up where the
+    previous acquisition stopped; redeliveries revisit recent batches), so one cached read often
+    serves several ShareFetches without another backend round trip. Log batches never change, so
+    a cached one is never wrong; least recently used entries go first when over the budget.
+    """
+
+    def __init__(self, max_bytes: int = 64 * 1024 * 1024) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self.hits = self.misses = 0
+        self._entries: OrderedDict[object, FetchResult] = OrderedDict()
+
+    def get(self, key, offset: int, isolation_level: int) -> FetchResult | None:
+        result = self._entries.get((key, isolation_level))
+        if result is not None and result.batches and \
+                result.batches[0].base_offset <= offset <= result.batches[-1].last_offset:
+            self._entries.move_to_end((key, isolation_level))
+            self.hits += 1
+            return result
+        self.misses += 1
+        return None
+
+    def put(self, key, isolation_level: int, result: FetchResult) -> None:
+        old = self._entries.pop((key, isolation_level), None)
+        if old is not None:
+            self.bytes -= len(old.records)
+        if not result.batches or len(result.records) > self.max_bytes:
+            return
+        self._entries[(key, isolation_level)] = result
+        self.bytes += len(result.records)
+        while self.bytes > self.max_bytes:
+            _, evicted = self._entries.popitem(last=False)
+            self.bytes -= len(evicted.records)
+
+    def drop(self, key) -> None:
+        for iso in (0, 1):
+            old = self._entries.pop((key, iso), None)
+            if old is not None:
+                self.bytes -= len(old.records)
+
+
 class ShareService:
     def __init__(self, *, sessions: ShareSessionCache, partitions: SharePartitionManager, backend,
-                 group_config) -> None:
+                 group_config, cache_bytes: int = 64 * 1024 * 1024) -> None:
         self.sessions = sessions
         self.partitions = partitions
         self.backend = backend
         self.group_config = group_config
+        self.cache = BatchCache(cache_bytes)
         self._rotation: dict[tuple[str, str], int] = {}
 
     # -- entry points ------------------------------------------------------------------------
@@ -242,16 +288,23 @@ class ShareService:
             offset = sp.next_fetch_offset()
             if offset is None:
                 return None
-            try:
-                result = await self.backend.fetch(slot.topic, slot.key.partition, offset, max_bytes=budget.bytes,
-                                                  max_wait_ms=0, isolation_level=1 if read_committed else 0)
-            except BackendError as exc:
-                log.warning("backend read failed for group=%s partition=%s-%d: %s", slot.key.group_id, slot.topic,
-                            slot.key.partition, exc)
-                raise PartitionError(_share_error(exc), str(exc)) from exc
-            sp.move_log_start(result.log_start_offset)
-            if result.error_code:  # OFFSET_OUT_OF_RANGE: the log start moved past us; archived above
-                return None
+            isolation = 1 if read_committed else 0
+            log_key = (slot.topic, slot.key.partition)
+            result = self.cache.get(log_key, offset, isolation)
+            if result is None:
+                try:
+                    result = await self.backend.fetch(slot.topic, slot.key.partition, offset,
+                                                      max_bytes=max(budget.bytes, 1_048_576), max_wait_ms=0,
+                                                      isolation_level=isolation)
+                except BackendError as exc:
+                    log.warning("backend read failed for group=%s partition=%s-%d: %s", slot.key.group_id,
+                                slot.topic, slot.key.partition, exc)
+                    raise PartitionError(_share_error(exc), str(exc)) from exc
+                sp.move_log_start(result.log_start_offset)
+                if result.error_code:  # OFFSET_OUT_OF_RANGE: the log start moved past us; archived above
+                    self.cache.drop(log_key)
+                    return None
+                self.cache.put(log_key, isolation, result)
             batches = [b for b in result.batches if b.last_offset >= offset]
             if not batches:
                 return None

@@ -1,0 +1,224 @@
+"""Share-group admin APIs: message <-> :class:`kshare_sidecar.service.admin.AdminService`.
+
+| key | API | versions |
+|---|---|---|
+| 2 | ListOffsets | 1–10 (the sidecar leads every partition in Metadata, so admin tools ask it) |
+| 16 | ListGroups | 0–5 (states filter v4+, types filter v5+) |
+| 42 | DeleteGroups | 0–2 |
+| 77 | ShareGroupDescribe | 1 |
+| 90 | DescribeShareGroupOffsets | 0–1 (Lag from v1) |
+| 91 | AlterShareGroupOffsets | 0 |
+| 92 | DeleteShareGroupOffsets | 0 |
+
+Handlers return version-neutral dicts; the dispatcher converts them to the negotiated version.
+See docs/admin.md for the rules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ..log.errors import BackendError, UnknownTopicError
+from ..service.admin import AdminError, AdminService, GroupDescription
+from .context import KafkaError, RequestContext
+from .registry import ApiRegistry
+
+log = logging.getLogger("kshare.api.admin")
+
+#: AuthorizedOperations "not provided" (Kafka's INT32_MIN default).
+_NO_OPS = -(2**31)
+_LATEST, _EARLIEST, _MAX_TIMESTAMP, _EARLIEST_LOCAL, _LATEST_TIERED = -1, -2, -3, -4, -5
+
+
+def _raise(exc: AdminError) -> None:
+    raise KafkaError(exc.code, exc.message) from exc
+
+
+# -- ListGroups (16) ---------------------------------------------------------------------------
+def make_list_groups(admin: AdminService):
+    async def list_groups(ctx: RequestContext, header, req) -> dict[str, Any]:
+        try:
+            listings = admin.list_groups(states=getattr(req, "states_filter", ()) or (),
+                                         types=getattr(req, "types_filter", ()) or ())
+        except AdminError as exc:
+            return {"throttle_time": 0, "error_code": exc.code, "groups": ()}
+        return {"throttle_time": 0, "error_code": ErrorCode.none, "groups": tuple(
+            {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state,
+             "group_type": g.group_type} for g in listings)}
+
+    return list_groups
+
+
+# -- ShareGroupDescribe (77) -------------------------------------------------------------------
+def _described(d) -> dict[str, Any]:
+    return {
+        "error_code": d.error, "error_message": d.message, "group_id": d.group_id, "group_state": d.state,
+        "group_epoch": d.group_epoch, "assignment_epoch": d.assignment_epoch, "assignor_name": d.assignor,
+        "members": tuple({
+            "member_id": m.member_id, "rack_id": m.rack_id, "member_epoch": m.member_epoch,
+            "client_id": m.client_id, "client_host": m.client_host, "subscribed_topic_names": m.subscribed,
+            "assignment": {"topic_partitions": tuple(
+                {"topic_id": tid, "topic_name": name, "partitions": ps} for tid, name, ps in m.assignment)},
+        } for m in d.members),
+        "authorized_operations": _NO_OPS,
+    }
+
+
+def make_share_group_describe(admin: AdminService):
+    async def share_group_describe(ctx: RequestContext, header, req) -> dict[str, Any]:
+        groups = []
+        for group_id in req.group_ids:
+            try:
+                groups.append(_described(admin.describe_group(group_id)))
+            except AdminError as exc:
+                groups.append(_described(GroupDescription(group_id, exc.code, exc.message)))
+        return {"throttle_time": 0, "groups": tuple(groups)}
+
+    return share_group_describe
+
+
+def _share_group_describe_error(ctx, req, code: ErrorCode, message: str | None) -> dict[str, Any]:
+    return {"throttle_time": 0, "groups": tuple(
+        {"error_code": code, "error_message": message, "group_id": g, "group_state": "Unknown", "group_epoch": -1,
+         "assignment_epoch": -1, "assignor_name": "", "members": (), "authorized_operations": _NO_OPS}
+        for g in req.group_ids)}
+
+
+# -- DescribeShareGroupOffsets (90) ------------------------------------------------------------
+def _offsets_topic(t) -> dict[str, Any]:
+    return {"topic_name": t.name, "topic_id": t.topic_id, "partitions": tuple(
+        {"partition_index": p.partition, "start_offset": p.start_offset, "leader_epoch": p.leader_epoch,
+         "lag": p.lag, "error_code": p.error, "error_message": p.message} for p in t.partitions)}
+
+
+def make_describe_offsets(admin: AdminService):
+    async def describe_share_group_offsets(ctx: RequestContext, header, req) -> dict[str, Any]:
+        groups = []
+        for g in req.groups:
+            topics = None if g.topics is None else {t.topic_name: list(t.partitions) for t in g.topics}
+            try:
+                result = await admin.describe_offsets(g.group_id, topics)
+            except AdminError as exc:
+                groups.append({"group_id": g.group_id, "topics": (), "error_code": exc.code,
+                               "error_message": exc.message})
+                continue
+            groups.append({"group_id": g.group_id, "topics": tuple(_offsets_topic(t) for t in result),
+                           "error_code": ErrorCode.none, "error_message": None})
+        return {"throttle_time": 0, "groups": tuple(groups)}
+
+    return describe_share_group_offsets
+
+
+def _describe_offsets_error(ctx, req, code: ErrorCode, message: str | None) -> dict[str, Any]:
+    return {"throttle_time": 0, "groups": tuple(
+        {"group_id": g.group_id, "topics": (), "error_code": code, "error_message": message} for g in req.groups)}
+
+
+# -- AlterShareGroupOffsets (91) ---------------------------------------------------------------
+def make_alter_offsets(admin: AdminService):
+    async def alter_share_group_offsets(ctx: RequestContext, header, req) -> dict[str, Any]:
+        topics: dict[str, dict[int, int]] = {}
+        for t in req.topics:
+            parts = topics.setdefault(t.topic_name, {})
+            for p in t.partitions:
+                parts[p.partition_index] = p.start_offset
+        try:
+            result = await admin.alter_offsets(req.group_id, topics)
+        except AdminError as exc:
+            _raise(exc)
+        return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "responses": tuple(
+            {"topic_name": t.name, "topic_id": t.topic_id, "partitions": tuple(
+                {"partition_index": p.partition, "error_code": p.error, "error_message": p.message}
+                for p in t.partitions)} for t in result)}
+
+    return alter_share_group_offsets
+
+
+# -- DeleteShareGroupOffsets (92) --------------------------------------------------------------
+def make_delete_offsets(admin: AdminService):
+    async def delete_share_group_offsets(ctx: RequestContext, header, req) -> dict[str, Any]:
+        try:
+            result = await admin.delete_offsets(req.group_id, [t.topic_name for t in req.topics])
+        except AdminError as exc:
+            _raise(exc)
+        return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "responses": tuple(
+            {"topic_name": t.name, "topic_id": t.topic_id, "error_code": t.error, "error_message": t.message}
+            for t in result)}
+
+    return delete_share_group_offsets
+
+
+# -- DeleteGroups (42) -------------------------------------------------------------------------
+def make_delete_groups(admin: AdminService):
+    async def delete_groups(ctx: RequestContext, header, req) -> dict[str, Any]:
+        try:
+            result = await admin.delete_groups(list(dict.fromkeys(req.groups_names)))
+        except AdminError as exc:
+            result = [(g, exc.code) for g in req.groups_names]
+        return {"throttle_time": 0, "results": tuple({"group_id": g, "error_code": code} for g, code in result)}
+
+    return delete_groups
+
+
+def _delete_groups_error(ctx, req, code: ErrorCode, message: str | None) -> dict[str, Any]:
+    return {"throttle_time": 0, "results": tuple({"group_id": g, "error_code": code} for g in req.groups_names)}
+
+
+# -- ListOffsets (2) ---------------------------------------------------------------------------
+def make_list_offsets(backend):
+    async def list_offsets(ctx: RequestContext, header, req) -> dict[str, Any]:
+        isolation = int(getattr(req, "isolation_level", 0) or 0)
+
+        async def one(topic: str, p) -> dict[str, Any]:
+            out = {"partition_index": p.partition_index, "error_code": ErrorCode.none, "timestamp": -1,
+                   "offset": -1, "leader_epoch": -1}
+            ts = p.timestamp
+            if ts in (_LATEST, _LATEST_TIERED):
+                spec: Any = "latest"
+            elif ts in (_EARLIEST, _EARLIEST_LOCAL):
+                spec = "earliest"
+            elif ts >= 0:
+                spec = int(ts)
+            else:  # MAX_TIMESTAMP and future specs: the backend facade cannot answer them
+                out["error_code"] = ErrorCode.invalid_request
+                return out
+            try:
+                offset = await backend.list_offsets(topic, p.partition_index, spec, isolation_level=isolation)
+            except UnknownTopicError:
+                out["error_code"] = ErrorCode.unknown_topic_or_partition
+                return out
+            except BackendError as exc:
+                out["error_code"] = ErrorCode(exc.code) if exc.code in ErrorCode._value2member_map_ else \
+                    ErrorCode.unknown_server_error
+                return out
+            out["offset"] = -1 if offset is None else offset
+            return out
+
+        topics = []
+        for t in req.topics:
+            parts = await asyncio.gather(*(one(t.name, p) for p in t.partitions))
+            topics.append({"name": t.name, "partitions": tuple(parts)})
+        return {"throttle_time": 0, "topics": tuple(topics)}
+
+    return list_offsets
+
+
+def _list_offsets_error(ctx, req, code: ErrorCode, message: str | None) -> dict[str, Any]:
+    return {"throttle_time": 0, "topics": tuple(
+        {"name": t.name, "partitions": tuple(
+            {"partition_index": p.partition_index, "error_code": code, "timestamp": -1, "offset": -1,
+             "leader_epoch": -1} for p in t.partitions)} for t in req.topics)}
+
+
+def register(registry: ApiRegistry, admin: AdminService, backend) -> None:
+    registry.register(2, 1, 10, make_list_offsets(backend), error_response=_list_offsets_error)
+    registry.register(16, 0, 5, make_list_groups(admin))
+    registry.register(42, 0, 2, make_delete_groups(admin), error_response=_delete_groups_error)
+    registry.register(77, 1, 1, make_share_group_describe(admin), error_response=_share_group_describe_error)
+    registry.register(90, 0, 1, make_describe_offsets(admin), error_response=_describe_offsets_error)
+    registry.register(91, 0, 0, make_alter_offsets(admin))
+    registry.register(92, 0, 0, make_delete_offsets(admin))

@@ -1,0 +1,108 @@
+"""DescribeConfigs (key 32, v1–4) and IncrementalAlterConfigs (key 44, v0–1) for GROUP resources.
+
+The sidecar holds per-group ``share.*`` configs (resource type GROUP = 32 on the wire, Kafka's
+``ConfigResource.Type``; librdkafka maps its ``ResourceType.GROUP`` to 32 as well). Other
+resource types belong to the backend cluster: each such resource is answered with
+INVALID_REQUEST and a message saying where to ask. A failed resource never affects another one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ..service.admin import (
+    RESOURCE_GROUP,
+    SOURCE_DEFAULT_CONFIG,
+    SOURCE_GROUP_CONFIG,
+    SOURCE_STATIC_BROKER_CONFIG,
+    AdminError,
+    AdminService,
+)
+from ..config import GROUP_CONFIGS
+from .context import RequestContext
+from .registry import ApiRegistry
+
+_TYPE_NAMES = {0: "UNKNOWN", 2: "TOPIC", 4: "BROKER", 8: "BROKER_LOGGER", 16: "CLIENT_METRICS", 32: "GROUP"}
+
+
+def _not_served(resource_type: int) -> str:
+    kind = _TYPE_NAMES.get(resource_type, f"type {resource_type}")
+    return (f"kshare serves only GROUP (32) configs for share groups; {kind} configs live on the backend "
+            "cluster: ask it directly")
+
+
+def make_describe_configs(admin: AdminService):
+    async def describe_configs(ctx: RequestContext, header, req) -> dict[str, Any]:
+        synonyms = bool(getattr(req, "include_synonyms", False))
+        docs = bool(getattr(req, "include_documentation", False))
+        results = []
+        for r in req.resources:
+            res = {"error_code": ErrorCode.none, "error_message": None, "resource_type": r.resource_type,
+                   "resource_name": r.resource_name, "configs": ()}
+            if r.resource_type != RESOURCE_GROUP:
+                res["error_code"], res["error_message"] = ErrorCode.invalid_request, _not_served(r.resource_type)
+            elif not r.resource_name:
+                res["error_code"], res["error_message"] = ErrorCode.invalid_group_id, "the group id must not be empty"
+            else:
+                keys = None if r.configuration_keys is None else list(r.configuration_keys)
+                res["configs"] = tuple(_entry(v, synonyms, docs) for v in admin.describe_configs(r.resource_name, keys))
+            results.append(res)
+        return {"throttle_time": 0, "results": tuple(results)}
+
+    return describe_configs
+
+
+def _entry(v, synonyms: bool, docs: bool) -> dict[str, Any]:
+    syn = ()
+    if synonyms:
+        chain = []
+        if v.source == SOURCE_GROUP_CONFIG:
+            chain.append({"name": v.name, "value": v.value, "source": SOURCE_GROUP_CONFIG})
+        chain.append({"name": GROUP_CONFIGS[v.name], "value": v.default, "source": SOURCE_STATIC_BROKER_CONFIG})
+        syn = tuple(chain)
+    return {"name": v.name, "value": v.value, "read_only": False,
+            "config_source": v.source if v.source == SOURCE_GROUP_CONFIG else SOURCE_DEFAULT_CONFIG,
+            "is_sensitive": False, "synonyms": syn, "config_type": v.config_type,
+            "documentation": v.doc if docs else None}
+
+
+def _describe_error(ctx, req, code: ErrorCode, message: str | None) -> dict[str, Any]:
+    return {"throttle_time": 0, "results": tuple(
+        {"error_code": code, "error_message": message, "resource_type": r.resource_type,
+         "resource_name": r.resource_name, "configs": ()} for r in req.resources)}
+
+
+def make_incremental_alter_configs(admin: AdminService):
+    async def incremental_alter_configs(ctx: RequestContext, header, req) -> dict[str, Any]:
+        responses = []
+        for r in req.resources:
+            code, message = ErrorCode.none, None
+            try:
+                if r.resource_type != RESOURCE_GROUP:
+                    raise AdminError(ErrorCode.invalid_request, _not_served(r.resource_type))
+                if not r.resource_name:
+                    raise AdminError(ErrorCode.invalid_group_id, "the group id must not be empty")
+                changes = admin.check_config_ops((c.name, c.config_operation, c.value) for c in r.configs)
+                admin.check_group_consistency(r.resource_name, changes)
+                if not req.validate_only and changes:
+                    await admin.alter_configs(r.resource_name, changes)
+            except AdminError as exc:
+                code, message = exc.code, exc.message
+            responses.append({"error_code": code, "error_message": message, "resource_type": r.resource_type,
+                              "resource_name": r.resource_name})
+        return {"throttle_time": 0, "responses": tuple(responses)}
+
+    return incremental_alter_configs
+
+
+def _alter_error(ctx, req, code: ErrorCode, message: str | None) -> dict[str, Any]:
+    return {"throttle_time": 0, "responses": tuple(
+        {"error_code": code, "error_message": message, "resource_type": r.resource_type,
+         "resource_name": r.resource_name} for r in req.resources)}
+
+
+def register(registry: ApiRegistry, admin: AdminService) -> None:
+    registry.register(32, 1, 4, make_describe_configs(admin), error_response=_describe_error)
+    registry.register(44, 0, 1, make_incremental_alter_configs(admin), error_response=_alter_error)

@@ -1,0 +1,473 @@
+"""Share-group administration: list, describe, offsets (describe/alter/delete), delete, configs.
+
+The domain side of the admin APIs (see docs/admin.md); the handlers in ``api/admin.py`` and
+``api/configs.py`` only translate messages. Kafka's rules:
+
+- only share groups exist here; a group that has only per-group configs (set before any member
+  joined) and no share-partition state is not listed or described (Kafka keeps group configs
+  apart from groups);
+- altering or deleting offsets and deleting a group need a group without members
+  (NON_EMPTY_GROUP otherwise);
+- an offsets reset re-initializes the share-partition with a higher state epoch: in-flight
+  state and delivery counts are discarded, writers of the old state are fenced, and a loaded
+  share-partition is unloaded so it reloads the new state on the next fetch;
+- lag (KIP-1226) = partition end offset - StartOffset - DeliveryCompleteCount, -1 when unknown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from kio.schema.errors import ErrorCode
+
+from ..config import GROUP_CONFIGS, BY_KEY, ConfigError, SidecarConfig
+from ..group.coordinator import ShareGroup, ShareGroupCoordinator
+from ..log.errors import BackendError
+from ..log.types import TopicInfo
+from ..persist.errors import PersistError
+from ..persist.model import SharePartitionKey
+
+log = logging.getLogger("kshare.admin")
+
+#: ConfigResource.Type on the wire (DescribeConfigs / IncrementalAlterConfigs).
+RESOURCE_UNKNOWN, RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_BROKER_LOGGER = 0, 2, 4, 8
+RESOURCE_CLIENT_METRICS, RESOURCE_GROUP = 16, 32
+#: DescribeConfigs ConfigSource values.
+SOURCE_GROUP_CONFIG, SOURCE_DEFAULT_CONFIG, SOURCE_STATIC_BROKER_CONFIG = 8, 5, 4
+#: DescribeConfigs ConfigType values.
+TYPE_STRING, TYPE_INT = 2, 3
+#: IncrementalAlterConfigs operations.
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+
+SHARE_STATES = ("Empty", "Stable", "Dead")
+
+
+class AdminError(Exception):
+    """A request-level failure with a Kafka error code."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class GroupListing:
+    group_id: str
+    state: str
+    group_type: str = "share"
+    protocol_type: str = "share"
+
+
+@dataclass(frozen=True)
+class MemberInfo:
+    member_id: str
+    rack_id: str | None
+    member_epoch: int
+    client_id: str
+    client_host: str
+    subscribed: tuple[str, ...]
+    assignment: tuple[tuple[uuid.UUID, str, tuple[int, ...]], ...]  # (topic id, name, partitions)
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    group_id: str
+    error: ErrorCode = ErrorCode.none
+    message: str | None = None
+    state: str = "Dead"
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    assignor: str = ""
+    members: tuple[MemberInfo, ...] = ()
+
+
+@dataclass
+class PartitionOffset:
+    partition: int
+    start_offset: int = -1
+    leader_epoch: int = 0
+    lag: int = -1
+    error: ErrorCode = ErrorCode.none
+    message: str | None = None
+
+
+@dataclass
+class TopicOffsets:
+    name: str
+    topic_id: uuid.UUID
+    partitions: list[PartitionOffset] = field(default_factory=list)
+    error: ErrorCode = ErrorCode.none  # topic-level (delete offsets)
+    message: str | None = None
+
+
+@dataclass(frozen=True)
+class ConfigValue:
+    name: str
+    value: str
+    source: int  # SOURCE_GROUP_CONFIG or SOURCE_DEFAULT_CONFIG
+    config_type: int
+    doc: str
+    default: str
+
+
+_ZERO_UUID = uuid.UUID(int=0)
+
+
+class AdminService:
+    """Admin operations over the sidecar's coordinator, group service, partitions and persister."""
+
+    def __init__(self, *, config: SidecarConfig, coordinator: ShareGroupCoordinator, groups, partitions,
+                 persister, backend) -> None:
+        self.config = config
+        self.coordinator = coordinator
+        self.groups = groups
+        self.partitions = partitions
+        self.persister = persister
+        self.backend = backend
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    # -- which groups exist ------------------------------------------------------------------
+    def _group(self, group_id: str) -> ShareGroup | None:
+        """The group if it exists as a share group (not just as a holder of per-group configs)."""
+        group = self.coordinator.groups.get(group_id)
+        if group is None or group.deleted:
+            return None
+        if group.group_epoch == 0 and not group.members and not self._state_keys(group_id):
+            return None
+        return group
+
+    def _state_keys(self, group_id: str) -> list[SharePartitionKey]:
+        try:
+            return self.persister.keys(group_id)
+        except PersistError:
+            return []
+
+    def _ready(self) -> None:
+        if not self.persister.ready:
+            raise AdminError(ErrorCode.coordinator_load_in_progress, "share state is still loading")
+
+    def _lock(self, group_id: str) -> asyncio.Lock:
+        return self._locks.setdefault(group_id, asyncio.Lock())
+
+    # -- ListGroups / ShareGroupDescribe -----------------------------------------------------
+    def list_groups(self, *, states: Iterable[str] = (), types: Iterable[str] = ()) -> list[GroupListing]:
+        """Share groups, filtered by state and type names (case-insensitive, Kafka's rule)."""
+        self._ready()
+        states = {s.lower() for s in states}
+        types = {t.lower() for t in types}
+        if types and "share" not in types:
+            return []
+        out = []
+        for group_id in sorted(self.coordinator.groups):
+            group = self._group(group_id)
+            if group is None:
+                continue
+            state = group.state.value
+            if states and state.lower() not in states:
+                continue
+            out.append(GroupListing(group_id, state))
+        return out
+
+    def describe_group(self, group_id: str) -> GroupDescription:
+        self._ready()
+        group = self._group(group_id)
+        if group is None:
+            return GroupDescription(group_id, ErrorCode.group_id_not_found, f"Group {group_id} not found.")
+        names = {tid: name for name, (tid, _n) in group.topics_seen.items()}
+        members = []
+        for m in sorted(group.members.values(), key=lambda m: m.member_id):
+            assignment = tuple((tid, names.get(tid) or self._topic_name(tid) or "", tuple(sorted(ps)))
+                               for tid, ps in sorted(m.assignment.items(), key=lambda kv: str(kv[0])))
+            members.append(MemberInfo(m.member_id, m.rack_id, m.member_epoch, m.client_id, m.client_host,
+                                      tuple(m.subscribed), assignment))
+        return GroupDescription(group_id, state=group.state.value, group_epoch=group.group_epoch,
+                                assignment_epoch=group.assignment_epoch, assignor=str(self.config["assignor"]),
+                                members=tuple(members))
+
+    def _topic_name(self, topic_id: uuid.UUID) -> str | None:
+        info = self.backend.topic_by_id(topic_id)
+        if info is not None:
+            return info.name
+        return self.persister.topic_names().get(str(topic_id))
+
+    # -- DescribeShareGroupOffsets -----------------------------------------------------------
+    async def describe_offsets(self, group_id: str,
+                               topics: Mapping[str, Iterable[int]] | None) -> list[TopicOffsets]:
+        """SPSO and lag per share-partition; ``topics=None`` = every share-partition with state.
+
+        Raises AdminError(GROUP_ID_NOT_FOUND) for an unknown group. Partitions without state get
+        StartOffset -1 (clients show "-")."""
+        self._ready()
+        if self._group(group_id) is None:
+            raise AdminError(ErrorCode.group_id_not_found, f"Group {group_id} not found.")
+        wanted: list[tuple[TopicOffsets, str | None]] = []  # (result, topic name known to the backend)
+        if topics is None:
+            by_topic: dict[str, list[int]] = {}
+            for key in self._state_keys(group_id):
+                by_topic.setdefault(key.topic_id, []).append(key.partition)
+            for tid, parts in by_topic.items():
+                name = self._topic_name(uuid.UUID(tid))
+                if name is None:
+                    continue  # the topic is gone; its state is cleaned up with delete-offsets
+                wanted.append((TopicOffsets(name, uuid.UUID(tid), [PartitionOffset(p) for p in sorted(parts)]),
+                               name))
+        else:
+            infos = await self._describe(list(topics))
+            for name, parts in topics.items():
+                info = infos.get(name)
+                if info is None:
+                    wanted.append((TopicOffsets(name, _ZERO_UUID, [
+                        PartitionOffset(p, error=ErrorCode.unknown_topic_or_partition,
+                                        message=f"topic {name} does not exist") for p in parts]), None))
+                    continue
+                res = TopicOffsets(name, info.topic_id)
+                for p in parts:
+                    po = PartitionOffset(p)
+                    if not 0 <= p < info.partitions:
+                        po.error, po.message = ErrorCode.unknown_topic_or_partition, \
+                            f"topic {name} has no partition {p}"
+                    res.partitions.append(po)
+                wanted.append((res, name))
+        keys = {SharePartitionKey(group_id, str(t.topic_id), po.partition): (t, name, po)
+                for t, name in wanted for po in t.partitions if po.error == ErrorCode.none}
+        summaries = await self.persister.read_summary(list(keys)) if keys else {}
+
+        async def fill(key: SharePartitionKey) -> None:
+            topic, name, po = keys[key]
+            summary = summaries.get(key)
+            if summary is None or isinstance(summary, PersistError) or summary.start_offset < 0:
+                return  # no state: StartOffset -1, LeaderEpoch 0, Lag -1 (Kafka's answer)
+            po.start_offset = summary.start_offset
+            po.leader_epoch = max(0, summary.leader_epoch)
+            try:
+                end = await self.backend.high_watermark(name, po.partition)
+            except BackendError as exc:
+                log.info("lag of %s-%d unknown: %s", name, po.partition, exc)
+                return
+            po.lag = summary.lag(end)
+
+        await asyncio.gather(*(fill(k) for k in keys))
+        return [t for t, _ in wanted]
+
+    async def _describe(self, names: list[str]) -> dict[str, TopicInfo]:
+        try:
+            return await self.backend.describe_topics(names)
+        except BackendError as exc:
+            raise AdminError(ErrorCode.coordinator_not_available, f"backend unavailable: {exc}") from exc
+
+    # -- AlterShareGroupOffsets --------------------------------------------------------------
+    async def alter_offsets(self, group_id: str, topics: Mapping[str, Mapping[int, int]]) -> list[TopicOffsets]:
+        """Reset SPSOs (an empty or new group only). Per partition: error or success.
+
+        Like Kafka, this may initialize a group that does not exist yet (KIP-932: "it can also be
+        used to initialize the share group to the start of a topic")."""
+        self._ready()
+        if not group_id:
+            raise AdminError(ErrorCode.invalid_group_id, "the group id must not be empty")
+        async with self._lock(group_id):
+            group = self.coordinator.groups.get(group_id)
+            if group is not None and group.members:
+                raise AdminError(ErrorCode.non_empty_group,
+                                 f"share group {group_id} has {len(group.members)} active member(s); "
+                                 "offsets can only be altered in an empty group")
+            infos = await self._describe(list(topics))
+            results: list[TopicOffsets] = []
+            todo: list[tuple[PartitionOffset, TopicInfo, int]] = []
+            for name, parts in topics.items():
+                info = infos.get(name)
+                res = TopicOffsets(name, info.topic_id if info else _ZERO_UUID)
+                for p, offset in sorted(parts.items()):
+                    po = PartitionOffset(p)
+                    if info is None:
+                        po.error, po.message = ErrorCode.unknown_topic_or_partition, f"topic {name} does not exist"
+                    elif not 0 <= p < info.partitions:
+                        po.error, po.message = ErrorCode.unknown_topic_or_partition, \
+                            f"topic {name} has no partition {p}"
+                    elif offset < 0:
+                        po.error, po.message = ErrorCode.invalid_request, f"start offset {offset} must be >= 0"
+                    else:
+                        todo.append((po, info, offset))
+                    res.partitions.append(po)
+                results.append(res)
+            if todo:
+                group = self.coordinator.ensure_group(group_id)
+                for po, info, offset in todo:
+                    key = SharePartitionKey(group_id, str(info.topic_id), po.partition)
+                    try:
+                        await self._reset(key, offset)
+                        self.groups.mark_initialized(group_id, info.topic_id, po.partition)
+                    except PersistError as exc:
+                        po.error, po.message = exc.error_code, str(exc)
+                self.partitions.unload_group(group_id)
+                group.group_epoch += 1  # as Kafka: an offsets reset bumps the group epoch
+                await self._save(group_id)
+                log.info("share group %s: offsets altered for %d share-partition(s)", group_id, len(todo))
+            return results
+
+    async def _reset(self, key: SharePartitionKey, offset: int) -> None:
+        current = (await self.persister.read([key])).get(key)
+        epoch = current.state_epoch + 1 if current is not None and not isinstance(current, PersistError) else 0
+        await self.persister.initialize(key, epoch, offset)
+
+    # -- DeleteShareGroupOffsets -------------------------------------------------------------
+    async def delete_offsets(self, group_id: str, topics: Iterable[str]) -> list[TopicOffsets]:
+        self._ready()
+        async with self._lock(group_id):
+            group = self._group(group_id)
+            if group is None:
+                raise AdminError(ErrorCode.group_id_not_found, f"Group {group_id} not found.")
+            if group.members:
+                raise AdminError(ErrorCode.non_empty_group,
+                                 f"share group {group_id} has {len(group.members)} active member(s); "
+                                 "offsets can only be deleted in an empty group")
+            names = list(dict.fromkeys(topics))
+            infos = await self._describe(names)
+            known_ids = self.persister.topic_ids()
+            state = self._state_keys(group_id)
+            results = []
+            deleted = 0
+            for name in names:
+                info = infos.get(name)
+                tid = str(info.topic_id) if info else known_ids.get(name)
+                keys = [k for k in state if tid is not None and k.topic_id == tid]
+                res = TopicOffsets(name, uuid.UUID(tid) if tid else _ZERO_UUID)
+                if not keys:
+                    res.error = ErrorCode.unknown_topic_or_partition
+                    res.message = (f"topic {name} does not exist" if tid is None
+                                   else f"share group {group_id} has no state for topic {name}")
+                else:
+                    outcome = await self.persister.delete(keys)
+                    errors = [e for e in outcome.values() if e is not None]
+                    if errors:
+                        res.error, res.message = errors[0].error_code, str(errors[0])
+                    else:
+                        self.groups.forget_initialized(group_id, uuid.UUID(tid))
+                        deleted += len(keys)
+                results.append(res)
+            if deleted:
+                self.partitions.unload_group(group_id)
+                await self._save(group_id)
+                log.info("share group %s: deleted state of %d share-partition(s)", group_id, deleted)
+            return results
+
+    # -- DeleteGroups ------------------------------------------------------------------------
+    async def delete_groups(self, group_ids: Iterable[str]) -> list[tuple[str, ErrorCode]]:
+        self._ready()
+        out = []
+        for group_id in group_ids:
+            async with self._lock(group_id):
+                group = self._group(group_id)
+                if group is None:
+                    out.append((group_id, ErrorCode.group_id_not_found))
+                    continue
+                if group.members:
+                    out.append((group_id, ErrorCode.non_empty_group))
+                    continue
+                try:
+                    code = await self.groups.delete_group(group_id)
+                except PersistError as exc:
+                    code = exc.error_code
+                if code == ErrorCode.none:
+                    log.info("share group %s deleted", group_id)
+                out.append((group_id, code))
+        return out
+
+    # -- per-group configs -------------------------------------------------------------------
+    def describe_configs(self, group_id: str, names: Iterable[str] | None = None) -> list[ConfigValue]:
+        """Effective ``share.*`` configs of a group (it need not exist: then the defaults)."""
+        group = self.coordinator.groups.get(group_id)
+        overrides = dict(group.configs) if group is not None else {}
+        wanted = list(GROUP_CONFIGS) if names is None else [n for n in names if n in GROUP_CONFIGS]
+        out = []
+        for name in wanted:
+            base = BY_KEY[GROUP_CONFIGS[name]]
+            default = _text(self.config[GROUP_CONFIGS[name]])
+            if name in overrides:
+                value, source = _text(overrides[name]), SOURCE_GROUP_CONFIG
+            else:
+                value, source = default, SOURCE_DEFAULT_CONFIG
+            out.append(ConfigValue(name, value, source, TYPE_INT if base.kind is int else TYPE_STRING, base.doc,
+                                   default))
+        return out
+
+    def check_config_ops(self, ops: Iterable[tuple[str, int, str | None]]) -> dict[str, object | None]:
+        """Validate IncrementalAlterConfigs operations; the changes (None = back to default).
+
+        Raises AdminError(INVALID_CONFIG) naming the key and its allowed values."""
+        changes: dict[str, object | None] = {}
+        for name, op, value in ops:
+            if name not in GROUP_CONFIGS:
+                raise AdminError(ErrorCode.invalid_config,
+                                 f"{name} is not a share group config: allowed keys are {', '.join(GROUP_CONFIGS)}")
+            if name in changes:
+                raise AdminError(ErrorCode.invalid_request, f"config {name} appears more than once")
+            if op == OP_DELETE:
+                changes[name] = None
+            elif op == OP_SET:
+                if value is None:
+                    raise AdminError(ErrorCode.invalid_config, f"{name}: a value is required")
+                try:
+                    changes[name] = self.config.validate_group_config(name, value)
+                except ConfigError as exc:
+                    raise AdminError(ErrorCode.invalid_config, str(exc)) from None
+            elif op in (OP_APPEND, OP_SUBTRACT):
+                raise AdminError(ErrorCode.invalid_config,
+                                 f"{name}: APPEND/SUBTRACT apply to list configs only; use SET")
+            else:
+                raise AdminError(ErrorCode.invalid_request, f"{name}: unknown config operation {op}")
+        return changes
+
+    def check_group_consistency(self, group_id: str, changes: Mapping[str, object | None]) -> None:
+        """Cross-key rule (Kafka's GroupConfig): the heartbeat interval must be below the session timeout."""
+        group = self.coordinator.groups.get(group_id)
+        overrides = dict(group.configs) if group is not None else {}
+        for name, value in changes.items():
+            if value is None:
+                overrides.pop(name, None)
+            else:
+                overrides[name] = value
+        effective = self.config.group_config(overrides)
+        heartbeat, session = int(effective["share.heartbeat.interval.ms"]), int(effective["share.session.timeout.ms"])
+        if heartbeat >= session:
+            raise AdminError(ErrorCode.invalid_config,
+                             f"share.heartbeat.interval.ms ({heartbeat}) must be less than share.session.timeout.ms "
+                             f"({session})")
+
+    async def alter_configs(self, group_id: str, changes: Mapping[str, object | None]) -> None:
+        """Apply validated changes to a group's overrides and persist them.
+
+        The group need not exist yet (configs may be set before the first member joins).
+        ``share.auto.offset.reset``, ``share.isolation.level``, the session timeout and heartbeat
+        interval apply at once; the lock duration, delivery count limit and record-lock cap apply
+        to share-partitions loaded after the change, so an empty group's loaded share-partitions
+        are unloaded here (they reload on the next fetch)."""
+        self._ready()
+        if not group_id:
+            raise AdminError(ErrorCode.invalid_group_id, "the group id must not be empty")
+        async with self._lock(group_id):
+            group = self.coordinator.ensure_group(group_id)
+            for name, value in changes.items():
+                if value is None:
+                    group.configs.pop(name, None)
+                else:
+                    group.configs[name] = value
+            if not group.members:
+                self.partitions.unload_group(group_id)
+            await self._save(group_id)
+            log.info("share group %s: configs changed: %s", group_id,
+                     ", ".join(f"{k}={'(default)' if v is None else v}" for k, v in changes.items()))
+
+    async def _save(self, group_id: str) -> None:
+        try:
+            await self.groups.save(group_id)
+        except PersistError as exc:
+            raise AdminError(exc.error_code, f"cannot persist share group {group_id}: {exc}") from exc
+
+
+def _text(value: object) -> str:
+    return str(value)
