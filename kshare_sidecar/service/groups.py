@@ -14,6 +14,7 @@ import uuid
 from kio.schema.errors import ErrorCode
 
 from ..group.coordinator import HeartbeatResult, ShareGroupCoordinator
+from ..log.errors import BackendError
 from ..persist.errors import PersistError
 from ..persist.records import GroupRecord
 from .partitions import SharePartitionManager
@@ -47,7 +48,14 @@ class GroupService:
         names = set(subscribed_topic_names or ())
         if group is not None:
             names |= group.subscribed_topics()
-        topics = await self.backend.describe_topics(sorted(names)) if names else {}
+        try:
+            topics = await self.backend.describe_topics(sorted(names)) if names else {}
+        except BackendError as exc:
+            # Heartbeat errors other than the coordinator ones are fatal to share clients: report
+            # backend trouble as COORDINATOR_NOT_AVAILABLE, which they retry.
+            log.warning("heartbeat of group=%s member=%s: backend metadata unavailable: %s", group_id, member_id, exc)
+            return HeartbeatResult(ErrorCode.coordinator_not_available, f"backend unavailable: {exc}",
+                                   member_id, member_epoch)
         before = group.group_epoch if group is not None else None
         result = self.coordinator.heartbeat(group_id, member_id, member_epoch, rack_id=rack_id,
                                             subscribed_topic_names=subscribed_topic_names, topics=topics,
@@ -62,7 +70,10 @@ class GroupService:
                 await self._initialize_assigned(group_id, topics)
                 if group.group_epoch != before:
                     await self.save(group_id)
-            except PersistError as exc:
+            except (PersistError, BackendError) as exc:
+                # The membership change stands; initialization is retried on the next heartbeat.
+                log.warning("heartbeat of group=%s member=%s: initializing share-partitions failed: %s", group_id,
+                            member_id, exc)
                 return HeartbeatResult(ErrorCode.coordinator_not_available, f"share state unavailable: {exc}",
                                        member_id, member_epoch)
         return result

@@ -1,0 +1,124 @@
+"""Render the settings reference (docs/configuration.md tables) from `kshare_sidecar.config.SETTINGS`.
+
+    python -m kshare_sidecar.configdoc                 # print the generated Markdown
+    python -m kshare_sidecar.configdoc --write FILE    # replace the generated block in FILE
+    python -m kshare_sidecar.configdoc --check FILE    # exit 1 when FILE's block is stale
+
+The generated block sits between `BEGIN` and `END` marker comments, so the hand-written prose
+around it survives regeneration.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from .config import GROUP_CONFIGS, SETTINGS, Setting, env_name
+
+BEGIN = "<!-- BEGIN GENERATED SETTINGS (python -m kshare_sidecar.configdoc --write docs/configuration.md) -->"
+END = "<!-- END GENERATED SETTINGS -->"
+
+#: What a `check=` validator accepts, by validator name (a new validator falls back to a pointer).
+_CHECKS = {
+    "_bootstrap": "`host:port[,host:port...]`, required",
+    "_host_port": "`host:port`",
+    "_offset_reset": "`latest`, `earliest`, `by_duration:<ISO-8601 duration>`",
+}
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def default_text(setting: Setting) -> str:
+    if setting.default == "":
+        return '`""` (empty)'
+    if isinstance(setting.default, bool):
+        return f"`{str(setting.default).lower()}`"
+    return f"`{setting.default}`"
+
+
+def allowed_text(setting: Setting) -> str:
+    parts = []
+    if setting.low is not None or setting.high is not None:
+        low = "" if setting.low is None else setting.low
+        high = "" if setting.high is None else setting.high
+        parts.append(f"{low} .. {high}")
+    elif setting.kind is bool:
+        parts.append("`true`, `false`")
+    if setting.choices:
+        parts.append(", ".join(f"`{c}`" for c in setting.choices))
+    if setting.check is not None:
+        parts.append(_CHECKS.get(getattr(setting.check, "__name__", ""), "validated: see meaning"))
+    if not parts:
+        parts.append("any text" if setting.kind is str else setting.kind.__name__)
+    return "; ".join(parts)
+
+
+def settings_table() -> str:
+    rows = ["| Key | Environment variable | Type | Default | Allowed | Meaning |",
+            "|---|---|---|---|---|---|"]
+    for s in SETTINGS:
+        rows.append(f"| `{s.key}` | `{env_name(s.key)}` | {s.kind.__name__} | {default_text(s)} | "
+                    f"{_cell(allowed_text(s))} | {_cell(s.doc)} |")
+    return "\n".join(rows)
+
+
+def group_table() -> str:
+    rows = ["| Group config | Default taken from |", "|---|---|"]
+    for key, source in GROUP_CONFIGS.items():
+        rows.append(f"| `{key}` | `{source}` |")
+    return "\n".join(rows)
+
+
+def render() -> str:
+    """The generated block, markers included."""
+    return "\n".join([
+        BEGIN,
+        "",
+        f"### Sidecar settings ({len(SETTINGS)})",
+        "",
+        settings_table(),
+        "",
+        f"### Per-group configs ({len(GROUP_CONFIGS)})",
+        "",
+        "Set on a share group with the admin API (IncrementalAlterConfigs on a GROUP resource); a group",
+        "without an override uses the sidecar setting on the right.",
+        "",
+        group_table(),
+        "",
+        END,
+    ])
+
+
+def splice(document: str) -> str:
+    """``document`` with its generated block replaced by a fresh one (appended when absent)."""
+    block = render()
+    start, end = document.find(BEGIN), document.find(END)
+    if start == -1 or end == -1 or end < start:
+        return document.rstrip("\n") + "\n\n" + block + "\n"
+    return document[:start] + block + document[end + len(END):]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args:
+        sys.stdout.write(render() + "\n")
+        return 0
+    if len(args) == 2 and args[0] in ("--write", "--check"):
+        path = Path(args[1])
+        current = path.read_text() if path.exists() else ""
+        fresh = splice(current)
+        if args[0] == "--check":
+            if fresh != current:
+                sys.stderr.write(f"{path} is stale: run python -m kshare_sidecar.configdoc --write {path}\n")
+                return 1
+            return 0
+        path.write_text(fresh)
+        return 0
+    sys.stderr.write("usage: python -m kshare_sidecar.configdoc [--write FILE | --check FILE]\n")
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

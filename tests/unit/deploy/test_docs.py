@@ -1,0 +1,119 @@
+"""docs/configuration.md lists every setting (and is what the generator writes); docs name real settings."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+from kshare_sidecar import configdoc
+from kshare_sidecar.config import BY_KEY, GROUP_CONFIGS, SETTINGS, env_name, load_config
+
+from .cli_model import check_argv
+from .conftest import COMPOSE_DIR, REPO
+
+CONFIG_DOC = REPO / "docs" / "configuration.md"
+DEPLOY_DOC = REPO / "docs" / "deployment.md"
+ENV_NAMES = {env_name(k) for k in BY_KEY}
+
+
+def _table_rows(text: str) -> dict[str, list[str]]:
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| `") and len(cells) >= 6:
+            rows[cells[0].strip("`")] = cells
+    return rows
+
+
+def test_configuration_table_lists_every_setting():
+    rows = _table_rows(CONFIG_DOC.read_text())
+    for s in SETTINGS:
+        assert s.key in rows, f"docs/configuration.md does not list {s.key}"
+        key, env, kind, default, allowed, meaning = rows[s.key][:6]
+        assert env == f"`{env_name(s.key)}`"
+        assert kind == s.kind.__name__
+        assert str(s.default) in default or (s.default == "" and "empty" in default)
+        if s.low is not None:
+            assert str(s.low) in allowed and str(s.high) in allowed
+        assert meaning
+    stale = set(rows) - set(BY_KEY)
+    assert not stale, f"docs/configuration.md lists settings that do not exist: {sorted(stale)}"
+
+
+def test_configuration_doc_is_what_the_generator_writes():
+    text = CONFIG_DOC.read_text()
+    assert configdoc.splice(text) == text, "stale: run python -m kshare_sidecar.configdoc --write docs/configuration.md"
+    result = subprocess.run([sys.executable, "-m", "kshare_sidecar.configdoc", "--check", str(CONFIG_DOC)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+
+
+def test_generator_writes_into_its_markers_only(tmp_path):
+    doc = tmp_path / "c.md"
+    doc.write_text("# Title\n\nprose before\n")
+    assert configdoc.main(["--check", str(doc)]) == 1
+    assert configdoc.main(["--write", str(doc)]) == 0
+    once = doc.read_text()
+    assert once.startswith("# Title\n\nprose before\n") and configdoc.BEGIN in once
+    doc.write_text(once + "\nprose after\n")
+    assert configdoc.main(["--write", str(doc)]) == 0
+    assert doc.read_text().endswith("prose after\n") and doc.read_text().count(configdoc.BEGIN) == 1
+    assert configdoc.main(["--check", str(doc)]) == 0
+
+
+def test_group_configs_are_documented():
+    text = CONFIG_DOC.read_text()
+    for key in GROUP_CONFIGS:
+        assert f"`{key}`" in text
+
+
+@pytest.mark.parametrize("path", [CONFIG_DOC, DEPLOY_DOC, COMPOSE_DIR / "README.md"], ids=lambda p: p.name)
+def test_docs_name_only_real_env_vars_and_commands(path):
+    text = path.read_text()
+    for name in set(re.findall(r"\bKSHARE_[A-Z0-9_]*[A-Z0-9]\b", text)):
+        assert name in ENV_NAMES, f"{path.name} mentions {name}, which is not a setting"
+    for argv in kshare_invocations(text):
+        assert check_argv(argv) == [], f"{path.name}: kshare {' '.join(argv)}"
+
+
+def kshare_invocations(text: str) -> list[list[str]]:
+    """``kshare ...`` in shell code blocks and inline code, and the arguments after the image name in
+    ``docker run ... kshare-sidecar:TAG ARGS``."""
+    snippets = []
+    for block in re.findall(r"```(?:bash|sh|shell|console)\n(.*?)```", text, re.S):
+        snippets += block.replace("\\\n", " ").splitlines()
+    snippets += re.findall(r"`([^`\n]+)`", text)
+    found = []
+    for snippet in snippets:
+        try:
+            words = shlex.split(snippet, comments=True)
+        except ValueError:
+            continue
+        if words[:1] == ["kshare"] and len(words) > 1:  # a bare `kshare` is the user or the program name
+            found.append(words[1:])
+        elif words[:2] == ["docker", "run"]:
+            image = next((i for i, w in enumerate(words) if w.startswith("kshare-sidecar:")), None)
+            if image is not None and words[image + 1:]:  # no arguments: the image's CMD, checked elsewhere
+                found.append(words[image + 1:])
+    return found
+
+
+def test_doc_invocations_are_found():
+    sample = "run `kshare sidecar run --listen 0.0.0.0:9192`\n```bash\nkshare demo \\\n  --records 5  # try\n" \
+             "docker run --rm -p 9192:9192 kshare-sidecar:dev plugins\n```\n"
+    assert kshare_invocations(sample) == [["demo", "--records", "5"], ["plugins"],
+                                          ["sidecar", "run", "--listen", "0.0.0.0:9192"]]
+
+
+def test_toml_examples_load(tmp_path):
+    for block in re.findall(r"```toml\n(.*?)```", CONFIG_DOC.read_text(), re.S):
+        tomllib.loads(block)
+        path = tmp_path / "kshare.toml"
+        path.write_text(block)
+        cfg = load_config(path, env={})
+        assert cfg["bootstrap.servers"]
