@@ -71,6 +71,8 @@ def main() -> int:
             elif seen and time.monotonic() - last > args.idle_s:
                 break
     finally:
+        if args.mode == "implicit":
+            consumer.commit_sync(30)  # librdkafka does not accept the last poll's records on close
         consumer.close()
         out.write(json.dumps({"ev": "closed"}) + "\n")
         out.close()

@@ -28,6 +28,20 @@ def _poll(consumer, want: int = 1, timeout: float = 20.0) -> list:
     return got
 
 
+def _offsets(target, group) -> list[dict]:
+    """The group's share-partition offsets and lag, read with `kshare groups describe` (works
+    against the sidecar and against native Kafka alike)."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "kshare_sidecar.cli", "groups", "describe", "--group", group,
+                          "--offsets", "--bootstrap-server", target.bootstrap, "--json"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return sorted(json.loads(out.stdout)["offsets"], key=lambda o: o["partition"])
+
+
 def _setup(target, partitions=1, records=10, prefix="v"):
     topic, group = unique("e2e"), unique("g")
     create_topic(target.backend, topic, partitions)
@@ -41,7 +55,8 @@ def test_six_processes_share_100k_records(target, tmp_path):
     total = 100_000
     topic, group, values = _setup(target, partitions=3, records=total)
     started = time.monotonic()
-    workers = [Worker(target, group, topic, tmp_path / f"w{i}.jsonl", idle_s=6, max_s=240) for i in range(6)]
+    workers = [Worker(target, group, topic, tmp_path / f"w{i}.jsonl", idle_s=6, max_s=240,
+                      mode="implicit" if i % 2 else "explicit") for i in range(6)]
     for w in workers:
         assert w.wait(300) == 0, w.stderr()
     elapsed = time.monotonic() - started
@@ -50,6 +65,8 @@ def test_six_processes_share_100k_records(target, tmp_path):
     assert len(delivered) == total, f"{total - len(delivered)} records never delivered"
     pairs = Counter((r["p"], r["o"], r["dc"]) for r in records)
     assert max(pairs.values()) == 1, "a (record, delivery count) pair was delivered twice"
+    lag = _offsets(target, group)
+    assert [o["lag"] for o in lag] == [0, 0, 0], f"not every record was accepted: {lag}"
     per_worker = [len(w.records()) for w in workers]
     print(f"\n[{target.name}] 100k records, 3 partitions, 6 ShareConsumer processes: {elapsed:.1f} s "
           f"(incl. start-up and {6}s idle tail), {total / elapsed:,.0f} records/s; per worker {per_worker}")
