@@ -13,7 +13,6 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-import click
 import typer
 from kio.schema.errors import ErrorCode
 from rich.console import Console
@@ -22,13 +21,11 @@ from typer.core import TyperCommand, TyperGroup
 
 from .kclient import EARLIEST, LATEST, AdminClient, ClientError
 
-try:  # typer >= 0.20 vendors click; older versions use the click package
-    from typer._click import exceptions as _typer_click_exc
+# Typer (>= 0.26, pinned <0.30) vendors click: the click package is not a dependency of ours.
+from typer._click import exceptions as _typer_click_exc
 
-    _USAGE_ERRORS: tuple[type[Exception], ...] = (click.UsageError, _typer_click_exc.UsageError)
-    _HELP_ERRORS: tuple[type[Exception], ...] = (_typer_click_exc.NoArgsIsHelpError,)
-except ImportError:  # pragma: no cover
-    _USAGE_ERRORS, _HELP_ERRORS = (click.UsageError,), ()
+_USAGE_ERRORS: tuple[type[Exception], ...] = (_typer_click_exc.UsageError,)
+_HELP_ERRORS: tuple[type[Exception], ...] = (_typer_click_exc.NoArgsIsHelpError,)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
