@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
+from ..metrics import LOAD_TIME as _LOAD_TIME  # kshare metrics (issue 7)
+from ..metrics import STATS as _METRICS  # kshare metrics (issue 7)
+from ..metrics import WRITE_LATENCY as _WRITE_LATENCY  # kshare metrics (issue 7)
 from ..persist.errors import PersistError, UnknownSharePartitionError
 from ..persist.model import SharePartitionKey
 from ..persist.records import UNSET_OFFSET, WriteItem
@@ -128,6 +131,7 @@ class SharePartitionManager:
         await self.persister.initialize(key, 0, start)
 
     async def _load(self, key: SharePartitionKey, topic: str) -> Slot:
+        started = time.perf_counter()  # metrics (issue 7)
         try:
             try:
                 state = await self.persister.read_one(key, leader_epoch=self.epoch)
@@ -147,6 +151,7 @@ class SharePartitionManager:
         except PersistError as exc:
             raise PartitionError(exc.error_code, f"share-partition {_name(key, topic)}: {exc}") from exc
         slot = self.slots[key] = Slot(key, topic, sp)
+        _LOAD_TIME.observe(time.perf_counter() - started)  # metrics (issue 7)
         log.info("loaded share-partition %s: SPSO %d, state epoch %d", _name(key, topic), sp.spso, sp.state_epoch)
         return slot
 
@@ -168,17 +173,21 @@ class SharePartitionManager:
 
     async def _persist_plan(self, slot: Slot, plan) -> tuple[SharePartitionKey, ErrorCode]:
         async with slot.write_lock:
+            is_ack = isinstance(plan, PendingAcks)  # metrics (issue 7)
             plan = slot.partition.prepare_acknowledge(plan.member_id, plan.batches, allow_renew=plan.allow_renew) \
                 if isinstance(plan, PendingAcks) else plan
             if plan.error != ErrorCode.none:
                 return slot.key, plan.error
             try:
-                await self.persister.write(slot.key, plan.state, self.epoch)
+                with _WRITE_LATENCY.time():  # metrics (issue 7)
+                    await self.persister.write(slot.key, plan.state, self.epoch)
             except PersistError as exc:
                 log.warning("state write for %s failed, acknowledgement rolled back: %s", _name(slot.key, slot.topic),
                             exc)
                 return slot.key, _ack_error(exc)
             code = slot.partition.commit(plan)
+            if is_ack and code == ErrorCode.none:  # metrics (issue 7)
+                _METRICS.count_acks(plan.runs)
             if code != ErrorCode.none:  # durable state got ahead of memory: write memory again
                 self._spawn(self._write_current(slot))
         slot.wake()
@@ -192,7 +201,8 @@ class SharePartitionManager:
     async def _write_current(self, slot: Slot) -> None:
         async with slot.write_lock:
             try:
-                await self.persister.write(slot.key, slot.partition.snapshot(), self.epoch)
+                with _WRITE_LATENCY.time():  # metrics (issue 7)
+                    await self.persister.write(slot.key, slot.partition.snapshot(), self.epoch)
             except PersistError as exc:
                 log.warning("state write for %s failed: %s", _name(slot.key, slot.topic), exc)
 

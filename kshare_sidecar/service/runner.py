@@ -128,6 +128,10 @@ class Sidecar:
                                      cluster_id=cfg["cluster.id"])
             self.dispatcher.node = self.node
         self._tasks.append(asyncio.create_task(self._expire_members(), name="kshare-member-expiry"))
+        if cfg["metrics.port"] > 0:  # Prometheus /metrics (issue 7)
+            from ..metrics import MetricsServer
+            self.metrics = MetricsServer(self, cfg["metrics.port"])
+            self.metrics.start()
         log.info("kshare sidecar serving share groups on %s:%d for backend %s (%d groups restored)",
                  self.node.host, self.node.port, cfg["bootstrap.servers"], restored)
 
@@ -137,6 +141,9 @@ class Sidecar:
             self.groups.expire_members()
 
     async def stop(self) -> None:
+        if getattr(self, "metrics", None) is not None:  # Prometheus /metrics (issue 7)
+            self.metrics.stop()
+            self.metrics = None
         if self.listener is not None:
             await self.listener.stop()
         for task in self._tasks:

@@ -20,6 +20,7 @@ from kio.schema.errors import ErrorCode
 
 from ..log.errors import BackendError, UnknownTopicError
 from ..log.types import BatchInfo, FetchResult
+from ..metrics import STATS as _METRICS  # kshare metrics (issue 7)
 from ..share.sessions import SessionError, ShareSession, ShareSessionCache
 from ..share.types import AcquiredRecords, AcquireMode
 from .partitions import PartitionError, PendingAcks, SharePartitionManager, Slot
@@ -117,10 +118,12 @@ class ShareService:
     async def share_fetch(self, *, conn_id: int, group_id: str, member_id: str, epoch: int, params: FetchParams,
                           topics: list[tuple[uuid.UUID, int, list]], forgotten: list[TopicPartition],
                           is_renew: bool = False, on_park=None) -> ShareOut:
+        _METRICS.share_fetch_requests += 1  # metrics (issue 7)
         key = (group_id, member_id)
         lock_ms = int(self.group_config(group_id)["share.record.lock.duration.ms"])
         acks = _merge_acks(topics)
         if not member_id or len(member_id) > 36:
+            _METRICS.share_fetch_failed += 1  # metrics (issue 7)
             return ShareOut(ErrorCode.invalid_request, "MemberId must be 1..36 characters")
         try:
             if epoch == 0:
@@ -128,13 +131,10 @@ class ShareService:
                     return ShareOut(ErrorCode.invalid_request, "acknowledgements are not allowed when opening a "
                                     "share session (epoch 0)")
                 session = await self._open(key, conn_id, params.max_wait_ms)
-            elif epoch == -1:
-                session = self.sessions.get(key)
-                if session is None:
-                    raise SessionError(ErrorCode.share_session_not_found, f"no share session for member {member_id}")
             else:
-                session = self.sessions.advance(key, epoch, conn_id)
+                session = self._existing_session(key, epoch, conn_id)
         except SessionError as exc:
+            _METRICS.share_fetch_failed += 1  # metrics (issue 7)
             return ShareOut(exc.code, str(exc))
         for topic_id, p, _ in topics:
             session.partitions.add((topic_id, p))
@@ -157,19 +157,16 @@ class ShareService:
 
     async def share_acknowledge(self, *, conn_id: int, group_id: str, member_id: str, epoch: int,
                                 topics: list[tuple[uuid.UUID, int, list]], is_renew: bool = False) -> ShareOut:
+        _METRICS.share_ack_requests += 1  # metrics (issue 7)
         key = (group_id, member_id)
         lock_ms = int(self.group_config(group_id)["share.record.lock.duration.ms"])
         try:
             if epoch == 0:
                 raise SessionError(ErrorCode.invalid_share_session_epoch,
                                    "ShareAcknowledge cannot open a share session (epoch 0)")
-            if epoch == -1:
-                session = self.sessions.get(key)
-                if session is None:
-                    raise SessionError(ErrorCode.share_session_not_found, f"no share session for member {member_id}")
-            else:
-                session = self.sessions.advance(key, epoch, conn_id)
+            session = self._existing_session(key, epoch, conn_id)
         except SessionError as exc:
+            _METRICS.share_ack_failed += 1  # metrics (issue 7)
             return ShareOut(exc.code, str(exc))
         acks = _merge_acks(topics)
         results = await self._acknowledge(group_id, member_id, acks, allow_renew=is_renew) if acks else {}
@@ -193,6 +190,15 @@ class ShareService:
             await asyncio.sleep(max_wait_ms / 1000)  # Kafka holds the request before refusing
             session, _replaced = self.sessions.open(key, conn_id)  # raises again if still full
         return session
+
+    def _existing_session(self, key, epoch: int, conn_id: int) -> ShareSession:
+        """Epoch -1 names the session to close; any other epoch must be the session's next one."""
+        if epoch == -1:
+            session = self.sessions.get(key)
+            if session is None:
+                raise SessionError(ErrorCode.share_session_not_found, f"no share session for member {key[1]}")
+            return session
+        return self.sessions.advance(key, epoch, conn_id)
 
     def _close(self, session: ShareSession) -> None:
         self.sessions.close(session.key)
@@ -300,6 +306,7 @@ class ShareService:
                     log.warning("backend read failed for group=%s partition=%s-%d: %s", slot.key.group_id,
                                 slot.topic, slot.key.partition, exc)
                     raise PartitionError(_share_error(exc), str(exc)) from exc
+                _METRICS.high_watermarks[slot.key] = result.high_watermark  # metrics (issue 7): lag
                 sp.move_log_start(result.log_start_offset)
                 if result.error_code:  # OFFSET_OUT_OF_RANGE: the log start moved past us; archived above
                     self.cache.drop(log_key)

@@ -1,0 +1,262 @@
+"""End-to-end consume throughput: kshare vs native Kafka share groups vs a plain consumer group.
+
+1 KiB records, 4 partitions, N records (--quick: 100k, full: 1M), 4 consumer processes:
+  (a) confluent-kafka ShareConsumer via kshare on Kafka 3.9
+  (b) confluent-kafka ShareConsumer via kshare on Kafka 4.x
+  (c) confluent-kafka ShareConsumer on native Kafka 4.x share groups
+  (d) confluent-kafka Consumer (plain consumer group) on the Kafka 4.x topic
+Share consumers use implicit acknowledgement. The clock runs from the first record any consumer
+receives to the moment the last of the N records is received (group join time is excluded for
+every scenario alike). Everything (brokers, sidecar, consumers) shares one machine.
+
+Prints one line per scenario, then one JSON object as the LAST line; writes throughput.png
+(matplotlib, if importable) and throughput.json into --out (default: $TMPDIR/kshare-bench).
+Usage: python benchmarks/throughput.py [--quick] [--records N] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+RECORD_BYTES = 1024
+PARTITIONS = 4
+CONSUMERS = 4
+
+
+# -- consumer processes ------------------------------------------------------------------------
+def _worker(kind: str, bootstrap: str, group: str, topic: str, total, first_ts, stop, target: int,
+            ready) -> None:
+    from confluent_kafka import Consumer, ShareConsumer
+
+    if kind == "share":
+        consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group})
+    else:
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                             "enable.auto.commit": True, "fetch.max.bytes": 52428800})
+    consumer.subscribe([topic])
+    ready.release()
+    try:
+        while not stop.is_set():
+            msgs = consumer.poll(0.5) if kind == "share" else consumer.consume(1000, 0.5)
+            n = sum(1 for m in msgs if not m.error())
+            if not n:
+                continue
+            now = time.monotonic()
+            with total.get_lock():
+                if first_ts.value == 0.0:
+                    first_ts.value = now
+                total.value += n
+                if total.value >= target:
+                    stop.set()
+    finally:
+        consumer.close()
+
+
+def consume(kind: str, bootstrap: str, group: str, topic: str, target: int, timeout_s: float) -> dict:
+    ctx = mp.get_context("spawn")
+    total, first_ts, stop, ready = ctx.Value("q", 0), ctx.Value("d", 0.0), ctx.Event(), ctx.Semaphore(0)
+    procs = [ctx.Process(target=_worker, args=(kind, bootstrap, group, topic, total, first_ts, stop, target, ready),
+                         daemon=True) for _ in range(CONSUMERS)]
+    for p in procs:
+        p.start()
+    deadline = time.monotonic() + timeout_s
+    end = None
+    while time.monotonic() < deadline:
+        if stop.wait(0.01):
+            end = time.monotonic()
+            break
+    else:
+        stop.set()
+    got = total.value
+    end = end or time.monotonic()
+    for p in procs:
+        p.join(15)
+        if p.is_alive():
+            p.kill()
+    elapsed = max(end - first_ts.value, 1e-9) if first_ts.value else float("nan")
+    rps = got / elapsed
+    return {"records": got, "seconds": round(elapsed, 3), "records_per_s": round(rps, 1),
+            "mb_per_s": round(rps * RECORD_BYTES / 1e6, 2), "complete": got >= target}
+
+
+# -- setup ------------------------------------------------------------------------------------
+def prepare_topic(bootstrap: str, topic: str, n: int) -> None:
+    from confluent_kafka import Producer
+
+    from tests.support import create_topic
+
+    create_topic(bootstrap, topic, PARTITIONS)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
+                         "queue.buffering.max.kbytes": 1_048_576, "acks": 1})
+    payload = os.urandom(RECORD_BYTES)
+    for i in range(n):
+        while True:
+            try:
+                producer.produce(topic, value=payload, partition=i % PARTITIONS)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    assert producer.flush(120) == 0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class SidecarProcess:
+    def __init__(self, bootstrap: str, profile: str | None = None, metrics_port: int = 0) -> None:
+        self.port = free_port()
+        self.metrics_port = metrics_port
+        env = dict(os.environ, KSHARE_SHARE_AUTO_OFFSET_RESET="earliest", KSHARE_STATE_TOPIC_REPLICATION_FACTOR="1")
+        if metrics_port:
+            env["KSHARE_METRICS_PORT"] = str(metrics_port)
+        cmd = ["kshare", "sidecar", "run", "--bootstrap-server", bootstrap, "--listen", f"127.0.0.1:{self.port}",
+               "--log-level", "WARNING"]
+        if profile:
+            import shutil
+            cmd = [sys.executable, "-m", "pyinstrument", "-r", "text", "-o", profile,
+                   shutil.which("kshare") or "kshare"] + cmd[1:]
+        self.proc = subprocess.Popen(cmd, env=env)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"kshare sidecar exited with {self.proc.returncode}")
+                time.sleep(0.2)
+        raise RuntimeError("kshare sidecar did not start listening")
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def scrape(self, path: Path) -> None:
+        """Save the sidecar's /metrics (kshare_ families only) to ``path``."""
+        import urllib.request
+        text = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10).read().decode()
+        path.write_text("\n".join(line for line in text.splitlines() if line.startswith("kshare_")) + "\n")
+
+    def stop(self) -> None:
+        import signal
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def plot(results: dict, path: Path) -> bool:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    labels = list(results)
+    values = [results[k]["records_per_s"] for k in labels]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    bars = ax.bar(labels, values, color=["#1f77b4", "#4c9bd6", "#ff7f0e", "#7f7f7f"][:len(labels)])
+    ax.bar_label(bars, labels=[f"{v:,.0f}" for v in values])
+    ax.set_ylabel("records/s (1 KiB)")
+    ax.set_title(f"Consume throughput, {PARTITIONS} partitions, {CONSUMERS} consumers")
+    fig.tight_layout()
+    fig.savefig(path)
+    return True
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--records", type=int)
+    ap.add_argument("--timeout", type=float, default=None, help="per-scenario limit in seconds")
+    ap.add_argument("--only", default="a,b,c,d", help="scenarios to run, e.g. a,c")
+    ap.add_argument("--profile", help="run the kshare sidecar of scenario (a) under pyinstrument, text to FILE")
+    ap.add_argument("--metrics", action="store_true", help="scrape scenario (a)'s sidecar /metrics into --out")
+    ap.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "kshare-bench")
+    args = ap.parse_args()
+    n = args.records or (100_000 if args.quick else 1_000_000)
+    timeout = args.timeout or (120 if args.quick else 900)
+    only = set(args.only.split(","))
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    from kshare_sidecar.testing import KafkaBroker
+    from tests.support import set_group_config, unique
+
+    results: dict[str, dict] = {}
+    names = {"a": "kshare_on_kafka_3_9", "b": "kshare_on_kafka_4", "c": "native_kafka_4", "d": "plain_consumer_kafka_4"}
+
+    def report(key: str, r: dict) -> None:
+        results[names[key]] = r
+        print(f"({key}) {names[key]:<24} {r['records']:>9} records in {r['seconds']:>8.2f} s  "
+              f"{r['records_per_s']:>10,.0f} rec/s  {r['mb_per_s']:>7.2f} MB/s"
+              + ("" if r["complete"] else "  INCOMPLETE (timed out)"), flush=True)
+
+    if "a" in only:
+        with KafkaBroker("3.9") as b39:
+            topic = unique("tput")
+            prepare_topic(b39.bootstrap, topic, n)
+            sc = SidecarProcess(b39.bootstrap, profile=args.profile, metrics_port=free_port() if args.metrics else 0)
+            try:
+                report("a", consume("share", sc.bootstrap, unique("kshare-g"), topic, n, timeout))
+                if args.metrics:
+                    sc.scrape(args.out / "kshare_metrics_a.txt")
+            finally:
+                sc.stop()
+    if only & {"b", "c", "d"}:
+        with KafkaBroker("4") as b4:
+            topic = unique("tput")
+            prepare_topic(b4.bootstrap, topic, n)
+            if "b" in only:
+                sc = SidecarProcess(b4.bootstrap)
+                try:
+                    report("b", consume("share", sc.bootstrap, unique("kshare-g"), topic, n, timeout))
+                finally:
+                    sc.stop()
+            if "c" in only:
+                group = unique("native-g")
+                set_group_config(b4.bootstrap, group, {"share.auto.offset.reset": "earliest"})
+                report("c", consume("share", b4.bootstrap, group, topic, n, timeout))
+            if "d" in only:
+                report("d", consume("plain", b4.bootstrap, unique("plain-g"), topic, n, timeout))
+
+    def ratio(x: str, y: str) -> float | None:
+        if x in results and y in results and results[y]["records_per_s"]:
+            return round(results[x]["records_per_s"] / results[y]["records_per_s"], 3)
+        return None
+
+    summary = {
+        "scenario": "throughput", "records": n, "record_bytes": RECORD_BYTES, "partitions": PARTITIONS,
+        "consumers": CONSUMERS, "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                                             "python": platform.python_version()},
+        "results": results,
+        "ratio_kshare_to_native": ratio(names["a"], names["c"]),
+        "ratio_kshare_to_plain_consumer": ratio(names["a"], names["d"]),
+        "ratio_kshare_on_4_to_native": ratio(names["b"], names["c"]),
+    }
+    (args.out / "throughput.json").write_text(json.dumps(summary, indent=2))
+    if plot(results, args.out / "throughput.png"):
+        summary["plot"] = str(args.out / "throughput.png")
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,179 @@
+"""Prometheus metrics under a ``kshare_`` prefix, named after Kafka's KIP-932 / KIP-1103 metrics.
+
+Hot-path cost is kept to a few integer additions per request or per acknowledgement batch:
+the service code bumps plain attributes on the process-wide `STATS` object (no locks, no label
+lookups); everything is turned into Prometheus families only when ``/metrics`` is scraped, by
+`KshareCollector`, which also computes the gauges (groups by state, in-flight records, lag)
+from the live service objects. Only the two latency histograms use prometheus-client objects
+(one ``observe`` per state write / per share-partition load).
+
+Kafka name                                                          -> kshare name
+group-coordinator-metrics group-count{protocol=share}               -> kshare_group_count{protocol="share"}
+group-coordinator-metrics share-group-count{state}                  -> kshare_share_group_count{state}
+share-group-metrics group-rebalance-count (group epoch bumps)       -> kshare_share_group_rebalance_total
+share-group-metrics record-acknowledgement-count{ack-type}          -> kshare_record_acknowledgement_total{ack_type}
+BrokerTopicMetrics TotalShareFetchRequestsPerSec                    -> kshare_total_share_fetch_requests_total
+BrokerTopicMetrics FailedShareFetchRequestsPerSec                   -> kshare_failed_share_fetch_requests_total
+BrokerTopicMetrics TotalShareAcknowledgementRequestsPerSec          -> kshare_total_share_acknowledgement_requests_total
+BrokerTopicMetrics FailedShareAcknowledgementRequestsPerSec         -> kshare_failed_share_acknowledgement_requests_total
+share-group-metrics partition-load-time-avg/max                     -> kshare_partition_load_time_seconds (histogram)
+share-coordinator-metrics write-latency-avg/max, write-rate         -> kshare_share_coordinator_write_latency_seconds
+                                                                       (histogram; _count is the write count)
+SharePartitionMetrics InFlightMessageCount{group,topic,partition}   -> kshare_share_partition_in_flight_message_count
+SharePartitionMetrics InFlightBatchCount (not kept; see docs)       -> (none)
+KIP-1226 share-partition lag                                        -> kshare_share_partition_lag
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+log = logging.getLogger("kshare.metrics")
+
+ACK_TYPE_NAMES = {1: "Accept", 2: "Release", 3: "Reject", 4: "Renew"}  # 0 = gap: not an acknowledgement
+
+
+class Stats:
+    """Plain counters bumped on the hot path (single event-loop thread: no locking needed)."""
+
+    def __init__(self) -> None:
+        self.share_fetch_requests = 0
+        self.share_fetch_failed = 0
+        self.share_ack_requests = 0
+        self.share_ack_failed = 0
+        self.acks = {name: 0 for name in ACK_TYPE_NAMES.values()}
+        # last high watermark seen per share-partition key (set once per backend fetch, for lag)
+        self.high_watermarks: dict[Any, int] = {}
+
+    def count_acks(self, runs) -> None:
+        """Count one acknowledgement plan's records by type; ``runs`` are (first, last, type)."""
+        acks = self.acks
+        for first, last, t in runs:
+            name = ACK_TYPE_NAMES.get(t)
+            if name is not None:
+                acks[name] += last - first + 1
+
+
+STATS = Stats()
+
+# One registry for the process (not prometheus-client's global one, so importing kshare never
+# changes what other code exports).
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+WRITE_LATENCY = Histogram(
+    "kshare_share_coordinator_write_latency_seconds",
+    "Durable share-state write latency as the share-partition sees it (KIP-932 share-coordinator "
+    "write-latency; _count is the number of writes).", buckets=_LATENCY_BUCKETS, registry=REGISTRY)
+LOAD_TIME = Histogram(
+    "kshare_partition_load_time_seconds",
+    "Time to load a share-partition's state from the persister (KIP-932 partition-load-time).",
+    buckets=_LATENCY_BUCKETS, registry=REGISTRY)
+
+
+class KshareCollector:
+    """Builds counter and gauge families at scrape time from `STATS` and the live sidecars."""
+
+    def __init__(self) -> None:
+        self.sidecars: list[Any] = []
+
+    def collect(self):
+        s = STATS
+        c = CounterMetricFamily("kshare_total_share_fetch_requests", "ShareFetch requests received.")
+        c.add_metric([], s.share_fetch_requests)
+        yield c
+        c = CounterMetricFamily("kshare_failed_share_fetch_requests", "ShareFetch requests answered with a "
+                                "top-level error.")
+        c.add_metric([], s.share_fetch_failed)
+        yield c
+        c = CounterMetricFamily("kshare_total_share_acknowledgement_requests", "ShareAcknowledge requests received.")
+        c.add_metric([], s.share_ack_requests)
+        yield c
+        c = CounterMetricFamily("kshare_failed_share_acknowledgement_requests", "ShareAcknowledge requests "
+                                "answered with a top-level error.")
+        c.add_metric([], s.share_ack_failed)
+        yield c
+        c = CounterMetricFamily("kshare_record_acknowledgement", "Records acknowledged (durably), by type "
+                                "(ShareFetch piggybacked and ShareAcknowledge).", labels=["ack_type"])
+        for name, n in s.acks.items():
+            c.add_metric([name], n)
+        yield c
+
+        by_state: dict[str, int] = {"Empty": 0, "Stable": 0, "Dead": 0}
+        rebalances = 0
+        in_flight = GaugeMetricFamily("kshare_share_partition_in_flight_message_count",
+                                      "In-flight records (SPEO - SPSO + 1) per loaded share-partition.",
+                                      labels=["group", "topic", "partition"])
+        lag = GaugeMetricFamily("kshare_share_partition_lag", "Share-partition lag (HWM - SPSO - delivery "
+                                "complete count) from the last high watermark seen.",
+                                labels=["group", "topic", "partition"])
+        loaded = 0
+        for sc in list(self.sidecars):
+            coordinator = getattr(sc, "coordinator", None)
+            if coordinator is not None:
+                for group in list(coordinator.groups.values()):
+                    state = group.state.value
+                    by_state[state] = by_state.get(state, 0) + 1
+                    rebalances += group.group_epoch
+            partitions = getattr(sc, "partitions", None)
+            if partitions is not None:
+                for key, slot in list(partitions.slots.items()):
+                    loaded += 1
+                    labels = [key.group_id, slot.topic, str(key.partition)]
+                    sp = slot.partition
+                    in_flight.add_metric(labels, sp.in_flight)
+                    hwm = s.high_watermarks.get(key)
+                    if hwm is not None:
+                        lag.add_metric(labels, sp.lag(hwm))
+        g = GaugeMetricFamily("kshare_group_count", "Groups served, by protocol.", labels=["protocol"])
+        g.add_metric(["share"], sum(by_state.values()))
+        yield g
+        g = GaugeMetricFamily("kshare_share_group_count", "Share groups by state.", labels=["state"])
+        for state, n in by_state.items():
+            g.add_metric([state], n)
+        yield g
+        c = CounterMetricFamily("kshare_share_group_rebalance", "Share-group rebalances: the sum of the "
+                                "group epochs of the groups this sidecar knows (each bump is a rebalance).")
+        c.add_metric([], rebalances)
+        yield c
+        g = GaugeMetricFamily("kshare_share_partitions_loaded", "Share-partitions loaded in memory.")
+        g.add_metric([], loaded)
+        yield g
+        yield in_flight
+        yield lag
+
+
+COLLECTOR = KshareCollector()
+REGISTRY.register(COLLECTOR)
+
+
+class MetricsServer:
+    """The ``/metrics`` HTTP endpoint for one sidecar (a daemon thread, as prometheus-client does)."""
+
+    def __init__(self, sidecar, port: int, host: str = "0.0.0.0") -> None:
+        self.sidecar = sidecar
+        self.port = port
+        self.host = host
+        self._server = None
+        self._thread = None
+
+    def start(self) -> None:
+        from prometheus_client import start_http_server
+
+        COLLECTOR.sidecars.append(self.sidecar)
+        self._server, self._thread = start_http_server(self.port, addr=self.host, registry=REGISTRY)
+        self.port = self._server.server_port
+        log.info("Prometheus metrics on http://%s:%d/metrics", self.host, self.port)
+
+    def stop(self) -> None:
+        if self.sidecar in COLLECTOR.sidecars:
+            COLLECTOR.sidecars.remove(self.sidecar)
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
