@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import itertools
 import logging
 import time
 import uuid
@@ -72,7 +73,9 @@ class SharePartitionManager:
         self.epoch = owner_epoch() if epoch is None else epoch
         self.slots: dict[SharePartitionKey, Slot] = {}
         self._loading: dict[SharePartitionKey, asyncio.Task] = {}
-        self._deadlines: list[tuple[int, SharePartitionKey]] = []
+        # (deadline, tie-breaker, key): keys have no order, so equal deadlines must never compare them
+        self._deadlines: list[tuple[int, int, SharePartitionKey]] = []
+        self._seq = itertools.count()
         self._rearm = asyncio.Event()
         self._timer: asyncio.Task | None = None
         self._background: set[asyncio.Task] = set()
@@ -218,29 +221,37 @@ class SharePartitionManager:
         if deadline is not None:
             if not self._deadlines or deadline < self._deadlines[0][0]:
                 self._rearm.set()
-            heapq.heappush(self._deadlines, (deadline, slot.key))
+            heapq.heappush(self._deadlines, (deadline, next(self._seq), slot.key))
 
     async def _expiry_loop(self) -> None:
+        """Expire acquisition locks as their deadlines pass. Never dies: a failure is logged and the
+        loop goes on, since without it no lock would ever expire again."""
         while True:
-            now = self.clock()
-            due: set[SharePartitionKey] = set()
-            while self._deadlines and self._deadlines[0][0] <= now:
-                due.add(heapq.heappop(self._deadlines)[1])
-            for key in due:
-                slot = self.slots.get(key)
-                if slot is None:
-                    continue
-                if slot.partition.expire(now):
-                    log.debug("acquisition locks expired on %s", _name(key, slot.topic))
-                    slot.wake()
-                    self.persist_soon(slot)
-                self.track(slot)
+            try:
+                self._expire_due()
+            except Exception:
+                log.exception("acquisition-lock expiry failed; continuing")
             self._rearm.clear()
             timeout = (self._deadlines[0][0] - self.clock()) / 1000 if self._deadlines else None
             try:
                 await asyncio.wait_for(self._rearm.wait(), timeout=max(timeout, 0.001) if timeout is not None else None)
             except TimeoutError:
                 pass
+
+    def _expire_due(self) -> None:
+        now = self.clock()
+        due: set[SharePartitionKey] = set()
+        while self._deadlines and self._deadlines[0][0] <= now:
+            due.add(heapq.heappop(self._deadlines)[2])
+        for key in due:
+            slot = self.slots.get(key)
+            if slot is None:
+                continue
+            if slot.partition.expire(now):
+                log.debug("acquisition locks expired on %s", _name(key, slot.topic))
+                slot.wake()
+                self.persist_soon(slot)
+            self.track(slot)
 
     def release_member(self, group_id: str, member_id: str, partitions: Iterable[tuple[uuid.UUID, int]]) -> int:
         """A share session closed (epoch -1 or TCP disconnect): release the member's records."""

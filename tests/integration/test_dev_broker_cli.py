@@ -17,6 +17,18 @@ from tests.support import create_topic, produce, unique
 pytestmark = pytest.mark.kafka
 
 
+def _workdirs(pids: set[int]) -> set[Path]:
+    """This broker's directory, read from its JVM's command line (other brokers may be running)."""
+    found = set()
+    for pid in pids:
+        try:
+            args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        found |= {Path(a.decode()).parent for a in args if a.endswith(b"server.properties")}
+    return found
+
+
 def _children(pid: int) -> set[int]:
     out = subprocess.run(["ps", "-e", "-o", "pid=,ppid=,pgid="], capture_output=True, text=True).stdout
     rows = [tuple(map(int, line.split())) for line in out.splitlines() if line.strip()]
@@ -39,7 +51,8 @@ def test_broker_prints_json_and_cleans_up_on_sigint(line):
         assert info["bootstrap"].startswith("127.0.0.1:")
         descendants = _children(proc.pid)
         assert descendants, "the broker JVM should run as a child of the CLI"
-        workdirs = [p for p in Path("/tmp").glob(f"kshare-kafka-{info['version']}-*")]
+        workdirs = _workdirs(descendants)
+        assert len(workdirs) == 1, workdirs
         topic = unique("cli")
         create_topic(info["bootstrap"], topic)
         produce(info["bootstrap"], topic, 10)
