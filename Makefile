@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-fast bench clean
+.PHONY: demo test test-fast test-spark bench clean
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "java not found: install a Java 17+ runtime"; exit 2; }
@@ -17,8 +17,13 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/kshare demo
 
+# The Spark source has its own suite (PySpark is ~450 MB and the suite takes minutes): test-spark.
 test: $(STAMP)
-	$(PY) -m pytest -q -rfEs
+	$(PY) -m pytest -q -rfEs --ignore=tests/spark
+
+test-spark: $(STAMP)
+	$(PY) -m pip install -q -e '.[test,spark]'
+	$(PY) -m pytest -q -rfEs tests/spark
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q tests/unit

@@ -1,0 +1,140 @@
+"""The ``kshare`` PySpark streaming data source: a share group as a Spark micro-batch stream.
+
+Design (see docs/spark.md):
+- The **driver** holds one share consumer (explicit acknowledgement). ``latestOffset(start,
+  limit)`` first acknowledges (ACCEPT) everything this session acquired up to ``start`` —
+  Spark calls it only after the batch ending at ``start`` finished and its commit-log entry
+  was written — then acquires the next batch with one poll.
+- An offset carries only the acquired ranges of its batch (``ranges.py``); never payloads.
+- ``partitions(start, end)`` turns the ranges into one input partition per topic-partition;
+  ``read`` on the **executors** fetches exactly those offsets from the backend (``read.py``).
+- ``commit(end)`` acknowledges too (idempotent backup); ``stop()`` releases what is still
+  acquired and closes the share session.
+- A batch planned by an earlier session (a restarted query replaying its last uncommitted
+  batch) is **not** re-read: that session is gone, its records were released or their locks
+  lapse, and the share group redelivers them with a higher delivery count. Replaying them too
+  would only add duplicates, and would replay a poison record forever.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
+
+from . import ranges as R
+from .acquire import Acquirer
+from .options import SourceOptions, parse_options
+from .read import read_ranges
+
+log = logging.getLogger("kshare.spark")
+
+SCHEMA = (
+    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
+    "timestampType int, headers array<struct<key: string, value: binary>>, deliveryCount int"
+)
+
+
+class ShareGroupDataSource(DataSource):
+    """``spark.readStream.format("kshare")``: consume a Kafka share group (native or via kshare)."""
+
+    def __init__(self, options) -> None:
+        super().__init__(options)
+        # Validate up front so that load() fails with a clear message before any I/O.
+        self.parsed: SourceOptions = parse_options(options)
+
+    @classmethod
+    def name(cls) -> str:
+        return "kshare"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def streamReader(self, schema) -> DataSourceStreamReader:
+        return ShareGroupStreamReader(self.parsed)
+
+
+class ShareGroupPartition(InputPartition):
+    """The acquired ranges of one topic-partition for one micro-batch."""
+
+    def __init__(self, topic: str, partition: int, ranges: list[list[int]]) -> None:
+        super().__init__(None)
+        self.topic = topic
+        self.partition = partition
+        self.ranges = ranges
+
+    def __repr__(self) -> str:
+        return f"ShareGroupPartition({self.topic}[{self.partition}], {len(self.ranges)} ranges)"
+
+
+class ShareGroupStreamReader(DataSourceStreamReader):
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self.sid = uuid.uuid4().hex[:12]
+        self._acquirer: Acquirer | None = None
+        self._offered: dict | None = None  # the last offset handed to Spark
+
+    # -- driver ------------------------------------------------------------------------
+    @property
+    def acquirer(self) -> Acquirer:
+        if self._acquirer is None:
+            self._acquirer = Acquirer(self.opts, self.sid)
+        return self._acquirer
+
+    def initialOffset(self) -> dict:
+        return R.initial_offset()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.opts.max_records)
+
+    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
+        start = start if start is not None else (self._offered or R.initial_offset())
+        seq = int(start.get("seq", 0))
+        acq = self.acquirer
+        # Everything up to `start` is processed: Spark plans the next batch only after the
+        # previous one finished and was recorded in the commit log.
+        acq.acknowledge_through(seq)
+        if acq.outstanding:
+            # Spark has not consumed our last offer yet: offer it again, acquire nothing new.
+            latest = max(acq.outstanding)
+            if self._offered is not None and self._offered["seq"] == latest:
+                return self._offered
+            log.warning("kshare source: releasing batches %s that Spark never planned", sorted(acq.outstanding))
+            acq._settle(sorted(acq.outstanding), accept=False)
+        got = acq.acquire(seq + 1, self.opts.poll_timeout_ms / 1000)
+        if not got:
+            return start
+        self._offered = {"seq": seq + 1, "sid": self.sid, "ranges": got}
+        return self._offered
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        if int(end.get("seq", 0)) == int(start.get("seq", 0)) or not end.get("ranges"):
+            return []
+        if end.get("sid") != self.sid:
+            n = R.count(end["ranges"])
+            log.warning(
+                "kshare source: batch %s was planned by an earlier share session (%s); not re-reading its %d "
+                "records: the share group redelivers them with a higher delivery count", end.get("seq"),
+                end.get("sid"), n)
+            return []
+        out: list[InputPartition] = []
+        for key, rs in sorted(end["ranges"].items()):
+            topic, partition = R.split_key(key)
+            out.append(ShareGroupPartition(topic, partition, [list(r) for r in rs]))
+        return out
+
+    def commit(self, end: dict) -> None:
+        self.acquirer.acknowledge_through(int(end.get("seq", 0)))
+
+    def stop(self) -> None:
+        if self._acquirer is not None:
+            log.info("kshare source: stopping, stats %s", self._acquirer.stats)
+            self._acquirer.close(release=True)
+            self._acquirer = None
+
+    # -- executors ---------------------------------------------------------------------
+    def read(self, partition: ShareGroupPartition) -> Iterator:
+        yield from read_ranges(self.opts, partition.topic, partition.partition, partition.ranges)
