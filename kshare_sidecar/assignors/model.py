@@ -6,7 +6,7 @@ can call them inline and tests can call them with plain data.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -85,6 +85,16 @@ class Assignor(Protocol):
     name: str
 
     def assign(self, spec: AssignmentSpec) -> GroupAssignment: ...
+
+
+def assignable_topics(spec: AssignmentSpec) -> Iterator[tuple[str, int, list[str]]]:
+    """Topics to assign, in a deterministic order: (topic id, partition count, sorted subscribers),
+    skipping topics without partitions or subscribers."""
+    for topic_id in sorted(spec.topics):
+        count = spec.topics[topic_id].partition_count
+        subscribers = spec.subscribers(topic_id)
+        if count > 0 and subscribers:
+            yield topic_id, count, subscribers
 
 
 def empty_assignment(spec: AssignmentSpec) -> dict[str, dict[str, set[int]]]:

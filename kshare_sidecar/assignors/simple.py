@@ -17,7 +17,13 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 
-from kshare_sidecar.assignors.model import AssignmentSpec, GroupAssignment, add, empty_assignment
+from kshare_sidecar.assignors.model import (
+    AssignmentSpec,
+    GroupAssignment,
+    add,
+    assignable_topics,
+    empty_assignment,
+)
 
 HashFn = Callable[[str], int]
 
@@ -36,11 +42,7 @@ class SimpleAssignor:
     def assign(self, spec: AssignmentSpec) -> GroupAssignment:
         result = empty_assignment(spec)
         total: dict[str, int] = dict.fromkeys(spec.members, 0)
-        for topic_id in sorted(spec.topics):
-            count = spec.topics[topic_id].partition_count
-            subscribers = spec.subscribers(topic_id)
-            if count <= 0 or not subscribers:
-                continue
+        for topic_id, count, subscribers in assignable_topics(spec):
             subscribed = set(subscribers)
             hashed: dict[int, list[str]] = {}
             for member in subscribers:

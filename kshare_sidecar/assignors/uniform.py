@@ -24,7 +24,13 @@ partitions over all topics, then id).
 
 from __future__ import annotations
 
-from kshare_sidecar.assignors.model import AssignmentSpec, GroupAssignment, add, empty_assignment
+from kshare_sidecar.assignors.model import (
+    AssignmentSpec,
+    GroupAssignment,
+    add,
+    assignable_topics,
+    empty_assignment,
+)
 
 
 def _balance(items: list, owners: list, current: dict, tiebreak) -> dict:
@@ -72,11 +78,7 @@ class UniformAssignor:
     def assign(self, spec: AssignmentSpec) -> GroupAssignment:
         result = empty_assignment(spec)
         total: dict[str, int] = dict.fromkeys(spec.members, 0)
-        for topic_id in sorted(spec.topics):
-            count = spec.topics[topic_id].partition_count
-            subscribers = spec.subscribers(topic_id)
-            if count <= 0 or not subscribers:
-                continue
+        for topic_id, count, subscribers in assignable_topics(spec):
             partitions = list(range(count))
             if len(subscribers) <= count:
                 current = {p: [m for m in spec.current_members(topic_id, p) if m in total and m in subscribers]
