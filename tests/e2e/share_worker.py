@@ -2,7 +2,8 @@
 
 Writes one JSON line per event to --out: {"ev": "rec", p, o, dc, v} for each record received and
 {"ev": "ack", p, o, ok} for each explicit acknowledgement's outcome. Stops after --idle-s without
-records (once it has seen some), after --max-s, or on SIGTERM (closing the consumer cleanly).
+records (counted from its last record, or from the end of a --grace-s start-up period if it got
+none), after --max-s, or on SIGTERM (closing the consumer cleanly).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ def main() -> int:
     ap.add_argument("--mode", choices=["implicit", "explicit"], default="implicit")
     ap.add_argument("--ack", choices=["accept", "none"], default="accept", help="explicit mode: accept or hold")
     ap.add_argument("--idle-s", type=float, default=5.0)
+    ap.add_argument("--grace-s", type=float, default=20.0,
+                    help="start-up time before idleness counts for a worker that has received nothing")
     ap.add_argument("--max-s", type=float, default=120.0)
     ap.add_argument("--max-poll-records", type=int, default=500)
     ap.add_argument("--work-ms", type=float, default=0.0, help="simulated processing per record")
@@ -41,7 +44,8 @@ def main() -> int:
                               "share.acknowledgement.mode": args.mode, "max.poll.records": args.max_poll_records})
     consumer.subscribe([args.topic])
     out = open(args.out, "a", buffering=1)
-    started = last = time.monotonic()
+    started = time.monotonic()
+    last = started + args.grace_s  # a worker that joins after the queue drained still stops
     seen = 0
     try:
         while not stop and time.monotonic() - started < args.max_s:
@@ -68,7 +72,7 @@ def main() -> int:
                         out.write(json.dumps({"ev": "ack", "p": m.partition(), "o": m.offset(),
                                               "dc": m.delivery_count(),
                                               "ok": m.partition() not in failed}) + "\n")
-            elif seen and time.monotonic() - last > args.idle_s:
+            elif time.monotonic() - last > args.idle_s:
                 break
     finally:
         if args.mode == "implicit":
