@@ -128,7 +128,12 @@ class SharePartitionManager:
         """Fix a share-partition's SPSO when it is first assigned (so ``latest`` means "from the
         moment the group subscribed", not "from the first fetch")."""
         key = SharePartitionKey(group_id, str(topic_id), partition)
-        if key in self.slots or self.persister.stored(key) is not None:
+        if key in self.slots:
+            return
+        existing = (await self.persister.read([key]))[key]
+        if not isinstance(existing, UnknownSharePartitionError):
+            if isinstance(existing, PersistError):
+                raise existing
             return
         start = await self.initial_offset(group_id, topic, partition)
         await self.persister.initialize(key, 0, start)

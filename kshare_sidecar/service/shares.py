@@ -192,6 +192,7 @@ class ShareService:
     def connection_closed(self, conn_id: int) -> None:
         """TCP disconnect: close the connection's share sessions, releasing their records at once."""
         for session in self.sessions.close_connection(conn_id):
+            self._rotation.pop(session.key, None)
             released = self.partitions.release_member(session.key[0], session.key[1], session.partitions)
             log.info("connection %d closed: share session of group=%s member=%s released %d records",
                      conn_id, session.key[0], session.key[1], released)
@@ -216,6 +217,7 @@ class ShareService:
 
     def _close(self, session: ShareSession) -> None:
         self.sessions.close(session.key)
+        self._rotation.pop(session.key, None)
         self.partitions.release_member(session.key[0], session.key[1], session.partitions)
 
     # -- acknowledgements --------------------------------------------------------------------
@@ -309,7 +311,8 @@ class ShareService:
             if offset is None:
                 return None
             isolation = 1 if read_committed else 0
-            log_key = (slot.topic, slot.key.partition)
+            # keyed by topic *id*: a deleted and recreated topic reuses offsets under the same name
+            log_key = (slot.key.topic_id, slot.key.partition)
             result = self.cache.get(log_key, offset, isolation)
             if result is None:
                 try:
