@@ -21,13 +21,15 @@ def run(
     config: Path = typer.Option(None, "--config", help="TOML config file"),
     node_id: int = typer.Option(None, "--node-id", help="Node id presented to clients"),
     persister: str = typer.Option(None, "--persister", help="Persister plugin (topic, memory)"),
+    metrics_port: int = typer.Option(None, "--metrics-port", help="Serve Prometheus metrics on this port"),
     log_level: str = typer.Option("INFO", "--log-level", help="DEBUG, INFO, WARNING, ERROR"),
 ) -> None:
     """Serve KIP-932 share groups on the Kafka protocol, backed by an ordinary cluster."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         cfg = load_config(config, overrides={"bootstrap.servers": bootstrap_server, "listen": listen,
-                                             "node.id": node_id, "persister": persister})
+                                             "node.id": node_id, "persister": persister,
+                                             "metrics.port": metrics_port})
     except ConfigError as exc:
         typer.echo(f"kshare sidecar: {exc}", err=True)
         raise typer.Exit(2) from None
