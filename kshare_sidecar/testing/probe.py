@@ -11,13 +11,14 @@ import socket
 import struct
 from typing import Any
 
-from kio.index import load_response_from_request
-from kio.schema.metadata.v1.request import MetadataRequest
-from kio.serial import entity_reader, entity_writer
-
 
 def call(host: str, port: int, request: Any, *, timeout: float = 5.0, correlation_id: int = 1) -> Any:
     """Send ``request`` (a kio request entity) and return the decoded response entity."""
+    # kio is imported on use: the harness loads as a pytest plugin, before hypothesis's own
+    # plugin, and kio's import would otherwise trip hypothesis's side-effect warning.
+    from kio.index import load_response_from_request
+    from kio.serial import entity_reader, entity_writer
+
     header_cls = request.__header_schema__
     buf = io.BytesIO()
     entity_writer(header_cls)(
@@ -53,6 +54,8 @@ def _read_exact(sock: socket.socket, size: int) -> bytes:
 
 def broker_ready(host: str, port: int, *, timeout: float = 2.0) -> bool:
     """True when the broker answers Metadata with at least one broker and a controller."""
+    from kio.schema.metadata.v1.request import MetadataRequest
+
     try:
         response = call(host, port, MetadataRequest(topics=()), timeout=timeout)
     except (OSError, ConnectionError, ValueError):
