@@ -16,20 +16,13 @@ Usage: python benchmarks/throughput.py [--quick] [--records N] [--out DIR]
 
 from __future__ import annotations
 
-import argparse
-import json
 import multiprocessing as mp
-import os
-import platform
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import SidecarProcess, base_parser, finish, free_port, machine, produce_records, pyplot  # noqa: E402
 
 RECORD_BYTES = 1024
 PARTITIONS = 4
@@ -94,82 +87,12 @@ def consume(kind: str, bootstrap: str, group: str, topic: str, target: int, time
 
 # -- setup ------------------------------------------------------------------------------------
 def prepare_topic(bootstrap: str, topic: str, n: int) -> None:
-    from confluent_kafka import Producer
-
-    from tests.support import create_topic
-
-    create_topic(bootstrap, topic, PARTITIONS)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
-                         "queue.buffering.max.kbytes": 1_048_576, "acks": 1})
-    payload = os.urandom(RECORD_BYTES)
-    for i in range(n):
-        while True:
-            try:
-                producer.produce(topic, value=payload, partition=i % PARTITIONS)
-                break
-            except BufferError:
-                producer.poll(0.1)
-        if i % 10_000 == 0:
-            producer.poll(0)
-    assert producer.flush(120) == 0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class SidecarProcess:
-    def __init__(self, bootstrap: str, profile: str | None = None, metrics_port: int = 0) -> None:
-        self.port = free_port()
-        self.metrics_port = metrics_port
-        env = dict(os.environ, KSHARE_SHARE_AUTO_OFFSET_RESET="earliest", KSHARE_STATE_TOPIC_REPLICATION_FACTOR="1")
-        if metrics_port:
-            env["KSHARE_METRICS_PORT"] = str(metrics_port)
-        cmd = ["kshare", "sidecar", "run", "--bootstrap-server", bootstrap, "--listen", f"127.0.0.1:{self.port}",
-               "--log-level", "WARNING"]
-        if profile:
-            import shutil
-            cmd = [sys.executable, "-m", "pyinstrument", "-r", "text", "-o", profile,
-                   shutil.which("kshare") or "kshare"] + cmd[1:]
-        self.proc = subprocess.Popen(cmd, env=env)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return
-            except OSError:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"kshare sidecar exited with {self.proc.returncode}")
-                time.sleep(0.2)
-        raise RuntimeError("kshare sidecar did not start listening")
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def scrape(self, path: Path) -> None:
-        """Save the sidecar's /metrics (kshare_ families only) to ``path``."""
-        import urllib.request
-        text = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10).read().decode()
-        path.write_text("\n".join(line for line in text.splitlines() if line.startswith("kshare_")) + "\n")
-
-    def stop(self) -> None:
-        import signal
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+    produce_records(bootstrap, topic, n, partitions=PARTITIONS, record_bytes=RECORD_BYTES)
 
 
 def plot(results: dict, path: Path) -> bool:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return False
     labels = list(results)
     values = [results[k]["records_per_s"] for k in labels]
@@ -184,14 +107,12 @@ def plot(results: dict, path: Path) -> bool:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true")
+    ap = base_parser(__doc__)
     ap.add_argument("--records", type=int)
     ap.add_argument("--timeout", type=float, default=None, help="per-scenario limit in seconds")
     ap.add_argument("--only", default="a,b,c,d", help="scenarios to run, e.g. a,c")
     ap.add_argument("--profile", help="run the kshare sidecar of scenario (a) under pyinstrument, text to FILE")
     ap.add_argument("--metrics", action="store_true", help="scrape scenario (a)'s sidecar /metrics into --out")
-    ap.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "kshare-bench")
     args = ap.parse_args()
     n = args.records or (100_000 if args.quick else 1_000_000)
     timeout = args.timeout or (120 if args.quick else 900)
@@ -245,17 +166,13 @@ def main() -> None:
 
     summary = {
         "scenario": "throughput", "records": n, "record_bytes": RECORD_BYTES, "partitions": PARTITIONS,
-        "consumers": CONSUMERS, "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                                             "python": platform.python_version()},
+        "consumers": CONSUMERS, "machine": machine(),
         "results": results,
         "ratio_kshare_to_native": ratio(names["a"], names["c"]),
         "ratio_kshare_to_plain_consumer": ratio(names["a"], names["d"]),
         "ratio_kshare_on_4_to_native": ratio(names["b"], names["c"]),
     }
-    (args.out / "throughput.json").write_text(json.dumps(summary, indent=2))
-    if plot(results, args.out / "throughput.png"):
-        summary["plot"] = str(args.out / "throughput.png")
-    print(json.dumps(summary))
+    finish(summary, args.out, "throughput", lambda png: plot(results, png))
 
 
 if __name__ == "__main__":

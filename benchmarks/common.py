@@ -1,0 +1,235 @@
+"""Helpers shared by the benchmark scenarios (benchmarks/<scenario>.py).
+
+Kept free of scenario logic: argument defaults, the machine description, the kshare sidecar run
+as a subprocess, topic set-up, Prometheus scraping, CPU/load sampling and plot boilerplate.
+Importing this module puts the repository root on ``sys.path`` so ``kshare_sidecar`` and
+``tests.support`` import from a checkout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+DEFAULT_OUT = Path(tempfile.gettempdir()) / "kshare-bench"
+
+
+# -- command line / output -------------------------------------------------------------------
+def base_parser(doc: str | None = None) -> argparse.ArgumentParser:
+    """``--quick`` and ``--out`` (default ``$TMPDIR/kshare-bench``), as every scenario takes."""
+    ap = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0] or None)
+    ap.add_argument("--quick", action="store_true", help="short run (about 5 minutes)")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="directory for the JSON and PNG outputs")
+    return ap
+
+
+def machine() -> dict:
+    return {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
+
+
+def loadavg() -> list[float]:
+    """1/5/15-minute load averages (what ``uptime`` shows)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return []
+
+
+class CpuSampler:
+    """Machine-wide CPU busy fraction between ``start()`` and ``stop()`` (from /proc/stat)."""
+
+    @staticmethod
+    def _read() -> tuple[int, int] | None:
+        try:
+            fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+        except (OSError, ValueError, IndexError):
+            return None
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+        return sum(fields), idle
+
+    def __init__(self) -> None:
+        self._start: tuple[int, int] | None = None
+
+    def start(self) -> CpuSampler:
+        self._start = self._read()
+        return self
+
+    def stop(self) -> float | None:
+        end = self._read()
+        if not self._start or not end or end[0] == self._start[0]:
+            return None
+        total, idle = end[0] - self._start[0], end[1] - self._start[1]
+        return round(1.0 - idle / total, 3)
+
+
+def finish(summary: dict, out: Path, name: str, plot_fn=None) -> dict:
+    """Write ``<name>.json``, the plot ``<name>.png`` (if matplotlib imports) and print the JSON
+    summary as the last line of stdout."""
+    out.mkdir(parents=True, exist_ok=True)
+    png = out / f"{name}.png"
+    if plot_fn is not None:
+        try:
+            if plot_fn(png):
+                summary["plot"] = str(png)
+        except Exception as exc:  # a plotting problem must not lose the measurement
+            summary["plot_error"] = repr(exc)
+    (out / f"{name}.json").write_text(json.dumps(summary, indent=2))
+    print(json.dumps(summary), flush=True)
+    return summary
+
+
+def pyplot():
+    """matplotlib.pyplot with the Agg backend, or None when matplotlib is missing."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
+
+
+# -- backend set-up ---------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def produce_records(bootstrap: str, topic: str, n: int, *, partitions: int, value=None, record_bytes: int = 1024,
+                    producer_config: dict | None = None, create: bool = True) -> None:
+    """Create ``topic`` (unless ``create`` is false) and produce ``n`` records round-robin over
+    ``partitions``. ``value`` is bytes or a callable ``i -> bytes``; default random
+    ``record_bytes``. ``producer_config`` overrides the throughput-oriented producer defaults."""
+    from confluent_kafka import Producer
+
+    from tests.support import create_topic
+
+    if create:
+        create_topic(bootstrap, topic, partitions)
+    config = {"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
+              "queue.buffering.max.kbytes": 1_048_576, "acks": 1}
+    config.update(producer_config or {})
+    producer = Producer(config)
+    payload = os.urandom(record_bytes) if value is None else value
+    for i in range(n):
+        v = payload(i) if callable(payload) else payload
+        while True:
+            try:
+                producer.produce(topic, value=v, partition=i % partitions)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    assert producer.flush(300) == 0, "records not delivered"
+
+
+def native_share_group(bootstrap: str, group: str) -> str:
+    """Configure a native (Kafka 4.x) share group to start at the earliest offset; return it."""
+    from tests.support import set_group_config
+
+    set_group_config(bootstrap, group, {"share.auto.offset.reset": "earliest"})
+    return group
+
+
+class SidecarProcess:
+    """``kshare sidecar run`` as a subprocess on a free port, backed by ``bootstrap``.
+
+    ``env``: extra ``KSHARE_*`` settings. ``metrics_port``: serve /metrics there (0 = off).
+    ``profile``: run under pyinstrument, text report to that file."""
+
+    def __init__(self, bootstrap: str, profile: str | None = None, metrics_port: int = 0,
+                 env: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.metrics_port = metrics_port
+        full_env = dict(os.environ, KSHARE_SHARE_AUTO_OFFSET_RESET="earliest",
+                        KSHARE_STATE_TOPIC_REPLICATION_FACTOR="1")
+        full_env.update(env or {})
+        if metrics_port:
+            full_env["KSHARE_METRICS_PORT"] = str(metrics_port)
+        cmd = ["kshare", "sidecar", "run", "--bootstrap-server", bootstrap, "--listen", f"127.0.0.1:{self.port}",
+               "--log-level", "WARNING"]
+        if profile:
+            import shutil
+            cmd = [sys.executable, "-m", "pyinstrument", "-r", "text", "-o", profile,
+                   shutil.which("kshare") or "kshare"] + cmd[1:]
+        self.proc = subprocess.Popen(cmd, env=full_env)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"kshare sidecar exited with {self.proc.returncode}")
+                time.sleep(0.2)
+        self.proc.kill()
+        raise RuntimeError("kshare sidecar did not start listening")
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def metrics_text(self) -> str:
+        """The ``kshare_`` families of the sidecar's /metrics."""
+        text = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10).read().decode()
+        return "\n".join(line for line in text.splitlines() if line.startswith("kshare_")) + "\n"
+
+    def scrape(self, path: Path) -> None:
+        """Save the sidecar's /metrics (kshare_ families only) to ``path``."""
+        path.write_text(self.metrics_text())
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+    def __enter__(self) -> SidecarProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """``{'name{labels}': value}`` from Prometheus text (samples only; comments skipped)."""
+    samples: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name, _, value = line.rpartition(" ")
+        try:
+            samples[name] = float(value)
+        except ValueError:
+            continue
+    return samples
+
+
+def metric_sum(samples: dict[str, float], name: str) -> float:
+    """Sum of every sample of ``name`` (over all label sets)."""
+    return sum(v for k, v in samples.items() if k == name or k.startswith(name + "{"))
+
+
+def percentile(sorted_values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in [0, 100]) of an ascending list."""
+    if not sorted_values:
+        return None
+    k = max(0, min(len(sorted_values) - 1, int(round(q / 100 * len(sorted_values) + 0.5)) - 1))
+    return sorted_values[k]
