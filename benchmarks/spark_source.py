@@ -6,12 +6,25 @@ Scenarios, each a fresh streaming query in one local[2] SparkSession writing to 
   (b) kshare-native the kshare data source on native Kafka 4.x share groups
   (c) kshare-sidecar the kshare data source through a kshare sidecar on Kafka 3.9 (--no-sidecar skips it)
 All use the same per-trigger cap (--per-trigger, maxOffsetsPerTrigger / maxRecordsPerTrigger) and
-the default trigger (next batch as soon as the previous ends). The clock runs from the first
+the default trigger (next batch as soon as the previous ends). Share groups keep their default
+in-flight cap (share.partition.max.record.locks, 2000 per partition; a group may not raise it
+above the broker's setting), but records are acquired in whole log batches, so micro-batches
+of the kshare source are usually larger than 2 x 2000: "mean_batch" shows what they were. The clock runs from the first
 micro-batch that read records to the moment N records were read (query start-up and group join
-are excluded alike). Brokers, sidecar and Spark share the machine, so figures are relative.
+are excluded alike). Each scenario first runs once over --warmup records (default 20k, a fresh
+query and group, not measured), so no source pays for the JVM's first query alone. Brokers,
+sidecar and Spark share the machine, so figures are relative.
+
+spark-sql-kafka must match the running Spark release exactly. Maven Central had no 4.3.0 (and
+4.1.x/4.2.0 lack spark-token-provider-kafka there), so on PySpark 4.3 Spark's Kafka source cannot
+run. ``--baseline-python PY`` runs it under another interpreter instead -- e.g. a venv with
+``pyspark[sql]==4.0.0`` and this project installed, where the 4.0.0 connector matches -- against
+the same broker and topic, in the same run: that process runs (a) and (b) on its Spark, then
+this one runs (b) (and (c)) on its own Spark. The JSON says which Spark ran what.
 
 Prints one line per scenario, then one JSON object as the LAST line.
 Usage: python benchmarks/spark_source.py [--quick] [--records N] [--no-sidecar]
+                                         [--baseline-python /tmp/spark40/bin/python]
 """
 
 from __future__ import annotations
@@ -19,6 +32,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import subprocess
 import sys
 import threading
 import time
@@ -68,16 +83,21 @@ def spark_kafka_jars(version: str) -> Path:
     return resolve_artifacts(name, [("org.apache.spark", "spark-sql-kafka-0-10_2.13", version)])
 
 
-def set_earliest(bootstrap: str, group: str) -> None:
+def set_group(bootstrap: str, group: str) -> dict[str, str]:
+    """Per-group configs (IncrementalAlterConfigs on a GROUP: Kafka 4.x and the kshare sidecar)."""
     from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
-    entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
-               for k, v in {"share.auto.offset.reset": "earliest",
-                            "share.record.lock.duration.ms": "60000"}.items()]
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for f in admin.incremental_alter_configs(
-            [ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)]).values():
-        f.result(30)
+
+    def alter(configs: dict[str, str]) -> None:
+        entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()]
+        for f in admin.incremental_alter_configs(
+                [ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)]).values():
+            f.result(30)
+
+    applied = {"share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": "60000"}
+    alter(applied)
+    return applied
 
 
 def run_query(spark, df, n: int, timeout_s: float) -> dict:
@@ -111,7 +131,7 @@ def run_query(spark, df, n: int, timeout_s: float) -> dict:
         raise RuntimeError(f"only {rows} of {n} records read within {timeout_s:.0f} s")
     seconds = max(done_at - first_at, 1e-6)
     return {"records": rows, "seconds": round(seconds, 2), "records_per_s": round(rows / seconds),
-            "batches": batches}
+            "batches": batches, "mean_batch": round(rows / max(batches, 1))}
 
 
 def _ts(text: str) -> float:
@@ -127,7 +147,7 @@ class SidecarThread:
 
         self.sidecar = Sidecar(load_config(env={}, overrides={
             "bootstrap.servers": backend, "listen": "127.0.0.1:0", "share.auto.offset.reset": "earliest",
-            "state.topic.replication.factor": 1, "group.share.record.lock.duration.ms": 60000}))
+            "state.topic.replication.factor": 1}))
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
 
@@ -141,6 +161,105 @@ class SidecarThread:
         self.loop.call_soon_threadsafe(self.loop.stop)
 
 
+def kafka_jar_list(spark_version: str, fallback: str) -> tuple[str, str]:
+    """(jar version, comma-separated jars) for spark-sql-kafka matching ``spark_version`` if possible."""
+    from kshare_sidecar.testing import HarnessError
+
+    jar_version = spark_version
+    try:
+        jars = spark_kafka_jars(jar_version)
+    except HarnessError as exc:
+        print(f"spark-sql-kafka {spark_version} not resolvable ({exc}); using {fallback}", flush=True)
+        jar_version = fallback
+        jars = spark_kafka_jars(jar_version)
+    # What --packages would add: the connector and the client; Spark already ships the rest
+    # (Scala, Hadoop, compression codecs), and a second copy of those only causes conflicts.
+    wanted = ("spark-sql-kafka", "spark-token-provider-kafka", "kafka-clients", "commons-pool2")
+    return jar_version, ",".join(str(p) for p in sorted(jars.glob("*.jar")) if p.name.startswith(wanted))
+
+
+def session(jars: str | None):
+    from pyspark.sql import SparkSession
+
+    from kshare_sidecar.spark import register
+
+    builder = (SparkSession.builder.master("local[2]").appName("kshare-spark-bench")
+               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2"))
+    if jars:
+        builder = builder.config("spark.jars", jars)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
+def warm(fn, *fnargs, args) -> dict:
+    """Run ``fn`` once over --warmup records (not measured), then over --records."""
+    *head, n = fnargs
+    if args.warmup:
+        fn(*head, min(args.warmup, n))
+    return fn(*head, n)
+
+
+def bench_spark_kafka(spark, bootstrap: str, topic: str, jar_version: str, args, n: int) -> dict:
+    df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+          .option("subscribe", topic).option("startingOffsets", "earliest")
+          .option("maxOffsetsPerTrigger", str(args.per_trigger)).load())
+    try:
+        out = run_query(spark, df, n, args.timeout)
+    except Exception as exc:  # e.g. a connector built for another Spark line: NoSuchMethodError
+        out = {"error": str(exc)[:300], "fix": f"run under pyspark=={jar_version} (--baseline-python)"}
+    import pyspark
+
+    return {**out, "spark": pyspark.__version__, "spark_sql_kafka": jar_version}
+
+
+def bench_kshare(spark, share: str, backend: str, topic: str, args, n: int) -> dict:
+    import pyspark
+
+    group = f"bench-{uuid.uuid4().hex[:6]}"
+    configs = set_group(share, group)
+    df = (spark.readStream.format("kshare").option("kafka.bootstrap.servers", share)
+          .option("kafka.backend.servers", backend)
+          .option("group", group).option("subscribe", topic)
+          .option("maxRecordsPerTrigger", str(args.per_trigger)).option("lockDurationMs", "60000").load())
+    return {**run_query(spark, df, n, args.timeout), "spark": pyspark.__version__, "group_configs": configs}
+
+
+def worker(args) -> None:
+    """--worker: (a) and (b) on this interpreter's Spark against an existing broker and topic."""
+    import pyspark
+
+    jar_version, jars = kafka_jar_list(pyspark.__version__, args.kafka_jar_version)
+    spark = session(jars)
+    n = args.records
+    results = {"spark-kafka": warm(bench_spark_kafka, spark, args.bootstrap, args.topic, jar_version, args, n,
+                                   args=args)}
+    print(f"spark-kafka    {results['spark-kafka']}", flush=True)
+    results["kshare-native"] = warm(bench_kshare, spark, args.bootstrap, args.bootstrap, args.topic, args, n,
+                                    args=args)
+    print(f"kshare-native  {results['kshare-native']}", flush=True)
+    spark.stop()
+    print(json.dumps({"worker": pyspark.__version__, "results": results}))
+
+
+def run_baseline(python: str, bootstrap: str, topic: str, n: int, args) -> dict:
+    cmd = [python, str(Path(__file__).resolve()), "--worker", "--bootstrap", bootstrap, "--topic", topic,
+           "--records", str(n), "--per-trigger", str(args.per_trigger), "--timeout", str(args.timeout),
+           "--warmup", str(args.warmup),
+           "--kafka-jar-version", args.kafka_jar_version]
+    # The other interpreter must not pick up this one's PySpark (SPARK_HOME, PYTHONPATH).
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_HOME", "PYTHONPATH", "PYSPARK_PYTHON")}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout * 3)
+    for line in proc.stdout.splitlines()[:-1]:
+        print(f"  [baseline] {line}", flush=True)
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1])["results"]
+    except Exception:
+        raise RuntimeError(f"baseline run under {python} failed (exit {proc.returncode}): "
+                           f"{(proc.stdout + proc.stderr)[-2000:]}") from None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=None)
@@ -149,76 +268,69 @@ def main() -> None:
     ap.add_argument("--per-trigger", type=int, default=20_000)
     ap.add_argument("--no-sidecar", action="store_true")
     ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--warmup", type=int, default=20_000, help="unmeasured records per scenario first (0: none)")
     ap.add_argument("--kafka-jar-version", default="4.0.0",
                     help="spark-sql-kafka version to use when the running Spark's own is not on Maven Central")
+    ap.add_argument("--baseline-python", default=None,
+                    help="run Spark's Kafka source (and the kshare source) under this interpreter, whose PySpark "
+                         "matches an available spark-sql-kafka (e.g. a venv with pyspark[sql]==4.0.0)")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--bootstrap", help=argparse.SUPPRESS)
+    ap.add_argument("--topic", help=argparse.SUPPRESS)
     args = ap.parse_args()
     n = args.records or (50_000 if args.quick else 200_000)
+    if args.worker:
+        args.records = n
+        worker(args)
+        return
 
     import pyspark
-    from pyspark.sql import SparkSession
 
-    from kshare_sidecar.spark import register
     from kshare_sidecar.testing import KafkaBroker
 
-    from kshare_sidecar.testing import HarnessError
-
     spark_version = pyspark.__version__
-    # spark-sql-kafka must match Spark; when Maven Central lacks this exact release (4.3.0 was
-    # absent in late 2026, and 4.1/4.2 lack spark-token-provider-kafka there), fall back to --kafka-jar-version and say so in the JSON.
-    jar_version = spark_version
-    try:
-        jars = spark_kafka_jars(jar_version)
-    except HarnessError as exc:
-        print(f"spark-sql-kafka {spark_version} not resolvable ({exc}); using {args.kafka_jar_version}", flush=True)
-        jar_version = args.kafka_jar_version
-        jars = spark_kafka_jars(jar_version)
-    # What --packages would add: the connector and the client; Spark already ships the rest
-    # (Scala, Hadoop, compression codecs), and a second copy of those only causes conflicts.
-    wanted = ("spark-sql-kafka", "spark-token-provider-kafka", "kafka-clients", "commons-pool2")
-    jar_list = ",".join(str(p) for p in sorted(jars.glob("*.jar")) if p.name.startswith(wanted))
     results: dict[str, dict] = {}
     with KafkaBroker("4") as k4:
         topic = f"bench-spark-{uuid.uuid4().hex[:6]}"
         produce(k4.bootstrap, topic, n, args.value_size, 2)
-        spark = (SparkSession.builder.master("local[2]").appName("kshare-spark-bench")
-                 .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-                 .config("spark.jars", jar_list).getOrCreate())
-        spark.sparkContext.setLogLevel("ERROR")
-        register(spark)
+        if args.baseline_python:
+            base = run_baseline(args.baseline_python, k4.bootstrap, topic, n, args)
+            results["spark-kafka"] = base["spark-kafka"]
+            results[f"kshare-native@{base['kshare-native']['spark']}"] = base["kshare-native"]
+            spark = session(None)
+        else:
+            jar_version, jars = kafka_jar_list(spark_version, args.kafka_jar_version)
+            spark = session(jars)
+            results["spark-kafka"] = warm(bench_spark_kafka, spark, k4.bootstrap, topic, jar_version, args, n,
+                                          args=args)
+            print(f"spark-kafka    {results['spark-kafka']}", flush=True)
 
-        df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", k4.bootstrap)
-              .option("subscribe", topic).option("startingOffsets", "earliest")
-              .option("maxOffsetsPerTrigger", str(args.per_trigger)).load())
-        try:
-            results["spark-kafka"] = run_query(spark, df, n, args.timeout)
-        except Exception as exc:  # e.g. a connector built for another Spark line: NoSuchMethodError
-            results["spark-kafka"] = {"error": str(exc)[:300], "jar": jar_version,
-                                      "fix": f"run under pyspark=={jar_version} so the connector matches"}
-        print(f"spark-kafka    {results['spark-kafka']}", flush=True)
-
-        group = f"bench-{uuid.uuid4().hex[:6]}"
-        set_earliest(k4.bootstrap, group)
-        df = (spark.readStream.format("kshare").option("kafka.bootstrap.servers", k4.bootstrap)
-              .option("group", group).option("subscribe", topic)
-              .option("maxRecordsPerTrigger", str(args.per_trigger)).option("lockDurationMs", "60000").load())
-        results["kshare-native"] = run_query(spark, df, n, args.timeout)
+        results["kshare-native"] = warm(bench_kshare, spark, k4.bootstrap, k4.bootstrap, topic, args, n, args=args)
         print(f"kshare-native  {results['kshare-native']}", flush=True)
 
         if not args.no_sidecar:
             with KafkaBroker("3.9") as k39:
                 produce(k39.bootstrap, topic, n, args.value_size, 2)
                 with SidecarThread(k39.bootstrap) as share:
-                    df = (spark.readStream.format("kshare").option("kafka.bootstrap.servers", share)
-                          .option("kafka.backend.servers", k39.bootstrap)
-                          .option("group", f"bench-{uuid.uuid4().hex[:6]}").option("subscribe", topic)
-                          .option("maxRecordsPerTrigger", str(args.per_trigger))
-                          .option("lockDurationMs", "60000").load())
-                    results["kshare-sidecar"] = run_query(spark, df, n, args.timeout)
+                    results["kshare-sidecar"] = warm(bench_kshare, spark, share, k39.bootstrap, topic, args, n,
+                                                     args=args)
                     print(f"kshare-sidecar {results['kshare-sidecar']}", flush=True)
         spark.stop()
-    print(json.dumps({"benchmark": "spark_source", "spark": spark_version, "spark_sql_kafka": jar_version, "records": n,
+
+    def rate(key: str) -> float | None:
+        return results.get(key, {}).get("records_per_s")
+
+    ratios = {}
+    base_rate = rate("spark-kafka")
+    if base_rate:
+        for key in results:
+            if key.startswith("kshare") and rate(key):
+                ratios[f"{key}/spark-kafka"] = round(rate(key) / base_rate, 3)
+    print(json.dumps({"benchmark": "spark_source", "spark": spark_version, "records": n,
                       "value_size": args.value_size, "partitions": 2, "per_trigger": args.per_trigger,
-                      "cores": "local[2]", "results": results}))
+                      "warmup": args.warmup,
+                      "cores": "local[2]", "loadavg_1m_at_end": round(os.getloadavg()[0], 2),
+                      "results": results, "ratios": ratios}))
 
 
 if __name__ == "__main__":

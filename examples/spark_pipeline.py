@@ -3,7 +3,7 @@
 Runs with plain ``python`` (local[*]) or ``spark-submit``:
 
     python examples/spark_pipeline.py --bootstrap 127.0.0.1:9092 --group etl --topic orders \\
-        --out /tmp/orders-parquet
+        --out /tmp/orders-parquet --earliest --timeout 120
     spark-submit examples/spark_pipeline.py --bootstrap sidecar:9092 --backend kafka:9092 ...
 
 ``--bootstrap`` serves the share group (Kafka 4.x, or a kshare sidecar); ``--backend`` is the
@@ -21,6 +21,19 @@ from pyspark.sql import functions as F
 from kshare_sidecar.spark import register
 
 
+def start_from_earliest(bootstrap: str, group: str) -> None:
+    """Set the group's share.auto.offset.reset to earliest (a per-group config; Kafka's default is
+    latest). Works on Kafka 4.x and on a kshare sidecar; takes effect for partitions the group
+    has not started yet."""
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    entry = ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[entry])
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(30)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bootstrap", required=True)
@@ -32,9 +45,15 @@ def main() -> None:
     ap.add_argument("--max-records", default="10000", help="maxRecordsPerTrigger")
     ap.add_argument("--trigger", default="5 seconds")
     ap.add_argument("--timeout", type=float, default=None, help="stop after this many seconds")
+    ap.add_argument("--earliest", action="store_true",
+                    help="set the group's share.auto.offset.reset to earliest before starting")
     args = ap.parse_args()
 
+    if args.earliest:
+        start_from_earliest(args.bootstrap, args.group)
+
     spark = SparkSession.builder.appName("kshare-share-group-pipeline").getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
     register(spark)
 
     records = (
@@ -65,8 +84,13 @@ def main() -> None:
         .trigger(processingTime=args.trigger)
         .start()
     )
-    query.awaitTermination(args.timeout)
-    query.stop()
+    try:
+        query.awaitTermination(args.timeout)
+    finally:
+        query.stop()
+    progress = query.recentProgress  # the last spark.sql.streaming.numRecentProgressUpdates (100)
+    rows = sum(p["numInputRows"] for p in progress)
+    print(f"stopped: {rows} records read in the last {len(progress)} triggers; output in {args.out}", flush=True)
     spark.stop()
 
 

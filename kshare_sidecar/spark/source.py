@@ -23,7 +23,11 @@ import uuid
 from collections.abc import Iterator
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
+
+try:  # PySpark 4.2+: admission control (latestOffset(start, limit), getDefaultReadLimit)
+    from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
+except ImportError:  # PySpark < 4.2 calls latestOffset() without arguments; see latestOffset
+    ReadLimit = ReadMaxRows = None
 
 from . import ranges as R
 from .acquire import Acquirer
@@ -88,9 +92,13 @@ class ShareGroupStreamReader(DataSourceStreamReader):
         return R.initial_offset()
 
     def getDefaultReadLimit(self) -> ReadLimit:
+        # Only called by PySpark 4.2+, where ReadMaxRows exists.
         return ReadMaxRows(self.opts.max_records)
 
     def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
+        # PySpark < 4.2 (tried: 4.0.0) passes neither: `start` is then the last offset offered to Spark, which with
+        # synchronous progress tracking is also planned, run and committed by the time Spark asks
+        # again. The batch size comes from max.poll.records (= maxRecordsPerTrigger) either way.
         start = start if start is not None else (self._offered or R.initial_offset())
         seq = int(start.get("seq", 0))
         acq = self.acquirer

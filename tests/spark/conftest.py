@@ -24,7 +24,7 @@ from tests.support import create_topic, set_group_config, unique  # noqa: E402
 FULL = os.environ.get("KSHARE_SPARK_FULL") == "1"
 #: Records in the drain and kill/restart scenarios.
 DRAIN_RECORDS = 100_000 if FULL else 20_000
-#: Delivery limit used by the poison scenario (the sidecar applies it to every group).
+#: Delivery limit used by the poison scenario (a per-group config, below both targets' default 5).
 POISON_LIMIT = 3
 #: Acquisition lock for test groups: the highest Kafka allows, so a cold first batch (JVM + Python
 #: worker start-up) cannot outlive it; failed members release their records on disconnect anyway.
@@ -47,15 +47,17 @@ class Target:
         return topic
 
     def group(self, **configs: str) -> str:
-        """A fresh group reading from the earliest offset, with share.* ``configs`` (native only)."""
+        """A fresh group reading from the earliest offset, with the test lock and share.* ``configs``.
+
+        Per-group configs (IncrementalAlterConfigs on a GROUP resource) work the same way on
+        Kafka 4.x and on the kshare sidecar, and can be set before the first member joins.
+        """
         group = unique("spark-g")
-        if self.native:
-            set_group_config(self.share, group, {
-                "share.auto.offset.reset": "earliest",
-                "share.record.lock.duration.ms": str(LOCK_MS),
-                **configs,
-            })
-        # kshare: the sidecar fixture sets earliest, the lock and the delivery limit for every group.
+        set_group_config(self.share, group, {
+            "share.auto.offset.reset": "earliest",
+            "share.record.lock.duration.ms": str(LOCK_MS),
+            **configs,
+        })
         return group
 
     def source_options(self, group: str, topic: str, **extra: str) -> dict[str, str]:
@@ -76,10 +78,11 @@ class SidecarThread:
         from kshare_sidecar.config import load_config
         from kshare_sidecar.service.runner import Sidecar
 
+        # Sidecar defaults otherwise: groups get earliest, the lock and the delivery limit as
+        # per-group configs (Target.group), exactly as on native Kafka.
         config = load_config(env={}, overrides={
             "bootstrap.servers": backend,
             "listen": "127.0.0.1:0",
-            "share.auto.offset.reset": "earliest",
             "state.topic.replication.factor": 1,
             **overrides,
         })
@@ -106,13 +109,7 @@ class SidecarThread:
 
 @pytest.fixture(scope="session")
 def kshare_sidecar(kafka_39) -> Iterator[SidecarThread]:
-    with SidecarThread(
-        kafka_39.bootstrap,
-        **{
-            "group.share.delivery.count.limit": POISON_LIMIT,
-            "group.share.record.lock.duration.ms": LOCK_MS,
-        },
-    ) as sidecar:
+    with SidecarThread(kafka_39.bootstrap) as sidecar:
         yield sidecar
 
 
