@@ -84,20 +84,18 @@ class KshareCollector:
 
     def collect(self):
         s = STATS
-        c = CounterMetricFamily("kshare_total_share_fetch_requests", "ShareFetch requests received.")
-        c.add_metric([], s.share_fetch_requests)
-        yield c
-        c = CounterMetricFamily("kshare_failed_share_fetch_requests", "ShareFetch requests answered with a "
-                                "top-level error.")
-        c.add_metric([], s.share_fetch_failed)
-        yield c
-        c = CounterMetricFamily("kshare_total_share_acknowledgement_requests", "ShareAcknowledge requests received.")
-        c.add_metric([], s.share_ack_requests)
-        yield c
-        c = CounterMetricFamily("kshare_failed_share_acknowledgement_requests", "ShareAcknowledge requests "
-                                "answered with a top-level error.")
-        c.add_metric([], s.share_ack_failed)
-        yield c
+        for name, doc, value in (
+            ("kshare_total_share_fetch_requests", "ShareFetch requests received.", s.share_fetch_requests),
+            ("kshare_failed_share_fetch_requests", "ShareFetch requests answered with a top-level error.",
+             s.share_fetch_failed),
+            ("kshare_total_share_acknowledgement_requests", "ShareAcknowledge requests received.",
+             s.share_ack_requests),
+            ("kshare_failed_share_acknowledgement_requests", "ShareAcknowledge requests answered with a "
+             "top-level error.", s.share_ack_failed),
+        ):
+            c = CounterMetricFamily(name, doc)
+            c.add_metric([], value)
+            yield c
         c = CounterMetricFamily("kshare_record_acknowledgement", "Records acknowledged (durably), by type "
                                 "(ShareFetch piggybacked and ShareAcknowledge).", labels=["ack_type"])
         for name, n in s.acks.items():

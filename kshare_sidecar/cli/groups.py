@@ -389,16 +389,21 @@ def delete_offsets(
                  "error": None if t.error_code == ErrorCode.none else
                  error_name(t.error_code) + (f": {t.error_message}" if t.error_message else "")}
                 for t in resp.responses]
-        if as_json:
-            out_json({"group": group, "topics": rows})
-        else:
-            table = Table("TOPIC", "STATUS", box=None, pad_edge=False)
-            for r in rows:
-                table.add_row(r["topic"], r["error"] or "deleted")
-            console().print(table)
-        return EXIT_FAILED if any(r["error"] for r in rows) else EXIT_OK
+        return _report_deletions({"group": group, "topics": rows} if as_json else None, rows, "topic")
 
     run_client(prog, bootstrap_server, timeout, go)
+
+
+def _report_deletions(json_doc: Any, rows: list[dict], what: str) -> int:
+    """Print per-item deletion outcomes (JSON when ``json_doc`` is given, else a table); exit code."""
+    if json_doc is not None:
+        out_json(json_doc)
+    else:
+        table = Table(what.upper(), "STATUS", box=None, pad_edge=False)
+        for r in rows:
+            table.add_row(r[what], r["error"] or "deleted")
+        console().print(table)
+    return EXIT_FAILED if any(r["error"] for r in rows) else EXIT_OK
 
 
 # -- delete ------------------------------------------------------------------------------------
@@ -418,13 +423,6 @@ def delete(
                    ErrorCode.group_id_not_found: "no such share group"}
         rows = [{"group": g, "error": None if c == ErrorCode.none else
                  f"{error_name(c)}: {explain.get(c, 'refused')}"} for g, c in result.items()]
-        if as_json:
-            out_json(rows)
-        else:
-            table = Table("GROUP", "STATUS", box=None, pad_edge=False)
-            for r in rows:
-                table.add_row(r["group"], r["error"] or "deleted")
-            console().print(table)
-        return EXIT_FAILED if any(r["error"] for r in rows) else EXIT_OK
+        return _report_deletions(rows if as_json else None, rows, "group")
 
     run_client(prog, bootstrap_server, timeout, go)

@@ -308,13 +308,17 @@ class BasePersister:
         return await self._enqueue(KIND_PARTITION, key,
                                    lambda cur: fencing.initialize(key, cur, state_epoch, start_offset))
 
-    async def initialize_many(self, items: Iterable[InitializeItem]) -> dict[SharePartitionKey, PersistError | None]:
-        items = list(items)
-        futures = [self._enqueue(KIND_PARTITION, it.key,
-                                 lambda cur, it=it: fencing.initialize(it.key, cur, it.state_epoch, it.start_offset))
-                   for it in items]
-        res = await self._gather([it.key for it in items], futures)
+    async def _apply_each(self, ops: list[tuple[SharePartitionKey, Callable[[Any], tuple[Any, Any]]]]
+                          ) -> dict[SharePartitionKey, PersistError | None]:
+        """Enqueue one fencing decision per share-partition; per-key outcome (None = success)."""
+        futures = [self._enqueue(KIND_PARTITION, key, fn) for key, fn in ops]
+        res = await self._gather([key for key, _ in ops], futures)
         return {k: (v if isinstance(v, PersistError) else None) for k, v in res.items()}
+
+    async def initialize_many(self, items: Iterable[InitializeItem]) -> dict[SharePartitionKey, PersistError | None]:
+        return await self._apply_each([
+            (it.key, lambda cur, it=it: fencing.initialize(it.key, cur, it.state_epoch, it.start_offset))
+            for it in items])
 
     async def read(self, keys: Iterable[SharePartitionKey], *,
                    leader_epoch: int | None = None) -> dict[SharePartitionKey, PartitionState | PersistError]:
@@ -342,10 +346,7 @@ class BasePersister:
 
     async def advance_epoch(self, keys: Iterable[SharePartitionKey], epoch: int) -> dict[SharePartitionKey, PersistError | None]:
         """The owner's epoch moved on without a change of owner: raise the current epoch only."""
-        keys = list(keys)
-        futures = [self._enqueue(KIND_PARTITION, k, lambda cur, k=k: fencing.advance(k, cur, epoch)) for k in keys]
-        res = await self._gather(keys, futures)
-        return {k: (v if isinstance(v, PersistError) else None) for k, v in res.items()}
+        return await self._apply_each([(k, lambda cur, k=k: fencing.advance(k, cur, epoch)) for k in keys])
 
     async def write(self, key: SharePartitionKey, state: PartitionState, writer_epoch: int) -> None:
         """WriteShareGroupState: store a complete snapshot; raises FencedStateEpochError,
@@ -354,19 +355,12 @@ class BasePersister:
 
     async def write_many(self, items: Iterable[WriteItem]) -> dict[SharePartitionKey, PersistError | None]:
         """Many writes, coalesced into as few backend commits as possible; per-key outcome."""
-        items = list(items)
-        futures = [self._enqueue(KIND_PARTITION, it.key,
-                                 lambda cur, it=it: fencing.write(it.key, cur, it.state, it.writer_epoch))
-                   for it in items]
-        res = await self._gather([it.key for it in items], futures)
-        return {k: (v if isinstance(v, PersistError) else None) for k, v in res.items()}
+        return await self._apply_each([
+            (it.key, lambda cur, it=it: fencing.write(it.key, cur, it.state, it.writer_epoch)) for it in items])
 
     async def delete(self, keys: Iterable[SharePartitionKey]) -> dict[SharePartitionKey, PersistError | None]:
         """DeleteShareGroupState: tombstones; deleting absent state succeeds."""
-        keys = list(keys)
-        futures = [self._enqueue(KIND_PARTITION, k, lambda cur, k=k: fencing.delete(k, cur)) for k in keys]
-        res = await self._gather(keys, futures)
-        return {k: (v if isinstance(v, PersistError) else None) for k, v in res.items()}
+        return await self._apply_each([(k, lambda cur, k=k: fencing.delete(k, cur)) for k in keys])
 
     async def read_summary(self, keys: Iterable[SharePartitionKey]) -> dict[SharePartitionKey, StateSummary | PersistError]:
         """ReadShareGroupStateSummary: state epoch, leader epoch, SPSO and lag inputs."""
