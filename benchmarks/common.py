@@ -185,6 +185,10 @@ class SidecarProcess:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    def samples(self) -> dict[str, float]:
+        """The sidecar's kshare_ samples (``{}`` when /metrics is off)."""
+        return parse_prometheus(self.metrics_text()) if self.metrics_port else {}
+
     def metrics_text(self) -> str:
         """The ``kshare_`` families of the sidecar's /metrics."""
         text = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10).read().decode()
@@ -225,6 +229,30 @@ def parse_prometheus(text: str) -> dict[str, float]:
 def metric_sum(samples: dict[str, float], name: str) -> float:
     """Sum of every sample of ``name`` (over all label sets)."""
     return sum(v for k, v in samples.items() if k == name or k.startswith(name + "{"))
+
+
+def read_path_figures(before: dict[str, float], after: dict[str, float]) -> dict:
+    """Read-path figures of a sidecar between two /metrics scrapes (issue 14).
+
+    ``read_amplification`` = backend record bytes fetched ÷ record bytes delivered to clients
+    (1.0 means every byte read from the backend was delivered once). CPU seconds are the
+    sidecar process's user + system time in the window; RSS is the process's peak so far."""
+    def d(name: str) -> float:
+        return metric_sum(after, name) - metric_sum(before, name)
+
+    backend, delivered, records = (d("kshare_backend_fetch_bytes_total"), d("kshare_share_fetch_delivered_bytes_total"),
+                                   d("kshare_share_fetch_delivered_records_total"))
+    cpu = d("kshare_process_cpu_seconds_total")
+    return {
+        "backend_fetch_requests": int(d("kshare_backend_fetch_requests_total")),
+        "backend_fetch_bytes": int(backend), "delivered_bytes": int(delivered), "delivered_records": int(records),
+        "read_amplification": round(backend / delivered, 3) if delivered else None,
+        "cache_hits": int(d("kshare_read_cache_hits_total")), "cache_misses": int(d("kshare_read_cache_misses_total")),
+        "share_fetch_requests": int(d("kshare_total_share_fetch_requests_total")),
+        "sidecar_cpu_s": round(cpu, 2),
+        "sidecar_cpu_s_per_1m_records": round(cpu / records * 1e6, 1) if records else None,
+        "sidecar_max_rss_mb": round(metric_sum(after, "kshare_process_max_resident_memory_bytes") / 2**20, 1),
+    }
 
 
 def percentile(sorted_values: list[float], q: float) -> float | None:

@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import SidecarProcess, base_parser, finish, free_port, machine, produce_records, pyplot  # noqa: E402
+from common import (SidecarProcess, base_parser, finish, free_port, loadavg, machine, produce_records,  # noqa: E402
+                    pyplot, read_path_figures)
 
 RECORD_BYTES = 1024
 PARTITIONS = 4
@@ -85,6 +86,17 @@ def consume(kind: str, bootstrap: str, group: str, topic: str, target: int, time
             "mb_per_s": round(rps * RECORD_BYTES / 1e6, 2), "complete": got >= target}
 
 
+def kshare_consume(sc: SidecarProcess, group: str, topic: str, target: int, timeout_s: float) -> dict:
+    """:func:`consume` through a kshare sidecar, plus its read-path figures (metrics scraped
+    before and after: read amplification, CPU seconds per 1M records, peak RSS)."""
+    before = sc.samples()
+    load = loadavg()
+    result = consume("share", sc.bootstrap, group, topic, target, timeout_s)
+    result["sidecar"] = read_path_figures(before, sc.samples())
+    result["sidecar"]["loadavg_before"] = load
+    return result
+
+
 # -- setup ------------------------------------------------------------------------------------
 def prepare_topic(bootstrap: str, topic: str, n: int) -> None:
     produce_records(bootstrap, topic, n, partitions=PARTITIONS, record_bytes=RECORD_BYTES)
@@ -130,14 +142,19 @@ def main() -> None:
         print(f"({key}) {names[key]:<24} {r['records']:>9} records in {r['seconds']:>8.2f} s  "
               f"{r['records_per_s']:>10,.0f} rec/s  {r['mb_per_s']:>7.2f} MB/s"
               + ("" if r["complete"] else "  INCOMPLETE (timed out)"), flush=True)
+        if "sidecar" in r:
+            f = r["sidecar"]
+            print(f"    read amplification {f['read_amplification']}, sidecar CPU {f['sidecar_cpu_s']} s "
+                  f"({f['sidecar_cpu_s_per_1m_records']} s per 1M records), peak RSS {f['sidecar_max_rss_mb']} MB, "
+                  f"cache hits/misses {f['cache_hits']}/{f['cache_misses']}", flush=True)
 
     if "a" in only:
         with KafkaBroker("3.9") as b39:
             topic = unique("tput")
             prepare_topic(b39.bootstrap, topic, n)
-            sc = SidecarProcess(b39.bootstrap, profile=args.profile, metrics_port=free_port() if args.metrics else 0)
+            sc = SidecarProcess(b39.bootstrap, profile=args.profile, metrics_port=free_port())
             try:
-                report("a", consume("share", sc.bootstrap, unique("kshare-g"), topic, n, timeout))
+                report("a", kshare_consume(sc, unique("kshare-g"), topic, n, timeout))
                 if args.metrics:
                     sc.scrape(args.out / "kshare_metrics_a.txt")
             finally:
@@ -147,9 +164,9 @@ def main() -> None:
             topic = unique("tput")
             prepare_topic(b4.bootstrap, topic, n)
             if "b" in only:
-                sc = SidecarProcess(b4.bootstrap)
+                sc = SidecarProcess(b4.bootstrap, metrics_port=free_port())
                 try:
-                    report("b", consume("share", sc.bootstrap, unique("kshare-g"), topic, n, timeout))
+                    report("b", kshare_consume(sc, unique("kshare-g"), topic, n, timeout))
                 finally:
                     sc.stop()
             if "c" in only:

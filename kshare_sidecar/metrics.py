@@ -27,6 +27,8 @@ KIP-1226 share-partition lag                                        -> kshare_sh
 from __future__ import annotations
 
 import logging
+import resource
+import time
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram
@@ -48,6 +50,14 @@ class Stats:
         self.acks = {name: 0 for name in ACK_TYPE_NAMES.values()}
         # last high watermark seen per share-partition key (set once per backend fetch, for lag)
         self.high_watermarks: dict[Any, int] = {}
+        # read path (issue 14): read amplification = backend_fetch_bytes / delivered_bytes
+        self.backend_fetch_requests = 0
+        self.backend_fetch_bytes = 0  # record bytes received from backend Fetches (incl. cut-off tails)
+        self.delivered_bytes = 0  # record bytes sent to clients in ShareFetch responses
+        self.delivered_records = 0
+        self.cache_hits = 0
+        self.cache_misses = 0
+        self.cache_bytes = 0  # gauge: bytes held by the read-ahead cache
 
     def count_acks(self, runs) -> None:
         """Count one acknowledgement plan's records by type; ``runs`` are (first, last, type)."""
@@ -92,6 +102,18 @@ class KshareCollector:
              s.share_ack_requests),
             ("kshare_failed_share_acknowledgement_requests", "ShareAcknowledge requests answered with a "
              "top-level error.", s.share_ack_failed),
+            ("kshare_backend_fetch_requests", "Fetch requests sent to the backend for share-partitions.",
+             s.backend_fetch_requests),
+            ("kshare_backend_fetch_bytes", "Record bytes received from backend Fetches (including cut-off "
+             "trailing batches).", s.backend_fetch_bytes),
+            ("kshare_share_fetch_delivered_bytes", "Record bytes delivered to clients in ShareFetch responses.",
+             s.delivered_bytes),
+            ("kshare_share_fetch_delivered_records", "Records delivered (acquired) to clients in ShareFetch "
+             "responses.", s.delivered_records),
+            ("kshare_read_cache_hits", "Acquisitions served from the read-ahead cache.", s.cache_hits),
+            ("kshare_read_cache_misses", "Acquisitions that needed a backend Fetch.", s.cache_misses),
+            ("kshare_process_cpu_seconds", "CPU seconds (user + system) used by the sidecar process.",
+             time.process_time()),
         ):
             c = CounterMetricFamily(name, doc)
             c.add_metric([], value)
@@ -144,6 +166,13 @@ class KshareCollector:
         yield g
         yield in_flight
         yield lag
+        g = GaugeMetricFamily("kshare_read_cache_bytes", "Record bytes held by the read-ahead cache.")
+        g.add_metric([], s.cache_bytes)
+        yield g
+        g = GaugeMetricFamily("kshare_process_max_resident_memory_bytes", "Peak resident set size of the "
+                              "sidecar process (getrusage ru_maxrss).")
+        g.add_metric([], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+        yield g
 
 
 COLLECTOR = KshareCollector()

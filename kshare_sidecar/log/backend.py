@@ -26,6 +26,7 @@ from typing import Any, Literal
 from aiokafka.client import AIOKafkaClient, ConnectionGroup
 from aiokafka.errors import KafkaError, RequestTimedOutError
 
+from ..metrics import STATS
 from . import errors as E
 from .errors import BackendError, BackendUnavailableError, UnknownTopicError, error_for
 from .kio_bridge import KioRequest
@@ -305,8 +306,10 @@ class Backend:
             return {(r.topic, r.partition): empty_result(exc.code) for r in reads}
         out: dict[TopicPartition, FetchResult] = {}
         top_error = int(getattr(response, "error_code", 0))
+        STATS.backend_fetch_requests += 1  # read amplification (issue 14)
         for t in response.responses:
             for p in t.partitions:
+                STATS.backend_fetch_bytes += len(p.records or b"")
                 out[(t.topic, int(p.partition_index))] = to_result(p)
         for r in reads:
             out.setdefault((r.topic, r.partition), empty_result(top_error or E.UNKNOWN_SERVER_ERROR))

@@ -81,8 +81,10 @@ class BatchCache:
                 result.batches[0].base_offset <= offset <= result.batches[-1].last_offset:
             self._entries.move_to_end((key, isolation_level))
             self.hits += 1
+            _METRICS.cache_hits += 1
             return result
         self.misses += 1
+        _METRICS.cache_misses += 1
         return None
 
     def put(self, key, isolation_level: int, result: FetchResult) -> None:
@@ -340,8 +342,11 @@ class ShareService:
             return None
         self.partitions.track(slot)
         records = _slice(result.records, batches, acquired)
-        budget.records -= sum(a.last_offset - a.first_offset + 1 for a in acquired)
+        n = sum(a.last_offset - a.first_offset + 1 for a in acquired)
+        budget.records -= n
         budget.bytes -= len(records)
+        _METRICS.delivered_records += n
+        _METRICS.delivered_bytes += len(records)
         return records, acquired
 
     async def _wait(self, slots: list[Slot], remaining_s: float, read_committed: bool) -> None:

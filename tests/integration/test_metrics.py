@@ -96,6 +96,13 @@ async def test_metrics_move_with_a_share_group_run(kafka_39):
         assert after['kshare_share_group_count{state="Empty"}'] >= 1
         assert after['kshare_group_count{protocol="share"}'] >= 1
         assert delta("kshare_share_group_rebalance_total") >= 1
+        # Read path (issue 14): 200 records delivered once, each backend byte counted.
+        assert delta("kshare_share_fetch_delivered_records_total") == 200
+        assert 0 < delta("kshare_share_fetch_delivered_bytes_total") <= delta("kshare_backend_fetch_bytes_total")
+        assert delta("kshare_backend_fetch_requests_total") >= 1
+        assert delta("kshare_read_cache_misses_total") >= 1
+        assert delta("kshare_process_cpu_seconds_total") > 0
+        assert after["kshare_process_max_resident_memory_bytes"] > 10 * 2**20
         # Everything delivered and acknowledged: nothing in flight, no lag.
         for p in (0, 1):
             labels = f'{{group="{group}",partition="{p}",topic="{topic}"}}'
