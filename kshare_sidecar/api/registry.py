@@ -28,11 +28,14 @@ from kio.index import KioIndexError
 from kio.schema.errors import ErrorCode
 
 from ..wire import codec
-from ..wire.errors import CloseConnection, UnsupportedRequest
+from ..wire.errors import CloseConnection, MalformedFrame, UnsupportedRequest
+from ..wire.ratelog import RateLimitedLog
 from .context import ConnectionHandle, KafkaError, NodeIdentity, RequestContext
 from .convert import convert
 
 log = logging.getLogger("kshare.api")
+#: Client-caused errors (nulls, parse failures) are one line each, rate-limited per kind.
+client_errors = RateLimitedLog(log)
 
 Handler = Callable[[RequestContext, Any, Any], Awaitable[Any]]
 #: ``error_response(ctx, request, code, message) -> response entity | None``; ``None`` closes.
@@ -180,7 +183,15 @@ class Dispatcher:
             raise UnsupportedRequest(
                 f"api key {peeked.api_key} version {peeked.api_version} is not served"
             )
-        decoded = codec.decode_request(frame)
+        try:
+            decoded = codec.decode_request(frame)
+        except MalformedFrame as exc:
+            # Kafka closes the connection on a request it cannot parse; say which API it was.
+            raise MalformedFrame(
+                f"api key {peeked.api_key} v{peeked.api_version} client {_client_id(frame)!r}: {exc}"
+            ) from None
+        if decoded.null_fields:
+            return self._null_fields(decoded, conn)
         if decoded.trailing_bytes:
             log.debug("api key %d v%d: %d trailing bytes ignored", decoded.api_key,
                       decoded.api_version, decoded.trailing_bytes)
@@ -215,6 +226,20 @@ class Dispatcher:
             )
             raise CloseConnection(f"cannot encode response: {exc}") from exc
 
+    def _null_fields(self, decoded: codec.DecodedRequest, conn: ConnectionHandle | None) -> bytes:
+        """Null in a non-nullable field: INVALID_REQUEST where the API has a top-level error
+        code; otherwise the connection closes (Kafka closes for every parse error)."""
+        client_id = getattr(decoded.header, "client_id", None)
+        what = (f"api key {decoded.api_key} v{decoded.api_version} client {client_id!r}: null in "
+                f"non-nullable {', '.join(decoded.null_fields[:3])}")
+        response = generic_error_response(decoded.response_class, ErrorCode.invalid_request, what)
+        if response is None:
+            raise MalformedFrame(what)
+        client_errors.log("null-field", logging.INFO, "conn %d from %s: INVALID_REQUEST: %s",
+                          conn.conn_id if conn is not None else 0,
+                          f"{conn.peer_host}:{conn.peer_port}" if conn is not None else "-", what)
+        return codec.encode_response(response, decoded.correlation_id)
+
     async def _invoke(self, entry: ApiEntry, ctx: RequestContext, decoded: codec.DecodedRequest) -> Any:
         try:
             return await entry.handler(ctx, decoded.header, decoded.body)
@@ -223,9 +248,9 @@ class Dispatcher:
         except KafkaError as exc:
             code, message = exc.code, exc.message
         except Exception:
-            log.exception(
-                "conn %d: api key %d v%d handler failed", ctx.conn_id, ctx.api_key, ctx.api_version
-            )
+            # Not the client's fault (their input is checked before handlers run): keep the stack.
+            log.exception("conn %d: api key %d v%d client %r: handler failed", ctx.conn_id,
+                          ctx.api_key, ctx.api_version, ctx.client_id)
             code, message = ErrorCode.unknown_server_error, None
         if entry.error_response is not None:
             response = entry.error_response(ctx, decoded.body, code, message)
@@ -236,6 +261,16 @@ class Dispatcher:
                 f"api key {ctx.api_key} v{ctx.api_version}: {code.name} has no error response form"
             )
         return response
+
+
+def _client_id(frame: bytes) -> str | None:
+    """Best-effort client id for a log line about a frame that failed to parse."""
+    if len(frame) < 10:
+        return None
+    n = int.from_bytes(frame[8:10], "big", signed=True)
+    if n < 0 or 10 + n > len(frame):
+        return None
+    return frame[10:10 + n][:100].decode("utf-8", "replace")
 
 
 def kio_knows(api_key: int, version: int) -> bool:

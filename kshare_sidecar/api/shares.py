@@ -7,19 +7,39 @@ partition that carried acknowledgements is answered, and `Records` is never null
 from __future__ import annotations
 
 import datetime
+import uuid
+
+from kio.schema.errors import ErrorCode
 
 from kio.schema.share_acknowledge.v2 import response as a2
 from kio.schema.share_fetch.v2 import response as f2
 
 from ..service.shares import FetchParams, ShareOut
 from ..share.types import AckBatch
-from .context import RequestContext
+from .context import KafkaError, RequestContext
 
 _ZERO = datetime.timedelta(0)
 
 
+#: kio reads the all-zero TopicId as ``None``; Kafka carries it as Uuid.ZERO_UUID, an id no topic
+#: has, so it is answered UNKNOWN_TOPIC_ID like any unknown id (and sorts with the real ones).
+ZERO_UUID = uuid.UUID(int=0)
+
+
+def _id(topic_id: uuid.UUID | None) -> uuid.UUID:
+    return ZERO_UUID if topic_id is None else topic_id
+
+
+def _check_ids(req) -> None:
+    """GroupId and MemberId are nullable in the schema but required here (Kafka: INVALID_REQUEST)."""
+    if not req.group_id:
+        raise KafkaError(ErrorCode.invalid_request, "GroupId must be a non-empty string")
+    if req.member_id is None:
+        raise KafkaError(ErrorCode.invalid_request, "MemberId must not be null")
+
+
 def _topics(req_topics) -> list:
-    return [(t.topic_id, p.partition_index,
+    return [(_id(t.topic_id), p.partition_index,
              [AckBatch(b.first_offset, b.last_offset, tuple(b.acknowledge_types)) for b in p.acknowledgement_batches])
             for t in req_topics for p in t.partitions]
 
@@ -56,6 +76,7 @@ def make_fetch_handler(shares):
     watched: set[int] = set()
 
     async def share_fetch(ctx: RequestContext, header, req):
+        _check_ids(req)
         _watch_connection(ctx, shares, watched)
         params = FetchParams(
             max_wait_ms=int(req.max_wait.total_seconds() * 1000), min_bytes=req.min_bytes,
@@ -64,7 +85,7 @@ def make_fetch_handler(shares):
         out = await shares.share_fetch(
             conn_id=ctx.conn_id, group_id=req.group_id, member_id=req.member_id, epoch=req.share_session_epoch,
             params=params, topics=_topics(req.topics),
-            forgotten=[(t.topic_id, p) for t in req.forgotten_topics_data for p in t.partitions],
+            forgotten=[(_id(t.topic_id), p) for t in req.forgotten_topics_data for p in t.partitions],
             is_renew=bool(getattr(req, "is_renew_ack", False)), on_park=ctx.release_ordering)
         responses = tuple(
             f2.ShareFetchableTopicResponse(topic_id=topic_id, partitions=tuple(
@@ -86,6 +107,7 @@ def make_fetch_handler(shares):
 
 def make_ack_handler(shares):
     async def share_acknowledge(ctx: RequestContext, header, req):
+        _check_ids(req)
         out = await shares.share_acknowledge(
             conn_id=ctx.conn_id, group_id=req.group_id, member_id=req.member_id, epoch=req.share_session_epoch,
             topics=_topics(req.topics), is_renew=bool(getattr(req, "is_renew_ack", False)))

@@ -121,7 +121,12 @@ class Sidecar:
         admin_api.register(registry, self.admin, self.backend)
         configs_api.register(registry, self.admin)
         self.dispatcher = Dispatcher(registry, self.node)
-        self.listener = Listener(self.dispatcher, host, port, max_frame_bytes=cfg["socket.request.max.bytes"])
+        self.listener = Listener(self.dispatcher, host, port, max_frame_bytes=cfg["socket.request.max.bytes"],
+                                 max_inflight=cfg["max.inflight.requests.per.connection"],
+                                 idle_timeout_s=cfg["connections.max.idle.ms"] / 1000,
+                                 read_timeout_s=cfg["request.read.timeout.ms"] / 1000,
+                                 max_connections=cfg["max.connections"],
+                                 max_connections_per_ip=cfg["max.connections.per.ip"])
         await self.listener.start()
         if port == 0 or not cfg["advertised.listener"]:
             self.node = NodeIdentity(node_id=cfg["node.id"], host=adv_host, port=self.listener.port,

@@ -25,6 +25,7 @@ from kio.serial import entity_reader, entity_writer
 
 from .errors import MalformedFrame, UnsupportedRequest
 from .framing import frame
+from .prescan import prescan
 
 #: API key of ApiVersions, the request every client sends first and the one special case.
 API_VERSIONS_KEY = 18
@@ -52,6 +53,9 @@ class DecodedRequest:
     request_class: type
     response_class: type
     trailing_bytes: int = 0  # bytes after the body; tolerated (see docs/wire.md)
+    #: Non-nullable fields the client sent as null (``body`` is then ``None``: kio is not asked
+    #: to parse it). The dispatcher answers INVALID_REQUEST; see prescan.py.
+    null_fields: tuple[str, ...] = ()
 
     @property
     def api_key(self) -> int:
@@ -113,14 +117,23 @@ def decode_request(frame_bytes: bytes) -> DecodedRequest:
     Raises :class:`UnsupportedRequest` for an (api key, version) kio does not know and
     :class:`MalformedFrame` for anything that does not parse — both close the connection, as
     Kafka does. Whether the version is *served* is the registry's decision, not the codec's.
+
+    Every length and count is checked against the frame by :func:`prescan.prescan` before kio
+    reads it (kio 0.6.5 allocates for array counts unchecked and aborts the process on failure).
     """
     if not isinstance(frame_bytes, bytes):
         frame_bytes = bytes(frame_bytes)
     peeked = peek(frame_bytes)
     req_cls = request_class(peeked.api_key, peeked.api_version)
     resp_cls = response_class(peeked.api_key, peeked.api_version)
+    header_end, _ = prescan(req_cls.__header_schema__, frame_bytes, 0)
+    body_end, nulls = prescan(req_cls, frame_bytes, header_end)
     try:
         header, header_size = reader(req_cls.__header_schema__)(frame_bytes, 0)
+        if nulls:
+            return DecodedRequest(header=header, body=None, request_class=req_cls,
+                                  response_class=resp_cls, trailing_bytes=len(frame_bytes) - body_end,
+                                  null_fields=tuple(nulls))
         body, body_size = reader(req_cls)(frame_bytes, header_size)
     except Exception as exc:  # kio raises DecodeError, ValueError, TypeError, UnicodeError...
         raise MalformedFrame(

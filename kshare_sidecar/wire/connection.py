@@ -24,10 +24,18 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from .errors import CloseConnection
+from .errors import CloseConnection, TimedOut
 from .framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder
+from .ratelog import RateLimitedLog
 
 log = logging.getLogger("kshare.wire")
+#: "closing: <reason>" lines are client-caused; a flood of them is rate-limited per reason kind.
+closing = RateLimitedLog(log)
+
+#: Kafka's ``connections.max.idle.ms`` default (10 minutes).
+DEFAULT_IDLE_TIMEOUT_S = 600.0
+#: ``request.read.timeout.ms`` default: a started frame must be complete within this.
+DEFAULT_READ_TIMEOUT_S = 60.0
 
 _conn_ids = itertools.count(1)
 
@@ -67,6 +75,8 @@ class Connection:
         max_inflight: int = 64,
         read_size: int = 65536,
         conn_id: int | None = None,
+        idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+        read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
     ) -> None:
         if max_inflight < 1:
             raise ValueError("max_inflight must be at least 1")
@@ -77,6 +87,10 @@ class Connection:
         self._decoder = FrameDecoder(max_frame_bytes)
         self._slots = asyncio.Semaphore(max_inflight)
         self._read_size = read_size
+        self._idle_timeout = idle_timeout_s
+        self._read_timeout = read_timeout_s
+        self._frame_started: float | None = None  # when the partial frame being read began
+        self._last_activity = 0.0
         self._queue: asyncio.Queue[_Job] = asyncio.Queue()
         self._jobs: set[asyncio.Task[Any]] = set()
         self._callbacks: list[CloseCallback] = []
@@ -133,18 +147,46 @@ class Connection:
 
     # --- loops --------------------------------------------------------------------------------
 
+    async def _read(self) -> bytes:
+        """One socket read, bounded in time (Kafka's ``connections.max.idle.ms`` between
+        requests; ``request.read.timeout.ms`` once a frame has started, so a peer trickling a
+        frame byte by byte — slow-loris — cannot pin its buffer forever)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            if self._frame_started is not None:
+                deadline, what = self._frame_started + self._read_timeout, "request.read.timeout.ms"
+            else:
+                deadline, what = self._last_activity + self._idle_timeout, "connections.max.idle.ms"
+            try:
+                async with asyncio.timeout_at(deadline):
+                    return await self._reader.read(self._read_size)
+            except TimeoutError:
+                if what == "connections.max.idle.ms" and self._jobs:
+                    self._last_activity = loop.time()  # a long poll is in flight: not idle
+                    continue
+                raise TimedOut(f"no complete request within {what}") from None
+
     async def _read_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._last_activity = loop.time()
         try:
             while True:
-                data = await self._reader.read(self._read_size)
+                data = await self._read()
                 if not data:
                     self._set_reason("peer closed the connection")
                     return
-                for frame in self._decoder.feed(data):
+                self._last_activity = loop.time()
+                frames = self._decoder.feed(data)
+                if not self._decoder.pending:
+                    self._frame_started = None
+                elif frames or self._frame_started is None:
+                    self._frame_started = self._last_activity
+                for frame in frames:
                     await self._slots.acquire()
                     job = _Job()
                     job.task = asyncio.create_task(self._process(frame, job))
                     self._jobs.add(job.task)
+                    job.task.add_done_callback(_retrieve)  # a close may leave it unawaited
                     job.task.add_done_callback(self._jobs.discard)
                     self._queue.put_nowait(job)
                     await job.released.wait()  # Kafka-style: next request only after this one
@@ -154,7 +196,8 @@ class Connection:
                         await asyncio.Future()
         except CloseConnection as exc:
             self._set_reason(str(exc))
-            log.warning("conn %d from %s: closing: %s", self.conn_id, self.peer, exc)
+            closing.log(type(exc).__name__, logging.WARNING, "conn %d from %s: closing: %s",
+                        self.conn_id, self.peer, exc)
         except (ConnectionError, OSError) as exc:
             self._set_reason(f"read failed: {exc}")
 
@@ -175,7 +218,8 @@ class Connection:
                 out = await job.task
             except CloseConnection as exc:
                 self._set_reason(str(exc))
-                log.warning("conn %d from %s: closing: %s", self.conn_id, self.peer, exc)
+                closing.log(type(exc).__name__, logging.WARNING, "conn %d from %s: closing: %s",
+                            self.conn_id, self.peer, exc)
                 return
             except asyncio.CancelledError:
                 raise
@@ -187,6 +231,7 @@ class Connection:
                 if out:
                     self._writer.write(out)
                     await self._writer.drain()
+                    self._last_activity = asyncio.get_running_loop().time()
             except (ConnectionError, OSError) as exc:
                 self._set_reason(f"write failed: {exc}")
                 return
@@ -218,6 +263,13 @@ class Connection:
         for callback in callbacks:
             await _run_callback(self, callback)
         self._done.set()
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    """Mark a job's exception as seen: after a close nobody awaits it, and asyncio would print
+    "Task exception was never retrieved" with a traceback for a client's malformed frame."""
+    if not task.cancelled():
+        task.exception()
 
 
 async def _run_callback(conn: Connection, callback: CloseCallback) -> None:

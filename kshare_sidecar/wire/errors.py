@@ -23,3 +23,12 @@ class MalformedFrame(CloseConnection):
 
 class UnsupportedRequest(CloseConnection):
     """An API key or version that is not served (ApiVersions is the one exception, see codec)."""
+
+
+class TimedOut(CloseConnection):
+    """Idle beyond ``connections.max.idle.ms``, or a frame not completed within
+    ``request.read.timeout.ms`` (slow-loris)."""
+
+
+class TooManyConnections(CloseConnection):
+    """``max.connections.per.ip`` or ``max.connections`` reached; the new connection is closed."""

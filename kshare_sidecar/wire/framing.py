@@ -39,6 +39,11 @@ class FrameDecoder:
         """Bytes held for an incomplete frame (for tests and diagnostics)."""
         return len(self._buffer)
 
+    @property
+    def pending(self) -> bool:
+        """Whether part of a frame (even part of its size prefix) is held."""
+        return bool(self._buffer) or self._need is not None
+
     def feed(self, data: bytes) -> list[bytes]:
         """Add ``data``; return complete frame payloads (without the size prefix), in order.
 

@@ -10,10 +10,14 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from .connection import Connection, FrameHandler
+from collections import Counter
+
+from .connection import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_READ_TIMEOUT_S, Connection, FrameHandler
 from .framing import DEFAULT_MAX_FRAME_BYTES
+from .ratelog import RateLimitedLog
 
 log = logging.getLogger("kshare.wire")
+refusals = RateLimitedLog(log)
 
 
 class Listener:
@@ -30,8 +34,18 @@ class Listener:
         *,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         max_inflight: int = 64,
+        idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+        read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+        max_connections: int = 2**31 - 1,
+        max_connections_per_ip: int = 2**31 - 1,
     ) -> None:
         self._handler = handler
+        self._idle_timeout = idle_timeout_s
+        self._read_timeout = read_timeout_s
+        self._max_connections = max_connections
+        self._max_per_ip = max_connections_per_ip
+        self._per_ip: Counter[str] = Counter()
+        self.refused = 0  # connections closed at accept because of the two caps
         self._host = host
         self._port = port
         self._max_frame_bytes = max_frame_bytes
@@ -89,7 +103,22 @@ class Listener:
             self._handler,
             max_frame_bytes=self._max_frame_bytes,
             max_inflight=self._max_inflight,
+            idle_timeout_s=self._idle_timeout,
+            read_timeout_s=self._read_timeout,
         )
+        ip = conn.peer_host
+        if len(self._connections) >= self._max_connections or self._per_ip[ip] >= self._max_per_ip:
+            # Kafka's max.connections / max.connections.per.ip: the new connection is closed.
+            self.refused += 1
+            which = "max.connections" if len(self._connections) >= self._max_connections else "max.connections.per.ip"
+            refusals.log(which, logging.WARNING, "refusing connection from %s: %s reached", conn.peer, which)
+            writer.close()
+            try:
+                await writer.wait_closed()
+            except (ConnectionError, OSError):
+                pass
+            return
+        self._per_ip[ip] += 1
         self._connections[conn.conn_id] = conn
         task = asyncio.current_task()
         if task is not None:
@@ -100,6 +129,9 @@ class Listener:
             log.exception("conn %d from %s: crashed", conn.conn_id, conn.peer)
         finally:
             self._connections.pop(conn.conn_id, None)
+            self._per_ip[ip] -= 1
+            if self._per_ip[ip] <= 0:
+                del self._per_ip[ip]
             if task is not None:
                 self._tasks.discard(task)
 

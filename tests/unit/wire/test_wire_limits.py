@@ -1,0 +1,123 @@
+"""Per-connection limits on 127.0.0.1: idle and partial-frame timeouts, connection caps, and the
+rate-limited "closing" lines a flood of bad frames produces. Assertions count events, not time."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import struct
+import uuid
+
+import pytest
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+
+from kshare_sidecar.api import Dispatcher, InMemoryTopicCatalog, NodeIdentity, build_registry
+from kshare_sidecar.log.types import TopicInfo
+from kshare_sidecar.wire import Listener, codec
+from kshare_sidecar.wire.ratelog import RateLimitedLog
+
+pytestmark = pytest.mark.timeout(30)
+API_VERSIONS = codec.encode_request(ApiVersionsRequest(client_software_name="t", client_software_version="1"), 1)
+
+
+async def listener(**limits) -> Listener:
+    dispatcher = Dispatcher(build_registry(InMemoryTopicCatalog([TopicInfo("t", uuid.uuid4(), 1)])),
+                            NodeIdentity(1, "127.0.0.1", 0))
+    lst = Listener(dispatcher, "127.0.0.1", 0, **limits)
+    await lst.start()
+    return lst
+
+
+async def closed(reader: asyncio.StreamReader) -> bool:
+    try:
+        return await asyncio.wait_for(reader.read(), 10) == b""
+    except ConnectionError:
+        return True
+
+
+async def answered(reader, writer) -> bool:
+    writer.write(API_VERSIONS)
+    size = int.from_bytes(await asyncio.wait_for(reader.readexactly(4), 10), "big")
+    return len(await reader.readexactly(size)) == size
+
+
+async def test_idle_connection_is_closed_after_connections_max_idle() -> None:
+    lst = await listener(idle_timeout_s=0.2)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", lst.port)
+        assert await answered(reader, writer)
+        assert await closed(reader)
+        writer.close()
+    finally:
+        await lst.stop()
+
+
+async def test_slow_loris_partial_frame_is_closed_after_request_read_timeout() -> None:
+    lst = await listener(read_timeout_s=0.2)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", lst.port)
+        writer.write(struct.pack(">i", 1000) + b"\x00\x12")  # a 1000-byte frame that never comes
+        for _ in range(3):
+            await asyncio.sleep(0.05)
+            if writer.is_closing():
+                break
+            writer.write(b"\x00")  # trickling bytes does not keep it alive
+        assert await closed(reader)
+        assert not lst.connections or all(c.closed for c in lst.connections.values())
+        writer.close()
+    finally:
+        await lst.stop()
+
+
+async def test_max_connections_per_ip_closes_the_extra_connection() -> None:
+    lst = await listener(max_connections_per_ip=2)
+    try:
+        conns = [await asyncio.open_connection("127.0.0.1", lst.port) for _ in range(2)]
+        for r, w in conns:
+            assert await answered(r, w)
+        r3, w3 = await asyncio.open_connection("127.0.0.1", lst.port)
+        assert await closed(r3)
+        assert lst.refused == 1
+        conns[0][1].close()
+        await asyncio.sleep(0.1)
+        r4, w4 = await asyncio.open_connection("127.0.0.1", lst.port)
+        assert await answered(r4, w4)  # the freed slot is usable again
+        for _, w in (*conns[1:], (r3, w3), (r4, w4)):
+            w.close()
+    finally:
+        await lst.stop()
+
+
+async def test_bad_frames_then_eof_leave_no_unretrieved_task_exceptions(caplog, monkeypatch) -> None:
+    from kshare_sidecar.wire import connection
+
+    monkeypatch.setattr(connection, "closing", RateLimitedLog(connection.log))  # a fresh budget
+    lst = await listener()
+    try:
+        with caplog.at_level(logging.INFO):
+            for i in range(40):
+                reader, writer = await asyncio.open_connection("127.0.0.1", lst.port)
+                # ShareFetch v1 cut short (BufferUnderflow in kio), then EOF at once
+                writer.write(codec.frame(struct.pack(">hhih", 3, 12, i, -1) + b"\x00\x05"))
+                writer.write_eof()
+                await closed(reader)
+                writer.close()
+            await asyncio.sleep(0.1)
+            gc.collect()
+        assert not [r for r in caplog.records if "never retrieved" in r.getMessage() or r.exc_info]
+        closing = [r for r in caplog.records if "closing" in r.getMessage()]
+        assert 1 <= len(closing) <= 6  # rate-limited: a burst, then one line carrying the count
+    finally:
+        await lst.stop()
+
+
+def test_rate_limited_log_counts_what_it_suppresses(caplog) -> None:
+    now = [0.0]
+    rl = RateLimitedLog(logging.getLogger("t"), interval_s=10, burst=2, clock=lambda: now[0])
+    with caplog.at_level(logging.INFO):
+        written = [rl.log("k", logging.WARNING, "bad %d", i) for i in range(5)]
+        now[0] = 11
+        rl.log("k", logging.WARNING, "bad %d", 5)
+    assert written == [True, True, False, False, False]
+    assert caplog.records[-1].getMessage() == "bad 5 (3 similar lines suppressed)"
