@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-fast test-spark bench clean
+.PHONY: demo test test-fast test-spark bench fuzz clean
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "java not found: install a Java 17+ runtime"; exit 2; }
@@ -30,6 +30,11 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/engine.py --quick
+
+# Hostile frames against a live sidecar on Kafka 3.9 (docs/wire.md, "Reliability"); opt-in.
+FUZZ_MINUTES ?= 10
+fuzz: $(STAMP)
+	$(PY) tests/fuzz/run.py --minutes $(FUZZ_MINUTES) --progress
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -29,7 +29,7 @@ from kio.schema.errors import ErrorCode
 
 from ..wire import codec
 from ..wire.errors import CloseConnection, MalformedFrame, UnsupportedRequest
-from ..wire.ratelog import RateLimitedLog
+from ..ratelog import RateLimitedLog
 from .context import ConnectionHandle, KafkaError, NodeIdentity, RequestContext
 from .convert import convert
 

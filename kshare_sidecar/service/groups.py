@@ -17,9 +17,11 @@ from ..group.coordinator import HeartbeatResult, ShareGroupCoordinator
 from ..log.errors import BackendError
 from ..persist.errors import PersistError
 from ..persist.records import GroupRecord
+from ..ratelog import RateLimitedLog
 from .partitions import SharePartitionManager
 
 log = logging.getLogger("kshare.groups")
+_rejections = RateLimitedLog(log)
 
 
 class GroupService:
@@ -61,8 +63,9 @@ class GroupService:
                                             subscribed_topic_names=subscribed_topic_names, topics=topics,
                                             client_id=client_id, client_host=client_host)
         if result.error != ErrorCode.none:
-            log.info("heartbeat rejected with %s: group=%s member=%s: %s", result.error.name, group_id, member_id,
-                     result.message)
+            # Client-caused and repeatable at will: rate-limited per error (kshare_sidecar/ratelog.py).
+            _rejections.log(result.error.name, logging.INFO, "heartbeat rejected with %s: group=%.100s "
+                            "member=%.40s: %s", result.error.name, group_id, member_id, result.message)
             return result
         group = self.coordinator.groups.get(group_id)
         if group is not None:

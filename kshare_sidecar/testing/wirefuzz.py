@@ -101,7 +101,7 @@ class FrameFactory:
         flexible = flexible and not f.legacy
         if not f.array:
             return self._value(f, flexible, depth, nullable=f.nullable)
-        if self.rng.random() < (self.null_rate if f.nullable else self.null_rate / 4):
+        if self.rng.random() < (self.null_rate if f.nullable else self.null_rate / 10):
             return b"\x00" if flexible else struct.pack(">i", -1)
         n = 0 if depth > 3 else self.rng.choice((0, 1, 1, 2, 3))
         head = uvarint(n + 1) if flexible else struct.pack(">i", n)
@@ -130,10 +130,10 @@ class FrameFactory:
                     return b"\xff"
                 return b"\x01" + self._entity(f.entity, depth + 1)
             return self._entity(f.entity, depth + 1)
-        if rng.random() < (self.null_rate if nullable else self.null_rate / 4):
+        if rng.random() < (self.null_rate if nullable else self.null_rate / 10):
             return b"\x00" if flexible else struct.pack(">h" if f.kind == _K_STRING else ">i", -1)
         if f.kind == _K_STRING:
-            data = rng.choice(_STRINGS).encode() if rng.random() < 0.97 else b"\xff\xfe"
+            data = rng.choice(_STRINGS).encode() if rng.random() < 0.99 else b"\xff\xfe"
         else:
             data = rng.randbytes(rng.randint(0, 40))
         if flexible:

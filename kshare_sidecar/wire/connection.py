@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from .errors import CloseConnection, TimedOut
 from .framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder
-from .ratelog import RateLimitedLog
+from ..ratelog import RateLimitedLog
 
 log = logging.getLogger("kshare.wire")
 #: "closing: <reason>" lines are client-caused; a flood of them is rate-limited per reason kind.

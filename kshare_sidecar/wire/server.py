@@ -14,7 +14,7 @@ from collections import Counter
 
 from .connection import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_READ_TIMEOUT_S, Connection, FrameHandler
 from .framing import DEFAULT_MAX_FRAME_BYTES
-from .ratelog import RateLimitedLog
+from ..ratelog import RateLimitedLog
 
 log = logging.getLogger("kshare.wire")
 refusals = RateLimitedLog(log)

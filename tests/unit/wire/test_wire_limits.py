@@ -15,7 +15,7 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kshare_sidecar.api import Dispatcher, InMemoryTopicCatalog, NodeIdentity, build_registry
 from kshare_sidecar.log.types import TopicInfo
 from kshare_sidecar.wire import Listener, codec
-from kshare_sidecar.wire.ratelog import RateLimitedLog
+from kshare_sidecar.ratelog import RateLimitedLog
 
 pytestmark = pytest.mark.timeout(30)
 API_VERSIONS = codec.encode_request(ApiVersionsRequest(client_software_name="t", client_software_version="1"), 1)
