@@ -114,6 +114,9 @@ SETTINGS: tuple[Setting, ...] = (
     _S("state.topic.partitions", 16, int, "Partitions of the state topic when created.", 1, 1000),
     _S("state.topic.replication.factor", -1, int, "Replication factor (-1 = broker default).", -1, 32),
     _S("state.write.linger.ms", 2, int, "Linger to coalesce state writes across share-partitions.", 0, 1000),
+    _S("state.transaction.timeout.ms", 60000, int,
+       "Transaction timeout of the state writers: a frozen writer's open transaction is aborted by the backend "
+       "after this.", 1000, 900000),
     # -- broker-level share-group settings (Kafka group.share.* names and defaults)
     _S("group.share.delivery.count.limit", 5, int, "Deliveries before a record is archived.", 2, 10),
     _S("group.share.record.lock.duration.ms", 30000, int, "Acquisition lock duration.", 1000, 3600000),

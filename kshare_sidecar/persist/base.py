@@ -1,8 +1,10 @@
 """The engine every built-in persister shares: in-memory view, fencing, coalesced writes, replay.
 
 A concrete persister supplies only its backend: ``_open`` (connect, fence older writers),
-``_replay`` (feed every stored record to a sink, up to the end of the log), ``_commit``
-(durably write a list of ``(key, value)`` records to one state partition, atomically) and
+``_replay`` (feed every stored record of some or all partitions to a sink, up to the end of
+the log), ``_commit`` (durably write a list of ``(key, value)`` records to one state
+partition, atomically), ``_settle`` (wait until an unconfirmed commit is resolved one way or
+the other), ``_reopen`` (take one partition over again: fence every other writer) and
 ``_close``. Decisions (fencing, validation) live in :mod:`kshare_sidecar.persist.fencing`, so
 the memory persister and the compacted-topic persister behave identically.
 
@@ -12,6 +14,14 @@ plus the batch's own earlier changes, writes the final value of each touched key
 backend commit, and only then updates the in-memory view and answers the callers. Requests
 that fail fencing are answered at once and write nothing; if the commit fails, every request
 of the batch fails and the in-memory view is unchanged.
+
+Takeover and fencing (see docs/persistence.md): ``start()`` opens every partition's writer
+(fencing older ones), replays, then takes an **owner epoch** one above every epoch the state
+topic holds and commits it as an owner record on every partition. A commit that fails is never
+taken as a certain failure: the partition is blocked, the truth is read back from the backend
+and the in-memory view replaced by it (listeners learn which share-partitions changed) before
+it takes writes again. A writer that was fenced re-reads ownership: if a newer owner record
+exists it is *superseded* and stops for good; otherwise it takes its partition over again.
 """
 
 from __future__ import annotations
@@ -26,9 +36,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kshare_sidecar.persist import codec, fencing
-from kshare_sidecar.persist.codec import KIND_GROUP, KIND_PARTITION, KIND_TOPIC_ID, CodecError
+from kshare_sidecar.persist.codec import KIND_GROUP, KIND_OWNER, KIND_PARTITION, KIND_TOPIC_ID, CodecError
 from kshare_sidecar.persist.errors import (
     BackendWriteError,
+    CommitOutcomeUnknownError,
     NotReadyError,
     PersistError,
     PersisterClosedError,
@@ -38,6 +49,7 @@ from kshare_sidecar.persist.errors import (
 from kshare_sidecar.persist.fencing import UNCHANGED
 from kshare_sidecar.persist.model import PartitionState, SharePartitionKey
 from kshare_sidecar.persist.records import (
+    NO_EPOCH,
     UNSET_OFFSET,
     GroupRecord,
     InitializeItem,
@@ -57,11 +69,24 @@ ReplaySink = Callable[[int, int, bytes | None, bytes | None], None]
 
 def state_partition_for(kind: str, ident: Any, partitions: int) -> int:
     """Stable placement of an entity on the state topic's partitions."""
+    if kind == KIND_OWNER:
+        return int(ident)
     if kind == KIND_PARTITION:
         text = f"{ident.group_id}:{ident.topic_id}:{ident.partition}"
     else:
         text = f"{kind}:{ident}"
     return zlib.crc32(text.encode()) % partitions
+
+
+def is_older(new: StoredPartition, seen: StoredPartition) -> bool:
+    """The replay rule (seed 004 applied to recovery): a share-partition record is stale when an
+    earlier-replayed record of the same key has a higher state epoch, or the same state epoch
+    and a higher owner epoch. Neither decreases for a legitimate writer (an admin reset raises
+    the state epoch; a new owner claims with a higher owner epoch), so such a record can only
+    be a fenced zombie's late commit."""
+    if new.state.state_epoch != seen.state.state_epoch:
+        return new.state.state_epoch < seen.state.state_epoch
+    return new.state.leader_epoch < seen.state.leader_epoch
 
 
 @dataclass(slots=True)
@@ -93,19 +118,41 @@ class BasePersister:
         self.fenced_partitions: set[int] = set()
         self.recovery_stats = RecoveryStats()
         self.commits = 0  # backend commits made (observability / tests)
+        #: This instance's owner epoch, taken from the backend at start (None before).
+        self.owner_epoch: int | None = None
+        self._owner_epochs: dict[int, int] = {}  # newest owner record per state partition
+        #: partition -> why it takes no writes now ("unknown" outcome, "fenced", "superseded")
+        self.blocked: dict[int, str] = {}
+        self.superseded = False
+        self.reloads = 0  # partitions re-read after an unconfirmed or fenced commit
+        self.takeovers = 0  # partitions taken over again after a fencing by a non-owner
+        self.reload_listeners: list[Callable[[set[SharePartitionKey]], None]] = []
+        self.superseded_listeners: list[Callable[[str], None]] = []
+        self._resolvers: dict[int, asyncio.Task] = {}
 
     # ------------------------------------------------------------------------------ backend
     async def _open(self) -> None:
         """Connect; make sure the storage exists; fence older writers."""
 
-    async def _replay(self, sink: ReplaySink) -> None:
-        """Call ``sink(partition, offset, key, value)`` for every stored record, to the end."""
+    async def _replay(self, sink: ReplaySink, partitions: Sequence[int] | None = None) -> None:
+        """Call ``sink(partition, offset, key, value)`` for every stored record of ``partitions``
+        (all when None), up to the end (the last stable offset: committed records only)."""
         raise NotImplementedError
 
     async def _commit(self, partition: int, records: list[Record]) -> None:
         """Durably and atomically write ``records`` to ``partition``. Raise WriterFencedError
-        when the backend has fenced this writer."""
+        when the backend has fenced this writer, CommitOutcomeUnknownError when the outcome is
+        not known; any other exception is treated as unknown too."""
         raise NotImplementedError
+
+    async def _settle(self, partition: int) -> bool:
+        """Wait until the last commit on ``partition`` is resolved (committed or aborted) without
+        re-initialising the writer. False when the writer is unusable (fenced, fatal error)."""
+        return True
+
+    async def _reopen(self, partition: int) -> None:
+        """Take ``partition`` over again: a new writer, fencing every other one. Only called once
+        the backend says this instance is still the newest owner."""
 
     async def _close(self) -> None:
         """Release backend resources."""
@@ -126,6 +173,7 @@ class BasePersister:
         self._started = True
         await self._open()
         await self.recover()
+        await self._take_ownership()
         loop = asyncio.get_running_loop()
         for p in range(self.partitions):
             self._queues[p] = []
@@ -138,24 +186,11 @@ class BasePersister:
         was_ready, self._ready = self._ready, False
         stats = RecoveryStats()
         entities: dict[EntityKey, Any] = {}
+        owners: dict[int, int] = {}
         started = time.perf_counter()
-
-        def sink(partition: int, offset: int, raw_key: bytes | None, raw_value: bytes | None) -> None:
-            stats.records += 1
-            try:
-                kind, ident, entity = codec.decode(raw_key, raw_value)
-            except CodecError as exc:
-                stats.skip(partition, offset, str(exc))
-                log.warning("state record skipped: partition %d offset %d: %s", partition, offset, exc)
-                return
-            if entity is None:
-                stats.tombstones += 1
-                entities.pop((kind, ident), None)
-            else:
-                entities[(kind, ident)] = entity
-
-        await self._replay(sink)
+        await self._replay(self._sink(entities, stats, owners))
         self._entities = entities
+        self._owner_epochs = owners
         for kind, _ in entities:
             if kind == KIND_PARTITION:
                 stats.share_partitions += 1
@@ -166,10 +201,63 @@ class BasePersister:
         stats.seconds = time.perf_counter() - started
         self.recovery_stats = stats
         log.info("%s persister recovered %d records (%d share-partitions, %d groups, %d topic ids, "
-                 "%d skipped) in %.3fs", self.name, stats.records, stats.share_partitions, stats.groups,
-                 stats.topic_ids, stats.skipped_count, stats.seconds)
+                 "%d skipped, %d stale ignored, newest owner epoch %d) in %.3fs", self.name, stats.records,
+                 stats.share_partitions, stats.groups, stats.topic_ids, stats.skipped_count, stats.stale_ignored,
+                 stats.owner_epoch, stats.seconds)
         self._ready = was_ready or self._started
         return stats
+
+    @staticmethod
+    def _sink(entities: dict[EntityKey, Any], stats: RecoveryStats, owners: dict[int, int]) -> ReplaySink:
+        """A replay sink applying the codec, the skip rule and the stale-record rule."""
+        def sink(partition: int, offset: int, raw_key: bytes | None, raw_value: bytes | None) -> None:
+            stats.records += 1
+            try:
+                kind, ident, entity = codec.decode(raw_key, raw_value)
+            except CodecError as exc:
+                stats.skip(partition, offset, str(exc))
+                log.warning("state record skipped: partition %d offset %d: %s", partition, offset, exc)
+                return
+            if kind == KIND_OWNER:
+                if entity is not None:
+                    owners[partition] = max(owners.get(partition, NO_EPOCH), entity)
+                    stats.owner_epoch = max(stats.owner_epoch, entity)
+                return
+            if entity is None:
+                stats.tombstones += 1
+                entities.pop((kind, ident), None)
+                return
+            if kind == KIND_PARTITION:
+                seen = entities.get((kind, ident))
+                if seen is not None and is_older(entity, seen):
+                    stats.stale_ignored += 1
+                    log.warning("stale state record ignored: partition %d offset %d: %s/%s/%d has state epoch %d "
+                                "owner epoch %d, older than the replayed state epoch %d owner epoch %d",
+                                partition, offset, ident.group_id, ident.topic_id, ident.partition,
+                                entity.state.state_epoch, entity.state.leader_epoch, seen.state.state_epoch,
+                                seen.state.leader_epoch)
+                    return
+                stats.owner_epoch = max(stats.owner_epoch, entity.state.leader_epoch)
+            entities[(kind, ident)] = entity
+        return sink
+
+    async def _take_ownership(self) -> None:
+        """Take an owner epoch above every epoch the backend holds and record it on every partition.
+
+        Runs after ``_open`` fenced every older writer and ``recover`` read to the last stable
+        offset, so no commit can land between the read and ours without fencing ours: a newer
+        sidecar always ends up with a larger epoch, whatever the clocks say."""
+        epoch = self.recovery_stats.owner_epoch + 1
+        results = await asyncio.gather(*(self._commit(p, [codec.encode(KIND_OWNER, p, epoch)])
+                                         for p in range(self.partitions)), return_exceptions=True)
+        for p, res in enumerate(results):
+            if isinstance(res, BaseException):
+                if isinstance(res, WriterFencedError):
+                    raise WriterFencedError(f"state partition {p}: another sidecar took over during start-up: {res}")
+                raise BackendWriteError(f"state partition {p}: cannot record owner epoch {epoch}: {res!r}")
+            self._owner_epochs[p] = epoch
+        self.owner_epoch = epoch
+        log.info("%s persister owns %d state partitions at owner epoch %d", self.name, self.partitions, epoch)
 
     async def wait_ready(self, timeout: float | None = None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -186,6 +274,9 @@ class BasePersister:
             return
         self._closed = True
         self._ready = False
+        for task in self._resolvers.values():
+            task.cancel()
+        await asyncio.gather(*self._resolvers.values(), return_exceptions=True)
         for event in self._wakeups.values():
             event.set()
         if self._writers:
@@ -208,9 +299,8 @@ class BasePersister:
         self._check_serving()
         future = asyncio.get_running_loop().create_future()
         p = state_partition_for(kind, ident, self.partitions)
-        if p in self.fenced_partitions:
-            future.set_exception(WriterFencedError(
-                f"state partition {p} was fenced by another writer; this instance no longer owns it"))
+        if p in self.blocked:
+            future.set_exception(self._blocked_error(p))
             return future
         self._queues[p].append(_Op(kind, ident, fn, future))
         self._wakeups[p].set()
@@ -240,10 +330,10 @@ class BasePersister:
                         op.future.set_exception(BackendWriteError(f"internal error: {exc!r}"))
 
     async def _flush(self, p: int, batch: list[_Op]) -> None:
-        if p in self.fenced_partitions:
+        if p in self.blocked:
             for op in batch:
                 if not op.future.done():
-                    op.future.set_exception(WriterFencedError(f"state partition {p} was fenced by another writer"))
+                    op.future.set_exception(self._blocked_error(p))
             return
         overlay: dict[EntityKey, Any] = {}
         accepted: list[tuple[_Op, Any]] = []
@@ -264,16 +354,13 @@ class BasePersister:
             records = [codec.encode(kind, ident, entity) for (kind, ident), entity in overlay.items()]
             try:
                 await self._commit(p, records)
-            except WriterFencedError as exc:
-                self.fenced_partitions.add(p)
-                log.error("state partition %d fenced by another writer: %s", p, exc)
-                self._fail(accepted, exc)
-                return
-            except PersistError as exc:
-                self._fail(accepted, exc)
-                return
             except Exception as exc:
-                self._fail(accepted, BackendWriteError(f"state write to partition {p} failed: {exc!r}"))
+                # Never a certain failure: block the partition, read the truth back, then go on.
+                fenced = isinstance(exc, WriterFencedError)
+                if not fenced and not isinstance(exc, CommitOutcomeUnknownError):
+                    exc = CommitOutcomeUnknownError(f"state write to partition {p} not confirmed: {exc!r}")
+                self._block(p, "fenced" if fenced else "unknown", exc)
+                self._fail(accepted, exc)
                 return
             self.commits += 1
             for k, entity in overlay.items():
@@ -284,6 +371,133 @@ class BasePersister:
         for op, result in accepted:
             if not op.future.done():
                 op.future.set_result(result)
+
+    # ------------------------------------------------------ unconfirmed and fenced commits
+    def _blocked_error(self, p: int) -> PersistError:
+        reason = self.blocked.get(p)
+        if reason == "unknown":
+            return NotReadyError(f"state partition {p}: re-reading the state after an unconfirmed commit")
+        if reason == "superseded":
+            return WriterFencedError(f"state partition {p} is owned by a newer sidecar; this one stopped serving")
+        return WriterFencedError(f"state partition {p}: writer fenced, re-reading ownership from the backend")
+
+    def _block(self, p: int, reason: str, exc: BaseException) -> None:
+        """Stop writes to ``p`` (queued ones fail: they may build on state that is not durable)
+        and resolve what is durable in the background."""
+        if reason == "fenced":
+            self.fenced_partitions.add(p)
+        self.blocked[p] = reason
+        queue = self._queues.get(p, [])
+        for op in queue:
+            if not op.future.done():
+                op.future.set_exception(self._blocked_error(p))
+        queue.clear()
+        log.warning("state partition %d blocked (%s): %s", p, reason, exc)
+        if p not in self._resolvers and not self._closed:
+            task = asyncio.get_running_loop().create_task(self._resolve(p), name=f"kshare-persist-resolve-{p}")
+            self._resolvers[p] = task
+            task.add_done_callback(lambda _t, p=p: self._resolvers.pop(p, None))
+
+    async def _resolve(self, p: int) -> None:
+        """Bring partition ``p`` back in line with the backend, then unblock it.
+
+        Unknown outcome: wait for the writer's last transaction to end (committed or aborted),
+        then re-read. Fenced (or a writer left unusable): read the owner records first; a newer
+        owner supersedes this instance for good, otherwise this instance is still the rightful
+        owner and takes the partition over again (new writer, re-read, owner record)."""
+        backoff = 0.1
+        while not self._closed:
+            try:
+                fenced = self.blocked.get(p) == "fenced"
+                if not fenced and not await self._settle(p):
+                    self.blocked[p] = "fenced"
+                    self.fenced_partitions.add(p)
+                    continue
+                if fenced:
+                    if await self._newer_owner(p):
+                        return
+                    await self._reopen(p)
+                changed = await self._reload(p)
+                if fenced:
+                    if self._owner_epochs.get(p, NO_EPOCH) > self._own_epoch():
+                        self._supersede(p, self._owner_epochs[p])
+                        return
+                    await self._commit(p, [codec.encode(KIND_OWNER, p, self.owner_epoch)])
+                    self._owner_epochs[p] = self.owner_epoch
+                    self.takeovers += 1
+                    log.warning("state partition %d: still the newest owner (epoch %s); took it over again",
+                                p, self.owner_epoch)
+                for listener in self.reload_listeners:
+                    try:
+                        listener(changed)
+                    except Exception:
+                        log.exception("reload listener failed")
+                self.blocked.pop(p, None)
+                self.fenced_partitions.discard(p)
+                log.info("state partition %d serving again after re-reading the backend (%d share-partitions "
+                         "changed)", p, len(changed))
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if isinstance(exc, WriterFencedError):
+                    self.blocked[p] = "fenced"
+                    self.fenced_partitions.add(p)
+                log.warning("state partition %d: resolving after a failed commit: %r; retrying in %.1fs",
+                            p, exc, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+
+    def _own_epoch(self) -> int:
+        return NO_EPOCH if self.owner_epoch is None else self.owner_epoch
+
+    async def _newer_owner(self, p: int) -> bool:
+        """Read the owner records of ``p`` (read_committed); supersede this instance if one is newer."""
+        owners: dict[int, int] = {}
+        await self._replay(self._sink({}, RecoveryStats(), owners), [p])
+        newest = owners.get(p, NO_EPOCH)
+        if newest > self._own_epoch():
+            self._supersede(p, newest)
+            return True
+        return False
+
+    def _supersede(self, p: int, newer: int) -> None:
+        """A newer sidecar owns the state: stop serving for good (nothing is released or written)."""
+        if self.superseded:
+            return
+        self.superseded = True
+        for q in range(self.partitions):
+            self.blocked[q] = "superseded"
+            self.fenced_partitions.add(q)
+            for op in self._queues.get(q, []):
+                if not op.future.done():
+                    op.future.set_exception(self._blocked_error(q))
+            self._queues.get(q, []).clear()
+        reason = (f"state partition {p} is owned by a newer sidecar (owner epoch {newer} > ours {self.owner_epoch}); "
+                  f"this sidecar stops serving share groups")
+        log.error("%s", reason)
+        for listener in self.superseded_listeners:
+            try:
+                listener(reason)
+            except Exception:
+                log.exception("superseded listener failed")
+
+    async def _reload(self, p: int) -> set[SharePartitionKey]:
+        """Replace the in-memory view of partition ``p`` by what the backend holds; return the
+        share-partitions whose durable state differs from what this instance believed."""
+        entities: dict[EntityKey, Any] = {}
+        owners: dict[int, int] = {}
+        stats = RecoveryStats()
+        await self._replay(self._sink(entities, stats, owners), [p])
+        old = {k: v for k, v in self._entities.items() if state_partition_for(k[0], k[1], self.partitions) == p}
+        for k in old:
+            if k not in entities:
+                del self._entities[k]
+        self._entities.update(entities)
+        self._owner_epochs[p] = owners.get(p, NO_EPOCH)
+        self.reloads += 1
+        return {k[1] for k in old.keys() | entities.keys()
+                if k[0] == KIND_PARTITION and old.get(k) != entities.get(k)}
 
     @staticmethod
     def _fail(accepted: list[tuple[_Op, Any]], exc: PersistError) -> None:

@@ -5,7 +5,9 @@ record per entity:
 
 * ``["p", group_id, topic_id, partition]`` — one share-partition (value: a complete snapshot);
 * ``["g", group_id]`` — a group record;
-* ``["t", topic_name]`` — the topic-id map entry for one topic (value: its stable UUID).
+* ``["t", topic_name]`` — the topic-id map entry for one topic (value: its stable UUID);
+* ``["o", state_partition]`` — the owner epoch of the sidecar that last took over that state
+  partition (value ``{"v": 1, "e": epoch}``): the backend-derived source of owner epochs.
 
 Values are JSON objects with a version field ``"v"``; a ``None`` value is a tombstone. Any key
 or value this module does not understand raises :class:`CodecError`; recovery skips such a
@@ -26,7 +28,8 @@ VALUE_VERSION = 1
 KIND_PARTITION = "p"
 KIND_GROUP = "g"
 KIND_TOPIC_ID = "t"
-KINDS = (KIND_PARTITION, KIND_GROUP, KIND_TOPIC_ID)
+KIND_OWNER = "o"
+KINDS = (KIND_PARTITION, KIND_GROUP, KIND_TOPIC_ID, KIND_OWNER)
 
 
 class CodecError(ValueError):
@@ -46,6 +49,10 @@ def topic_id_key(topic_name: str) -> bytes:
     return orjson.dumps([KIND_TOPIC_ID, topic_name])
 
 
+def owner_key(state_partition: int) -> bytes:
+    return orjson.dumps([KIND_OWNER, state_partition])
+
+
 def decode_key(raw: bytes | None) -> tuple[str, Any]:
     """-> (kind, identity): SharePartitionKey, group id or topic name."""
     if raw is None:
@@ -62,6 +69,8 @@ def decode_key(raw: bytes | None) -> tuple[str, Any]:
         if isinstance(group_id, str) and isinstance(topic_id, str) and type(partition) is int:
             return kind, SharePartitionKey(group_id, topic_id, partition)
     elif kind in (KIND_GROUP, KIND_TOPIC_ID) and len(parts) == 2 and isinstance(parts[1], str):
+        return kind, parts[1]
+    elif kind == KIND_OWNER and len(parts) == 2 and type(parts[1]) is int:
         return kind, parts[1]
     raise CodecError(f"unknown key kind or shape: {parts[:1]!r} with {len(parts)} elements")
 
@@ -92,6 +101,10 @@ def encode_group(record: GroupRecord) -> bytes:
 
 def encode_topic_id(topic_id: str) -> bytes:
     return orjson.dumps({"v": VALUE_VERSION, "id": topic_id})
+
+
+def encode_owner(epoch: int) -> bytes:
+    return orjson.dumps({"v": VALUE_VERSION, "e": epoch})
 
 
 def _load_value(raw: bytes) -> dict:
@@ -156,6 +169,10 @@ def decode_topic_id(raw: bytes) -> str:
     return topic_id
 
 
+def decode_owner(raw: bytes) -> int:
+    return _int(_load_value(raw), "e")
+
+
 def decode(raw_key: bytes | None, raw_value: bytes | None) -> tuple[str, Any, Any]:
     """-> (kind, identity, entity or None for a tombstone)."""
     kind, ident = decode_key(raw_key)
@@ -165,6 +182,8 @@ def decode(raw_key: bytes | None, raw_value: bytes | None) -> tuple[str, Any, An
         return kind, ident, decode_partition(raw_value)
     if kind == KIND_GROUP:
         return kind, ident, decode_group(ident, raw_value)
+    if kind == KIND_OWNER:
+        return kind, ident, decode_owner(raw_value)
     return kind, ident, decode_topic_id(raw_value)
 
 
@@ -175,4 +194,6 @@ def encode(kind: str, ident: Any, entity: Any) -> tuple[bytes, bytes | None]:
         return group_key(ident), None if entity is None else encode_group(entity)
     if kind == KIND_TOPIC_ID:
         return topic_id_key(ident), None if entity is None else encode_topic_id(entity)
+    if kind == KIND_OWNER:
+        return owner_key(ident), None if entity is None else encode_owner(entity)
     raise ValueError(f"unknown kind {kind!r}")

@@ -58,13 +58,15 @@ class InvalidStateError(PersistError):
 
 
 class WriterFencedError(PersistError):
-    """The backend fenced this writer: another live instance owns this state partition now.
+    """The backend fenced this writer, or this instance is re-reading ownership after it was.
 
-    The write was not stored. The caller must stop serving the affected share-partitions
-    (answer NOT_COORDINATOR so clients look the coordinator up again).
+    The write was not stored. While ownership is re-read the error is temporary; once another
+    sidecar is found to own the state, it is permanent and the caller stops serving. Either way
+    clients get NOT_COORDINATOR (retriable: they look the coordinator up again).
     """
 
     error_code = ErrorCode.not_coordinator
+    retriable = True
 
 
 class BackendWriteError(PersistError):
@@ -72,6 +74,14 @@ class BackendWriteError(PersistError):
 
     error_code = ErrorCode.coordinator_not_available
     retriable = True
+
+
+class CommitOutcomeUnknownError(BackendWriteError):
+    """A state commit neither confirmed nor refused (timeout, disconnect during EndTxn).
+
+    It may or may not be durable: the state partition takes no writes until the truth has been
+    read back from the state topic (read_committed, up to the last stable offset).
+    """
 
 
 class StateTopicMisconfiguredError(PersistError):

@@ -8,10 +8,11 @@ a transactional producer with the same ``transactional.id`` would.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 
 from kshare_sidecar.persist.base import BasePersister, Record, ReplaySink
-from kshare_sidecar.persist.errors import WriterFencedError
+from kshare_sidecar.persist.errors import CommitOutcomeUnknownError, WriterFencedError
 
 
 class MemoryLog:
@@ -22,6 +23,12 @@ class MemoryLog:
     def __init__(self, partitions: int = 1):
         self.partitions: list[list[Record]] = [[] for _ in range(partitions)]
         self._owner: dict[int, int] = {}
+        self._faults: dict[int, list[str]] = {}
+
+    def fail_next_commit(self, partition: int, *, landed: bool) -> None:
+        """Fault injection: the next commit to ``partition`` raises CommitOutcomeUnknownError,
+        after its records landed (``landed``: a lost confirmation) or before (an abort)."""
+        self._faults.setdefault(partition, []).append("landed" if landed else "aborted")
 
     def open_writer(self, partition: int) -> int:
         """Become the writer of ``partition``; any previous writer is fenced."""
@@ -32,7 +39,12 @@ class MemoryLog:
     def append(self, partition: int, token: int, records: list[Record]) -> None:
         if self._owner.get(partition) != token:
             raise WriterFencedError(f"memory log partition {partition}: a newer writer took over")
-        self.partitions[partition].extend(records)
+        faults = self._faults.get(partition)
+        fault = faults.pop(0) if faults else None
+        if fault != "aborted":
+            self.partitions[partition].extend(records)
+        if fault is not None:
+            raise CommitOutcomeUnknownError(f"memory log partition {partition}: injected fault ({fault})")
 
     def produce_raw(self, partition: int, key: bytes | None, value: bytes | None) -> None:
         """Append a record without any checks (tests: garbage records)."""
@@ -63,14 +75,26 @@ class MemoryPersister(BasePersister):
         super().__init__(partitions=len(log.partitions), linger_ms=linger_ms, max_batch=max_batch)
         self.log = log
         self._tokens: dict[int, int] = {}
+        #: tests: when set, resolving an unconfirmed commit waits for this event
+        self.settle_gate: asyncio.Event | None = None
 
     async def _open(self) -> None:
         self._tokens = {p: self.log.open_writer(p) for p in range(self.partitions)}
 
-    async def _replay(self, sink: ReplaySink) -> None:
+    async def _replay(self, sink: ReplaySink, partitions=None) -> None:
         for p, records in enumerate(self.log.partitions):
+            if partitions is not None and p not in partitions:
+                continue
             for offset, (key, value) in enumerate(list(records)):
                 sink(p, offset, key, value)
+
+    async def _settle(self, partition: int) -> bool:
+        if self.settle_gate is not None:
+            await self.settle_gate.wait()
+        return True
+
+    async def _reopen(self, partition: int) -> None:
+        self._tokens[partition] = self.log.open_writer(partition)
 
     async def _commit(self, partition: int, records: list[Record]) -> None:
         self.log.append(partition, self._tokens[partition], records)

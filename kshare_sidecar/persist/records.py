@@ -92,9 +92,17 @@ class WriteItem:
 
 @dataclass(slots=True)
 class RecoveryStats:
-    """What the last recovery replayed. ``skipped`` lists (partition, offset, reason), capped."""
+    """What the last recovery replayed. ``skipped`` lists (partition, offset, reason), capped.
+
+    ``stale_ignored`` counts share-partition records older than one already replayed for the
+    same key (a lower state epoch, or the same state epoch with a lower owner epoch): a zombie
+    writer's late commit, ignored so the newest owner's state wins. ``owner_epoch`` is the
+    highest owner epoch seen (owner records and share-partition owner epochs).
+    """
 
     records: int = 0
+    stale_ignored: int = 0
+    owner_epoch: int = -1
     share_partitions: int = 0
     groups: int = 0
     topic_ids: int = 0

@@ -8,9 +8,11 @@
 * Writes are coalesced per state-topic partition (``linger_ms``) and written in one Kafka
   transaction per batch by a transactional producer whose ``transactional.id`` is
   ``<prefix>-<topic>-<partition>``: starting a second instance for the same partition bumps
-  the producer epoch and the backend fences the first one, which then fails every write with
-  :class:`WriterFencedError` (never a silent loss). Callers proceed only after the commit
-  (acks=all, idempotent) returned.
+  the producer epoch and the backend fences the first one, which then fails its writes with
+  :class:`WriterFencedError` and re-reads ownership (never a silent loss). Callers proceed
+  only after the commit (acks=all, idempotent) returned. A commit that times out is *not*
+  a failure: the producer is never re-initialised to recover from it (that would fence a live
+  owner); the engine waits for the producer's transaction to end and re-reads the partition.
 * Recovery replays every partition with ``isolation_level=read_committed`` up to the
   last-stable offset before the persister is ``ready``.
 """
@@ -26,6 +28,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.producer.transaction_manager import TransactionState
 from aiokafka.errors import (
     InvalidProducerEpoch,
     KafkaError,
@@ -38,6 +41,7 @@ from aiokafka.errors import (
 from kshare_sidecar.persist.base import BasePersister, Record, ReplaySink
 from kshare_sidecar.persist.errors import (
     BackendWriteError,
+    CommitOutcomeUnknownError,
     NotReadyError,
     PersistError,
     StateTopicMisconfiguredError,
@@ -234,7 +238,7 @@ class TopicPersister(BasePersister):
         raise StateTopicMisconfiguredError(f"state topic {self.topic!r}: cleanup.policy not reported")
 
     # ----------------------------------------------------------------------------- replay
-    async def _replay(self, sink: ReplaySink) -> None:
+    async def _replay(self, sink: ReplaySink, partitions=None) -> None:
         consumer = AIOKafkaConsumer(
             bootstrap_servers=self.bootstrap_servers,
             group_id=None,
@@ -249,7 +253,8 @@ class TopicPersister(BasePersister):
         )
         await consumer.start()
         try:
-            tps = [TopicPartition(self.topic, p) for p in range(self.partitions)]
+            tps = [TopicPartition(self.topic, p)
+                   for p in (range(self.partitions) if partitions is None else partitions)]
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)
             ends = await consumer.end_offsets(tps)  # last stable offsets under read_committed
@@ -274,7 +279,9 @@ class TopicPersister(BasePersister):
 
     # ----------------------------------------------------------------------------- commit
     async def _commit(self, partition: int, records: list[Record]) -> None:
-        producer = self._producers[partition]
+        producer = self._producers.get(partition)
+        if producer is None:
+            raise WriterFencedError(f"state partition {partition} of {self.topic!r} has no usable writer")
         try:
             await asyncio.wait_for(self._transaction(producer, partition, records), self.commit_timeout_s)
         except PersistError:
@@ -282,15 +289,13 @@ class TopicPersister(BasePersister):
         except BaseException as exc:
             if isinstance(exc, asyncio.CancelledError):
                 raise
-            if _is_fenced(exc):
-                await self._drop_producer(partition)
+            if _is_fenced(exc) or producer._txn_manager.is_fatal_error():
                 raise WriterFencedError(
                     f"state partition {partition} of {self.topic!r}: transactional.id "
-                    f"{self.transactional_id(partition)!r} was fenced by a newer instance ({type(exc).__name__}); "
-                    f"this sidecar no longer owns these share-partitions") from exc
-            await self._reset_producer(partition)
-            raise BackendWriteError(f"state write to {self.topic!r} partition {partition} not confirmed: "
-                                    f"{exc!r}") from exc
+                    f"{self.transactional_id(partition)!r} was fenced ({type(exc).__name__}); re-reading ownership"
+                ) from exc
+            raise CommitOutcomeUnknownError(f"state write to {self.topic!r} partition {partition} not confirmed: "
+                                            f"{exc!r}") from exc
 
     async def _transaction(self, producer: AIOKafkaProducer, partition: int, records: list[Record]) -> None:
         futures: list[asyncio.Future] = []
@@ -309,30 +314,60 @@ class TopicPersister(BasePersister):
                 else:
                     f.add_done_callback(lambda fut: fut.cancelled() or fut.exception())
 
+    async def _settle(self, partition: int) -> bool:
+        """Let the producer finish the transaction whose commit was not confirmed: wait for its
+        EndTxn to be answered, or abort a transaction that never reached commit. The producer is
+        kept (re-initialising it would fence whoever owns the partition now). False when it is
+        unusable (fenced or fatal): then ownership must be re-read."""
+        producer = self._producers.get(partition)
+        if producer is None:
+            return False
+        tm = producer._txn_manager
+        deadline = time.monotonic() + max(self.transaction_timeout_ms / 1000 * 2, self.commit_timeout_s)
+        while time.monotonic() < deadline:
+            state = tm.state
+            if state == TransactionState.READY:
+                return True
+            if state in (TransactionState.FATAL_ERROR, TransactionState.UNINITIALIZED):
+                return False
+            try:
+                if state in (TransactionState.IN_TRANSACTION, TransactionState.ABORTABLE_ERROR):
+                    await asyncio.wait_for(producer.abort_transaction(), self.commit_timeout_s)
+                else:  # committing or aborting: the sender is still working on EndTxn
+                    waiter = tm.wait_for_transaction_end()
+                    await asyncio.wait({waiter}, timeout=self.commit_timeout_s)
+                    if waiter.done() and not waiter.cancelled():
+                        waiter.exception()  # consumed; the state tells the outcome
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:  # noqa: BLE001 - the transaction state decides
+                if _is_fenced(exc):
+                    return False
+                log.debug("state partition %d: settling: %r", partition, exc)
+                await asyncio.sleep(0.1)
+        raise CommitOutcomeUnknownError(f"state partition {partition}: transaction did not end")
+
+    async def _reopen(self, partition: int) -> None:
+        """Takeover of one partition: a fresh producer whose init fences every other writer of
+        this transactional.id and aborts its open transaction."""
+        await self._drop_producer(partition)
+        producer = self._new_producer(partition)
+        try:
+            await producer.start()
+        except BaseException:
+            await asyncio.gather(producer.stop(), return_exceptions=True)
+            raise
+        self._producers[partition] = producer
+
     async def _drop_producer(self, partition: int) -> None:
         producer = self._producers.pop(partition, None)
         if producer is not None:
             try:
                 await asyncio.wait_for(producer.stop(), 10)
-            except BaseException as exc:  # noqa: BLE001 - already fenced; just release it
+            except BaseException as exc:  # noqa: BLE001 - fenced or broken; just release it
                 if isinstance(exc, asyncio.CancelledError):
                     raise
-                log.debug("stopping fenced producer %d: %r", partition, exc)
-
-    async def _reset_producer(self, partition: int) -> None:
-        """After an unconfirmed transaction: a fresh producer (init_transactions aborts the old one)."""
-        await self._drop_producer(partition)
-        producer = self._new_producer(partition)
-        try:
-            await producer.start()
-        except KafkaError as exc:
-            if _is_fenced(exc):
-                self.fenced_partitions.add(partition)
-            log.error("state partition %d: cannot restart producer: %r", partition, exc)
-            await asyncio.gather(producer.stop(), return_exceptions=True)
-            self._producers[partition] = producer  # next commit fails fast and is retried/reset again
-            return
-        self._producers[partition] = producer
+                log.debug("stopping producer %d: %r", partition, exc)
 
     async def _close(self) -> None:
         producers, self._producers = self._producers, {}

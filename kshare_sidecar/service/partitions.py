@@ -3,6 +3,11 @@
 Every state change that must survive a restart goes through `persist()`, which serialises
 writes per share-partition: each persisted value is a complete snapshot, so two writes of one
 share-partition must never race (the later snapshot would silently drop the earlier change).
+
+After a commit whose outcome was unknown (or a fencing), the persister re-reads the truth and
+names the share-partitions whose durable state differs from what this sidecar believed: their
+slots are retired (``dead``; no further write from them) and reload from the durable state on
+the next request, so a snapshot built from non-durable state is never written.
 """
 
 from __future__ import annotations
@@ -32,8 +37,8 @@ log = logging.getLogger("kshare.partitions")
 
 
 def owner_epoch() -> int:
-    """This sidecar's owner (leader) epoch: seconds since 2020, so a restarted sidecar fences its
-    predecessor's writes without any coordination, and the value fits Kafka's int32 fields."""
+    """Fallback owner epoch for a persister that does not take one from its backend (plugins):
+    seconds since 2020. Clock skew can reorder it; the built-in persisters never use it."""
     return int(time.time()) - 1_577_836_800
 
 
@@ -51,6 +56,7 @@ class Slot:
     topic: str
     partition: SharePartition
     write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    dead: bool = False  # retired after its durable state was found to differ: never written again
     fetch_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     waiters: set[asyncio.Future] = field(default_factory=set)
 
@@ -70,7 +76,8 @@ class SharePartitionManager:
         self.backend = backend
         self.clock = clock
         self.group_config = group_config
-        self.epoch = owner_epoch() if epoch is None else epoch
+        backend_epoch = getattr(persister, "owner_epoch", None)
+        self.epoch = epoch if epoch is not None else backend_epoch if backend_epoch is not None else owner_epoch()
         self.slots: dict[SharePartitionKey, Slot] = {}
         self._loading: dict[SharePartitionKey, asyncio.Task] = {}
         # (deadline, tie-breaker, key): keys have no order, so equal deadlines must never compare them
@@ -79,6 +86,19 @@ class SharePartitionManager:
         self._rearm = asyncio.Event()
         self._timer: asyncio.Task | None = None
         self._background: set[asyncio.Task] = set()
+        if hasattr(persister, "reload_listeners"):
+            persister.reload_listeners.append(self.retire)
+            persister.superseded_listeners.append(lambda _reason: self.retire(list(self.slots)))
+
+    def retire(self, keys: Iterable[SharePartitionKey]) -> None:
+        """Drop the slots of ``keys`` (their durable state differs from memory); they reload on demand."""
+        for key in keys:
+            slot = self.slots.pop(key, None)
+            if slot is not None:
+                slot.dead = True
+                slot.wake()
+                log.warning("share-partition %s reloads from the state topic (memory differed from durable state)",
+                            _name(key, slot.topic))
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -157,7 +177,8 @@ class SharePartitionManager:
                 sp = SharePartition.restore(state, self.clock, config)
                 sp.leader_epoch = self.epoch
         except PersistError as exc:
-            raise PartitionError(exc.error_code, f"share-partition {_name(key, topic)}: {exc}") from exc
+            code = ErrorCode.not_leader_or_follower if exc.error_code == ErrorCode.not_coordinator else exc.error_code
+            raise PartitionError(code, f"share-partition {_name(key, topic)}: {exc}") from exc
         slot = self.slots[key] = Slot(key, topic, sp)
         _LOAD_TIME.observe(time.perf_counter() - started)  # metrics (issue 7)
         log.info("loaded share-partition %s: SPSO %d, state epoch %d", _name(key, topic), sp.spso, sp.state_epoch)
@@ -186,6 +207,8 @@ class SharePartitionManager:
                 if isinstance(plan, PendingAcks) else plan
             if plan.error != ErrorCode.none:
                 return slot.key, plan.error
+            if slot.dead:  # checked with no await before the write is queued
+                return slot.key, ErrorCode.not_leader_or_follower
             try:
                 with _WRITE_LATENCY.time():  # metrics (issue 7)
                     await self.persister.write(slot.key, plan.state, self.epoch)
@@ -208,6 +231,8 @@ class SharePartitionManager:
 
     async def _write_current(self, slot: Slot) -> None:
         async with slot.write_lock:
+            if slot.dead:
+                return
             try:
                 with _WRITE_LATENCY.time():  # metrics (issue 7)
                     await self.persister.write(slot.key, slot.partition.snapshot(), self.epoch)
@@ -284,8 +309,13 @@ class PendingAcks:
 
 
 def _ack_error(exc: PersistError) -> ErrorCode:
+    """Partition-level error for a failed state write; never UNKNOWN_SERVER_ERROR for a retriable one
+    (clients treat it as fatal). Fenced writer -> NOT_LEADER_OR_FOLLOWER, as a broker that lost
+    leadership answers."""
     if exc.error_code in (ErrorCode.fenced_state_epoch, ErrorCode.fenced_leader_epoch):
         return ErrorCode.fenced_state_epoch
+    if exc.error_code == ErrorCode.not_coordinator:
+        return ErrorCode.not_leader_or_follower
     return ErrorCode.coordinator_not_available if exc.retriable else ErrorCode.unknown_server_error
 
 

@@ -92,6 +92,8 @@ class Sidecar:
         self.persister = self._persister or plugins.get_persister(cfg["persister"], **_persister_options(cfg))
         await self.persister.start()
         log.info("share state recovered from persister %r: %s", cfg["persister"], self.persister.recovery_stats)
+        if hasattr(self.persister, "superseded_listeners"):  # fencing (issue 11)
+            self.persister.superseded_listeners.append(self._on_superseded)
         hidden = {cfg["state.topic"]}
         self.backend = Backend(cfg["bootstrap.servers"], topic_id_store=PersisterTopicIds(self.persister),
                                internal_topics=hidden)
@@ -140,6 +142,13 @@ class Sidecar:
         log.info("kshare sidecar serving share groups on %s:%d for backend %s (%d groups restored)",
                  self.node.host, self.node.port, cfg["bootstrap.servers"], restored)
 
+    def _on_superseded(self, reason: str) -> None:
+        """A newer sidecar owns the share state: stop serving (close the listener; clients
+        reconnect to the new owner). Nothing is released or written in the backend."""
+        if self.listener is not None:
+            task = asyncio.create_task(self.listener.stop(), name="kshare-superseded-stop")
+            self._tasks.append(task)
+
     async def _expire_members(self) -> None:
         while True:
             await asyncio.sleep(1.0)
@@ -177,4 +186,7 @@ def _persister_options(cfg: SidecarConfig) -> dict:
         return {}
     return {"bootstrap_servers": cfg["bootstrap.servers"], "topic": cfg["state.topic"],
             "partitions": cfg["state.topic.partitions"], "replication_factor": cfg["state.topic.replication.factor"],
-            "linger_ms": float(cfg["state.write.linger.ms"])}
+            "linger_ms": float(cfg["state.write.linger.ms"]),
+            "transaction_timeout_ms": cfg["state.transaction.timeout.ms"],
+            # past the transaction timeout a commit is settled by reading the state back (issue 11)
+            "commit_timeout_s": min(30.0, cfg["state.transaction.timeout.ms"] / 1000)}
