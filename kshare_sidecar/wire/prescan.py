@@ -73,6 +73,7 @@ class _Plan:
     fields: tuple[_Field, ...]
     tagged: dict[int, _Field]
     min_size: int  # smallest encoding of one instance (bounds array counts before walking)
+    steps: tuple[int | _Field, ...] = ()  # runs of fixed-size fields merged into one skip (speed)
 
 
 @functools.cache
@@ -93,7 +94,16 @@ def plan_for(cls: type) -> _Plan:
         else:
             tagged[int(tag)] = fld
     min_size = sum(_min_field_size(fld, flexible) for fld in fields) + (1 if flexible else 0)
-    return _Plan(cls.__name__, flexible, tuple(fields), tagged, min_size)
+    steps: list[int | _Field] = []
+    for fld in fields:
+        if fld.kind == _K_FIXED and not fld.array:
+            if steps and isinstance(steps[-1], int):
+                steps[-1] += fld.size
+            else:
+                steps.append(fld.size)
+        else:
+            steps.append(fld)
+    return _Plan(cls.__name__, flexible, tuple(fields), tagged, min_size, tuple(steps))
 
 
 def _compile_field(f: dataclasses.Field, is_tagged: bool) -> _Field:
@@ -137,24 +147,27 @@ class _Walk:
     end: int
     nulls: list[str]
 
-    def need(self, pos: int, n: int, what: str) -> None:
-        if n < 0 or pos + n > self.end:
-            raise PrescanError(f"{what}: needs {n} bytes at offset {pos}, frame has {self.end - pos} left")
+    def fail(self, where: str, what: str, pos: int) -> PrescanError:
+        return PrescanError(f"{where}: {what} at offset {pos}, frame has {self.end - pos} bytes left")
 
-    def uvarint(self, pos: int, what: str) -> tuple[int, int]:
+    def uvarint(self, pos: int, where: str) -> tuple[int, int]:
+        buf, end = self.buf, self.end
+        if pos < end and buf[pos] < 0x80:  # the common case: one byte
+            return buf[pos], pos + 1
         value = shift = 0
         for i in range(_MAX_VARINT_BYTES):
-            if pos + i >= self.end:
-                raise PrescanError(f"{what}: truncated varint at offset {pos}")
-            b = self.buf[pos + i]
+            if pos + i >= end:
+                raise self.fail(where, "truncated varint", pos)
+            b = buf[pos + i]
             value |= (b & 0x7F) << shift
             if not b & 0x80:
                 return value, pos + i + 1
             shift += 7
-        raise PrescanError(f"{what}: varint longer than {_MAX_VARINT_BYTES} bytes at offset {pos}")
+        raise self.fail(where, f"varint longer than {_MAX_VARINT_BYTES} bytes", pos)
 
-    def int_(self, pos: int, n: int, what: str) -> int:
-        self.need(pos, n, what)
+    def int_(self, pos: int, n: int, where: str) -> int:
+        if pos + n > self.end:
+            raise self.fail(where, f"truncated int{n * 8}", pos)
         return int.from_bytes(self.buf[pos:pos + n], "big", signed=True)
 
 
@@ -163,89 +176,105 @@ def prescan(cls: type, buf: bytes, offset: int = 0, end: int | None = None) -> t
 
     Raises :class:`PrescanError` (a :class:`MalformedFrame`, so the connection closes, as Kafka
     closes on unparsable requests) when any length or count cannot fit in the bytes left.
+    Null fields are named ``Entity.field`` (``[]`` for an array element).
     """
     walk = _Walk(buf, len(buf) if end is None else end, [])
-    pos = _entity(walk, plan_for(cls), offset, plan_for(cls).name)
-    return pos, walk.nulls
+    return _entity(walk, plan_for(cls), offset), walk.nulls
 
 
-def _entity(w: _Walk, plan: _Plan, pos: int, path: str) -> int:
-    for fld in plan.fields:
-        pos = _field(w, fld, plan.flexible, pos, f"{path}.{fld.name}")
+def _entity(w: _Walk, plan: _Plan, pos: int) -> int:
+    for step in plan.steps:
+        if step.__class__ is int:
+            pos += step  # type: ignore[operator]
+            if pos > w.end:
+                raise w.fail(plan.name, "truncated", pos - step)  # type: ignore[operator]
+        else:
+            pos = _field(w, step, plan, pos)  # type: ignore[arg-type]
     if not plan.flexible:
         return pos
-    count, pos = w.uvarint(pos, f"{path} tagged fields")
-    w.need(pos, count, f"{path} tagged fields")  # each takes at least 2 bytes; cheap early bound
+    where = f"{plan.name} tagged fields"
+    count, pos = w.uvarint(pos, where)
+    if pos + count > w.end:  # each takes at least 2 bytes; cheap early bound
+        raise w.fail(where, f"{count} tagged fields cannot fit", pos)
     for _ in range(count):
-        tag, pos = w.uvarint(pos, f"{path} tag")
-        size, pos = w.uvarint(pos, f"{path} tag {tag} size")
-        w.need(pos, size, f"{path} tag {tag}")
+        tag, pos = w.uvarint(pos, where)
+        size, pos = w.uvarint(pos, where)
+        if pos + size > w.end:
+            raise w.fail(where, f"tag {tag} of {size} bytes cannot fit", pos)
         fld = plan.tagged.get(tag)
         if fld is not None:  # unknown tags: kio raises KeyError, which also closes
-            _field(w, fld, True, pos, f"{path}.{fld.name}", limit=pos + size)
+            saved, w.end = w.end, pos + size  # a tagged field must fit in its declared size
+            try:
+                _field(w, fld, plan, pos, tagged=True)
+            finally:
+                w.end = saved
         pos += size
     return pos
 
 
-def _field(w: _Walk, fld: _Field, flexible: bool, pos: int, path: str, limit: int | None = None) -> int:
-    if limit is not None:  # a tagged field must fit in its declared size
-        saved, w.end = w.end, limit
-        try:
-            return _field(w, fld, flexible, pos, path)
-        finally:
-            w.end = saved
+def _field(w: _Walk, fld: _Field, plan: _Plan, pos: int, tagged: bool = False) -> int:
+    flexible = (plan.flexible or tagged) and not fld.legacy
     if not fld.array:
-        return _value(w, fld, flexible and not fld.legacy, pos, path)
+        return _value(w, fld, plan, flexible, pos, fld.nullable)
     if flexible:
-        n, pos = w.uvarint(pos, path)
+        n, pos = w.uvarint(pos, f"{plan.name}.{fld.name}")
         n -= 1
     else:
-        n = w.int_(pos, 4, path)
+        n = w.int_(pos, 4, f"{plan.name}.{fld.name}")
         pos += 4
         if n < -1:
-            raise PrescanError(f"{path}: negative array length {n}")
+            raise w.fail(f"{plan.name}.{fld.name}", f"negative array length {n}", pos)
     if n == -1:
         if not fld.nullable:
-            w.nulls.append(path)
+            w.nulls.append(f"{plan.name}.{fld.name}")
         return pos
-    elem = fld.size if fld.kind == _K_FIXED else (
-        fld.entity.min_size if fld.kind == _K_ENTITY else (1 if flexible else (2 if fld.kind == _K_STRING else 4)))  # type: ignore[union-attr]
-    if n * max(elem, 1) > w.end - pos:
-        raise PrescanError(f"{path}: array of {n} cannot fit in {w.end - pos} bytes")
-    if fld.kind == _K_FIXED:
-        return pos + n * fld.size
-    for i in range(n):
-        pos = _value(w, fld, flexible, pos, path, element=True)
+    kind = fld.kind
+    if kind == _K_FIXED:
+        elem = fld.size
+    elif kind == _K_ENTITY:
+        elem = fld.entity.min_size  # type: ignore[union-attr]
+    else:
+        elem = 1 if flexible else (2 if kind == _K_STRING else 4)
+    if n * elem > w.end - pos:
+        raise w.fail(f"{plan.name}.{fld.name}", f"array of {n} cannot fit", pos)
+    if kind == _K_FIXED:
+        return pos + n * elem
+    if kind == _K_ENTITY:
+        sub = fld.entity
+        for _ in range(n):
+            pos = _entity(w, sub, pos)  # type: ignore[arg-type]
+        return pos
+    for _ in range(n):
+        pos = _value(w, fld, plan, flexible, pos, False, "[]")
     return pos
 
 
-def _value(w: _Walk, fld: _Field, flexible: bool, pos: int, path: str, element: bool = False) -> int:
+def _value(w: _Walk, fld: _Field, plan: _Plan, flexible: bool, pos: int, nullable: bool, suffix: str = "") -> int:
     kind = fld.kind
     if kind == _K_FIXED:
-        w.need(pos, fld.size, path)
+        if pos + fld.size > w.end:
+            raise w.fail(f"{plan.name}.{fld.name}", "truncated", pos)
         return pos + fld.size
-    nullable = fld.nullable and not element
     if kind == _K_ENTITY:
-        plan = fld.entity
-        assert plan is not None
-        if fld.nullable and not element:
-            marker = w.int_(pos, 1, path)
+        if nullable:
+            marker = w.int_(pos, 1, f"{plan.name}.{fld.name}")
             pos += 1
             if marker == -1:
                 return pos
-        return _entity(w, plan, pos, path)
+        return _entity(w, fld.entity, pos)  # type: ignore[arg-type]
     if flexible:
-        n, pos = w.uvarint(pos, path)
+        n, pos = w.uvarint(pos, f"{plan.name}.{fld.name}")
         n -= 1
     else:
         width = 2 if kind == _K_STRING else 4
-        n = w.int_(pos, width, path)
+        n = w.int_(pos, width, f"{plan.name}.{fld.name}")
         pos += width
         if n < -1:
-            raise PrescanError(f"{path}: negative length {n}")
+            raise w.fail(f"{plan.name}.{fld.name}", f"negative length {n}", pos)
     if n == -1:
         if not nullable:
-            w.nulls.append(path)
+            w.nulls.append(f"{plan.name}.{fld.name}{suffix}")
         return pos
-    w.need(pos, n, path)
+    if pos + n > w.end:
+        raise w.fail(f"{plan.name}.{fld.name}", f"length {n} cannot fit", pos)
     return pos + n
