@@ -129,6 +129,9 @@ class BasePersister:
         self.reload_listeners: list[Callable[[set[SharePartitionKey]], None]] = []
         self.superseded_listeners: list[Callable[[str], None]] = []
         self._resolvers: dict[int, asyncio.Task] = {}
+        #: how long a fenced writer that is still the newest owner waits before taking its
+        #: partition back (a starting sidecar fences first and records its epoch just after)
+        self.takeover_grace_s = 0.0
 
     # ------------------------------------------------------------------------------ backend
     async def _open(self) -> None:
@@ -248,12 +251,12 @@ class BasePersister:
         offset, so no commit can land between the read and ours without fencing ours: a newer
         sidecar always ends up with a larger epoch, whatever the clocks say."""
         epoch = self.recovery_stats.owner_epoch + 1
-        results = await asyncio.gather(*(self._commit(p, [codec.encode(KIND_OWNER, p, epoch)])
-                                         for p in range(self.partitions)), return_exceptions=True)
+        results = await asyncio.gather(*(self._claim_partition(p, epoch) for p in range(self.partitions)),
+                                       return_exceptions=True)
         for p, res in enumerate(results):
             if isinstance(res, BaseException):
-                if isinstance(res, WriterFencedError):
-                    raise WriterFencedError(f"state partition {p}: another sidecar took over during start-up: {res}")
+                if isinstance(res, PersistError):
+                    raise res
                 raise BackendWriteError(f"state partition {p}: cannot record owner epoch {epoch}: {res!r}")
             self._owner_epochs[p] = epoch
         self.owner_epoch = epoch
@@ -267,6 +270,24 @@ class BasePersister:
             if deadline is not None and time.monotonic() > deadline:
                 raise NotReadyError(f"{self.name} persister not ready after {timeout}s")
             await asyncio.sleep(0.01)
+
+    async def _claim_partition(self, p: int, epoch: int, attempts: int = 10) -> None:
+        """Commit the owner record of ``p``. Fenced meanwhile by an older owner re-asserting itself
+        (it had not seen our record yet): take the partition again; by a newer owner: give up."""
+        for attempt in range(attempts):
+            try:
+                await self._commit(p, [codec.encode(KIND_OWNER, p, epoch)])
+                return
+            except WriterFencedError as exc:
+                newest = await self._read_owner(p)
+                if newest >= epoch:
+                    raise WriterFencedError(f"state partition {p}: another sidecar (owner epoch {newest}) took "
+                                            f"over during start-up: {exc}") from exc
+                log.warning("state partition %d: fenced during start-up by owner epoch %d; taking it again", p, newest)
+                await asyncio.sleep(0.1 * (attempt + 1))
+                await self._reopen(p)
+                await self._reload(p)
+        raise WriterFencedError(f"state partition {p}: could not record owner epoch {epoch} in {attempts} attempts")
 
     async def close(self) -> None:
         """Finish queued writes, stop the writers and release the backend (idempotent)."""
@@ -416,6 +437,11 @@ class BasePersister:
                 if fenced:
                     if await self._newer_owner(p):
                         return
+                    # A sidecar starting up fences before it records its epoch: give it time to
+                    # do so rather than fencing it back at once, then look again.
+                    await asyncio.sleep(self.takeover_grace_s)
+                    if await self._newer_owner(p):
+                        return
                     await self._reopen(p)
                 changed = await self._reload(p)
                 if fenced:
@@ -451,11 +477,15 @@ class BasePersister:
     def _own_epoch(self) -> int:
         return NO_EPOCH if self.owner_epoch is None else self.owner_epoch
 
-    async def _newer_owner(self, p: int) -> bool:
-        """Read the owner records of ``p`` (read_committed); supersede this instance if one is newer."""
+    async def _read_owner(self, p: int) -> int:
+        """The newest committed owner epoch of ``p`` (read_committed, to the last stable offset)."""
         owners: dict[int, int] = {}
         await self._replay(self._sink({}, RecoveryStats(), owners), [p])
-        newest = owners.get(p, NO_EPOCH)
+        return owners.get(p, NO_EPOCH)
+
+    async def _newer_owner(self, p: int) -> bool:
+        """Supersede this instance if ``p`` has a newer owner record than ours."""
+        newest = await self._read_owner(p)
         if newest > self._own_epoch():
             self._supersede(p, newest)
             return True

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -62,6 +63,10 @@ DEFAULT_TOPIC_CONFIGS: dict[str, str] = {
     # Tombstones stay readable for an hour: long enough for any replay in progress to see them.
     "delete.retention.ms": "3600000",
 }
+
+#: Fault-injection hook for the fencing e2e tests only: hold every state transaction open this long
+#: between its records and its commit, so a SIGSTOP lands inside an open transaction for certain.
+_TEST_COMMIT_HOLD_S = float(os.environ.get("KSHARE_TEST_STATE_COMMIT_HOLD_MS", "0") or 0) / 1000
 
 _FENCING_ERRORS = (ProducerFenced, InvalidProducerEpoch, TransactionalIdAuthorizationFailed)
 
@@ -123,6 +128,7 @@ class TopicPersister(BasePersister):
         self.transaction_timeout_ms = transaction_timeout_ms
         self.commit_timeout_s = commit_timeout_s
         self.recovery_timeout_s = recovery_timeout_s
+        self.takeover_grace_s = 2.0
         self._producers: dict[int, AIOKafkaProducer] = {}
         self._admin: AIOKafkaAdminClient | None = None
 
@@ -303,6 +309,9 @@ class TopicPersister(BasePersister):
             await producer.begin_transaction()
             for key, value in records:
                 futures.append(await producer.send(self.topic, value=value, key=key, partition=partition))
+            if _TEST_COMMIT_HOLD_S:
+                await producer.flush()
+                await asyncio.sleep(_TEST_COMMIT_HOLD_S)
             await producer.commit_transaction()
             for f in futures:
                 f.result()  # surface a failed batch even if the commit call returned

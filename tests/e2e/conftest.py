@@ -31,9 +31,11 @@ WORKER = str(Path(__file__).with_name("share_worker.py"))
 class SidecarProcess:
     """`kshare sidecar run` as a child process on a fixed loopback port (so it can be restarted)."""
 
-    def __init__(self, backend: str, log_path: Path, port: int | None = None) -> None:
+    def __init__(self, backend: str, log_path: Path, port: int | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self.backend = backend
         self.port = port or free_port()
+        self.env = dict(env or {})  # extra KSHARE_* settings
         self.log_path = log_path
         self.proc: subprocess.Popen | None = None
 
@@ -46,7 +48,7 @@ class SidecarProcess:
                "KSHARE_STATE_TOPIC_REPLICATION_FACTOR": "1", "KSHARE_STATE_TOPIC_PARTITIONS": "4",
                "KSHARE_GROUP_SHARE_RECORD_LOCK_DURATION_MS": str(LOCK_MS),
                "KSHARE_GROUP_SHARE_MIN_RECORD_LOCK_DURATION_MS": "1000",
-               "KSHARE_GROUP_SHARE_HEARTBEAT_INTERVAL_MS": "1000"}
+               "KSHARE_GROUP_SHARE_HEARTBEAT_INTERVAL_MS": "1000", **self.env}
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kshare_sidecar.cli", "sidecar", "run", "--bootstrap-server", self.backend,

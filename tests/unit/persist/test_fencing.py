@@ -225,3 +225,26 @@ async def test_zombie_write_after_the_newer_owners_never_reaches_the_log():
     assert all(x[1] <= y[1] for x, y in zip(spsos, spsos[1:], strict=False))  # owner epochs never go back
     await a.close()
     await b.close()
+
+
+async def test_start_up_race_with_an_owner_re_asserting_itself_ends_with_the_newer_owner():
+    """B fences A, but A (still the newest recorded owner) takes its partition back before B has
+    recorded its epoch: B takes it again at start-up and A ends superseded. No ping-pong."""
+    log = MemoryLog(1)
+    a = await started(log)
+    await a.initialize(K, 1, 0)
+    b = MemoryPersister(log=log)
+    b._started = True
+    await b._open()  # B's init fences A ...
+    await b.recover()
+    with pytest.raises(WriterFencedError):
+        await a.write(K, st(5), 0)
+    await until(lambda: not a.blocked)  # ... A finds no newer owner record and takes p0 back
+    assert a.takeovers == 1
+    await b._take_ownership()  # fenced by A's re-takeover, B takes p0 again and records its epoch
+    assert b.owner_epoch == a.owner_epoch + 1
+    with pytest.raises(WriterFencedError):
+        await a.write(K, st(6), 0)
+    await until(lambda: a.superseded)
+    await a.close()
+    await b.close()
