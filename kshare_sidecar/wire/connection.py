@@ -36,6 +36,8 @@ closing = RateLimitedLog(log)
 DEFAULT_IDLE_TIMEOUT_S = 600.0
 #: ``request.read.timeout.ms`` default: a started frame must be complete within this.
 DEFAULT_READ_TIMEOUT_S = 60.0
+#: How long closing waits for buffered responses to reach a peer before aborting the socket.
+_CLOSE_GRACE_S = 2.0
 
 _conn_ids = itertools.count(1)
 
@@ -91,6 +93,7 @@ class Connection:
         self._read_timeout = read_timeout_s
         self._frame_started: float | None = None  # when the partial frame being read began
         self._last_activity = 0.0
+        self._writing = False  # a response is being handed to the socket (the write loop waits in drain)
         self._queue: asyncio.Queue[_Job] = asyncio.Queue()
         self._jobs: set[asyncio.Task[Any]] = set()
         self._callbacks: list[CloseCallback] = []
@@ -161,8 +164,8 @@ class Connection:
                 async with asyncio.timeout_at(deadline):
                     return await self._reader.read(self._read_size)
             except TimeoutError:
-                if what == "connections.max.idle.ms" and self._jobs:
-                    self._last_activity = loop.time()  # a long poll is in flight: not idle
+                if what == "connections.max.idle.ms" and (self._jobs or self._writing or not self._queue.empty()):
+                    self._last_activity = loop.time()  # in flight (a long poll) or being written: not idle
                     continue
                 raise TimedOut(f"no complete request within {what}") from None
 
@@ -229,9 +232,18 @@ class Connection:
                 return
             try:
                 if out:
+                    self._writing = True
                     self._writer.write(out)
-                    await self._writer.drain()
+                    # A peer that never reads would pin its responses forever: bound the wait
+                    # like an idle connection (Kafka's connections.max.idle.ms).
+                    await asyncio.wait_for(self._writer.drain(), self._idle_timeout)
+                    self._writing = False
                     self._last_activity = asyncio.get_running_loop().time()
+            except TimeoutError:  # before OSError, its base class
+                self._set_reason("peer did not read its responses within connections.max.idle.ms")
+                closing.log("TimedOut", logging.WARNING, "conn %d from %s: closing: %s", self.conn_id,
+                            self.peer, self.close_reason)
+                return
             except (ConnectionError, OSError) as exc:
                 self._set_reason(f"write failed: {exc}")
                 return
@@ -255,7 +267,11 @@ class Connection:
         await asyncio.gather(*self._loops, *jobs, return_exceptions=True)
         self._writer.close()
         try:
-            await self._writer.wait_closed()
+            # close() flushes what is buffered first; a peer that does not read would make that
+            # wait forever, so after a short grace the socket is aborted.
+            await asyncio.wait_for(self._writer.wait_closed(), _CLOSE_GRACE_S)
+        except TimeoutError:  # before OSError, its base class
+            self._writer.transport.abort()
         except (ConnectionError, OSError):
             pass
         log.debug("conn %d from %s: closed (%s)", self.conn_id, self.peer, self.close_reason)

@@ -121,3 +121,32 @@ def test_rate_limited_log_counts_what_it_suppresses(caplog) -> None:
         rl.log("k", logging.WARNING, "bad %d", 5)
     assert written == [True, True, False, False, False]
     assert caplog.records[-1].getMessage() == "bad 5 (3 similar lines suppressed)"
+
+
+async def test_a_peer_that_never_reads_is_closed_after_connections_max_idle() -> None:
+    import socket
+
+    async def one_megabyte(conn, frame, release) -> bytes:  # any frame: a 1 MiB answer
+        return codec.frame(frame[4:8] + bytes(1 << 20))
+
+    lst = Listener(one_megabyte, "127.0.0.1", 0, idle_timeout_s=0.5)
+    await lst.start()
+    try:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", lst.port))
+        # 40 MiB of answers the client never reads: the server's writes back up
+        sock.sendall(b"".join(codec.frame(struct.pack(">hhi", 18, 0, i)) for i in range(40)))
+        await asyncio.sleep(0.2)
+        (conn,) = lst.connections.values()
+        assert await asyncio.wait_for(_until_closed(lst), 20)
+        assert "did not read its responses" in (conn.close_reason or "")
+        sock.close()
+    finally:
+        await lst.stop()
+
+
+async def _until_closed(lst: Listener) -> bool:
+    while lst.connections:
+        await asyncio.sleep(0.05)
+    return True
