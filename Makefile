@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-fast test-spark bench fuzz clean
+.PHONY: demo test test-fast test-spark bench fuzz test-fencing clean
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "java not found: install a Java 17+ runtime"; exit 2; }
@@ -35,6 +35,11 @@ bench: $(STAMP)
 FUZZ_MINUTES ?= 10
 fuzz: $(STAMP)
 	$(PY) tests/fuzz/run.py --minutes $(FUZZ_MINUTES) --progress
+
+# The fencing fault scenarios (docs/persistence.md), each run FENCING_REPEAT times in a row; opt-in.
+FENCING_REPEAT ?= 5
+test-fencing: $(STAMP)
+	KSHARE_FENCING_REPEAT=$(FENCING_REPEAT) $(PY) -m pytest -q -rfEs -m kafka tests/e2e/test_fencing.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
