@@ -196,7 +196,11 @@ class Connection:
                     if self._draining:
                         # A handler asked to close: process nothing more, but let the write
                         # loop flush the responses that precede it (it ends the connection).
-                        await asyncio.Future()
+                        # Keep reading (and discarding) so that a peer's EOF still ends it.
+                        while await self._read():
+                            pass
+                        self._set_reason("peer closed the connection")
+                        return
         except CloseConnection as exc:
             self._set_reason(str(exc))
             closing.log(type(exc).__name__, logging.WARNING, "conn %d from %s: closing: %s",
@@ -209,6 +213,11 @@ class Connection:
             return await self._handler(self, frame, job.released.set)
         except CloseConnection:
             self._draining = True
+            # Requests ahead of this one can only be parked long polls (they released ordering).
+            # Kafka closes at once; waiting for them could hold the connection for MaxWaitMs.
+            for task in list(self._jobs):
+                if task is not job.task and not task.done():
+                    task.cancel()
             raise
         finally:
             job.released.set()
@@ -225,7 +234,10 @@ class Connection:
                             self.conn_id, self.peer, exc)
                 return
             except asyncio.CancelledError:
-                raise
+                if current_task_cancelling():
+                    raise
+                self._set_reason("closing: a parked request was cancelled")  # see _process
+                return
             except Exception:
                 self._set_reason("handler failed")
                 log.exception("conn %d from %s: handler failed, closing", self.conn_id, self.peer)
@@ -279,6 +291,12 @@ class Connection:
         for callback in callbacks:
             await _run_callback(self, callback)
         self._done.set()
+
+
+def current_task_cancelling() -> bool:
+    """Whether the running task itself is being cancelled (vs. a task it awaited was)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def _retrieve(task: asyncio.Task[Any]) -> None:

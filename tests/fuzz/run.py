@@ -85,6 +85,7 @@ class Stats:
     def __init__(self) -> None:
         self.frames = self.responses = self.connections = self.conn_hangs = self.liveness_failures = 0
         self.processed = self.server_closes = 0
+        self.hung_batches: list[dict] = []  # for diagnosis: the frames of connections that did not close
         self.by_mode = {"structured": 0, "mutated": 0, "random": 0}
 
 
@@ -126,6 +127,7 @@ async def client(port: int, factory: FrameFactory, stats: Stats, batch: int, sto
                         pass
                 except asyncio.TimeoutError:
                     stats.conn_hangs += 1
+                    stats.hung_batches.append({"answered": answered, "frames": [f.hex() for _, f in frames]})
         except (OSError, asyncio.IncompleteReadError):
             pass
         finally:
@@ -196,6 +198,7 @@ async def fuzz(args, port: int, pid_alive, pid: int, topic_ids: list[uuid.UUID],
         "liveness_failures": stats.liveness_failures, "connection_hangs": stats.conn_hangs,
         "rss_start_mb": round(rss_start or 0.0, 1), "rss_end_mb": round(rss_end, 1),
         "rss_growth_mb": round(rss_end - (rss_start or rss_end), 1),
+        "hung_batches": stats.hung_batches[:5],
     }
 
 

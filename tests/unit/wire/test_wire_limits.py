@@ -150,3 +150,30 @@ async def _until_closed(lst: Listener) -> bool:
     while lst.connections:
         await asyncio.sleep(0.05)
     return True
+
+
+async def test_a_closing_frame_behind_a_parked_long_poll_closes_at_once() -> None:
+    """Found by make fuzz: a ShareFetch parked for MaxWaitMs (24 days), then a frame that closes
+    the connection. The close waited behind the parked response and ignored the peer's EOF."""
+    from kshare_sidecar.wire import CloseConnection
+
+    async def handler(conn, frame, release) -> bytes:
+        key = codec.peek(frame).api_key
+        if key == 78:  # a long poll: ordering released, then it only waits
+            release()
+            await asyncio.sleep(3600)
+        if key == 0:
+            raise CloseConnection("Produce with acks=0")
+        return codec.frame(frame[4:8])
+
+    lst = Listener(handler, "127.0.0.1", 0)
+    await lst.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", lst.port)
+        writer.write(b"".join(codec.frame(struct.pack(">hhi", key, 0, i)) for i, key in enumerate((18, 78, 18, 0, 18))))
+        head = await asyncio.wait_for(reader.readexactly(8), 10)
+        assert head == struct.pack(">ii", 4, 0)  # the answer before the parked one
+        assert await closed(reader)  # without waiting for the long poll, without our EOF
+        writer.close()
+    finally:
+        await lst.stop()
