@@ -166,6 +166,17 @@ class KshareCollector:
         yield g
         yield in_flight
         yield lag
+        up = GaugeMetricFamily("kshare_backend_up", "1 while the backend cluster answers the sidecar's "
+                               "probe (a Metadata request every 1-2 s), 0 during an outage.")
+        outages = CounterMetricFamily("kshare_backend_outages", "Backend outages seen (up -> down transitions).")
+        for sc in list(self.sidecars):
+            health = getattr(getattr(sc, "backend", None), "health", None)
+            if health is not None:
+                up.add_metric([], 1 if health.up else 0)
+                outages.add_metric([], health.outages)
+                break
+        yield up
+        yield outages
         g = GaugeMetricFamily("kshare_read_cache_bytes", "Record bytes held by the read-ahead cache.")
         g.add_metric([], s.cache_bytes)
         yield g

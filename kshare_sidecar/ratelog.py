@@ -44,3 +44,9 @@ class RateLimitedLog:
 
     def suppressed(self, kind: str) -> int:
         return self._windows.get(kind, (0.0, 0, 0))[2]
+
+
+def backend_failures(logger: logging.Logger) -> RateLimitedLog:
+    """For lines that repeat a backend failure per request: one per kind per minute. During an
+    outage the backend's own health lines (log/health.py) say how long it lasts."""
+    return RateLimitedLog(logger, interval_s=60.0, burst=1)

@@ -29,13 +29,15 @@ from kio.schema.errors import ErrorCode
 
 from ..wire import codec
 from ..wire.errors import CloseConnection, MalformedFrame, UnsupportedRequest
-from ..ratelog import RateLimitedLog
+from ..log.errors import BackendError
+from ..ratelog import RateLimitedLog, backend_failures
 from .context import ConnectionHandle, KafkaError, NodeIdentity, RequestContext
 from .convert import convert
 
 log = logging.getLogger("kshare.api")
 #: Client-caused errors (nulls, parse failures) are one line each, rate-limited per kind.
 client_errors = RateLimitedLog(log)
+backend_errors = backend_failures(log)
 
 Handler = Callable[[RequestContext, Any, Any], Awaitable[Any]]
 #: ``error_response(ctx, request, code, message) -> response entity | None``; ``None`` closes.
@@ -247,6 +249,17 @@ class Dispatcher:
             raise
         except KafkaError as exc:
             code, message = exc.code, exc.message
+        except BackendError as exc:
+            if exc.retriable:
+                # The backend is unavailable (its outage is logged once by log/health.py): answer
+                # with the retriable code, never UNKNOWN_SERVER_ERROR, and log one line a minute.
+                code, message = ErrorCode(exc.code), str(exc)
+                backend_errors.log(f"api-{ctx.api_key}", logging.WARNING, "conn %d: api key %d v%d client %r: "
+                                   "%s: %s", ctx.conn_id, ctx.api_key, ctx.api_version, ctx.client_id, code.name, exc)
+            else:
+                log.exception("conn %d: api key %d v%d client %r: handler failed", ctx.conn_id,
+                              ctx.api_key, ctx.api_version, ctx.client_id)
+                code, message = ErrorCode.unknown_server_error, None
         except Exception:
             # Not the client's fault (their input is checked before handlers run): keep the stack.
             log.exception("conn %d: api key %d v%d client %r: handler failed", ctx.conn_id,

@@ -29,6 +29,7 @@ from aiokafka.errors import KafkaError, RequestTimedOutError
 from ..metrics import STATS
 from . import errors as E
 from .errors import BackendError, BackendUnavailableError, UnknownTopicError, error_for
+from .health import BackendHealth, aiokafka_gate
 from .kio_bridge import KioRequest
 from .metadata import CachedTopic, MetadataAnswer, TopicCache, metadata_request, parse_metadata
 from .reads import (
@@ -86,6 +87,9 @@ class Backend:
         self._cache = TopicCache()
         self._full_refresh: asyncio.Future[None] | None = None
         self.metadata_version: int | None = None  # the Metadata version last negotiated
+        #: Up/down from a periodic probe, told in a handful of lines per outage (health.py).
+        self.health = BackendHealth(gate=aiokafka_gate())
+        self._health_task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -108,8 +112,24 @@ class Backend:
             self._client = None
             await client.close()
             raise
+        self._health_task = asyncio.create_task(self._watch_health(), name="kshare-backend-health")
+
+    async def _watch_health(self, up_every_s: float = 2.0, down_every_s: float = 1.0) -> None:
+        """Probe the backend (Metadata for no topics: brokers only) and keep :attr:`health` current."""
+        while True:
+            await asyncio.sleep(up_every_s if self.health.up else down_every_s)
+            try:
+                await asyncio.wait_for(self._metadata(()), 5.0)
+            except (BackendError, KafkaError, OSError, asyncio.TimeoutError) as exc:
+                self.health.failed(str(exc) or type(exc).__name__)
+            else:
+                self.health.succeeded()
 
     async def close(self) -> None:
+        if self._health_task is not None:
+            self._health_task.cancel()
+            await asyncio.gather(self._health_task, return_exceptions=True)
+            self._health_task = None
         if self._client is not None:
             client, self._client = self._client, None
             await client.close()

@@ -17,11 +17,12 @@ from ..group.coordinator import HeartbeatResult, ShareGroupCoordinator
 from ..log.errors import BackendError
 from ..persist.errors import PersistError
 from ..persist.records import GroupRecord
-from ..ratelog import RateLimitedLog
+from ..ratelog import RateLimitedLog, backend_failures
 from .partitions import SharePartitionManager
 
 log = logging.getLogger("kshare.groups")
 _rejections = RateLimitedLog(log)
+_backend_failures = backend_failures(log)
 
 
 class GroupService:
@@ -55,7 +56,8 @@ class GroupService:
         except BackendError as exc:
             # Heartbeat errors other than the coordinator ones are fatal to share clients: report
             # backend trouble as COORDINATOR_NOT_AVAILABLE, which they retry.
-            log.warning("heartbeat of group=%s member=%s: backend metadata unavailable: %s", group_id, member_id, exc)
+            _backend_failures.log("metadata", logging.WARNING, "heartbeat of group=%.100s member=%.40s: backend "
+                                  "metadata unavailable: %s", group_id, member_id, exc)
             return HeartbeatResult(ErrorCode.coordinator_not_available, f"backend unavailable: {exc}",
                                    member_id, member_epoch)
         before = group.group_epoch if group is not None else None

@@ -21,11 +21,13 @@ from kio.schema.errors import ErrorCode
 from ..log.errors import BackendError, UnknownTopicError
 from ..log.types import BatchInfo, FetchResult
 from ..metrics import STATS as _METRICS  # kshare metrics (issue 7)
+from ..ratelog import backend_failures
 from ..share.sessions import SessionError, ShareSession, ShareSessionCache
 from ..share.types import AcquiredRecords, AcquireMode
 from .partitions import PartitionError, PendingAcks, SharePartitionManager, Slot
 
 log = logging.getLogger("kshare.shares")
+_backend_failures = backend_failures(log)  # one line a minute: the outage itself is logged once (log/health.py)
 
 TopicPartition = tuple[uuid.UUID, int]
 
@@ -322,8 +324,8 @@ class ShareService:
                                                       max_bytes=max(budget.bytes, 1_048_576), max_wait_ms=0,
                                                       isolation_level=isolation)
                 except BackendError as exc:
-                    log.warning("backend read failed for group=%s partition=%s-%d: %s", slot.key.group_id,
-                                slot.topic, slot.key.partition, exc)
+                    _backend_failures.log("read", logging.WARNING, "backend read failed for group=%s partition=%s-%d: "
+                                          "%s", slot.key.group_id, slot.topic, slot.key.partition, exc)
                     raise PartitionError(_share_error(exc), str(exc)) from exc
                 _METRICS.high_watermarks[slot.key] = result.high_watermark  # metrics (issue 7): lag
                 sp.move_log_start(result.log_start_offset)

@@ -159,6 +159,23 @@ class KafkaBroker:
             self.workdir = None
         atexit.unregister(self.stop)
 
+    def kill(self, sig: signal.Signals = signal.SIGKILL) -> None:
+        """Kill the broker process (keeping its directory and ports) — half of :meth:`restart`."""
+        proc = self._proc
+        if proc is None or self.workdir is None:
+            raise HarnessError("the broker is not started: call start() first")
+        if proc.poll() is None:
+            _signal_group(proc, sig)
+            proc.wait(timeout=30)
+
+    def restart(self, *, down_s: float = 0.0, sig: signal.Signals = signal.SIGKILL) -> None:
+        """Kill the broker (``sig``; a no-op if :meth:`kill` already did), wait ``down_s``, start it
+        again on the same ports and data: a backend outage for fault tests."""
+        self.kill(sig)
+        time.sleep(down_s)
+        self._spawn(require_tool("java", "install a Java 17+ runtime"), kafka_libs(self.version))
+        self._wait_ready()
+
     def log_tail(self, lines: int = 25) -> str:
         path = self.log_path
         if path is None or not path.exists():
@@ -205,12 +222,9 @@ class KafkaBroker:
         config.write_text("".join(f"{k}={v}\n" for k, v in self._properties().items()))
         if self.major >= 4:
             (self.workdir / "log4j2.properties").write_text(_LOG4J2)
-            logging = f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}"
         else:
             (self.workdir / "log4j.properties").write_text(_LOG4J1)
-            logging = f"-Dlog4j.configuration=file:{self.workdir / 'log4j.properties'}"
-        base = [java, f"-Xmx{self.heap}", "-Xms256m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
-                logging, "-cp", f"{libs}/*"]
+        base = self._java(java, libs)
         format_cmd = base + ["kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(config)]
         if self.share_groups:
             format_cmd += ["--feature", "share.version=1"]
@@ -218,10 +232,24 @@ class KafkaBroker:
         if fmt.returncode != 0:
             tail = " | ".join((fmt.stdout + fmt.stderr).strip().splitlines()[-3:])
             raise HarnessError(f"formatting the Kafka {self.version} storage failed: {tail}")
-        log = open(self.workdir / "broker.log", "wb")
+        self._spawn(java, libs)
+
+    def _java(self, java: str, libs: Path) -> list[str]:
+        assert self.workdir is not None
+        if self.major >= 4:
+            logging = f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}"
+        else:
+            logging = f"-Dlog4j.configuration=file:{self.workdir / 'log4j.properties'}"
+        return [java, f"-Xmx{self.heap}", "-Xms256m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+                logging, "-cp", f"{libs}/*"]
+
+    def _spawn(self, java: str, libs: Path) -> None:
+        """Run the broker on the (already formatted) work directory; appends to broker.log."""
+        assert self.workdir is not None
+        log = open(self.workdir / "broker.log", "ab")
         with log:
             self._proc = subprocess.Popen(
-                base + ["kafka.Kafka", str(config)],
+                self._java(java, libs) + ["kafka.Kafka", str(self.workdir / "server.properties")],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True, cwd=self.workdir, preexec_fn=_die_with_parent,
             )

@@ -23,7 +23,7 @@ from kshare_sidecar.testing.wirefuzz import uvarint
 from kshare_sidecar.wire import MalformedFrame, codec
 from kshare_sidecar.wire.prescan import PrescanError, plan_for, prescan
 
-from .stack import TOPICS, Stack
+from .stack import NODE, TOPICS, Stack
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -167,3 +167,29 @@ async def test_null_topic_id_in_a_session_does_not_break_later_fetches(dispatche
 
 def test_zero_uuid_is_what_kio_calls_none() -> None:
     assert uuid.UUID(int=0).bytes == bytes(16)
+
+
+async def test_backend_outage_in_a_handler_is_a_retriable_code_without_traceback(caplog) -> None:
+    """Seen in the broker-restart test: Metadata during an outage raised BackendUnavailableError,
+    answered UNKNOWN_SERVER_ERROR with a traceback per request."""
+    from kio.schema.share_group_heartbeat.v1.request import ShareGroupHeartbeatRequest
+    from kio.schema.share_group_heartbeat.v1.response import ShareGroupHeartbeatResponse
+
+    from kshare_sidecar.api import Dispatcher, InMemoryTopicCatalog, build_registry
+    from kshare_sidecar.log.errors import BackendUnavailableError
+
+    async def down(ctx, header, req):
+        raise BackendUnavailableError(13, "broker 1: NodeNotReadyError()")
+
+    registry = build_registry(InMemoryTopicCatalog([]))
+    registry.register(76, 1, 1, down)
+    dispatcher = Dispatcher(registry, NODE)
+    req = ShareGroupHeartbeatRequest(group_id="g", member_id="m", member_epoch=0, rack_id=None,
+                                     subscribed_topic_names=("t",))
+    with caplog.at_level(logging.INFO):
+        for i in range(20):
+            out = await dispatcher.handle(codec.encode_request(req, i)[4:], Conn())
+            _, resp = codec.decode_response(out[4:], ShareGroupHeartbeatResponse)
+            assert resp.error_code == ErrorCode.network_exception
+    assert not [r for r in caplog.records if r.exc_info]
+    assert len([r for r in caplog.records if "NodeNotReady" in r.getMessage()]) <= 1
