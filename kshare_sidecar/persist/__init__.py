@@ -5,6 +5,7 @@
 
 from kshare_sidecar.persist.errors import (
     BackendWriteError,
+    CommitOutcomeUnknownError,
     FencedLeaderEpochError,
     FencedStateEpochError,
     InvalidStateError,
@@ -38,6 +39,7 @@ __all__ = [
     "NO_EPOCH",
     "UNSET_OFFSET",
     "BackendWriteError",
+    "CommitOutcomeUnknownError",
     "DeliveryState",
     "FencedLeaderEpochError",
     "FencedStateEpochError",

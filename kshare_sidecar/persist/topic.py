@@ -32,7 +32,6 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.producer.transaction_manager import TransactionState
 from aiokafka.errors import (
     InvalidProducerEpoch,
-    KafkaError,
     ProducerFenced,
     TopicAlreadyExistsError,
     TransactionalIdAuthorizationFailed,
@@ -355,6 +354,27 @@ class TopicPersister(BasePersister):
                 log.debug("state partition %d: settling: %r", partition, exc)
                 await asyncio.sleep(0.1)
         raise CommitOutcomeUnknownError(f"state partition {partition}: transaction did not end")
+
+    async def _await_stable(self, partition: int) -> None:
+        """Wait until the last stable offset reaches the high watermark seen now. EndTxn is answered
+        once the commit is decided, *before* its markers are written: a read right after a settled
+        commit could miss it and adopt the older state (seen in tests/e2e/test_fencing.py)."""
+        tp = TopicPartition(self.topic, partition)
+        consumers = {iso: AIOKafkaConsumer(bootstrap_servers=self.bootstrap_servers, group_id=None,
+                                           isolation_level=iso, request_timeout_ms=self.request_timeout_ms,
+                                           client_id="kshare-state-stable", **self.client_options)
+                     for iso in ("read_uncommitted", "read_committed")}
+        await asyncio.gather(*(c.start() for c in consumers.values()))
+        try:
+            target = (await consumers["read_uncommitted"].end_offsets([tp]))[tp]
+            deadline = time.monotonic() + 2 * self.transaction_timeout_ms / 1000 + 10
+            while (await consumers["read_committed"].end_offsets([tp]))[tp] < target:
+                if time.monotonic() > deadline:
+                    raise CommitOutcomeUnknownError(f"state partition {partition}: last stable offset stays below "
+                                                    f"{target}")
+                await asyncio.sleep(0.05)
+        finally:
+            await asyncio.gather(*(c.stop() for c in consumers.values()), return_exceptions=True)
 
     async def _reopen(self, partition: int) -> None:
         """Takeover of one partition: a fresh producer whose init fences every other writer of

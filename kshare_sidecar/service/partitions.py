@@ -217,10 +217,17 @@ class SharePartitionManager:
                             exc)
                 return slot.key, _ack_error(exc)
             code = slot.partition.commit(plan)
+            if code != ErrorCode.none:
+                # Memory changed between prepare and commit (e.g. the records' locks expired while
+                # the write was in flight). The write is durable, so memory must follow it, never the
+                # reverse: writing memory again here rolled the SPSO back (issue 11). Reload from the
+                # durable state; the acknowledgement is durable, so it succeeded.
+                log.warning("share-partition %s changed during its state write (%s); reloading it from the "
+                            "durable state", _name(slot.key, slot.topic), code.name)
+                self.retire([slot.key])
+                code = ErrorCode.none
             if is_ack and code == ErrorCode.none:  # metrics (issue 7)
                 _METRICS.count_acks(plan.runs)
-            if code != ErrorCode.none:  # durable state got ahead of memory: write memory again
-                self._spawn(self._write_current(slot))
         slot.wake()
         self.track(slot)
         return slot.key, code

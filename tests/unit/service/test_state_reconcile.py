@@ -54,3 +54,35 @@ async def test_unknown_outcome_that_landed_retires_the_slot_and_reloads_durable_
     assert spsos(log) == sorted(spsos(log)) and spsos(log)[-1] == 20
     await mgr.close()
     await persister.close()
+
+
+async def test_locks_expiring_during_an_ack_write_never_roll_the_spso_back():
+    """The regression tests/e2e/test_fencing.py caught: a frozen sidecar wakes up, the records'
+    locks expire while their acknowledgement is being written; the write is durable, so memory
+    must follow it (before: memory was written again, SPSO 2000 -> 0)."""
+    log = MemoryLog(1)
+    persister = MemoryPersister(log=log)
+    await persister.start()
+    await persister.initialize(KEY, 0, 0)
+    now = [0]
+    mgr = SharePartitionManager(persister=persister, backend=None, clock=lambda: now[0],
+                                group_config=lambda g: CONFIG)
+    slot = await mgr.get("g", TOPIC_ID, 0, "t")
+    assert slot.partition.acquire("m", [(0, 19, -1, False, False)], 20)
+    real_write = persister.write
+
+    async def write_while_locks_expire(key, state, epoch):
+        now[0] = 60_000  # past every lock deadline
+        assert slot.partition.expire(now[0])
+        await real_write(key, state, epoch)
+    persister.write = write_while_locks_expire
+    codes = await mgr.persist_plans([(slot, PendingAcks("m", [(0, 19, [ACCEPT])]))])
+    persister.write = real_write
+    assert codes == {KEY: ErrorCode.none}  # the acknowledgement is durable
+    assert slot.dead
+    await mgr._write_current(slot)  # the expiry's pending write of the old memory: nothing
+    fresh = await mgr.get("g", TOPIC_ID, 0, "t")
+    assert fresh.partition.spso == 20
+    assert spsos(log) == sorted(spsos(log)) and spsos(log)[-1] == 20
+    await mgr.close()
+    await persister.close()

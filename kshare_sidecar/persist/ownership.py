@@ -1,0 +1,261 @@
+"""Ownership of the state partitions: owner epochs, the replay rule, and what happens after a
+commit that failed, whose outcome is unknown, or that the backend fenced (issue 11).
+
+Mixed into :class:`kshare_sidecar.persist.base.BasePersister`, whose writer engine calls
+``_block`` when a commit fails; everything here only uses the engine's backend hooks
+(``_commit``, ``_replay``, ``_settle``, ``_reopen``) and its in-memory view. The argument for
+why this fences correctly is in docs/persistence.md ("Fencing").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+from kshare_sidecar.persist import codec
+from kshare_sidecar.persist.codec import KIND_OWNER, KIND_PARTITION, CodecError
+from kshare_sidecar.persist.errors import BackendWriteError, NotReadyError, PersistError, WriterFencedError
+from kshare_sidecar.persist.model import SharePartitionKey
+from kshare_sidecar.persist.records import NO_EPOCH, RecoveryStats, StoredPartition
+
+log = logging.getLogger("kshare_sidecar.persist")
+
+EntityKey = tuple[str, Any]  # (kind, identity)
+ReplaySink = Callable[[int, int, bytes | None, bytes | None], None]
+
+
+def state_partition_for(kind: str, ident: Any, partitions: int) -> int:
+    """Stable placement of an entity on the state topic's partitions."""
+    if kind == KIND_OWNER:
+        return int(ident)
+    if kind == KIND_PARTITION:
+        text = f"{ident.group_id}:{ident.topic_id}:{ident.partition}"
+    else:
+        text = f"{kind}:{ident}"
+    return zlib.crc32(text.encode()) % partitions
+
+
+def is_older(new: StoredPartition, seen: StoredPartition) -> bool:
+    """The replay rule (seed 004 applied to recovery): a share-partition record is stale when an
+    earlier-replayed record of the same key has a higher state epoch, or the same state epoch
+    and a higher owner epoch. Neither decreases for a legitimate writer (an admin reset raises
+    the state epoch; a new owner claims with a higher owner epoch), so such a record can only
+    be a fenced zombie's late commit."""
+    if new.state.state_epoch != seen.state.state_epoch:
+        return new.state.state_epoch < seen.state.state_epoch
+    return new.state.leader_epoch < seen.state.leader_epoch
+
+
+def replay_sink(entities: dict[EntityKey, Any], stats: RecoveryStats, owners: dict[int, int]) -> ReplaySink:
+    """A replay sink applying the codec, the skip rule and the stale-record rule."""
+    def sink(partition: int, offset: int, raw_key: bytes | None, raw_value: bytes | None) -> None:
+        stats.records += 1
+        try:
+            kind, ident, entity = codec.decode(raw_key, raw_value)
+        except CodecError as exc:
+            stats.skip(partition, offset, str(exc))
+            log.warning("state record skipped: partition %d offset %d: %s", partition, offset, exc)
+            return
+        if kind == KIND_OWNER:
+            if entity is not None:
+                owners[partition] = max(owners.get(partition, NO_EPOCH), entity)
+                stats.owner_epoch = max(stats.owner_epoch, entity)
+            return
+        if entity is None:
+            stats.tombstones += 1
+            entities.pop((kind, ident), None)
+            return
+        if kind == KIND_PARTITION:
+            seen = entities.get((kind, ident))
+            if seen is not None and is_older(entity, seen):
+                stats.stale_ignored += 1
+                log.warning("stale state record ignored: partition %d offset %d: %s/%s/%d has state epoch %d "
+                            "owner epoch %d, older than the replayed state epoch %d owner epoch %d",
+                            partition, offset, ident.group_id, ident.topic_id, ident.partition,
+                            entity.state.state_epoch, entity.state.leader_epoch, seen.state.state_epoch,
+                            seen.state.leader_epoch)
+                return
+            stats.owner_epoch = max(stats.owner_epoch, entity.state.leader_epoch)
+        entities[(kind, ident)] = entity
+    return sink
+
+
+
+class OwnershipMixin:
+    """Takeover at start-up, blocking and resolving after failed commits, supersession."""
+
+    async def _take_ownership(self) -> None:
+        """Take an owner epoch above every epoch the backend holds and record it on every partition.
+
+        Runs after ``_open`` fenced every older writer and ``recover`` read to the last stable
+        offset, so no commit can land between the read and ours without fencing ours: a newer
+        sidecar always ends up with a larger epoch, whatever the clocks say."""
+        epoch = self.recovery_stats.owner_epoch + 1
+        results = await asyncio.gather(*(self._claim_partition(p, epoch) for p in range(self.partitions)),
+                                       return_exceptions=True)
+        for p, res in enumerate(results):
+            if isinstance(res, BaseException):
+                if isinstance(res, PersistError):
+                    raise res
+                raise BackendWriteError(f"state partition {p}: cannot record owner epoch {epoch}: {res!r}")
+            self._owner_epochs[p] = epoch
+        self.owner_epoch = epoch
+        log.info("%s persister owns %d state partitions at owner epoch %d", self.name, self.partitions, epoch)
+
+    async def _claim_partition(self, p: int, epoch: int, attempts: int = 10) -> None:
+        """Commit the owner record of ``p``. Fenced meanwhile by an older owner re-asserting itself
+        (it had not seen our record yet): take the partition again; by a newer owner: give up."""
+        for attempt in range(attempts):
+            try:
+                await self._commit(p, [codec.encode(KIND_OWNER, p, epoch)])
+                return
+            except WriterFencedError as exc:
+                newest = await self._read_owner(p)
+                if newest >= epoch:
+                    raise WriterFencedError(f"state partition {p}: another sidecar (owner epoch {newest}) took "
+                                            f"over during start-up: {exc}") from exc
+                log.warning("state partition %d: fenced during start-up by owner epoch %d; taking it again", p, newest)
+                await asyncio.sleep(0.1 * (attempt + 1))
+                await self._reopen(p)
+                await self._reload(p)
+        raise WriterFencedError(f"state partition {p}: could not record owner epoch {epoch} in {attempts} attempts")
+
+    # ------------------------------------------------------ unconfirmed and fenced commits
+    def _blocked_error(self, p: int) -> PersistError:
+        reason = self.blocked.get(p)
+        if reason == "unknown":
+            return NotReadyError(f"state partition {p}: re-reading the state after an unconfirmed commit")
+        if reason == "superseded":
+            return WriterFencedError(f"state partition {p} is owned by a newer sidecar; this one stopped serving")
+        return WriterFencedError(f"state partition {p}: writer fenced, re-reading ownership from the backend")
+
+    def _block(self, p: int, reason: str, exc: BaseException) -> None:
+        """Stop writes to ``p`` (queued ones fail: they may build on state that is not durable)
+        and resolve what is durable in the background."""
+        if reason == "fenced":
+            self.fenced_partitions.add(p)
+        self.blocked[p] = reason
+        queue = self._queues.get(p, [])
+        for op in queue:
+            if not op.future.done():
+                op.future.set_exception(self._blocked_error(p))
+        queue.clear()
+        log.warning("state partition %d blocked (%s): %s", p, reason, exc)
+        if p not in self._resolvers and not self._closed:
+            task = asyncio.get_running_loop().create_task(self._resolve(p), name=f"kshare-persist-resolve-{p}")
+            self._resolvers[p] = task
+            task.add_done_callback(lambda _t, p=p: self._resolvers.pop(p, None))
+
+    async def _resolve(self, p: int) -> None:
+        """Bring partition ``p`` back in line with the backend, then unblock it.
+
+        Unknown outcome: wait for the writer's last transaction to end (committed or aborted),
+        then re-read. Fenced (or a writer left unusable): read the owner records first; a newer
+        owner supersedes this instance for good, otherwise this instance is still the rightful
+        owner and takes the partition over again (new writer, re-read, owner record)."""
+        backoff = 0.1
+        while not self._closed:
+            try:
+                fenced = self.blocked.get(p) == "fenced"
+                if not fenced and not await self._settle(p):
+                    self.blocked[p] = "fenced"
+                    self.fenced_partitions.add(p)
+                    continue
+                if fenced:
+                    if await self._newer_owner(p):
+                        return
+                    # A sidecar starting up fences before it records its epoch: give it time to
+                    # do so rather than fencing it back at once, then look again.
+                    await asyncio.sleep(self.takeover_grace_s)
+                    if await self._newer_owner(p):
+                        return
+                    await self._reopen(p)
+                await self._await_stable(p)
+                changed = await self._reload(p)
+                if fenced:
+                    if self._owner_epochs.get(p, NO_EPOCH) > self._own_epoch():
+                        self._supersede(p, self._owner_epochs[p])
+                        return
+                    await self._commit(p, [codec.encode(KIND_OWNER, p, self.owner_epoch)])
+                    self._owner_epochs[p] = self.owner_epoch
+                    self.takeovers += 1
+                    log.warning("state partition %d: still the newest owner (epoch %s); took it over again",
+                                p, self.owner_epoch)
+                for listener in self.reload_listeners:
+                    try:
+                        listener(changed)
+                    except Exception:
+                        log.exception("reload listener failed")
+                self.blocked.pop(p, None)
+                self.fenced_partitions.discard(p)
+                log.info("state partition %d serving again after re-reading the backend (%d share-partitions "
+                         "changed)", p, len(changed))
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if isinstance(exc, WriterFencedError):
+                    self.blocked[p] = "fenced"
+                    self.fenced_partitions.add(p)
+                log.warning("state partition %d: resolving after a failed commit: %r; retrying in %.1fs",
+                            p, exc, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+
+    def _own_epoch(self) -> int:
+        return NO_EPOCH if self.owner_epoch is None else self.owner_epoch
+
+    async def _read_owner(self, p: int) -> int:
+        """The newest committed owner epoch of ``p`` (read_committed, to the last stable offset)."""
+        owners: dict[int, int] = {}
+        await self._replay(replay_sink({}, RecoveryStats(), owners), [p])
+        return owners.get(p, NO_EPOCH)
+
+    async def _newer_owner(self, p: int) -> bool:
+        """Supersede this instance if ``p`` has a newer owner record than ours."""
+        newest = await self._read_owner(p)
+        if newest > self._own_epoch():
+            self._supersede(p, newest)
+            return True
+        return False
+
+    def _supersede(self, p: int, newer: int) -> None:
+        """A newer sidecar owns the state: stop serving for good (nothing is released or written)."""
+        if self.superseded:
+            return
+        self.superseded = True
+        for q in range(self.partitions):
+            self.blocked[q] = "superseded"
+            self.fenced_partitions.add(q)
+            for op in self._queues.get(q, []):
+                if not op.future.done():
+                    op.future.set_exception(self._blocked_error(q))
+            self._queues.get(q, []).clear()
+        reason = (f"state partition {p} is owned by a newer sidecar (owner epoch {newer} > ours {self.owner_epoch}); "
+                  f"this sidecar stops serving share groups")
+        log.error("%s", reason)
+        for listener in self.superseded_listeners:
+            try:
+                listener(reason)
+            except Exception:
+                log.exception("superseded listener failed")
+
+    async def _reload(self, p: int) -> set[SharePartitionKey]:
+        """Replace the in-memory view of partition ``p`` by what the backend holds; return the
+        share-partitions whose durable state differs from what this instance believed."""
+        entities: dict[EntityKey, Any] = {}
+        owners: dict[int, int] = {}
+        stats = RecoveryStats()
+        await self._replay(replay_sink(entities, stats, owners), [p])
+        old = {k: v for k, v in self._entities.items() if state_partition_for(k[0], k[1], self.partitions) == p}
+        for k in old:
+            if k not in entities:
+                del self._entities[k]
+        self._entities.update(entities)
+        self._owner_epochs[p] = owners.get(p, NO_EPOCH)
+        self.reloads += 1
+        return {k[1] for k in old.keys() | entities.keys()
+                if k[0] == KIND_PARTITION and old.get(k) != entities.get(k)}
