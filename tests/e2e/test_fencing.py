@@ -24,8 +24,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from confluent_kafka import Consumer
 
 from kshare_sidecar.persist import codec
-from kshare_sidecar.persist.base import BasePersister
 from kshare_sidecar.persist.codec import KIND_OWNER, KIND_PARTITION
+from kshare_sidecar.persist.ownership import replay_sink
 from kshare_sidecar.persist.records import RecoveryStats
 from kshare_sidecar.testing.probe import broker_ready
 from tests.e2e.conftest import SidecarProcess, Target, Worker, wait_until
@@ -116,7 +116,7 @@ def replay_like_a_fresh_sidecar(bootstrap: str, topic: str) -> tuple[dict, Recov
     """What a fresh sidecar C recovers: the persister's own replay sink over the committed records."""
     entities: dict = {}
     stats = RecoveryStats()
-    sink = BasePersister._sink(entities, stats, {})
+    sink = replay_sink(entities, stats, {})
     for p, offset, key, value in sorted(asyncio.run(_read(bootstrap, topic, "read_committed"))):
         sink(p, offset, key, value)
     return {ident: ent.state for (kind, ident), ent in entities.items() if kind == KIND_PARTITION}, stats
