@@ -177,3 +177,13 @@ async def test_a_closing_frame_behind_a_parked_long_poll_closes_at_once() -> Non
         writer.close()
     finally:
         await lst.stop()
+
+
+@pytest.mark.parametrize("key,value", [("max.connections.per.ip", "0"), ("connections.max.idle.ms", "soon"),
+                                       ("request.read.timeout.ms", "-5")])
+def test_bad_listener_limits_are_one_line_naming_the_key(key: str, value: str) -> None:
+    from kshare_sidecar.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError) as info:
+        load_config(env={}, overrides={"bootstrap.servers": "127.0.0.1:9092", key: value})
+    assert key in str(info.value) and "\n" not in str(info.value)
