@@ -43,7 +43,7 @@ async def answered(reader, writer) -> bool:
 
 
 async def test_idle_connection_is_closed_after_connections_max_idle() -> None:
-    lst = await listener(idle_timeout_s=0.2)
+    lst = await listener(idle_timeout_s=1.0)
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", lst.port)
         assert await answered(reader, writer)
