@@ -65,4 +65,4 @@ def test_backend_restart_under_load_is_a_handful_of_log_lines(tmp_path, monkeypa
     assert any("backend unreachable (" in h for h in health)
     assert sum("backend reachable again" in h for h in health) == 1
     assert "Traceback" not in outage_log
-    assert len(warnings) <= 12, "\n".join(warnings[:60])  # measured: 9 for a 19 s outage
+    assert len(warnings) <= 15, "\n".join(warnings[:60])  # measured: 9 and 10 for 18-19 s outages
