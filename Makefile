@@ -39,7 +39,7 @@ fuzz: $(STAMP)
 # The fencing fault scenarios (docs/persistence.md), each run FENCING_REPEAT times in a row; opt-in.
 FENCING_REPEAT ?= 5
 test-fencing: $(STAMP)
-	KSHARE_FENCING_REPEAT=$(FENCING_REPEAT) $(PY) -m pytest -q -rfEs -m kafka tests/e2e/test_fencing.py
+	KSHARE_FENCING_REPEAT=$(FENCING_REPEAT) $(PY) -m pytest -q -rfEs -m kafka tests/e2e/test_fencing_faults.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

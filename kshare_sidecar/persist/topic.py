@@ -358,7 +358,7 @@ class TopicPersister(BasePersister):
     async def _await_stable(self, partition: int) -> None:
         """Wait until the last stable offset reaches the high watermark seen now. EndTxn is answered
         once the commit is decided, *before* its markers are written: a read right after a settled
-        commit could miss it and adopt the older state (seen in tests/e2e/test_fencing.py)."""
+        commit could miss it and adopt the older state (seen in tests/e2e/test_fencing_faults.py)."""
         tp = TopicPartition(self.topic, partition)
         consumers = {iso: AIOKafkaConsumer(bootstrap_servers=self.bootstrap_servers, group_id=None,
                                            isolation_level=iso, request_timeout_ms=self.request_timeout_ms,

@@ -1,6 +1,6 @@
 """Issue 11: owner epochs from the backend, the stale-record rule at write and at replay, and
 commits whose outcome is unknown (landed or aborted) or that were fenced. Memory persister: the
-topic persister runs the same engine; tests/e2e/test_fencing.py covers real Kafka."""
+topic persister runs the same engine; tests/e2e/test_fencing_faults.py covers real Kafka."""
 
 from __future__ import annotations
 

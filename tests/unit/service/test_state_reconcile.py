@@ -57,7 +57,7 @@ async def test_unknown_outcome_that_landed_retires_the_slot_and_reloads_durable_
 
 
 async def test_locks_expiring_during_an_ack_write_never_roll_the_spso_back():
-    """The regression tests/e2e/test_fencing.py caught: a frozen sidecar wakes up, the records'
+    """The regression tests/e2e/test_fencing_faults.py caught: a frozen sidecar wakes up, the records'
     locks expire while their acknowledgement is being written; the write is durable, so memory
     must follow it (before: memory was written again, SPSO 2000 -> 0)."""
     log = MemoryLog(1)
