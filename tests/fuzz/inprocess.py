@@ -24,16 +24,9 @@ sys.path.insert(0, str(REPO))
 
 from kshare_sidecar.testing.wirefuzz import FrameFactory  # noqa: E402
 from kshare_sidecar.wire import CloseConnection, codec  # noqa: E402
-from tests.unit.wire.stack import TOPICS, Stack  # noqa: E402
+from tests.unit.wire.stack import TOPICS, FakeConn as Conn, Stack  # noqa: E402
 
 
-class Conn:
-    conn_id = 1
-    peer_host = "127.0.0.1"
-    peer_port = 40000
-
-    def add_close_callback(self, callback) -> None:
-        pass
 
 
 class Errors(logging.Handler):

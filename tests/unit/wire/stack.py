@@ -28,6 +28,17 @@ TOPICS = (TopicInfo("orders", uuid.UUID(int=0xA), 3), TopicInfo("events", uuid.U
 NODE = NodeIdentity(node_id=1, host="127.0.0.1", port=9192)
 
 
+class FakeConn:
+    """The ConnectionHandle the dispatcher sees, without a socket (the fuzz and hostile tests)."""
+
+    conn_id = 1
+    peer_host = "127.0.0.1"
+    peer_port = 40000
+
+    def add_close_callback(self, callback) -> None:
+        pass
+
+
 class MemoryBackend:
     """Two topics of 10-record batches; every read answers at once (fuzzing wants no waiting)."""
 

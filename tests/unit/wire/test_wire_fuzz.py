@@ -15,16 +15,9 @@ from hypothesis import strategies as st
 from kshare_sidecar.testing.wirefuzz import FrameFactory
 from kshare_sidecar.wire import CloseConnection, codec
 
-from .stack import TOPICS, Stack
+from .stack import TOPICS, FakeConn as Conn, Stack
 
 
-class Conn:
-    conn_id = 1
-    peer_host = "127.0.0.1"
-    peer_port = 40000
-
-    def add_close_callback(self, callback) -> None:
-        pass
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ from kshare_sidecar.testing.wirefuzz import uvarint
 from kshare_sidecar.wire import MalformedFrame, codec
 from kshare_sidecar.wire.prescan import PrescanError, plan_for, prescan
 
-from .stack import NODE, TOPICS, Stack
+from .stack import NODE, TOPICS, FakeConn, Stack
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -101,13 +101,7 @@ def test_every_request_schema_kio_knows_has_a_prescan_plan() -> None:
 
 
 # -- through the dispatcher, over the real services ---------------------------------------------
-class Conn:
-    conn_id = 3
-    peer_host = "127.0.0.1"
-    peer_port = 40000
-
-    def add_close_callback(self, callback) -> None:
-        pass
+Conn = FakeConn
 
 
 @pytest.fixture
