@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import threading
 import time
 from collections import Counter
@@ -102,10 +103,24 @@ class _SidecarThread:
         try:
             asyncio.run_coroutine_threadsafe(self.sidecar.stop(), self.loop).result(timeout)
         finally:
+            try:  # what asyncio.run does on exit: no task may outlive its loop
+                asyncio.run_coroutine_threadsafe(_cancel_leftovers(), self.loop).result(timeout)
+            except Exception as exc:  # noqa: BLE001 - stopping goes on; say why it was not clean
+                print(f"kshare demo: cancelling leftover sidecar tasks failed: {exc!r}", file=sys.stderr)
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(timeout)
             if not self.thread.is_alive():
                 self.loop.close()
+
+
+async def _cancel_leftovers() -> None:
+    """Cancel and await every other task on this loop (connections, timers), like ``asyncio.run``."""
+    me = asyncio.current_task()
+    left = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
+    for task in left:
+        task.cancel()
+    if left:
+        await asyncio.wait(left, timeout=10)
 
 
 def run(records: int = 20_000, consumers: int = 4, partitions: int = 3, timeout_s: float | None = None) -> int:

@@ -84,7 +84,15 @@ class Listener:
         for conn in list(self._connections.values()):
             conn.close("listener stopping")
         if self._tasks:
-            await asyncio.wait(list(self._tasks), timeout=grace)
+            _, pending = await asyncio.wait(list(self._tasks), timeout=grace)
+            if pending:
+                # A connection whose close did not finish within the grace (a close callback
+                # waiting on the backend, say) is cancelled outright: a stopped listener must
+                # not leave tasks behind for a loop that is about to close.
+                log.warning("%d connection(s) did not close within %.1f s: cancelling them", len(pending), grace)
+                for task in pending:
+                    task.cancel()
+                await asyncio.wait(pending, timeout=grace)
         await self._server.wait_closed()
         self._server = None
         log.info("stopped listening on %s:%d", self._host, self._port)
