@@ -94,6 +94,8 @@ SETTINGS: tuple[Setting, ...] = (
     _S("node.id", 1, int, "Node id the sidecar presents as coordinator and partition leader.", 0, 2**31 - 1),
     _S("cluster.id", "kshare", str, "Cluster id reported in Metadata."),
     _S("socket.request.max.bytes", 100 * 1024 * 1024, int, "Largest request frame accepted.", 1024, 2**31 - 1),
+    _S("passthrough.enable", True, bool, "Forward every API the sidecar does not serve to the backend, so clients "
+       "need only the sidecar as bootstrap (false: share-group APIs only)."),
     # -- listener limits (Kafka's names and defaults; request.read.timeout.ms is kshare's own)
     _S("connections.max.idle.ms", 600000, int, "Close a connection idle this long (no request, nothing in flight).",
        1000, 2**31 - 1),

@@ -4,7 +4,8 @@ librdkafka asks with v0–2 (one ``Key`` + ``KeyType``), Java up to v6 (``Coordi
 from v4). Key types, following Kafka's semantics:
 
 - 0 GROUP: this node, whatever the group id (the sidecar is the only node).
-- 1 TRANSACTION: the sidecar runs no transaction coordinator -> COORDINATOR_NOT_AVAILABLE, the
+- 1 TRANSACTION: with pass-through (issue 13) this node too — the sidecar forwards transactional
+  requests to the backend's transaction coordinator; without it COORDINATOR_NOT_AVAILABLE, the
   code a broker gives when it cannot name a coordinator for that key.
 - 2 SHARE: broker-internal (share-state coordinator, ``group:topicId:partition`` keys, only valid
   from v6); kshare keeps share state elsewhere and exposes no such coordinator ->
@@ -29,8 +30,8 @@ _FIRST_SHARE_KEY_VERSION = 6
 GROUP, TRANSACTION, SHARE = 0, 1, 2
 
 
-def _coordinator(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
-    if key_type == GROUP:
+def _coordinator(ctx: RequestContext, key: str, key_type: int, transactions: bool = False) -> dict[str, Any]:
+    if key_type == GROUP or (key_type == TRANSACTION and transactions):
         node = ctx.node
         return {
             "key": key,
@@ -71,6 +72,24 @@ async def find_coordinator(ctx: RequestContext, header: Any, request: Any) -> di
     return _shape(ctx, [_coordinator(ctx, key, key_type) for key in keys])
 
 
+def forwarding(check):
+    """Pass-through FindCoordinator: transactional ids are coordinated here too (requests are
+    forwarded), and every group / transaction key is first looked up on the backend with
+    ``await check(key_type, key) -> (ErrorCode, message) | None`` — that lookup is what makes a
+    Kafka broker create ``__consumer_offsets`` / ``__transaction_state``, and its error
+    (COORDINATOR_NOT_AVAILABLE while they load) is the client's answer."""
+
+    async def find_coordinator(ctx: RequestContext, header: Any, request: Any) -> dict[str, Any]:
+        keys, key_type = _keys(ctx, request)
+        out = []
+        for key in keys:
+            problem = await check(key_type, key) if key_type in (GROUP, TRANSACTION) else None
+            out.append(_failed(key, *problem) if problem else _coordinator(ctx, key, key_type, transactions=True))
+        return _shape(ctx, out)
+
+    return find_coordinator
+
+
 def coordinator_error_response(
     ctx: RequestContext, request: Any, code: ErrorCode, message: str | None
 ) -> Any:
@@ -79,7 +98,9 @@ def coordinator_error_response(
     return _shape(ctx, [_failed(key, code, message) for key in keys])
 
 
-def register(registry: ApiRegistry) -> None:
+def register(registry: ApiRegistry, *, check=None) -> None:
+    """``check``: the pass-through backend lookup (see :func:`forwarding`)."""
     registry.register(
-        API_KEY, MIN_VERSION, MAX_VERSION, find_coordinator, error_response=coordinator_error_response
+        API_KEY, MIN_VERSION, MAX_VERSION, forwarding(check) if check is not None else find_coordinator,
+        error_response=coordinator_error_response, replace=check is not None,
     )

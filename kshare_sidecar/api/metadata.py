@@ -28,19 +28,58 @@ _ZERO_UUID = uuid.UUID(int=0)
 
 
 class MetadataHandler:
-    def __init__(self, catalog: TopicCatalog) -> None:
+    """``backend`` (pass-through, optional): an object with ``async metadata(names, auto_create=)``
+    returning the backend's own Metadata answer. With it, leader epochs are the backend's (clients
+    send them back on forwarded Fetch/Produce, where a made-up epoch would be FENCED) and
+    ``allow_auto_topic_creation`` reaches the backend; topic ids stay the catalog's."""
+
+    def __init__(self, catalog: TopicCatalog, backend: Any = None) -> None:
         self._catalog = catalog
+        self._backend = backend
 
     async def __call__(self, ctx: RequestContext, header: Any, request: Any) -> Any:
         topics = await self._topics(ctx, request)
+        if self._backend is not None:
+            topics = await self._from_backend(ctx, request, topics)
         return _response(ctx, topics)
+
+    async def _from_backend(self, ctx: RequestContext, request: Any,
+                            topics: list[v13.MetadataResponseTopic]) -> list[v13.MetadataResponseTopic]:
+        """Epochs, leaderless partitions and auto-creation from the backend's own answer."""
+        auto = bool(getattr(request, "allow_auto_topic_creation", False))
+        names = [t.name for t in topics if t.name is not None and (t.error_code == ErrorCode.none or auto)]
+        if not names:
+            return topics
+        answer = await self._backend.metadata(names, auto_create=auto)
+        by_name = {t.name: t for t in answer.topics}
+        node = ctx.node.node_id
+        out = []
+        for topic in topics:
+            found = by_name.get(topic.name)
+            if found is None:
+                out.append(topic)
+            elif found.error_code != ErrorCode.none:  # e.g. LEADER_NOT_AVAILABLE while auto-creating
+                out.append(_unknown_name(topic.name, ErrorCode(found.error_code)))
+            elif topic.error_code != ErrorCode.none:  # created a moment ago: the client asks again
+                out.append(_unknown_name(topic.name, ErrorCode.leader_not_available))
+            else:
+                epochs = {int(p.partition_index): (int(p.leader_id), int(getattr(p, "leader_epoch", 0)),
+                                                   ErrorCode(p.error_code)) for p in found.partitions}
+                out.append(dataclasses.replace(topic, partitions=tuple(
+                    _with_backend(p, epochs.get(p.partition_index), node) for p in topic.partitions)))
+        return out
 
     async def _topics(self, ctx: RequestContext, request: Any) -> list[v13.MetadataResponseTopic]:
         node = ctx.node.node_id
         requested = request.topics
         # v0: an empty list means "all topics"; v1+: null means all, empty means none.
         if requested is None or (ctx.api_version == 0 and not requested):
-            found = await self._catalog.describe_topics(None)
+            if self._backend is not None:  # the backend's list is current; the catalog may lag
+                answer = await self._backend.metadata(None)
+                names = [t.name for t in answer.topics if t.name is not None and not t.is_internal]
+                found = await self._catalog.describe_topics(names)
+            else:
+                found = await self._catalog.describe_topics(None)
             return [_topic(info, node) for info in sorted(found.values(), key=lambda t: t.name)]
 
         by_name: list[str] = []
@@ -78,6 +117,17 @@ class MetadataHandler:
                     info = await self._catalog.topic_by_id(value)
                 out.append(_topic(info, node) if info else _unknown_id(value))
         return out
+
+
+def _with_backend(p: v13.MetadataResponsePartition, backend: tuple[int, int, ErrorCode] | None,
+                  node: int) -> v13.MetadataResponsePartition:
+    if backend is None:
+        return p
+    leader, epoch, code = backend
+    if leader < 0:
+        return dataclasses.replace(p, error_code=code if code != ErrorCode.none else ErrorCode.leader_not_available,
+                                   leader_id=-1, leader_epoch=epoch)
+    return dataclasses.replace(p, leader_epoch=epoch)
 
 
 def _topic(info: TopicInfo, node: int) -> v13.MetadataResponseTopic:
@@ -150,7 +200,8 @@ def metadata_error_response(ctx: RequestContext, request: Any, code: ErrorCode, 
     return _response(ctx, topics)
 
 
-def register(registry: ApiRegistry, catalog: TopicCatalog) -> None:
+def register(registry: ApiRegistry, catalog: TopicCatalog, backend: Any = None) -> None:
     registry.register(
-        API_KEY, MIN_VERSION, MAX_VERSION, MetadataHandler(catalog), error_response=metadata_error_response
+        API_KEY, MIN_VERSION, MAX_VERSION, MetadataHandler(catalog, backend),
+        error_response=metadata_error_response, replace=backend is not None,
     )

@@ -51,6 +51,9 @@ class ApiEntry:
     max_version: int
     handler: Handler
     error_response: ErrorResponder | None = None
+    #: A forwarded API: ``handler(conn, frame, release) -> frame | None`` gets the request bytes
+    #: as they came (bounds-checked, never decoded here) — see ``kshare_sidecar.forward``.
+    raw: bool = False
 
     def serves(self, version: int) -> bool:
         return self.min_version <= version <= self.max_version
@@ -71,6 +74,7 @@ class ApiRegistry:
         *,
         error_response: ErrorResponder | None = None,
         replace: bool = False,
+        raw: bool = False,
     ) -> ApiEntry:
         """Serve ``api_key`` versions ``min_version..max_version`` with ``handler``.
 
@@ -87,7 +91,7 @@ class ApiRegistry:
                 codec.response_class(api_key, version)
             except UnsupportedRequest as exc:
                 raise ValueError(str(exc)) from exc
-        entry = ApiEntry(api_key, min_version, max_version, handler, error_response)
+        entry = ApiEntry(api_key, min_version, max_version, handler, error_response, raw)
         self._entries[api_key] = entry
         return entry
 
@@ -185,6 +189,10 @@ class Dispatcher:
             raise UnsupportedRequest(
                 f"api key {peeked.api_key} version {peeked.api_version} is not served"
             )
+        if entry.raw:
+            forwarded = await self._forward(entry, frame, conn, release)
+            if forwarded is not _DECODE:
+                return forwarded
         try:
             decoded = codec.decode_request(frame)
         except MalformedFrame as exc:
@@ -227,6 +235,26 @@ class Dispatcher:
                 "api key %d v%d: cannot encode the response", decoded.api_key, decoded.api_version
             )
             raise CloseConnection(f"cannot encode response: {exc}") from exc
+
+    async def _forward(self, entry: ApiEntry, frame: bytes, conn: ConnectionHandle | None,
+                       release: Callable[[], None] | None) -> Any:
+        """A forwarded API: bounds-check the frame, hand over the bytes. Frames with nulls in
+        non-nullable fields take the decode path (INVALID_REQUEST, as for served APIs)."""
+        try:
+            nulls = codec.check_request(frame)
+        except MalformedFrame as exc:
+            raise MalformedFrame(f"api key {entry.api_key} client {_client_id(frame)!r}: {exc}") from None
+        if nulls:
+            return _DECODE
+        try:
+            return await entry.handler(conn, frame, release or (lambda: None))
+        except (CloseConnection, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            # Not the client's fault: keep the stack; a closed connection is retriable for clients.
+            log.exception("conn %d: forwarding api key %d failed", conn.conn_id if conn is not None else 0,
+                          entry.api_key)
+            raise CloseConnection(f"forwarding failed: {type(exc).__name__}") from exc
 
     def _null_fields(self, decoded: codec.DecodedRequest, conn: ConnectionHandle | None) -> bytes:
         """Null in a non-nullable field: INVALID_REQUEST where the API has a top-level error
@@ -274,6 +302,9 @@ class Dispatcher:
                 f"api key {ctx.api_key} v{ctx.api_version}: {code.name} has no error response form"
             )
         return response
+
+
+_DECODE = object()  # _forward's "answer through the decode path" marker
 
 
 def _client_id(frame: bytes) -> str | None:

@@ -122,6 +122,8 @@ class Sidecar:
                                   partitions=self.partitions, persister=self.persister, backend=self.backend)
         admin_api.register(registry, self.admin, self.backend)
         configs_api.register(registry, self.admin)
+        if cfg["passthrough.enable"]:
+            await self._install_passthrough(registry, hidden)
         self.dispatcher = Dispatcher(registry, self.node)
         self.listener = Listener(self.dispatcher, host, port, max_frame_bytes=cfg["socket.request.max.bytes"],
                                  max_inflight=cfg["max.inflight.requests.per.connection"],
@@ -141,6 +143,20 @@ class Sidecar:
             self.metrics.start()
         log.info("kshare sidecar serving share groups on %s:%d for backend %s (%d groups restored)",
                  self.node.host, self.node.port, cfg["bootstrap.servers"], restored)
+
+    async def _install_passthrough(self, registry, hidden: set[str]) -> None:
+        """Every API the sidecar does not serve goes to the backend (issue 13, docs/passthrough.md)."""
+        from ..api import coordinator as coordinator_api
+        from ..api import metadata as metadata_api
+        from ..forward import BackendPool, install, mixed
+
+        self.pool = BackendPool(self.config["bootstrap.servers"])
+        await self.pool.start()
+        metadata_api.register(registry, BackendCatalog(self.backend, hidden), backend=self.pool)
+        coordinator_api.register(registry, check=self.pool.check_coordinator)
+        self.forwarder = install(registry, self.pool, replaceable={0, 1, 2})
+        mixed.register(registry, self.pool, is_share_group=lambda g: g in self.coordinator.groups,
+                       node_id=lambda: self.node.node_id, hidden=hidden)
 
     def _on_superseded(self, reason: str) -> None:
         """A newer sidecar owns the share state: stop serving (close the listener; clients
@@ -163,7 +179,7 @@ class Sidecar:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for name in ("partitions", "backend", "persister"):
+        for name in ("forwarder", "pool", "partitions", "backend", "persister"):
             part = getattr(self, name, None)
             if part is not None:
                 try:

@@ -148,6 +148,19 @@ def decode_request(frame_bytes: bytes) -> DecodedRequest:
     )
 
 
+def check_request(frame_bytes: bytes) -> list[str]:
+    """Bounds-check a request frame without decoding it (for frames that are only forwarded).
+
+    Raises :class:`MalformedFrame` like :func:`decode_request`; returns the non-nullable fields
+    sent as null (the caller answers those through :func:`decode_request`).
+    """
+    peeked = peek(frame_bytes)
+    req_cls = request_class(peeked.api_key, peeked.api_version)
+    header_end, _ = prescan(req_cls.__header_schema__, frame_bytes, 0)
+    _, nulls = prescan(req_cls, frame_bytes, header_end)
+    return list(nulls)
+
+
 def encode_response(response: Any, correlation_id: int) -> bytes:
     """Frame ``response`` (a kio response entity) with the header version its class dictates.
 

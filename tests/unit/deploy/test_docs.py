@@ -37,7 +37,8 @@ def test_configuration_table_lists_every_setting():
         key, env, kind, default, allowed, meaning = rows[s.key][:6]
         assert env == f"`{env_name(s.key)}`"
         assert kind == s.kind.__name__
-        assert str(s.default) in default or (s.default == "" and "empty" in default)
+        shown = str(s.default).lower() if isinstance(s.default, bool) else str(s.default)
+        assert shown in default or (s.default == "" and "empty" in default)
         if s.low is not None:
             assert str(s.low) in allowed and str(s.high) in allowed
         assert meaning

@@ -1,0 +1,291 @@
+"""Forwarding: a request the sidecar does not serve itself goes to the backend broker that would.
+
+Clients see one broker, the sidecar (docs/architecture.md, "Pass-through"). So:
+
+- With one backend broker (or when every partition / key of a request maps to one broker), the
+  client's frame is written upstream as it came — only the correlation id is swapped — and the
+  answer comes back the same way: records are never decoded, nor even copied into kio objects.
+- A partition-scoped request spanning several backend leaders is decoded (kio), split per leader,
+  and the answers merged (:mod:`.routes`); coordinator-scoped requests go to the backend's
+  coordinator for their group or transactional id.
+- Fetch is forwarded *sessionless* when it must be split (a KIP-227 fetch session lives on one
+  broker; the client's session with "the sidecar" cannot be mapped onto several). The answer's
+  session id 0 tells the client to keep sending full fetches.
+- A backend broker that cannot be reached turns into the retriable error a broker would give
+  (NOT_LEADER_OR_FOLLOWER per partition, NOT_COORDINATOR per key), or — when an API has no
+  error form for it — a closed connection, which clients retry like a broker restart.
+
+Every forwarded frame is bounds-checked by the dispatcher first (``codec.check_request``): a
+malformed frame closes the client's connection here, as Kafka would, and never reaches the
+backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ..log.brokerconn import BrokerConn, BrokerConnError
+from ..ratelog import backend_failures
+from ..wire import codec
+from ..wire.errors import CloseConnection
+from . import routes
+from .pool import GROUP_KEY, TXN_KEY, BackendPool, BackendUnavailable, CoordinatorError, Upstream, decode, encode
+
+log = logging.getLogger("kshare.forward")
+failures = backend_failures(log)
+
+_RETRY_COORDINATOR = {int(ErrorCode.not_coordinator), int(ErrorCode.coordinator_not_available)}
+_RETRY_LEADER = {int(ErrorCode.not_leader_or_follower), int(ErrorCode.leader_not_available),
+                 int(ErrorCode.fenced_leader_epoch), int(ErrorCode.unknown_leader_epoch)}
+_PRODUCE, _FETCH = 0, 1
+
+
+class Forwarder:
+    """The dispatcher's handler for every forwarded API (``raw`` registry entries)."""
+
+    def __init__(self, pool: BackendPool) -> None:
+        self.pool = pool
+        self._upstreams: dict[int, Upstream] = {}
+
+    # -- entry point -----------------------------------------------------------------------------
+    async def __call__(self, conn: Any, frame: bytes, release: Callable[[], None]) -> bytes | None:
+        """Forward one request frame (already bounds-checked by the dispatcher)."""
+        peeked = codec.peek(frame)
+        api_key, version = peeked.api_key, peeked.api_version
+        upstream = self._upstream(conn)
+        kind, spec = routes.route(api_key, version)
+        try:
+            return await self._route(upstream, frame, api_key, version, kind, spec, release)
+        except (BackendUnavailable, BrokerConnError, TimeoutError) as exc:
+            failures.log(f"forward-{api_key}", logging.WARNING, "api key %d v%d: backend unavailable: %s",
+                         api_key, version, exc)
+            return self._unavailable(frame, api_key, version, kind, spec)
+
+    def _upstream(self, conn: Any) -> Upstream:
+        conn_id = getattr(conn, "conn_id", 0)
+        upstream = self._upstreams.get(conn_id)
+        if upstream is None:
+            upstream = self._upstreams[conn_id] = self.pool.upstream()
+            if conn is not None:
+                conn.add_close_callback(lambda _c: self._closed(conn_id))
+        return upstream
+
+    async def _closed(self, conn_id: int) -> None:
+        upstream = self._upstreams.pop(conn_id, None)
+        if upstream is not None:
+            await upstream.close()
+
+    async def close(self) -> None:
+        for conn_id in list(self._upstreams):
+            await self._closed(conn_id)
+
+    # -- routing -------------------------------------------------------------------------------
+    async def _route(self, up: Upstream, frame: bytes, api_key: int, version: int, kind: routes.Route,
+                     spec: Any, release: Callable[[], None]) -> bytes | None:
+        single = self.pool.single_node
+        if kind is routes.Route.ALL and single is None:
+            return await self._to_all(up, frame, api_key, version)
+        if kind is routes.Route.LEADER and single is None:
+            return await self._split_partitions(up, frame, api_key, version, spec)
+        if kind in (routes.Route.GROUP, routes.Route.TXN):
+            return await self._to_coordinator(up, frame, api_key, version, kind, spec, release)
+        node = single if single is not None else self.pool.any_node()
+        expect = not (api_key == _PRODUCE and _produce_acks(frame, version) == 0)
+        return await self._raw(up.conn(node), frame, release, expect=expect)
+
+    async def _raw(self, conn: BrokerConn, frame: bytes, release: Callable[[], None], *,
+                   expect: bool = True) -> bytes | None:
+        """The frame as it came, the answer as it comes: no decoding, one copy each way."""
+        fut = await conn.send(frame, expect_response=expect, framed=True)
+        release()  # written upstream in order: the client's next request may go out now
+        return await fut
+
+    async def _to_coordinator(self, up: Upstream, frame: bytes, api_key: int, version: int,
+                              kind: routes.Route, spec: routes.KeySpec, release: Callable[[], None]) -> bytes | None:
+        key_type = GROUP_KEY if kind is routes.Route.GROUP else TXN_KEY
+        decoded = codec.decode_request(frame)
+        keys = routes.request_keys(decoded.body, spec)
+        if any(k is None for k in keys):  # InitProducerId without a transactional id
+            node = self.pool.single_node if self.pool.single_node is not None else self.pool.any_node()
+            return await self._raw(up.conn(node), frame, release)
+        try:
+            single = self.pool.single_node
+            nodes = {k: single if single is not None else await self.pool.coordinator(key_type, k) for k in keys}
+        except CoordinatorError as exc:
+            return self._error(decoded, kind, spec, exc.code)
+        if len(set(nodes.values())) <= 1:
+            node = next(iter(nodes.values())) if nodes else self.pool.any_node()
+            answer = await self._raw(up.conn(node), frame, release)
+            assert answer is not None
+            self._notice_coordinator_errors(answer, api_key, version, key_type, keys)
+            return answer
+        parts = routes.split_keys(decoded.body, spec, nodes.__getitem__)
+        responses = await self._send_parts(up, decoded, parts)
+        merged = routes.merge_lists(responses, spec.resp_list)
+        for code in routes.error_codes(merged):
+            if code in _RETRY_COORDINATOR:
+                for key in keys:
+                    self.pool.forget_coordinator(key_type, key)
+                break
+        return codec.encode_response(merged, decoded.correlation_id)
+
+    def _notice_coordinator_errors(self, answer: bytes, api_key: int, version: int, key_type: int,
+                                   keys: list[Any]) -> None:
+        if self.pool.single_node is not None:
+            return
+        try:
+            body = decode(api_key, version, answer[4:])
+        except Exception:  # noqa: BLE001 - the client gets the bytes either way
+            return
+        if any(code in _RETRY_COORDINATOR for code in routes.error_codes(body)):
+            for key in keys:
+                self.pool.forget_coordinator(key_type, key)
+
+    async def _split_partitions(self, up: Upstream, frame: bytes, api_key: int, version: int,
+                                spec: routes.PartitionSpec) -> bytes | None:
+        decoded = codec.decode_request(frame)
+        body = decoded.body
+        if api_key == _FETCH:
+            body = _sessionless(body)
+        leaders: dict[tuple[Any, int], int | None] = {}
+        for topic in getattr(body, spec.req_topics):
+            key = routes.topic_key(topic)
+            for part in getattr(topic, spec.req_parts):
+                index = int(part) if spec.req_part_index is None else int(getattr(part, spec.req_part_index))
+                leaders[(key, index)] = await self.pool.leader(key, index)
+        orphan = -1
+        parts = routes.split_partitions(body, spec, lambda t, p: leaders[(t, p)] if leaders[(t, p)] is not None
+                                        else orphan)
+        expect = not (api_key == _PRODUCE and int(getattr(body, "acks", 1)) == 0)
+        responses = []
+        if orphan in parts:
+            error = routes.partition_error_response(decoded.response_class, parts.pop(orphan), spec,
+                                                    ErrorCode.not_leader_or_follower)
+            self.pool.forget_leaders()
+            if error is not None:
+                responses.append(error)
+        if parts:
+            responses += await self._send_parts(up, decoded, parts, spec=spec, expect=expect)
+        if not expect:
+            return None
+        merged = routes.merge_partitions(responses, spec)
+        if any(code in _RETRY_LEADER for code in routes.error_codes(merged)):
+            self.pool.forget_leaders()
+        return codec.encode_response(merged, decoded.correlation_id)
+
+    async def _send_parts(self, up: Upstream, decoded: codec.DecodedRequest, parts: dict[int, Any], *,
+                          spec: routes.PartitionSpec | None = None, expect: bool = True) -> list[Any]:
+        client_id = getattr(decoded.header, "client_id", None)
+        api_key, version = decoded.api_key, decoded.api_version
+
+        async def one(node: int, body: Any) -> Any:
+            try:
+                conn = up.conn(node)
+                fut = await conn.send(encode(body, client_id), expect_response=expect)
+                answer = await fut
+                return None if answer is None else decode(api_key, version, answer)
+            except (BrokerConnError, TimeoutError):
+                if spec is None:
+                    raise
+                self.pool.forget_leaders()
+                return routes.partition_error_response(decoded.response_class, body, spec,
+                                                       ErrorCode.not_leader_or_follower)
+
+        answers = await asyncio.gather(*(one(n, b) for n, b in parts.items()))
+        return [a for a in answers if a is not None]
+
+    async def _to_all(self, up: Upstream, frame: bytes, api_key: int, version: int) -> bytes:
+        decoded = codec.decode_request(frame)
+        parts = {node: decoded.body for node in sorted(self.pool.brokers)}
+        responses = await self._send_parts(up, decoded, parts)
+        field = "transaction_states"
+        merged = routes.merge_lists(responses, field)
+        return codec.encode_response(merged, decoded.correlation_id)
+
+    # -- errors ----------------------------------------------------------------------------------
+    def _unavailable(self, frame: bytes, api_key: int, version: int, kind: routes.Route, spec: Any) -> bytes:
+        """The backend is unreachable: a retriable answer, or a closed connection."""
+        decoded = codec.decode_request(frame)
+        if kind is routes.Route.LEADER:
+            self.pool.forget_leaders()
+            response = routes.partition_error_response(decoded.response_class, decoded.body, spec,
+                                                       ErrorCode.not_leader_or_follower)
+        elif kind in (routes.Route.GROUP, routes.Route.TXN):
+            response = self._error_entity(decoded, kind, spec, ErrorCode.coordinator_not_available)
+        else:
+            response = routes.top_level_error_response(decoded.response_class, ErrorCode.request_timed_out)
+        if response is None:
+            raise CloseConnection(f"api key {api_key} v{version}: the backend is unavailable")
+        return codec.encode_response(response, decoded.correlation_id)
+
+    def _error(self, decoded: codec.DecodedRequest, kind: routes.Route, spec: Any, code: ErrorCode) -> bytes:
+        response = self._error_entity(decoded, kind, spec, code)
+        if response is None:
+            raise CloseConnection(f"api key {decoded.api_key} v{decoded.api_version}: {code.name}")
+        return codec.encode_response(response, decoded.correlation_id)
+
+    def _error_entity(self, decoded: codec.DecodedRequest, kind: routes.Route, spec: Any, code: ErrorCode) -> Any:
+        mirrored = routes.MIRRORED.get(decoded.api_key)
+        if mirrored is not None:
+            return routes.partition_error_response(decoded.response_class, decoded.body, mirrored, code)
+        if isinstance(spec, routes.KeySpec) and spec.resp_list is not None:
+            return routes.keyed_error_response(decoded.response_class, decoded.body, spec, code)
+        return routes.top_level_error_response(decoded.response_class, code)
+
+
+def _sessionless(body: Any) -> Any:
+    """A Fetch without a KIP-227 session: full fetch, nothing forgotten."""
+    import dataclasses
+
+    changes: dict[str, Any] = {}
+    names = {f.name for f in dataclasses.fields(body)}
+    if "session_id" in names:
+        changes["session_id"] = 0
+    if "session_epoch" in names:
+        changes["session_epoch"] = -1
+    if "forgotten_topics_data" in names:
+        changes["forgotten_topics_data"] = ()
+    return dataclasses.replace(body, **changes) if changes else body
+
+
+def _produce_acks(frame: bytes, version: int) -> int:
+    """Produce's ``acks`` read from the frame without decoding the records after it."""
+    pos = 8
+    n = int.from_bytes(frame[pos:pos + 2], "big", signed=True)  # client_id (never compact)
+    pos += 2 + max(n, 0)
+    flexible = version >= 9
+    if flexible:
+        pos = _skip_tags(frame, pos)
+    if version >= 3:  # transactional_id
+        if flexible:
+            length, pos = _uvarint(frame, pos)
+            pos += max(length - 1, 0)
+        else:
+            n = int.from_bytes(frame[pos:pos + 2], "big", signed=True)
+            pos += 2 + max(n, 0)
+    return int.from_bytes(frame[pos:pos + 2], "big", signed=True)
+
+
+def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+
+
+def _skip_tags(buf: bytes, pos: int) -> int:
+    count, pos = _uvarint(buf, pos)
+    for _ in range(count):
+        _, pos = _uvarint(buf, pos)
+        size, pos = _uvarint(buf, pos)
+        pos += size
+    return pos
