@@ -1,0 +1,106 @@
+"""Pass-through pieces that need no broker: version clamping, Produce acks sniffing, sessionless
+Fetch, and the dispatcher's guard that a malformed frame is never forwarded."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+
+import pytest
+from kio.schema.fetch.v12.request import FetchRequest as FetchV12
+from kio.schema.produce.v3.request import ProduceRequest as ProduceV3
+from kio.schema.produce.v9.request import ProduceRequest as ProduceV9
+
+from kshare_sidecar.api import ApiRegistry, Dispatcher, NodeIdentity
+from kshare_sidecar.forward import forwardable, kio_range
+from kshare_sidecar.forward.forwarder import _produce_acks, _sessionless
+from kshare_sidecar.forward.routes import INTERNAL
+from kshare_sidecar.wire import codec
+from kshare_sidecar.wire.errors import MalformedFrame
+
+
+def _payload(request, client_id="app") -> bytes:
+    return codec.encode_request(request, 7, client_id)[4:]
+
+
+@pytest.mark.parametrize("cls", [ProduceV3, ProduceV9])
+@pytest.mark.parametrize("acks", [0, 1, -1])
+@pytest.mark.parametrize("txn", [None, "txn-1"])
+@pytest.mark.parametrize("client_id", [None, "", "a-client"])
+def test_produce_acks_is_read_without_decoding_records(cls, acks, txn, client_id):
+    request = cls(transactional_id=txn, acks=acks, timeout=datetime.timedelta(seconds=1), topic_data=())
+    assert _produce_acks(_payload(request, client_id), cls.__version__) == acks
+
+
+def test_kio_range_clamps_to_what_kio_knows():
+    lo, hi = kio_range(3, 0, 99)  # Metadata: kio knows up to some version < 99
+    assert lo == 0 and 12 <= hi < 99
+    assert kio_range(3, 0, 5) == (0, 5)
+    assert kio_range(9999, 0, 3) is None
+
+
+def test_forwardable_excludes_local_internal_and_clamps():
+    backend = {0: (0, 11), 1: (4, 17), 3: (0, 12), 4: (0, 7), 24: (0, 5), 19: (2, 7), 78: (1, 1)}
+    out = forwardable(backend, local={3, 78})
+    assert 3 not in out and 78 not in out  # the sidecar's own APIs are never forwarded
+    assert 4 not in out and 4 in INTERNAL  # LeaderAndIsr: broker-to-broker only
+    assert out[24] == (0, 3)  # AddPartitionsToTxn v4+ is broker-to-broker
+    assert out[19] == (2, 7)
+    assert out[0][1] <= 11  # never above the backend (kio's oldest Produce is v3)
+
+
+def test_sessionless_fetch_drops_the_session():
+    decoded = codec.decode_request(_payload(_fetch_v12(session_id=42, session_epoch=3)))
+    out = _sessionless(decoded.body)
+    assert (out.session_id, out.session_epoch, out.forgotten_topics_data) == (0, -1, ())
+
+
+def _fetch_v12(**kw):
+    base = dict(replica_id=-1, max_wait=datetime.timedelta(milliseconds=500), min_bytes=1, max_bytes=1 << 20,
+                isolation_level=0, session_id=0, session_epoch=-1, topics=(), forgotten_topics_data=(), rack_id="")
+    names = {f.name for f in dataclasses.fields(FetchV12)}
+    return FetchV12(**{k: v for k, v in {**base, **kw}.items() if k in names})
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.frames: list[bytes] = []
+
+    async def __call__(self, conn, frame, release):
+        self.frames.append(frame)
+        return b"\x00\x00\x00\x04" + frame[4:8]
+
+
+def _dispatcher(recorder: _Recorder) -> Dispatcher:
+    registry = ApiRegistry()
+    registry.register(1, 4, 12, recorder, raw=True)
+    return Dispatcher(registry, NodeIdentity(node_id=1, host="127.0.0.1", port=9192))
+
+
+def test_a_well_formed_frame_is_forwarded_as_it_came():
+    recorder = _Recorder()
+    frame = _payload(_fetch_v12())
+    answer = asyncio.run(_dispatcher(recorder).handle(frame))
+    assert recorder.frames == [frame]
+    assert answer[4:8] == frame[4:8]
+
+
+@pytest.mark.parametrize("cut", [12, 20, -3])
+def test_a_truncated_frame_closes_the_connection_and_is_never_forwarded(cut):
+    recorder = _Recorder()
+    frame = _payload(_fetch_v12())[:cut]
+    with pytest.raises(MalformedFrame):
+        asyncio.run(_dispatcher(recorder).handle(frame))
+    assert recorder.frames == []
+
+
+def test_a_huge_array_count_is_refused_before_the_backend_sees_it():
+    recorder = _Recorder()
+    frame = bytearray(_payload(_fetch_v12()))
+    # the topics array count of a v12 (flexible) Fetch is a uvarint near the end: make it enormous
+    tail = frame[-8:]
+    frame = bytes(frame[:-8]) + b"\xff\xff\xff\xff\x0f" + bytes(tail)
+    with pytest.raises(MalformedFrame):
+        asyncio.run(_dispatcher(recorder).handle(frame))
+    assert recorder.frames == []
