@@ -1,14 +1,17 @@
 """A raw, pipelined connection to one backend broker: request bytes in, response bytes out.
 
-Why not aiokafka's connection: forwarding must not decode what it carries. aiokafka parses every
-response into its own structs; here a request payload (header + body, as the client framed it)
-is written with only its correlation id replaced, and the response payload comes back with the
-client's correlation id restored — records are never looked at.
+Why not aiokafka's connection: forwarding must not decode what it carries, nor copy it. aiokafka
+parses every response into its own structs and its StreamReader copies each frame several times
+(buffer growth, slice, delete). Here a request payload (header + body, as the client framed it)
+is written with only its correlation id replaced, and each response is received straight into
+one buffer of its exact size (``asyncio.BufferedProtocol``): the bytes the kernel hands over are
+the bytes written to the client, with the client's correlation id patched in place.
 
 API (kept small so the read path can reuse it)::
 
     conn = BrokerConn(host, port, principal=None)
     fut = await conn.send(payload)            # written now, in call order; future -> payload
+    fut = await conn.send(payload, framed=True)   # future -> size-prefixed frame, for a client
     fut = await conn.send(payload, expect_response=False)   # Produce acks=0: resolves to None
     response = await conn.request(payload, timeout_s=30)
     await conn.close()
@@ -28,15 +31,65 @@ import collections
 import logging
 from typing import Any
 
-from ..wire.framing import FrameDecoder
-
 log = logging.getLogger("kshare.brokerconn")
 
 _MAX_CORRELATION = 2**31 - 1
+_HIGH_WATER = 1 << 20
 
 
 class BrokerConnError(ConnectionError):
     """The broker could not be reached or the connection broke with this request in flight."""
+
+
+class _FrameProtocol(asyncio.BufferedProtocol):
+    """Receives each response frame into its own ``bytearray`` (size prefix included)."""
+
+    def __init__(self, conn: BrokerConn, max_frame: int) -> None:
+        self._conn = conn
+        self._max = max_frame
+        self._head = bytearray(4)
+        self._frame: bytearray | None = None
+        self._pos = 0
+        self._can_write = asyncio.Event()
+        self._can_write.set()
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._frame is None:
+            return memoryview(self._head)[self._pos:]
+        return memoryview(self._frame)[self._pos:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._pos += nbytes
+        if self._frame is None:
+            if self._pos < 4:
+                return
+            size = int.from_bytes(self._head, "big", signed=True)
+            if not 4 <= size <= self._max:
+                self._conn._fail(f"bad response frame size {size}")
+                return
+            self._frame = bytearray(4 + size)
+            self._frame[0:4] = self._head
+        if self._pos == len(self._frame):
+            frame, self._frame, self._pos = self._frame, None, 0
+            self._conn._on_frame(frame)
+
+    def eof_received(self) -> bool:
+        self._conn._fail("broker closed the connection")
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._can_write.set()
+        self._conn._fail(f"connection lost: {exc}" if exc else "connection closed")
+
+    def pause_writing(self) -> None:
+        self._can_write.clear()
+
+    def resume_writing(self) -> None:
+        self._can_write.set()
 
 
 class BrokerConn:
@@ -56,10 +109,8 @@ class BrokerConn:
         self.principal = principal
         self._connect_timeout = connect_timeout_s
         self._max_frame = max_frame_bytes
-        self._writer: asyncio.StreamWriter | None = None
-        self._reader_task: asyncio.Task[None] | None = None
-        self._pending: collections.deque[tuple[int, bytes, asyncio.Future[bytes | None], bool]] = \
-            collections.deque()
+        self._proto: _FrameProtocol | None = None
+        self._pending: collections.deque[tuple[int, bytes, asyncio.Future[Any], bool]] = collections.deque()
         self._next_id = 0
         self._connect_lock = asyncio.Lock()
         self._closed = False
@@ -69,43 +120,42 @@ class BrokerConn:
 
     @property
     def connected(self) -> bool:
-        return self._writer is not None and not self._writer.is_closing()
+        proto = self._proto
+        return proto is not None and proto.transport is not None and not proto.transport.is_closing()
 
     @property
     def in_flight(self) -> int:
         return len(self._pending)
 
     async def send(self, payload: bytes, *, expect_response: bool = True,
-                   framed: bool = False) -> asyncio.Future[bytes | None]:
+                   framed: bool = False) -> asyncio.Future[Any]:
         """Write one request payload now; the returned future resolves to the response payload.
 
         ``payload`` is a request without its size prefix; its bytes 4..8 (the correlation id) are
         replaced on the wire and restored in the response. ``framed``: the answer keeps its size
-        prefix, ready to write to a client (built in one copy). Raises :class:`BrokerConnError`
-        if the broker cannot be reached.
+        prefix (a ``bytearray``, ready to write to a client, never copied). Raises
+        :class:`BrokerConnError` if the broker cannot be reached.
         """
         if not self.connected:
             await self._connect()
-        writer = self._writer
-        assert writer is not None
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[bytes | None] = loop.create_future()
+        proto = self._proto
+        assert proto is not None and proto.transport is not None
+        transport = proto.transport
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         cid = self._next_id
         self._next_id = 0 if cid >= _MAX_CORRELATION else cid + 1
-        head = payload[4:8]
-        size = len(payload)
+        head = bytes(payload[4:8])
         # size prefix + api key/version + our correlation id, then the rest untouched
-        writer.write(size.to_bytes(4, "big") + payload[0:4] + cid.to_bytes(4, "big", signed=True))
-        writer.write(memoryview(payload)[8:])
+        transport.write(len(payload).to_bytes(4, "big") + bytes(payload[0:4]) + cid.to_bytes(4, "big", signed=True))
+        transport.write(memoryview(payload)[8:])
         if expect_response:
             self._pending.append((cid, head, fut, framed))
         else:
             fut.set_result(None)
-        if writer.transport.get_write_buffer_size() > 1 << 20:
-            try:
-                await writer.drain()
-            except (ConnectionError, OSError) as exc:
-                self._fail(f"write failed: {exc}")
+        if not proto._can_write.is_set():
+            await proto._can_write.wait()  # backpressure: the broker is not reading fast enough
+            if not self.connected:
+                self._fail("connection lost while writing")
         return fut
 
     async def request(self, payload: bytes, *, timeout_s: float | None = None) -> bytes:
@@ -113,7 +163,7 @@ class BrokerConn:
         fut = await self.send(payload)
         try:
             result = await asyncio.wait_for(fut, timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self._fail(f"request timed out after {timeout_s} s")
             raise
         assert result is not None
@@ -122,10 +172,6 @@ class BrokerConn:
     async def close(self) -> None:
         self._closed = True
         self._fail("closed")
-        if self._reader_task is not None:
-            self._reader_task.cancel()
-            await asyncio.gather(self._reader_task, return_exceptions=True)
-            self._reader_task = None
 
     def drop(self, reason: str) -> None:
         """Close now and fail everything in flight (the next ``send`` reconnects)."""
@@ -139,55 +185,55 @@ class BrokerConn:
                 return
             if self._closed:
                 raise BrokerConnError(f"{self!r} is closed")
+            loop = asyncio.get_running_loop()
+            proto = _FrameProtocol(self, self._max_frame)
             try:
-                reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(self.host, self.port), self._connect_timeout
-                )
-            except (OSError, asyncio.TimeoutError) as exc:
-                raise BrokerConnError(f"cannot connect to broker {self.node_id} at {self.host}:{self.port}: {exc!r}") from None
-            self._writer = writer
-            self._reader_task = asyncio.create_task(self._read_loop(reader, writer), name=f"kshare-brokerconn-{self.node_id}")
+                await asyncio.wait_for(loop.create_connection(lambda: proto, self.host, self.port),
+                                       self._connect_timeout)
+            except (OSError, TimeoutError) as exc:
+                raise BrokerConnError(f"cannot connect to broker {self.node_id} at {self.host}:{self.port}: "
+                                      f"{exc!r}") from None
+            assert proto.transport is not None
+            proto.transport.set_write_buffer_limits(high=_HIGH_WATER)
+            self._proto = proto
             log.debug("%r: connected", self)
 
-    async def _read_loop(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        decoder = FrameDecoder(self._max_frame)
-        try:
-            while True:
-                data = await reader.read(1 << 18)
-                if not data:
-                    raise BrokerConnError("broker closed the connection")
-                for payload in decoder.feed(data):
-                    cid = int.from_bytes(payload[0:4], "big", signed=True)
-                    if not self._pending:
-                        raise BrokerConnError(f"unexpected response (correlation id {cid})")
-                    want, head, fut, framed = self._pending.popleft()
-                    if cid != want:
-                        raise BrokerConnError(f"response correlation id {cid}, expected {want}")
-                    if not fut.done():
-                        rest = memoryview(payload)[4:]
-                        if framed:
-                            fut.set_result(b"".join((len(payload).to_bytes(4, "big"), head, rest)))
-                        else:
-                            fut.set_result(b"".join((head, rest)))
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # broken socket, bad frame, protocol error: all end this conn
-            if self._writer is writer:
-                self._fail(str(exc))
+    def _on_frame(self, frame: bytearray) -> None:
+        cid = int.from_bytes(frame[4:8], "big", signed=True)
+        if not self._pending:
+            self._fail(f"unexpected response (correlation id {cid})")
+            return
+        want, head, fut, framed = self._pending.popleft()
+        if cid != want:
+            self._fail(f"response correlation id {cid}, expected {want}")
+            return
+        if fut.done():
+            return
+        frame[4:8] = head
+        fut.set_result(frame if framed else bytes(memoryview(frame)[4:]))
 
     def _fail(self, reason: str) -> None:
-        writer, self._writer = self._writer, None
-        if writer is not None:
+        proto, self._proto = self._proto, None
+        if proto is not None:
             log.debug("%r: dropped: %s", self, reason)
-            writer.close()
+            proto._conn = _Detached()  # late callbacks from the old transport change nothing
+            if proto.transport is not None:
+                proto.transport.abort() if self._pending else proto.transport.close()
         pending, self._pending = self._pending, collections.deque()
         for _, _, fut, _ in pending:
             if not fut.done():
                 fut.set_exception(BrokerConnError(f"broker {self.node_id} ({self.host}:{self.port}): {reason}"))
-        task = self._reader_task
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
-        self._reader_task = None
+                fut.exception()  # its waiter may be gone (a closed client): no "never retrieved" noise
+
+
+class _Detached:
+    """Stands in for a BrokerConn once its transport was dropped."""
+
+    def _fail(self, reason: str) -> None:
+        pass
+
+    def _on_frame(self, frame: bytearray) -> None:
+        pass
 
 
 __all__ = ["BrokerConn", "BrokerConnError"]
