@@ -76,7 +76,7 @@ class MetadataHandler:
         if requested is None or (ctx.api_version == 0 and not requested):
             if self._backend is not None:  # the backend's list is current; the catalog may lag
                 answer = await self._backend.metadata(None)
-                names = [t.name for t in answer.topics if t.name is not None and not t.is_internal]
+                names = [t.name for t in answer.topics if t.name is not None]
                 found = await self._catalog.describe_topics(names)
             else:
                 found = await self._catalog.describe_topics(None)
