@@ -147,6 +147,8 @@ def _placeholder(name: str, tp: Any, kafka_type: str) -> Any:
         return ()
     if kafka_type.startswith("timedelta"):
         return datetime.timedelta(0)
+    if kafka_type.startswith("datetime"):  # the epoch (kio cannot express Kafka's -1 "unknown")
+        return datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
     if kafka_type in ("string",):
         return ""
     if kafka_type in ("bytes", "records"):

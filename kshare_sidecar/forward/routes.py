@@ -66,7 +66,8 @@ PARTITIONS: dict[int, PartitionSpec] = {
 MIRRORED: dict[int, PartitionSpec] = {
     8: PartitionSpec("topics", "partitions", "partition_index", "topics", "partitions", "partition_index"),
     28: PartitionSpec("topics", "partitions", "partition_index", "topics", "partitions", "partition_index"),
-    24: PartitionSpec("topics", "partitions", None, "results", "results", "partition_index"),
+    24: PartitionSpec("v3_and_below_topics", "partitions", None, "results_by_topic_v3_and_below",
+                      "results_by_partition", "partition_index"),
 }
 
 GROUP_KEYS: dict[int, KeySpec] = {
@@ -80,7 +81,7 @@ OFFSET_FETCH_SINGLE = KeySpec("group_id")
 OFFSET_FETCH_BATCH = KeySpec("groups", "group_id", "groups", "group_id")
 
 TXN_KEYS: dict[int, KeySpec] = {
-    22: KeySpec("transactional_id"), 24: KeySpec("transactional_id"), 25: KeySpec("transactional_id"),
+    22: KeySpec("transactional_id"), 24: KeySpec("v3_and_below_transactional_id"), 25: KeySpec("transactional_id"),
     26: KeySpec("transactional_id"),
     65: KeySpec("transactional_ids", None, "transaction_states", "transactional_id"),
 }
@@ -227,7 +228,7 @@ def error_entity(cls: type, code: ErrorCode, **known: Any) -> Any:
         if f.name in known:
             kwargs[f.name] = known[f.name]
             continue
-        if f.name == "error_code":
+        if f.name == "error_code" or f.name.endswith("_error_code"):
             kwargs[f.name] = code
             continue
         if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
@@ -251,6 +252,8 @@ def _placeholder(cls: type, f: dataclasses.Field) -> Any:
         return None
     if kafka_type.startswith("timedelta"):
         return datetime.timedelta(0)
+    if kafka_type.startswith("datetime"):  # the epoch (kio cannot express Kafka's -1 "unknown")
+        return datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
     if kafka_type == "string":
         return ""
     if kafka_type in ("bytes", "records"):
@@ -280,8 +283,6 @@ def partition_error_response(resp_cls: type, body: Any, spec: PartitionSpec, cod
             error_entity(part_cls, code, **{spec.resp_part_index: int(p) if spec.req_part_index is None
                                            else int(getattr(p, spec.req_part_index))})
             for p in getattr(topic, spec.req_parts))
-        if spec.resp_topics == spec.resp_parts:  # AddPartitionsToTxn v0-3: results[].results[]
-            known = {"name": getattr(topic, "name")}
         topics.append(error_entity(topic_cls, ErrorCode.none, **known, **{spec.resp_parts: parts}))
     return error_entity(resp_cls, ErrorCode.none, **{spec.resp_topics: tuple(topics)})
 
