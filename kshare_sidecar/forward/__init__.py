@@ -18,6 +18,7 @@ from ..wire.errors import UnsupportedRequest
 from . import routes
 from .forwarder import Forwarder
 from .pool import BackendPool, BackendUnavailable, Upstream
+from .reserved import Reserved
 
 log = logging.getLogger("kshare.forward")
 
@@ -52,14 +53,15 @@ def forwardable(backend_versions: dict[int, tuple[int, int]], local: set[int]) -
     return out
 
 
-def install(registry: ApiRegistry, pool: BackendPool, *, replaceable: set[int]) -> Forwarder:
+def install(registry: ApiRegistry, pool: BackendPool, *, replaceable: set[int],
+            reserved: Reserved | None = None) -> Forwarder:
     """Register a raw forwarding entry for every forwardable API.
 
     ``replaceable``: keys registered as placeholders (the Produce/Fetch gate, the backend-facade
     ListOffsets) that forwarding supersedes. Local ranges of mixed APIs are clamped to what the
     backend speaks, so the sidecar never advertises a version it cannot forward.
     """
-    forwarder = Forwarder(pool)
+    forwarder = Forwarder(pool, reserved)
     local = {e.api_key for e in registry} - replaceable
     for api_key, (lo, hi) in forwardable(pool.versions, local).items():
         registry.register(api_key, lo, hi, forwarder, raw=True, replace=True)
@@ -69,5 +71,5 @@ def install(registry: ApiRegistry, pool: BackendPool, *, replaceable: set[int]) 
     return forwarder
 
 
-__all__ = ["BackendPool", "BackendUnavailable", "Forwarder", "Upstream", "forwardable", "install",
+__all__ = ["BackendPool", "BackendUnavailable", "Forwarder", "Reserved", "Upstream", "forwardable", "install",
            "kio_range"]

@@ -23,6 +23,7 @@ backend.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -33,7 +34,9 @@ from ..log.brokerconn import BrokerConn, BrokerConnError
 from ..ratelog import backend_failures
 from ..wire import codec
 from ..wire.errors import CloseConnection
+from . import reserved as reserved_keys
 from . import routes
+from .reserved import Reserved, produce_topics
 from .pool import GROUP_KEY, TXN_KEY, BackendPool, BackendUnavailable, CoordinatorError, Upstream, decode, encode
 
 log = logging.getLogger("kshare.forward")
@@ -45,11 +48,23 @@ _RETRY_LEADER = {int(ErrorCode.not_leader_or_follower), int(ErrorCode.leader_not
 _PRODUCE, _FETCH = 0, 1
 
 
+#: APIs decoded to check they leave kshare's state alone (small admin / transactional requests).
+_GUARDED = frozenset({19, 20, 21, 22, 24, 25, 26, 28, 33, 37})
+_TXN_FIELDS = ("transactional_id", "v3_and_below_transactional_id")
+_NAMES = routes.KeySpec("names", None, "responses", "name")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Names:
+    names: tuple[str, ...]
+
+
 class Forwarder:
     """The dispatcher's handler for every forwarded API (``raw`` registry entries)."""
 
-    def __init__(self, pool: BackendPool) -> None:
+    def __init__(self, pool: BackendPool, reserved: Reserved | None = None) -> None:
         self.pool = pool
+        self.reserved = reserved
         self._upstreams: dict[int, Upstream] = {}
 
     # -- entry point -----------------------------------------------------------------------------
@@ -60,6 +75,8 @@ class Forwarder:
         upstream = self._upstream(conn)
         kind, spec = routes.route(api_key, version)
         try:
+            if self.reserved is not None and self._touches_reserved(frame, api_key, version):
+                return await self._refuse(upstream, frame, api_key, version, kind, spec)
             return await self._route(upstream, frame, api_key, version, kind, spec, release)
         except (BackendUnavailable, BrokerConnError, TimeoutError) as exc:
             failures.log(f"forward-{api_key}", logging.WARNING, "api key %d v%d: backend unavailable: %s",
@@ -147,22 +164,32 @@ class Forwarder:
                 self.pool.forget_coordinator(key_type, key)
 
     async def _split_partitions(self, up: Upstream, frame: bytes, api_key: int, version: int,
-                                spec: routes.PartitionSpec) -> bytes | None:
+                                spec: routes.PartitionSpec, *,
+                                refuse: Callable[[Any], bool] | None = None) -> bytes | None:
         decoded = codec.decode_request(frame)
         body = decoded.body
         if api_key == _FETCH:
             body = _sessionless(body)
         leaders: dict[tuple[Any, int], int | None] = {}
+        orphan, refused = -1, -2
+        single = self.pool.single_node
         for topic in getattr(body, spec.req_topics):
             key = routes.topic_key(topic)
             for part in getattr(topic, spec.req_parts):
                 index = int(part) if spec.req_part_index is None else int(getattr(part, spec.req_part_index))
-                leaders[(key, index)] = await self.pool.leader(key, index)
-        orphan = -1
+                if refuse is not None and refuse(key):
+                    leaders[(key, index)] = refused
+                else:
+                    leaders[(key, index)] = single if single is not None else await self.pool.leader(key, index)
         parts = routes.split_partitions(body, spec, lambda t, p: leaders[(t, p)] if leaders[(t, p)] is not None
                                         else orphan)
         expect = not (api_key == _PRODUCE and int(getattr(body, "acks", 1)) == 0)
         responses = []
+        if refused in parts:
+            error = routes.partition_error_response(decoded.response_class, parts.pop(refused), spec,
+                                                    ErrorCode.invalid_topic_exception)
+            if error is not None:
+                responses.append(error)
         if orphan in parts:
             error = routes.partition_error_response(decoded.response_class, parts.pop(orphan), spec,
                                                     ErrorCode.not_leader_or_follower)
@@ -207,6 +234,49 @@ class Forwarder:
         merged = routes.merge_lists(responses, field)
         return codec.encode_response(merged, decoded.correlation_id)
 
+    # -- kshare's own state (see reserved.py) ---------------------------------------------------
+    def _touches_reserved(self, frame: bytes, api_key: int, version: int) -> bool:
+        reserved = self.reserved
+        assert reserved is not None
+        if api_key == _PRODUCE:
+            return any(reserved.topic(n) for n in produce_topics(frame, version))
+        if api_key in _GUARDED:
+            body = codec.decode_request(frame).body
+            if reserved.refused(api_key, version, body) is not None:
+                return True
+            return any(reserved.txn(getattr(body, f, None)) for f in _TXN_FIELDS)
+        return False
+
+    async def _refuse(self, up: Upstream, frame: bytes, api_key: int, version: int, kind: routes.Route,
+                      spec: Any) -> bytes | None:
+        reserved = self.reserved
+        assert reserved is not None
+        if api_key == _PRODUCE:  # the state topic's partitions refused, the rest forwarded
+            return await self._split_partitions(up, frame, api_key, version, spec, refuse=reserved.topic)
+        decoded = codec.decode_request(frame)
+        body = decoded.body
+        code = reserved.refused(api_key, version, body) or ErrorCode.transactional_id_authorization_failed
+        log.info("api key %d v%d client %r: refused %s: it touches kshare's share state", api_key, version,
+                 getattr(decoded.header, "client_id", None), code.name)
+        if api_key in reserved_keys.TOPIC_KEYED:
+            response = routes.keyed_error_response(decoded.response_class, body, reserved_keys.TOPIC_KEYED[api_key], code)
+        elif api_key == 20:
+            names = body.topic_names if hasattr(body, "topic_names") else tuple(t.name for t in body.topics)
+            response = routes.keyed_error_response(decoded.response_class, _Names(tuple(names)), _NAMES, code)
+        elif api_key == 33:
+            item = routes.item_class(decoded.response_class, "responses")
+            response = routes.error_entity(decoded.response_class, ErrorCode.none, responses=tuple(
+                routes.error_entity(item, code, resource_type=r.resource_type, resource_name=r.resource_name,
+                                    error_message="reserved for kshare's share state") for r in body.resources))
+        elif kind is routes.Route.LEADER or api_key in routes.MIRRORED:
+            response = routes.partition_error_response(decoded.response_class, body,
+                                                       routes.PARTITIONS.get(api_key) or routes.MIRRORED[api_key], code)
+        else:
+            response = self._error_entity(decoded, kind, spec, code)
+        if response is None:
+            raise CloseConnection(f"api key {api_key} v{version}: {code.name}")
+        return codec.encode_response(response, decoded.correlation_id)
+
     # -- errors ----------------------------------------------------------------------------------
     def _unavailable(self, frame: bytes, api_key: int, version: int, kind: routes.Route, spec: Any) -> bytes:
         """The backend is unreachable: a retriable answer, or a closed connection."""
@@ -240,8 +310,6 @@ class Forwarder:
 
 def _sessionless(body: Any) -> Any:
     """A Fetch without a KIP-227 session: full fetch, nothing forgotten."""
-    import dataclasses
-
     changes: dict[str, Any] = {}
     names = {f.name for f in dataclasses.fields(body)}
     if "session_id" in names:

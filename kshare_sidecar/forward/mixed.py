@@ -23,7 +23,7 @@ from ..api.context import KafkaError, RequestContext
 from ..api.registry import ApiRegistry
 from .pool import GROUP_KEY, BackendPool, BackendUnavailable, CoordinatorError, make
 
-RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_GROUP = 4, 8, 32
+RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_GROUP = 2, 4, 8, 32
 _NO_OPS = -(2**31)
 
 LocalHandler = Callable[[RequestContext, Any, Any], Awaitable[Any]]
@@ -116,7 +116,7 @@ def delete_groups(local: LocalHandler, pool: BackendPool, is_share_group: Callab
 
 # -- DescribeConfigs (32) / IncrementalAlterConfigs (44): GROUP here, the rest at the backend -----
 def configs(local: LocalHandler, pool: BackendPool, api_key: int, out_list: str,
-            node_id: Callable[[], int]) -> LocalHandler:
+            node_id: Callable[[], int], hidden: set[str] = frozenset()) -> LocalHandler:
     async def handler(ctx: RequestContext, header: Any, req: Any) -> Any:
         resources = list(req.resources)
         answers: dict[int, Any] = {}
@@ -127,6 +127,11 @@ def configs(local: LocalHandler, pool: BackendPool, api_key: int, out_list: str,
         routed: dict[int, list[tuple[int, Any, str | None]]] = {}
         for i, r in enumerate(resources):
             if i in answers:
+                continue
+            if r.resource_type == RESOURCE_TOPIC and r.resource_name in hidden:  # kshare's state topic
+                answers[i] = {"error_code": ErrorCode.unknown_topic_or_partition, "error_message": None,
+                              "resource_type": r.resource_type, "resource_name": r.resource_name,
+                              **({"configs": ()} if api_key == 32 else {})}
                 continue
             node, renamed = _config_node(r, pool, node_id())
             routed.setdefault(node, []).append((i, r, renamed))
@@ -231,8 +236,8 @@ def register(registry: ApiRegistry, pool: BackendPool, *, is_share_group: Callab
 
     wrap(16, lambda h: list_groups(h, pool))
     wrap(42, lambda h: delete_groups(h, pool, is_share_group))
-    wrap(32, lambda h: configs(h, pool, 32, "results", node_id))
-    wrap(44, lambda h: configs(h, pool, 44, "responses", node_id))
+    wrap(32, lambda h: configs(h, pool, 32, "results", node_id, hidden))
+    wrap(44, lambda h: configs(h, pool, 44, "responses", node_id, hidden))
     for api_key, handler in ((60, describe_cluster(pool)), (75, describe_topic_partitions(pool, hidden))):
         if api_key in pool.versions:
             from . import kio_range

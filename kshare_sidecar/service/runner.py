@@ -148,13 +148,15 @@ class Sidecar:
         """Every API the sidecar does not serve goes to the backend (issue 13, docs/passthrough.md)."""
         from ..api import coordinator as coordinator_api
         from ..api import metadata as metadata_api
-        from ..forward import BackendPool, install, mixed
+        from ..forward import BackendPool, Reserved, install, mixed
 
         self.pool = BackendPool(self.config["bootstrap.servers"])
         await self.pool.start()
         metadata_api.register(registry, BackendCatalog(self.backend, hidden), backend=self.pool)
         coordinator_api.register(registry, check=self.pool.check_coordinator)
-        self.forwarder = install(registry, self.pool, replaceable={0, 1, 2})
+        txn_prefix = getattr(self.persister, "transactional_id_prefix", "kshare-state")
+        reserved = Reserved(frozenset(hidden), (f"{txn_prefix}-",))
+        self.forwarder = install(registry, self.pool, replaceable={0, 1, 2}, reserved=reserved)
         mixed.register(registry, self.pool, is_share_group=lambda g: g in self.coordinator.groups,
                        node_id=lambda: self.node.node_id, hidden=hidden)
 

@@ -104,3 +104,25 @@ def test_a_huge_array_count_is_refused_before_the_backend_sees_it():
     with pytest.raises(MalformedFrame):
         asyncio.run(_dispatcher(recorder).handle(frame))
     assert recorder.frames == []
+
+
+@pytest.mark.parametrize("cls", [ProduceV3, ProduceV9])
+def test_produce_topics_are_read_without_decoding_records(cls):
+    from kshare_sidecar.forward.reserved import produce_topics
+    from kshare_sidecar.forward.routes import item_class
+
+    topic_cls = item_class(cls, "topic_data")
+    part_cls = item_class(topic_cls, "partition_data")
+    topics = tuple(topic_cls(name=name, partition_data=tuple(part_cls(index=i, records=b"\x00" * (i * 300))
+                                                             for i in range(3)))
+                   for name in ("orders", "__kshare_state", "été"))
+    request = cls(transactional_id="t", acks=-1, timeout=datetime.timedelta(seconds=1), topic_data=topics)
+    assert produce_topics(_payload(request), cls.__version__) == ["orders", "__kshare_state", "été"]
+
+
+def test_reserved_names_the_state_topic_and_writer_ids():
+    from kshare_sidecar.forward import Reserved
+
+    reserved = Reserved(frozenset({"__kshare_state"}), ("kshare-state-",))
+    assert reserved.topic("__kshare_state") and not reserved.topic("orders")
+    assert reserved.txn("kshare-state-__kshare_state-3") and not reserved.txn("app-txn") and not reserved.txn(None)

@@ -1,0 +1,119 @@
+"""What clients of the sidecar may not touch on the backend: kshare's own state.
+
+With pass-through, a client of the sidecar can do on the backend whatever the backend lets it
+do. The sidecar's state topic and its state writers' transactional ids are its internals, as
+``__consumer_offsets`` is a broker's: a Produce into the state topic, a DeleteTopics or
+DeleteRecords of it, a config change (``cleanup.policy=delete`` would erase share state), or an
+InitProducerId with a state writer's transactional id (which would fence the sidecar) must not
+pass through. Each gets the answer Kafka gives for its own internal topics and ids:
+INVALID_TOPIC_EXCEPTION for writes, UNKNOWN_TOPIC_OR_PARTITION where the topic is hidden (it is
+not in Metadata), TRANSACTIONAL_ID_AUTHORIZATION_FAILED for the ids. Reads (Fetch, ListOffsets)
+are not refused: they cannot change state, and the topic is hidden from Metadata anyway.
+
+Produce is checked on the raw path by walking the frame for topic names only (records are
+skipped by length, never copied); the admin APIs are small and decoded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from . import routes
+
+#: Admin requests naming topics: (request list, item name attribute or None, response list, name).
+TOPIC_KEYED: dict[int, routes.KeySpec] = {
+    19: routes.KeySpec("topics", "name", "topics", "name"),
+    37: routes.KeySpec("topics", "name", "results", "name"),
+}
+WRITE_REFUSAL = {19: ErrorCode.invalid_topic_exception}
+RESOURCE_TOPIC = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Reserved:
+    topics: frozenset[str]
+    txn_prefixes: tuple[str, ...] = ()
+
+    def topic(self, name: Any) -> bool:
+        return name in self.topics
+
+    def txn(self, transactional_id: Any) -> bool:
+        return isinstance(transactional_id, str) and transactional_id.startswith(self.txn_prefixes)
+
+    # -- which requests touch them ---------------------------------------------------------------
+    def refused(self, api_key: int, version: int, body: Any) -> ErrorCode | None:
+        """The error for a decoded request that touches kshare's state, else ``None``."""
+        if api_key in TOPIC_KEYED:
+            if any(self.topic(k) for k in routes.request_keys(body, TOPIC_KEYED[api_key])):
+                return WRITE_REFUSAL.get(api_key, ErrorCode.unknown_topic_or_partition)
+        elif api_key == 20:  # DeleteTopics: names up to v5, topics[].name from v6
+            names = body.topic_names if hasattr(body, "topic_names") else [t.name for t in body.topics]
+            if any(self.topic(n) for n in names):
+                return ErrorCode.unknown_topic_or_partition
+        elif api_key == 21:  # DeleteRecords
+            if any(self.topic(t.name) for t in body.topics):
+                return ErrorCode.unknown_topic_or_partition
+        elif api_key == 33:  # AlterConfigs (legacy)
+            if any(r.resource_type == RESOURCE_TOPIC and self.topic(r.resource_name) for r in body.resources):
+                return ErrorCode.unknown_topic_or_partition
+        elif api_key == 24:
+            names = [t.name for t in getattr(body, "v3_and_below_topics", ())]
+            if any(self.topic(n) for n in names):
+                return ErrorCode.invalid_topic_exception
+        return None
+
+
+def produce_topics(frame: bytes, version: int) -> list[str]:
+    """The topic names of a Produce request frame, without decoding (or copying) its records."""
+    from .forwarder import _skip_tags, _uvarint
+
+    pos = 8
+    n = int.from_bytes(frame[pos:pos + 2], "big", signed=True)  # client_id (never compact)
+    pos += 2 + max(n, 0)
+    flexible = version >= 9
+    if flexible:
+        pos = _skip_tags(frame, pos)
+    if version >= 3:  # transactional_id
+        if flexible:
+            length, pos = _uvarint(frame, pos)
+            pos += max(length - 1, 0)
+        else:
+            n = int.from_bytes(frame[pos:pos + 2], "big", signed=True)
+            pos += 2 + max(n, 0)
+    pos += 2 + 4  # acks, timeout
+    names: list[str] = []
+    count, pos = _count(frame, pos, flexible)
+    for _ in range(count):
+        if flexible:
+            length, pos = _uvarint(frame, pos)
+            length -= 1
+        else:
+            length = int.from_bytes(frame[pos:pos + 2], "big", signed=True)
+            pos += 2
+        names.append(bytes(frame[pos:pos + length]).decode("utf-8", "replace"))
+        pos += length
+        parts, pos = _count(frame, pos, flexible)
+        for _ in range(parts):
+            pos += 4  # index
+            if flexible:
+                size, pos = _uvarint(frame, pos)
+                pos += max(size - 1, 0)
+                pos = _skip_tags(frame, pos)
+            else:
+                size = int.from_bytes(frame[pos:pos + 4], "big", signed=True)
+                pos += 4 + max(size, 0)
+        if flexible:
+            pos = _skip_tags(frame, pos)
+    return names
+
+
+def _count(frame: bytes, pos: int, flexible: bool) -> tuple[int, int]:
+    from .forwarder import _uvarint
+
+    if flexible:
+        n, pos = _uvarint(frame, pos)
+        return max(n - 1, 0), pos
+    return max(int.from_bytes(frame[pos:pos + 4], "big", signed=True), 0), pos + 4
