@@ -29,6 +29,7 @@ class Setting:
     high: int | None = None
     choices: tuple[str, ...] | None = None
     check: Callable[[Any], str | None] | None = None  # returns an error text or None
+    secret: bool = False  # a password or key: never echoed in errors, reprs or logs
 
     def coerce(self, raw: Any, source: str) -> Any:
         try:
@@ -44,7 +45,8 @@ class Setting:
             else:
                 value = str(raw)
         except (TypeError, ValueError):
-            raise ConfigError(f"{self.key} (from {source}) must be {self.kind.__name__}, got {raw!r}") from None
+            shown = "<redacted>" if self.secret else repr(raw)
+            raise ConfigError(f"{self.key} (from {source}) must be {self.kind.__name__}, got {shown}") from None
         if self.low is not None and value < self.low or self.high is not None and value > self.high:
             raise ConfigError(
                 f"{self.key} (from {source}) = {value} is out of range: allowed {self.low}..{self.high}")
@@ -94,6 +96,23 @@ SETTINGS: tuple[Setting, ...] = (
     _S("node.id", 1, int, "Node id the sidecar presents as coordinator and partition leader.", 0, 2**31 - 1),
     _S("cluster.id", "kshare", str, "Cluster id reported in Metadata."),
     _S("socket.request.max.bytes", 100 * 1024 * 1024, int, "Largest request frame accepted.", 1024, 2**31 - 1),
+    # -- the backend's security (Kafka's client setting names under backend.; docs/security.md)
+    _S("backend.security.protocol", "PLAINTEXT", str, "How the sidecar connects to the backend.",
+       choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
+    _S("backend.sasl.mechanism", "PLAIN", str, "SASL mechanism towards the backend (GSSAPI is not supported).",
+       choices=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")),
+    _S("backend.sasl.jaas.config", "", str, "Kafka JAAS line with username=\"...\" password=\"...\" "
+       "(PLAIN/SCRAM login modules); or use backend.sasl.username/password.", secret=True),
+    _S("backend.sasl.username", "", str, "SASL user towards the backend."),
+    _S("backend.sasl.password", "", str, "SASL password (prefer the environment or a file).", secret=True),
+    _S("backend.sasl.password.file", "", str, "File holding the SASL password."),
+    _S("backend.sasl.oauthbearer.token.file", "", str, "File holding the OAUTHBEARER token (re-read at each "
+       "authentication)."),
+    _S("backend.ssl.truststore.location", "", str, "PEM file of CAs to trust ('' = the system's)."),
+    _S("backend.ssl.keystore.location", "", str, "PEM file with the client certificate chain and key (mTLS)."),
+    _S("backend.ssl.key.password", "", str, "Password of the key in backend.ssl.keystore.location.", secret=True),
+    _S("backend.ssl.endpoint.identification.algorithm", "https", str, "https: verify the broker's host name "
+       "against its certificate; '' : do not.", choices=("https", "")),
     _S("passthrough.enable", True, bool, "Forward every API the sidecar does not serve to the backend, so clients "
        "need only the sidecar as bootstrap (false: share-group APIs only)."),
     # -- listener limits (Kafka's names and defaults; request.read.timeout.ms is kshare's own)
@@ -161,6 +180,10 @@ class SidecarConfig:
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
+
+    def __repr__(self) -> str:  # secrets never reach a log line through a repr
+        shown = {k: ("<redacted>" if BY_KEY[k].secret and v else v) for k, v in self.values.items() if k in BY_KEY}
+        return f"SidecarConfig({shown!r})"
 
     @property
     def advertised(self) -> tuple[str, int]:

@@ -30,6 +30,9 @@ def run(
         cfg = load_config(config, overrides={"bootstrap.servers": bootstrap_server, "listen": listen,
                                              "node.id": node_id, "persister": persister,
                                              "metrics.port": metrics_port})
+        from ..log.security import BackendSecurity
+
+        BackendSecurity.from_config(cfg)  # unreadable files, missing credentials: one line, exit 2
     except ConfigError as exc:
         typer.echo(f"kshare sidecar: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -73,8 +73,9 @@ class PartitionInfo:
 class BackendPool:
     """Backend brokers, partition leaders and coordinators, from the backend's own answers."""
 
-    def __init__(self, bootstrap: str, *, request_timeout_s: float = 30.0) -> None:
+    def __init__(self, bootstrap: str, *, request_timeout_s: float = 30.0, security: Any = None) -> None:
         self._bootstrap = [_split(a) for a in bootstrap.split(",") if a.strip()]
+        self.security = security  # log.security.BackendSecurity: TLS/SASL for every connection
         self._timeout = request_timeout_s
         self.brokers: dict[int, tuple[str, int]] = {}
         self.versions: dict[int, tuple[int, int]] = {}
@@ -84,7 +85,7 @@ class BackendPool:
         self._names: dict[uuid.UUID, str] = {}
         self._coordinators: dict[tuple[int, str], int] = {}
         self._control: dict[int, BrokerConn] = {}
-        self._boot: list[BrokerConn] = [BrokerConn(h, p, node_id=-1) for h, p in self._bootstrap]
+        self._boot: list[BrokerConn] = [BrokerConn(h, p, node_id=-1, security=security) for h, p in self._bootstrap]
         self._last_refresh = 0.0
         self._refreshing: asyncio.Task[Any] | None = None
 
@@ -128,7 +129,7 @@ class BackendPool:
         conn = self._control.get(node)
         if conn is None:
             host, port = self.brokers[node]
-            conn = self._control[node] = BrokerConn(host, port, node_id=node)
+            conn = self._control[node] = BrokerConn(host, port, node_id=node, security=self.security)
         return conn
 
     def _any_conns(self) -> list[BrokerConn]:
@@ -288,7 +289,8 @@ class Upstream:
         if conn is None or (conn.host, conn.port) != address:
             if conn is not None:
                 conn.drop("broker address changed")
-            conn = self._conns[node] = BrokerConn(*address, node_id=node, principal=self.principal)
+            conn = self._conns[node] = BrokerConn(*address, node_id=node, principal=self.principal,
+                                                  security=self.pool.security)
         return conn
 
     async def close(self) -> None:

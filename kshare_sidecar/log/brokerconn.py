@@ -29,7 +29,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from .sasl import SaslError, sasl_authenticate
+
+if TYPE_CHECKING:
+    from .security import BackendSecurity
 
 log = logging.getLogger("kshare.brokerconn")
 
@@ -104,9 +109,11 @@ class BrokerConn:
         principal: Any = None,
         connect_timeout_s: float = 10.0,
         max_frame_bytes: int = 1 << 30,
+        security: BackendSecurity | None = None,
     ) -> None:
         self.host, self.port, self.node_id = host, port, node_id
         self.principal = principal
+        self.security = security
         self._connect_timeout = connect_timeout_s
         self._max_frame = max_frame_bytes
         self._proto: _FrameProtocol | None = None
@@ -114,12 +121,17 @@ class BrokerConn:
         self._next_id = 0
         self._connect_lock = asyncio.Lock()
         self._closed = False
+        self._ready = False
 
     def __repr__(self) -> str:
         return f"<BrokerConn node {self.node_id} {self.host}:{self.port}>"
 
     @property
     def connected(self) -> bool:
+        """Connected and (on a SASL listener) authenticated: ready for requests."""
+        return self._ready and self._open()
+
+    def _open(self) -> bool:
         proto = self._proto
         return proto is not None and proto.transport is not None and not proto.transport.is_closing()
 
@@ -138,6 +150,11 @@ class BrokerConn:
         """
         if not self.connected:
             await self._connect()
+        fut = self._write(payload, expect_response, framed)
+        await self.backpressure()
+        return fut
+
+    def _write(self, payload: bytes, expect_response: bool, framed: bool) -> asyncio.Future[Any]:
         proto = self._proto
         assert proto is not None and proto.transport is not None
         transport = proto.transport
@@ -152,15 +169,17 @@ class BrokerConn:
             self._pending.append((cid, head, fut, framed))
         else:
             fut.set_result(None)
-        if not proto._can_write.is_set():
-            await proto._can_write.wait()  # backpressure: the broker is not reading fast enough
-            if not self.connected:
-                self._fail("connection lost while writing")
         return fut
 
-    async def request(self, payload: bytes, *, timeout_s: float | None = None) -> bytes:
+    async def backpressure(self) -> None:
+        """Wait while the broker is not reading fast enough (the transport's buffer is full)."""
+        proto = self._proto
+        if proto is not None and not proto._can_write.is_set():
+            await proto._can_write.wait()
+
+    async def request(self, payload: bytes, *, timeout_s: float | None = None, _raw: bool = False) -> bytes:
         """``send`` and wait for the answer; a timeout drops the connection (the pipeline is stuck)."""
-        fut = await self.send(payload)
+        fut = self._write(payload, True, False) if _raw else await self.send(payload)
         try:
             result = await asyncio.wait_for(fut, timeout_s)
         except TimeoutError:
@@ -187,15 +206,27 @@ class BrokerConn:
                 raise BrokerConnError(f"{self!r} is closed")
             loop = asyncio.get_running_loop()
             proto = _FrameProtocol(self, self._max_frame)
+            security = self.security
+            tls = security.ssl_context if security is not None and security.tls else None
             try:
-                await asyncio.wait_for(loop.create_connection(lambda: proto, self.host, self.port),
-                                       self._connect_timeout)
-            except (OSError, TimeoutError) as exc:
+                await asyncio.wait_for(loop.create_connection(
+                    lambda: proto, self.host, self.port, ssl=tls, server_hostname=self.host if tls else None),
+                    self._connect_timeout)
+            except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
                 raise BrokerConnError(f"cannot connect to broker {self.node_id} at {self.host}:{self.port}: "
                                       f"{exc!r}") from None
             assert proto.transport is not None
             proto.transport.set_write_buffer_limits(high=_HIGH_WATER)
-            self._proto = proto
+            self._proto, self._ready = proto, False
+            if security is not None and security.sasl:
+                try:
+                    await asyncio.wait_for(sasl_authenticate(self, security), self._connect_timeout)
+                except BaseException as exc:
+                    self._fail(f"SASL authentication failed: {exc}")
+                    if isinstance(exc, (SaslError, BrokerConnError, TimeoutError)):
+                        raise BrokerConnError(f"broker {self.node_id} at {self.host}:{self.port}: {exc}") from None
+                    raise
+            self._ready = True
             log.debug("%r: connected", self)
 
     def _on_frame(self, frame: bytearray) -> None:
@@ -213,7 +244,7 @@ class BrokerConn:
         fut.set_result(frame if framed else bytes(memoryview(frame)[4:]))
 
     def _fail(self, reason: str) -> None:
-        proto, self._proto = self._proto, None
+        proto, self._proto, self._ready = self._proto, None, False
         if proto is not None:
             log.debug("%r: dropped: %s", self, reason)
             proto._conn = _Detached()  # late callbacks from the old transport change nothing

@@ -21,6 +21,7 @@ from ..config import SidecarConfig
 from ..group.assign import assign_with
 from ..group.coordinator import ShareGroupCoordinator
 from ..log.backend import Backend
+from ..log.security import BackendSecurity
 from ..share.sessions import ShareSessionCache
 from ..wire.server import Listener
 from .admin import AdminService
@@ -89,14 +90,16 @@ class Sidecar:
         cfg = self.config
         plugins.load_plugins(load=_names(cfg["plugins.load"]) if cfg["plugins.load"] else None,
                              disable=_names(cfg["plugins.disable"]) or None)
-        self.persister = self._persister or plugins.get_persister(cfg["persister"], **_persister_options(cfg))
+        self.security = BackendSecurity.from_config(cfg)
+        self.persister = self._persister or plugins.get_persister(cfg["persister"],
+                                                                  **_persister_options(cfg, self.security))
         await self.persister.start()
         log.info("share state recovered from persister %r: %s", cfg["persister"], self.persister.recovery_stats)
         if hasattr(self.persister, "superseded_listeners"):  # fencing (issue 11)
             self.persister.superseded_listeners.append(self._on_superseded)
         hidden = {cfg["state.topic"]}
         self.backend = Backend(cfg["bootstrap.servers"], topic_id_store=PersisterTopicIds(self.persister),
-                               internal_topics=hidden)
+                               internal_topics=hidden, client_options=self.security.aiokafka_options())
         await self.backend.start()
         assignor = plugins.get_assignor(cfg["assignor"])
         self.coordinator = ShareGroupCoordinator(
@@ -150,7 +153,7 @@ class Sidecar:
         from ..api import metadata as metadata_api
         from ..forward import BackendPool, Reserved, install, mixed
 
-        self.pool = BackendPool(self.config["bootstrap.servers"])
+        self.pool = BackendPool(self.config["bootstrap.servers"], security=self.security)
         await self.pool.start()
         metadata_api.register(registry, BackendCatalog(self.backend, hidden), backend=self.pool)
         coordinator_api.register(registry, check=self.pool.check_coordinator)
@@ -199,7 +202,7 @@ def _split(hostport: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _persister_options(cfg: SidecarConfig) -> dict:
+def _persister_options(cfg: SidecarConfig, security: BackendSecurity) -> dict:
     if cfg["persister"] != "topic":
         return {}
     return {"bootstrap_servers": cfg["bootstrap.servers"], "topic": cfg["state.topic"],
@@ -207,4 +210,5 @@ def _persister_options(cfg: SidecarConfig) -> dict:
             "linger_ms": float(cfg["state.write.linger.ms"]),
             "transaction_timeout_ms": cfg["state.transaction.timeout.ms"],
             # past the transaction timeout a commit is settled by reading the state back (issue 11)
-            "commit_timeout_s": min(30.0, cfg["state.transaction.timeout.ms"] / 1000)}
+            "commit_timeout_s": min(30.0, cfg["state.transaction.timeout.ms"] / 1000),
+            "client_options": security.aiokafka_options()}

@@ -1,0 +1,176 @@
+"""How the sidecar authenticates to a secured backend: TLS and SASL for every backend connection.
+
+One :class:`BackendSecurity` is built from the ``backend.*`` settings (Kafka's own client names
+under a prefix: ``backend.security.protocol``, ``backend.sasl.mechanism``,
+``backend.sasl.jaas.config``, ``backend.ssl.truststore.location`` ...) and handed to every backend
+client: aiokafka's (reads, state writers, admin — :meth:`aiokafka_options`) and the raw
+pass-through connections (:meth:`sasl_authenticator`, :attr:`ssl_context`).
+
+Secrets (passwords, key passwords, tokens) come from the environment or from files, are kept
+out of ``repr`` and are never logged; a token file is re-read at every authentication so a
+rotating token keeps working.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import ssl
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..config import ConfigError
+
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+
+_JAAS_OPTION = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+class SecurityConfigError(ConfigError):
+    """A ``backend.*`` security setting is missing or inconsistent; the message names the key."""
+
+
+@dataclass(frozen=True)
+class BackendSecurity:
+    protocol: str = "PLAINTEXT"
+    mechanism: str | None = None
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    token_file: str | None = None
+    ssl_context: ssl.SSLContext | None = field(default=None, repr=False)
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol.startswith("SASL_")
+
+    @property
+    def tls(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    # -- from settings ---------------------------------------------------------------------------
+    @classmethod
+    def from_config(cls, cfg: Any) -> BackendSecurity:
+        """Build from a :class:`~kshare_sidecar.config.SidecarConfig` (raises naming the key)."""
+        protocol = cfg["backend.security.protocol"]
+        context = _ssl_context(cfg) if protocol in ("SSL", "SASL_SSL") else None
+        if not protocol.startswith("SASL_"):
+            return cls(protocol=protocol, ssl_context=context)
+        mechanism = cfg["backend.sasl.mechanism"]
+        if mechanism == "OAUTHBEARER":
+            token_file = cfg["backend.sasl.oauthbearer.token.file"]
+            if not token_file:
+                raise SecurityConfigError("backend.sasl.oauthbearer.token.file is required for "
+                                          "backend.sasl.mechanism=OAUTHBEARER")
+            _read_secret(token_file, "backend.sasl.oauthbearer.token.file")
+            return cls(protocol=protocol, mechanism=mechanism, token_file=token_file, ssl_context=context)
+        username, password = _credentials(cfg)
+        return cls(protocol=protocol, mechanism=mechanism, username=username, password=password,
+                   ssl_context=context)
+
+    # -- for aiokafka clients -------------------------------------------------------------------------
+    def aiokafka_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {"security_protocol": self.protocol}
+        if self.ssl_context is not None:
+            options["ssl_context"] = self.ssl_context
+        if self.sasl:
+            options["sasl_mechanism"] = self.mechanism
+            if self.mechanism == "OAUTHBEARER":
+                options["sasl_oauth_token_provider"] = TokenFile(self.token_file or "")
+            else:
+                options["sasl_plain_username"] = self.username
+                options["sasl_plain_password"] = self.password
+        return options
+
+    # -- for raw connections (log/brokerconn.py) ----------------------------------------------------
+    def sasl_authenticator(self) -> Any:
+        """A fresh aiokafka SASL authenticator: ``await step(server_token)`` → ``(token, expects
+        answer)`` or ``None`` when done. aiokafka's (a chosen library) implements PLAIN, SCRAM and
+        OAUTHBEARER; only the exchange around it (SaslHandshake/SaslAuthenticate) is ours."""
+        from aiokafka.conn import OAuthAuthenticator, SaslPlainAuthenticator, ScramAuthenticator
+
+        loop = asyncio.get_running_loop()
+        if self.mechanism == "PLAIN":
+            return SaslPlainAuthenticator(loop=loop, sasl_plain_username=self.username,
+                                          sasl_plain_password=self.password)
+        if self.mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+            return ScramAuthenticator(loop=loop, sasl_plain_username=self.username,
+                                      sasl_plain_password=self.password, sasl_mechanism=self.mechanism)
+        return OAuthAuthenticator(sasl_oauth_token_provider=TokenFile(self.token_file or ""))
+
+    def describe(self) -> str:
+        """For log lines: protocol, mechanism and user — never a secret."""
+        parts = [self.protocol]
+        if self.sasl:
+            parts.append(f"{self.mechanism}" + (f" as {self.username!r}" if self.username else ""))
+        return " ".join(parts)
+
+
+class TokenFile:
+    """An OAUTHBEARER token provider reading a file (re-read each time: tokens rotate)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    async def token(self) -> str:
+        return _read_secret(self.path, "backend.sasl.oauthbearer.token.file")
+
+    def __repr__(self) -> str:
+        return f"TokenFile({self.path!r})"
+
+
+def _credentials(cfg: Any) -> tuple[str, str]:
+    jaas = cfg["backend.sasl.jaas.config"]
+    username, password = cfg["backend.sasl.username"], cfg["backend.sasl.password"]
+    password_file = cfg["backend.sasl.password.file"]
+    if jaas:
+        if username or password or password_file:
+            raise SecurityConfigError("set either backend.sasl.jaas.config or backend.sasl.username/"
+                                      "backend.sasl.password(.file), not both")
+        options = dict(_JAAS_OPTION.findall(jaas))
+        username, password = options.get("username", ""), options.get("password", "")
+        if not username or not password:
+            raise SecurityConfigError('backend.sasl.jaas.config must set username="..." and password="..." '
+                                      "(e.g. org.apache.kafka.common.security.scram.ScramLoginModule required "
+                                      'username="alice" password="...";)')
+        return username, password
+    if password and password_file:
+        raise SecurityConfigError("set either backend.sasl.password or backend.sasl.password.file, not both")
+    if password_file:
+        password = _read_secret(password_file, "backend.sasl.password.file")
+    if not username or not password:
+        raise SecurityConfigError("SASL needs credentials: backend.sasl.username and backend.sasl.password "
+                                  "(or backend.sasl.password.file, or backend.sasl.jaas.config)")
+    return username, password
+
+
+def _read_secret(path: str, key: str) -> str:
+    try:
+        value = Path(path).read_text().strip()
+    except OSError as exc:
+        raise SecurityConfigError(f"{key} = {path!r}: cannot read it: {exc.strerror}") from None
+    if not value:
+        raise SecurityConfigError(f"{key} = {path!r}: the file is empty")
+    return value
+
+
+def _ssl_context(cfg: Any) -> ssl.SSLContext:
+    """Kafka's PEM truststore/keystore settings as an ``ssl.SSLContext``."""
+    truststore = cfg["backend.ssl.truststore.location"]
+    try:
+        context = ssl.create_default_context(cafile=truststore or None)
+    except (OSError, ssl.SSLError) as exc:
+        raise SecurityConfigError(f"backend.ssl.truststore.location = {truststore!r}: not a readable PEM CA "
+                                  f"file ({exc})") from None
+    context.check_hostname = cfg["backend.ssl.endpoint.identification.algorithm"] == "https"
+    keystore = cfg["backend.ssl.keystore.location"]
+    if keystore:
+        key_password = cfg["backend.ssl.key.password"] or None
+        try:
+            context.load_cert_chain(keystore, password=key_password)
+        except (OSError, ssl.SSLError) as exc:
+            raise SecurityConfigError(f"backend.ssl.keystore.location = {keystore!r}: not a PEM file with the "
+                                      f"client certificate chain and key, or wrong backend.ssl.key.password "
+                                      f"({type(exc).__name__})") from None
+    return context
