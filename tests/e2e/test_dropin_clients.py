@@ -1,0 +1,209 @@
+"""The sidecar as the only bootstrap (issue 13): third-party clients do everything through it.
+
+Admin operations, transactions, plain consumer groups, Kafka's own command-line tools and share
+consumers — each against ``kshare sidecar run`` in front of Kafka 3.9, with no other bootstrap.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, ShareConsumer, TopicPartition
+from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions,
+                                   NewTopic, OffsetSpec, ResourceType)
+
+from kshare_sidecar.testing.tools import run_java_tool
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+GROUPS_COMMAND = "org.apache.kafka.tools.GroupsCommand"
+TOPIC_COMMAND = "org.apache.kafka.tools.TopicCommand"
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def _wait(futures, timeout: float = 60):
+    return {k: f.result(timeout) for k, f in futures.items()}
+
+
+def _create(admin: AdminClient, topic: str, partitions: int) -> None:
+    _wait(admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=30))
+    deadline = time.monotonic() + 30
+    while topic not in admin.list_topics(timeout=10).topics:
+        assert time.monotonic() < deadline, f"{topic} never appeared in Metadata"
+        time.sleep(0.2)
+
+
+def _produce(bootstrap: str, topic: str, values: list[bytes], **conf) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, **conf})
+    failed = []
+    for value in values:
+        producer.produce(topic, value, on_delivery=lambda err, _m: failed.append(err) if err else None)
+    assert producer.flush(60) == 0 and not failed, failed[:3]
+
+
+def _share_consume(bootstrap: str, group: str, topic: str, want: int, timeout: float = 60) -> list[bytes]:
+    consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group})
+    consumer.subscribe([topic])
+    seen: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(seen) < want and time.monotonic() < deadline:
+            for m in consumer.poll(0.5) or []:
+                if m.error() is None:
+                    seen.append(m.value())
+        quiet = time.monotonic() + 3  # nothing more must come (e.g. aborted records)
+        while time.monotonic() < quiet:
+            seen += [m.value() for m in consumer.poll(0.5) or [] if m.error() is None]
+        consumer.commit_sync(30)
+    finally:
+        consumer.close()
+    return seen
+
+
+def _set_group_configs(admin: AdminClient, group: str, configs: dict[str, str]) -> None:
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()])
+    _wait(admin.incremental_alter_configs([resource]))
+
+
+def test_admin_client_topics_configs_records(sidecar):
+    admin = AdminClient({"bootstrap.servers": sidecar.bootstrap})
+    topic = _name("dropin-admin")
+    _create(admin, topic, 3)
+    _wait(admin.create_partitions([NewPartitions(topic, 4)]))
+    deadline = time.monotonic() + 30
+    while len(admin.list_topics(topic, timeout=10).topics[topic].partitions) != 4:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+
+    change = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)])
+    _wait(admin.incremental_alter_configs([change]))
+    (configs,) = _wait(admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)])).values()
+    assert configs["retention.ms"].value == "3600000"
+    assert configs["cleanup.policy"].value == "delete"
+
+    _produce(sidecar.bootstrap, topic, [b"r%d" % i for i in range(10)], partitioner="murmur2_random")
+    tp = TopicPartition(topic, 0)
+    (latest,) = _wait(admin.list_offsets({tp: OffsetSpec.latest()})).values()
+    assert latest.offset > 0
+    _wait(admin.delete_records([TopicPartition(topic, 0, latest.offset)]))
+    (earliest,) = _wait(admin.list_offsets({tp: OffsetSpec.earliest()})).values()
+    assert earliest.offset == latest.offset
+
+    _wait(admin.delete_topics([topic], operation_timeout=30))
+    deadline = time.monotonic() + 30
+    while topic in admin.list_topics(timeout=10).topics:
+        assert time.monotonic() < deadline, "the deleted topic is still in Metadata"
+        time.sleep(0.2)
+
+
+def test_transactions_and_a_read_committed_share_group(sidecar):
+    admin = AdminClient({"bootstrap.servers": sidecar.bootstrap})
+    topic, group = _name("dropin-txn"), _name("dropin-rc")
+    _create(admin, topic, 2)
+    _set_group_configs(admin, group, {"share.isolation.level": "read_committed",
+                                      "share.auto.offset.reset": "earliest"})
+    producer = Producer({"bootstrap.servers": sidecar.bootstrap, "transactional.id": _name("txn")})
+    producer.init_transactions(60)
+    for outcome in ("commit", "abort", "commit"):
+        producer.begin_transaction()
+        for i in range(50):
+            producer.produce(topic, f"{outcome}-{i}".encode())
+        producer.flush(30)
+        (producer.commit_transaction if outcome == "commit" else producer.abort_transaction)(60)
+
+    seen = _share_consume(sidecar.bootstrap, group, topic, want=100)
+    assert sorted(seen) == sorted([f"commit-{i}".encode() for i in range(50)] * 2)  # two committed txns
+
+
+def test_consumer_groups_and_share_groups_side_by_side(sidecar):
+    admin = AdminClient({"bootstrap.servers": sidecar.bootstrap})
+    topic, plain, share = _name("dropin-groups"), _name("plain"), _name("share")
+    _create(admin, topic, 3)
+    values = [b"v%d" % i for i in range(300)]
+    _produce(sidecar.bootstrap, topic, values, **{"linger.ms": 5})
+
+    consumer = Consumer({"bootstrap.servers": sidecar.bootstrap, "group.id": plain,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(got) < len(values) and time.monotonic() < deadline:
+        m = consumer.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append(m.value())
+    committed = consumer.commit(asynchronous=False)
+    consumer.close()
+    assert sorted(got) == sorted(values)
+    assert sum(tp.offset for tp in committed) == len(values)
+
+    _set_group_configs(admin, share, {"share.auto.offset.reset": "earliest"})
+    assert sorted(_share_consume(sidecar.bootstrap, share, topic, want=len(values))) == sorted(values)
+
+    listed = run_java_tool(GROUPS_COMMAND, ["--bootstrap-server", sidecar.bootstrap, "--list"])
+    assert listed.returncode == 0, listed.output
+    rows = {line.split()[0]: line.split()[1:] for line in listed.stdout.splitlines()[1:] if line.strip()}
+    assert rows[plain][0].lower() == "classic" and rows[share][0].lower() == "share", listed.output
+
+
+def test_kafka_topic_command_through_the_sidecar(sidecar):
+    topic = _name("dropin-tool")
+    base = ["--bootstrap-server", sidecar.bootstrap]
+    created = run_java_tool(TOPIC_COMMAND, base + ["--create", "--topic", topic, "--partitions", "2"])
+    assert created.returncode == 0 and f"Created topic {topic}" in created.stdout, created.output
+    described = run_java_tool(TOPIC_COMMAND, base + ["--describe", "--topic", topic])
+    assert described.returncode == 0, described.output
+    assert described.stdout.count("Leader: 1") == 2, described.output  # the sidecar leads every partition
+    deleted = run_java_tool(TOPIC_COMMAND, base + ["--delete", "--topic", topic])
+    assert deleted.returncode == 0, deleted.output
+
+
+def _api_versions(bootstrap: str) -> dict[int, tuple[int, int]]:
+    from kio.schema.api_versions.v3.request import ApiVersionsRequest
+
+    from kshare_sidecar.cli.kclient import _Connection
+
+    host, _, port = bootstrap.rpartition(":")
+    conn = _Connection(host, int(port), 15, "dropin-test")
+    try:
+        answer = conn.call(ApiVersionsRequest(client_software_name="t", client_software_version="1"))
+    finally:
+        conn.close()
+    return {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in answer.api_keys}
+
+
+def test_api_versions_never_offer_what_the_backend_lacks(sidecar, kafka_39):
+    front, back = _api_versions(sidecar.bootstrap), _api_versions(kafka_39.bootstrap)
+    own = {3, 10, 18, 76, 77, 78, 79, 90, 91, 92}  # served by the sidecar whatever the backend has
+    for key, (lo, hi) in front.items():
+        if key in own:
+            continue
+        assert key in back, f"api key {key} advertised but the backend lacks it"
+        assert back[key][0] <= lo and hi <= back[key][1], f"api key {key}: {lo}..{hi} outside {back[key]}"
+    for key in (4, 5, 6, 7):  # broker-to-broker APIs are never offered
+        assert key not in front
+    assert {0, 1, 2, 8, 9, 11, 19, 20, 22, 24, 26, 37} <= set(front)
+
+
+def test_a_producer_with_its_own_backend_bootstrap_still_works(sidecar, kafka_39):
+    """Pass-through is additive: records written straight to the backend are share-consumed."""
+    admin = AdminClient({"bootstrap.servers": sidecar.bootstrap})
+    topic, group = _name("dropin-direct"), _name("direct")
+    _create(admin, topic, 1)
+    _set_group_configs(admin, group, {"share.auto.offset.reset": "earliest"})
+    _produce(kafka_39.bootstrap, topic, [b"d%d" % i for i in range(20)])
+    assert sorted(_share_consume(sidecar.bootstrap, group, topic, want=20)) == sorted(b"d%d" % i for i in range(20))
+
+
+def test_unknown_group_errors_come_from_the_backend(sidecar):
+    admin = AdminClient({"bootstrap.servers": sidecar.bootstrap})
+    (deleted,) = admin.delete_consumer_groups([_name("never-existed")], request_timeout=30).values()
+    with pytest.raises(KafkaException) as exc:
+        deleted.result(30)
+    assert exc.value.args[0].name() == "GROUP_ID_NOT_FOUND"
