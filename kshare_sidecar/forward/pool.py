@@ -26,6 +26,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..log.brokerconn import BrokerConn, BrokerConnError
+from ..log.errors import LEADER_NOT_AVAILABLE, BackendUnavailableError
 from ..wire import codec
 from . import routes
 
@@ -42,8 +43,12 @@ _MIN_REFRESH_S = 0.5
 GROUP_KEY, TXN_KEY = 0, 1
 
 
-class BackendUnavailable(Exception):
-    """No backend broker could answer (every bootstrap address failed)."""
+class BackendUnavailable(BackendUnavailableError):
+    """No backend broker could answer (every bootstrap address failed). LEADER_NOT_AVAILABLE:
+    retriable, and the code a broker puts on a topic it cannot serve right now."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(LEADER_NOT_AVAILABLE, message)
 
 
 def make(api_key: int, version: int, **values: Any) -> Any:
