@@ -149,6 +149,20 @@ SETTINGS: tuple[Setting, ...] = (
     _S("group.share.heartbeat.interval.ms", 5000, int, "Heartbeat interval given to members.", 100, 1800000),
     _S("group.share.max.size", 200, int, "Members per share group.", 1, 1000),
     _S("group.share.assignment.interval.ms", 1000, int, "Least time between assignment recomputations.", 0, 60000),
+    # bounds of the per-group overrides (Kafka 4.3.1's broker names and defaults)
+    _S("group.share.min.session.timeout.ms", 45000, int, "Lowest per-group share.session.timeout.ms.", 1, 2**31 - 1),
+    _S("group.share.max.session.timeout.ms", 60000, int, "Highest per-group share.session.timeout.ms.", 1, 2**31 - 1),
+    _S("group.share.min.heartbeat.interval.ms", 5000, int, "Lowest per-group share.heartbeat.interval.ms.", 1,
+       2**31 - 1),
+    _S("group.share.max.heartbeat.interval.ms", 15000, int, "Highest per-group share.heartbeat.interval.ms.", 1,
+       2**31 - 1),
+    _S("group.share.max.assignment.interval.ms", 15000, int, "Highest per-group share.assignment.interval.ms.", 0,
+       2**31 - 1),
+    _S("group.share.max.delivery.count.limit", 10, int, "Highest per-group share.delivery.count.limit.", 2, 10),
+    _S("group.share.max.partition.max.record.locks", 4000, int, "Highest per-group share.partition.max.record.locks.",
+       100, 10000),
+    _S("group.share.renew.acknowledge.enable", True, bool, "Default of share.renew.acknowledge.enable (stored and "
+       "described per group; see compatibility.md)."),
     _S("share.auto.offset.reset", "latest", str, "Default initial SPSO for new share-partitions.",
        check=_offset_reset),
     _S("share.isolation.level", "read_uncommitted", str, "Default isolation level for share groups.",
@@ -165,7 +179,44 @@ GROUP_CONFIGS: dict[str, str] = {
     "share.heartbeat.interval.ms": "group.share.heartbeat.interval.ms",
     "share.delivery.count.limit": "group.share.delivery.count.limit",
     "share.partition.max.record.locks": "group.share.partition.max.record.locks",
+    "share.assignment.interval.ms": "group.share.assignment.interval.ms",
+    "share.renew.acknowledge.enable": "group.share.renew.acknowledge.enable",
 }
+
+#: Per-group bounds of the share.* configs (Kafka 4.3.1 GroupConfig): sidecar setting names or
+#: constants; a group may set any value in them (not only lower the sidecar's default).
+_GROUP_BOUNDS: dict[str, tuple[int | str, int | str]] = {
+    "share.record.lock.duration.ms": ("group.share.min.record.lock.duration.ms",
+                                      "group.share.max.record.lock.duration.ms"),
+    "share.session.timeout.ms": ("group.share.min.session.timeout.ms", "group.share.max.session.timeout.ms"),
+    "share.heartbeat.interval.ms": ("group.share.min.heartbeat.interval.ms", "group.share.max.heartbeat.interval.ms"),
+    "share.assignment.interval.ms": (0, "group.share.max.assignment.interval.ms"),
+    "share.delivery.count.limit": (2, "group.share.max.delivery.count.limit"),
+    "share.partition.max.record.locks": (100, "group.share.max.partition.max.record.locks"),
+}
+
+#: GROUP configs Kafka 4.3.1 accepts for its consumer (KIP-848) and streams (KIP-1071) groups.
+#: They belong to the backend's group coordinator, not to kshare's share groups: kshare accepts,
+#: stores and describes them with Kafka's defaults and bounds so admin scripts written for 4.3 work
+#: unchanged (docs/compatibility.md), and acts on none of them.
+FOREIGN_GROUP_CONFIGS: dict[str, Setting] = {s.key: s for s in (
+    Setting("consumer.session.timeout.ms", 45000, int, "Consumer group session timeout.", 45000, 60000),
+    Setting("consumer.heartbeat.interval.ms", 5000, int, "Consumer group heartbeat interval.", 5000, 15000),
+    Setting("consumer.assignment.interval.ms", 1000, int, "Consumer group assignment interval.", 0, 15000),
+    Setting("streams.session.timeout.ms", 45000, int, "Streams group session timeout.", 45000, 60000),
+    Setting("streams.heartbeat.interval.ms", 5000, int, "Streams group heartbeat interval.", 5000, 15000),
+    Setting("streams.assignment.interval.ms", 1000, int, "Streams group assignment interval.", 0, 15000),
+    Setting("streams.initial.rebalance.delay.ms", 3000, int, "Streams group initial rebalance delay.", 0, 2**31 - 1),
+    Setting("streams.num.standby.replicas", 0, int, "Streams group standby replicas.", 0, 2),
+)}
+
+#: Every GROUP config name kshare accepts, in Kafka's (alphabetical) describe order.
+GROUP_CONFIG_NAMES: tuple[str, ...] = tuple(sorted({*GROUP_CONFIGS, *FOREIGN_GROUP_CONFIGS}))
+
+
+def group_config_setting(name: str) -> Setting:
+    """The setting describing a GROUP config's type and documentation (KeyError if unknown)."""
+    return FOREIGN_GROUP_CONFIGS[name] if name in FOREIGN_GROUP_CONFIGS else BY_KEY[GROUP_CONFIGS[name]]
 
 
 def env_name(key: str) -> str:
@@ -193,22 +244,24 @@ class SidecarConfig:
     def group_config(self, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """A group's effective ``share.*`` configs: sidecar defaults with the group's overrides."""
         resolved = {k: self.values[src] for k, src in GROUP_CONFIGS.items()}
+        resolved |= {k: s.default for k, s in FOREIGN_GROUP_CONFIGS.items()}
         resolved |= dict(overrides or {})
         return resolved
 
     def validate_group_config(self, key: str, raw: Any) -> Any:
         """Check one per-group override against Kafka's bounds; raise ConfigError naming the key."""
-        if key not in GROUP_CONFIGS:
-            raise ConfigError(f"{key} is not a share group config: allowed keys are {', '.join(GROUP_CONFIGS)}")
-        base = BY_KEY[GROUP_CONFIGS[key]]
-        setting = base
-        if key == "share.record.lock.duration.ms":
-            setting = Setting(key, None, int, base.doc, self.values["group.share.min.record.lock.duration.ms"],
-                              self.values["group.share.max.record.lock.duration.ms"])
-        elif key in ("share.delivery.count.limit", "share.partition.max.record.locks"):
-            # A group may lower the broker-level value, never raise it (Kafka 4.3 bounds).
-            setting = Setting(key, None, int, base.doc, base.low, self.values[GROUP_CONFIGS[key]])
-        return Setting(key, None, setting.kind, setting.doc, setting.low, setting.high, setting.choices,
+        if key not in GROUP_CONFIG_NAMES:
+            raise ConfigError(f"{key} is not a group config: allowed keys are {', '.join(GROUP_CONFIG_NAMES)}")
+        setting = group_config_setting(key)
+        if setting.kind is bool:  # Kafka's BOOLEAN: true or false, any case — not yes/1/on
+            text = str(raw).strip().lower()
+            if text not in ("true", "false"):
+                raise ConfigError(f"{key} (from group config) = {raw!r}: expected true or false")
+            return text == "true"
+        low, high = setting.low, setting.high
+        if key in _GROUP_BOUNDS:
+            low, high = (self.values[b] if isinstance(b, str) else b for b in _GROUP_BOUNDS[key])
+        return Setting(key, None, setting.kind, setting.doc, low, high, setting.choices,
                        setting.check).coerce(raw, "group config")
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .config import GROUP_CONFIGS, SETTINGS, Setting, env_name
+from .config import FOREIGN_GROUP_CONFIGS, GROUP_CONFIG_NAMES, GROUP_CONFIGS, SETTINGS, Setting, env_name
 
 BEGIN = "<!-- BEGIN GENERATED SETTINGS (python -m kshare_sidecar.configdoc --write docs/configuration.md) -->"
 END = "<!-- END GENERATED SETTINGS -->"
@@ -66,8 +66,12 @@ def settings_table() -> str:
 
 def group_table() -> str:
     rows = ["| Group config | Default taken from |", "|---|---|"]
-    for key, source in GROUP_CONFIGS.items():
-        rows.append(f"| `{key}` | `{source}` |")
+    for key in GROUP_CONFIG_NAMES:
+        if key in GROUP_CONFIGS:
+            rows.append(f"| `{key}` | `{GROUP_CONFIGS[key]}` |")
+        else:
+            s = FOREIGN_GROUP_CONFIGS[key]
+            rows.append(f"| `{key}` | `{s.default}` ({s.low} .. {s.high}; stored and described, not acted on) |")
     return "\n".join(rows)
 
 
@@ -80,7 +84,7 @@ def render() -> str:
         "",
         settings_table(),
         "",
-        f"### Per-group configs ({len(GROUP_CONFIGS)})",
+        f"### Per-group configs ({len(GROUP_CONFIG_NAMES)})",
         "",
         "Set on a share group with the admin API (IncrementalAlterConfigs on a GROUP resource); a group",
         "without an override uses the sidecar setting on the right.",

@@ -60,7 +60,10 @@ def _entry(v, synonyms: bool, docs: bool) -> dict[str, Any]:
         chain = []
         if v.source == SOURCE_GROUP_CONFIG:
             chain.append({"name": v.name, "value": v.value, "source": SOURCE_GROUP_CONFIG})
-        chain.append({"name": GROUP_CONFIGS[v.name], "value": v.default, "source": SOURCE_STATIC_BROKER_CONFIG})
+        if v.name in GROUP_CONFIGS:  # the sidecar setting the default comes from
+            chain.append({"name": GROUP_CONFIGS[v.name], "value": v.default, "source": SOURCE_STATIC_BROKER_CONFIG})
+        else:
+            chain.append({"name": v.name, "value": v.default, "source": SOURCE_DEFAULT_CONFIG})
         syn = tuple(chain)
     return {"name": v.name, "value": v.value, "read_only": False,
             "config_source": v.source if v.source == SOURCE_GROUP_CONFIG else SOURCE_DEFAULT_CONFIG,

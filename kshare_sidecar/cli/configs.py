@@ -6,7 +6,7 @@ import typer
 from kio.schema.errors import ErrorCode
 from rich.table import Table
 
-from ..config import GROUP_CONFIGS
+from ..config import GROUP_CONFIG_NAMES
 from .groups import (
     BOOTSTRAP,
     EXIT_FAILED,
@@ -41,8 +41,8 @@ def get(
     """Show a group's effective share.* configs and where each value comes from."""
     prog = "kshare configs get"
     for k in key or []:
-        if k not in GROUP_CONFIGS:
-            fail(prog, f"{k} is not a share group config: allowed keys are {', '.join(GROUP_CONFIGS)}")
+        if k not in GROUP_CONFIG_NAMES:
+            fail(prog, f"{k} is not a group config: allowed keys are {', '.join(GROUP_CONFIG_NAMES)}")
 
     def go(client: AdminClient) -> int:
         res = client.describe_group_configs(group, key or None)

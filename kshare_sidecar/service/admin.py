@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from ..config import GROUP_CONFIGS, BY_KEY, ConfigError, SidecarConfig
+from ..config import GROUP_CONFIG_NAMES, GROUP_CONFIGS, ConfigError, SidecarConfig, group_config_setting
 from ..group.coordinator import ShareGroup, ShareGroupCoordinator
 from ..log.errors import BackendError
 from ..log.types import TopicInfo
@@ -39,7 +39,7 @@ RESOURCE_CLIENT_METRICS, RESOURCE_GROUP = 16, 32
 #: DescribeConfigs ConfigSource values.
 SOURCE_GROUP_CONFIG, SOURCE_DEFAULT_CONFIG, SOURCE_STATIC_BROKER_CONFIG = 8, 5, 4
 #: DescribeConfigs ConfigType values.
-TYPE_STRING, TYPE_INT = 2, 3
+TYPE_BOOLEAN, TYPE_STRING, TYPE_INT = 1, 2, 3
 #: IncrementalAlterConfigs operations.
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
@@ -382,17 +382,18 @@ class AdminService:
         """Effective ``share.*`` configs of a group (it need not exist: then the defaults)."""
         group = self.coordinator.groups.get(group_id)
         overrides = dict(group.configs) if group is not None else {}
-        wanted = list(GROUP_CONFIGS) if names is None else [n for n in names if n in GROUP_CONFIGS]
+        wanted = list(GROUP_CONFIG_NAMES) if names is None else [n for n in names if n in GROUP_CONFIG_NAMES]
+        defaults = self.config.group_config()
         out = []
         for name in wanted:
-            base = BY_KEY[GROUP_CONFIGS[name]]
-            default = _text(self.config[GROUP_CONFIGS[name]])
+            base = group_config_setting(name)
+            default = _text(defaults[name])
             if name in overrides:
                 value, source = _text(overrides[name]), SOURCE_GROUP_CONFIG
             else:
                 value, source = default, SOURCE_DEFAULT_CONFIG
-            out.append(ConfigValue(name, value, source, TYPE_INT if base.kind is int else TYPE_STRING, base.doc,
-                                   default))
+            kind = TYPE_INT if base.kind is int else TYPE_BOOLEAN if base.kind is bool else TYPE_STRING
+            out.append(ConfigValue(name, value, source, kind, base.doc, default))
         return out
 
     def check_config_ops(self, ops: Iterable[tuple[str, int, str | None]]) -> dict[str, object | None]:
@@ -401,9 +402,9 @@ class AdminService:
         Raises AdminError(INVALID_CONFIG) naming the key and its allowed values."""
         changes: dict[str, object | None] = {}
         for name, op, value in ops:
-            if name not in GROUP_CONFIGS:
-                raise AdminError(ErrorCode.invalid_config,
-                                 f"{name} is not a share group config: allowed keys are {', '.join(GROUP_CONFIGS)}")
+            if name not in GROUP_CONFIG_NAMES:
+                raise AdminError(ErrorCode.invalid_config, f"Unknown group config name: {name} (allowed: "
+                                 f"{', '.join(GROUP_CONFIG_NAMES)})")
             if name in changes:
                 raise AdminError(ErrorCode.invalid_request, f"config {name} appears more than once")
             if op == OP_DELETE:
@@ -432,11 +433,13 @@ class AdminService:
             else:
                 overrides[name] = value
         effective = self.config.group_config(overrides)
-        heartbeat, session = int(effective["share.heartbeat.interval.ms"]), int(effective["share.session.timeout.ms"])
-        if heartbeat >= session:
-            raise AdminError(ErrorCode.invalid_config,
-                             f"share.heartbeat.interval.ms ({heartbeat}) must be less than share.session.timeout.ms "
-                             f"({session})")
+        for kind in ("share", "consumer", "streams"):
+            heartbeat = int(effective[f"{kind}.heartbeat.interval.ms"])
+            session = int(effective[f"{kind}.session.timeout.ms"])
+            if session <= heartbeat:
+                raise AdminError(ErrorCode.invalid_config,
+                                 f"{kind}.session.timeout.ms ({session}) must be greater than "
+                                 f"{kind}.heartbeat.interval.ms ({heartbeat})")
 
     async def alter_configs(self, group_id: str, changes: Mapping[str, object | None]) -> None:
         """Apply validated changes to a group's overrides and persist them.
@@ -470,4 +473,6 @@ class AdminService:
 
 
 def _text(value: object) -> str:
+    if isinstance(value, bool):  # Kafka writes booleans lowercase
+        return "true" if value else "false"
     return str(value)

@@ -65,8 +65,18 @@ def test_group_config_bounds():
     assert c.validate_group_config("share.record.lock.duration.ms", "20000") == 20000
     with pytest.raises(ConfigError, match="allowed 15000..60000"):
         c.validate_group_config("share.record.lock.duration.ms", 5000)
-    with pytest.raises(ConfigError, match="allowed 2..5"):
-        c.validate_group_config("share.delivery.count.limit", 6)
+    # Kafka 4.3.1: a group may set 2..group.share.max.delivery.count.limit (10), above the default (5)
+    assert c.validate_group_config("share.delivery.count.limit", 6) == 6
+    with pytest.raises(ConfigError, match="allowed 2..10"):
+        c.validate_group_config("share.delivery.count.limit", 11)
+    with pytest.raises(ConfigError, match="allowed 45000..60000"):
+        c.validate_group_config("share.session.timeout.ms", 44999)
+    assert c.validate_group_config("share.renew.acknowledge.enable", "FALSE") is False
+    with pytest.raises(ConfigError, match="expected true or false"):
+        c.validate_group_config("share.renew.acknowledge.enable", "yes")
+    assert c.validate_group_config("streams.num.standby.replicas", "2") == 2
+    with pytest.raises(ConfigError, match="allowed 0..15000"):
+        c.validate_group_config("consumer.assignment.interval.ms", 15001)
     with pytest.raises(ConfigError, match="allowed keys are"):
         c.validate_group_config("share.nope", 1)
     assert c.validate_group_config("share.auto.offset.reset", "by_duration:PT1H") == "by_duration:PT1H"
