@@ -200,11 +200,10 @@ class AdminService:
                                topics: Mapping[str, Iterable[int]] | None) -> list[TopicOffsets]:
         """SPSO and lag per share-partition; ``topics=None`` = every share-partition with state.
 
-        Raises AdminError(GROUP_ID_NOT_FOUND) for an unknown group. Partitions without state get
-        StartOffset -1 (clients show "-")."""
+        An unknown (or deleted) group is not an error — Kafka 4.3 answers it as a group without
+        state: no topics when all are asked for, StartOffset -1 / Lag -1 for named partitions.
+        Partitions without state get StartOffset -1 (clients show "-")."""
         self._ready()
-        if self._group(group_id) is None:
-            raise AdminError(ErrorCode.group_id_not_found, f"Group {group_id} not found.")
         wanted: list[tuple[TopicOffsets, str | None]] = []  # (result, topic name known to the backend)
         if topics is None:
             by_topic: dict[str, list[int]] = {}
