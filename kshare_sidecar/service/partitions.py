@@ -59,6 +59,8 @@ class Slot:
     dead: bool = False  # retired after its durable state was found to differ: never written again
     fetch_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     waiters: set[asyncio.Future] = field(default_factory=set)
+    #: Log bytes per record seen in this partition's reads (sizes the next read; issue 14).
+    bytes_per_record: float = 0.0
 
     def wake(self) -> None:
         for fut in self.waiters:

@@ -101,6 +101,9 @@ class BatchCache:
             _, evicted = self._entries.popitem(last=False)
             self.bytes -= len(evicted.records)
 
+    def __len__(self) -> int:
+        return len(self._entries)
+
     def drop(self, key) -> None:
         for iso in (0, 1):
             old = self._entries.pop((key, iso), None)
@@ -320,9 +323,10 @@ class ShareService:
             result = self.cache.get(log_key, offset, isolation)
             if result is None:
                 try:
+                    share = self.cache.max_bytes // (len(self.cache) + 1)  # read-ahead: the cache's share
                     result = await self.backend.fetch(slot.topic, slot.key.partition, offset,
-                                                      max_bytes=max(budget.bytes, 1_048_576), max_wait_ms=0,
-                                                      isolation_level=isolation)
+                                                      max_bytes=min(_read_size(slot, offset, budget), share),
+                                                      max_wait_ms=0, isolation_level=isolation)
                 except BackendError as exc:
                     _backend_failures.log("read", logging.WARNING, "backend read failed for group=%s partition=%s-%d: "
                                           "%s", slot.key.group_id, slot.topic, slot.key.partition, exc)
@@ -333,6 +337,11 @@ class ShareService:
                     self.cache.drop(log_key)
                     return None
                 self.cache.put(log_key, isolation, result)
+                if result.batches:
+                    count = result.batches[-1].last_offset - result.batches[0].base_offset + 1
+                    sample = len(result.records) / max(count, 1)
+                    slot.bytes_per_record = sample if not slot.bytes_per_record else \
+                        0.7 * slot.bytes_per_record + 0.3 * sample
             batches = [b for b in result.batches if b.last_offset >= offset]
             if not batches:
                 return None
@@ -360,12 +369,11 @@ class ShareService:
             slot.waiters.add(waiter)
         pending = [waiter]
         poll_ms = int(remaining_s * 1000)
+        isolation = 1 if read_committed else 0
         for slot in slots:
             offset = slot.partition.next_fetch_offset()
             if offset is not None and slot.partition.can_acquire():
-                pending.append(asyncio.ensure_future(self.backend.fetch(
-                    slot.topic, slot.key.partition, offset, max_bytes=1, max_wait_ms=poll_ms,
-                    isolation_level=1 if read_committed else 0)))
+                pending.append(asyncio.ensure_future(self._long_poll(slot, offset, poll_ms, isolation)))
         try:
             await asyncio.wait(pending, timeout=remaining_s, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -377,6 +385,34 @@ class ShareService:
                     fut.exception()  # retrieved: a failed long-poll just ends the wait
             for slot in slots:
                 slot.waiters.discard(waiter)
+
+    async def _long_poll(self, slot: Slot, offset: int, poll_ms: int, isolation: int) -> None:
+        """Wait in the backend for data at ``offset``. What it returns (at least one whole batch)
+        goes into the cache, where the acquisition it wakes will find it: read once, not twice."""
+        result = await self.backend.fetch(slot.topic, slot.key.partition, offset, max_bytes=1,
+                                          max_wait_ms=poll_ms, isolation_level=isolation)
+        if result.batches and not result.error_code:
+            self.cache.put((slot.key.topic_id, slot.key.partition), isolation, result)
+
+
+#: Bounds of one backend read: at least a useful chunk, never more than the client's budget.
+_MIN_READ, _FIRST_READ = 64 * 1024, 1024 * 1024
+
+
+def _read_size(slot: Slot, offset: int, budget: _Budget) -> int:
+    """Bytes to ask the backend for: what this share-partition can still acquire (and, by the
+    caller, no more than its share of the read cache), not what the client could take. A read sized by the client's MaxBytes (~50 MiB) fetches far more than the
+    in-flight window (max_record_locks) lets anyone acquire; the rest is evicted from the cache
+    before it is used and read again — read amplification (issue 14). So: free window room (or
+    plus the re-available records, when reading behind the window's end) × the partition's observed
+    bytes per record, with 25% headroom; Kafka returns at least one whole batch whatever we ask."""
+    sp = slot.partition
+    behind_end = sp.speo + 1 - offset if offset <= sp.speo else 0  # re-available records to re-read
+    records = behind_end + sp.free_locks
+    if not slot.bytes_per_record:
+        return max(_MIN_READ, min(budget.bytes, _FIRST_READ))
+    wanted = int(records * slot.bytes_per_record * 1.25)
+    return max(_MIN_READ, min(budget.bytes, wanted))
 
 
 @dataclass

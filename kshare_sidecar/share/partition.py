@@ -121,6 +121,11 @@ class SharePartition:
         """KIP-1226 share-partition lag: HWM - SPSO - delivery complete count (never negative)."""
         return max(0, high_watermark - self._spso - self._terminal)
 
+    @property
+    def free_locks(self) -> int:
+        """Records the window may still grow by before max_record_locks (0 when full)."""
+        return max(0, self._cap - (self._end - self._spso))
+
     def can_acquire(self) -> bool:
         """Whether a fetch could acquire anything (re-available records, or room to grow the window)."""
         return self._available > 0 or self._end - self._spso < self._cap
