@@ -97,6 +97,7 @@ class KafkaBroker:
         self.keep_dir = bool(os.environ.get("KSHARE_KEEP_BROKER_DIR")) if keep_dir is None else keep_dir
         self.port = 0
         self.controller_port = 0
+        self.cluster_id: str | None = None  # set by multibroker.KafkaCluster: one id for every node
         self.workdir: Path | None = None
         self.startup_seconds: float | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -217,7 +218,8 @@ class KafkaBroker:
 
     def _launch(self, java: str, libs: Path) -> None:
         assert self.workdir is not None
-        self.port, self.controller_port = free_port(), free_port()
+        if not (self.port and self.controller_port):  # a cluster node (multibroker.py) has its ports
+            self.port, self.controller_port = free_port(), free_port()
         config = self.workdir / "server.properties"
         config.write_text("".join(f"{k}={v}\n" for k, v in self._properties().items()))
         if self.major >= 4:
@@ -225,7 +227,8 @@ class KafkaBroker:
         else:
             (self.workdir / "log4j.properties").write_text(_LOG4J1)
         base = self._java(java, libs)
-        format_cmd = base + ["kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(config)]
+        format_cmd = base + ["kafka.tools.StorageTool", "format", "-t", self.cluster_id or _cluster_id(), "-c",
+                             str(config)]
         if self.share_groups:
             format_cmd += ["--feature", "share.version=1"]
         fmt = subprocess.run(format_cmd, capture_output=True, text=True, timeout=120)

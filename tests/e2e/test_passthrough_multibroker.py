@@ -1,0 +1,98 @@
+"""Pass-through in front of a 3-broker Kafka 3.9 cluster: requests that span partition leaders are
+split and merged, group and transaction requests reach their coordinators — with third-party
+clients bootstrapped to the sidecar only (confluent-kafka producer, consumers, admin, share
+consumer)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+
+from kshare_sidecar.testing.multibroker import KafkaCluster
+from tests.e2e.conftest import SidecarProcess
+from tests.support import share_consume, unique
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(420)]
+
+PARTITIONS, RECORDS = 6, 3000
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with KafkaCluster("3.9", brokers=3) as c:
+        yield c
+
+
+def _consume(bootstrap: str, topic: str, want: int, **conf) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("mb-g"), "auto.offset.reset": "earliest",
+                         **conf})
+    consumer.subscribe([topic])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 90
+    while len(got) < want and time.monotonic() < deadline:
+        m = consumer.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append(m.value())
+    quiet = time.monotonic() + 2
+    while time.monotonic() < quiet:
+        m = consumer.poll(0.2)
+        if m is not None and m.error() is None:
+            got.append(m.value())
+    consumer.commit(asynchronous=False) if got else None
+    consumer.close()
+    return got
+
+
+def test_split_and_merged_requests_across_three_brokers(cluster, tmp_path):
+    sc = SidecarProcess(cluster.bootstrap, tmp_path / "sidecar.log").start()
+    try:
+        admin = AdminClient({"bootstrap.servers": sc.bootstrap})
+        topic, txn_topic = unique("mb"), unique("mb-txn")
+        for f in admin.create_topics([NewTopic(topic, PARTITIONS, 1), NewTopic(txn_topic, 3, 1)]).values():
+            f.result(60)
+        deadline = time.monotonic() + 30
+        while not {topic, txn_topic} <= set(admin.list_topics(timeout=10).topics):
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        leaders = {p.leader for p in AdminClient({"bootstrap.servers": cluster.bootstrap})
+                   .list_topics(topic, timeout=10).topics[topic].partitions.values()}
+        assert len(leaders) >= 2, f"the backend put every partition on one broker: {leaders}"
+
+        values = [b"mb-%d" % i for i in range(RECORDS)]
+        producer = Producer({"bootstrap.servers": sc.bootstrap, "linger.ms": 10})
+        for i, v in enumerate(values):
+            producer.produce(topic, v, partition=i % PARTITIONS)
+        assert producer.flush(60) == 0
+
+        offsets = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in range(PARTITIONS)})
+        assert sum(f.result(30).offset for f in offsets.values()) == RECORDS
+
+        assert sorted(_consume(sc.bootstrap, topic, RECORDS)) == sorted(values)
+
+        txn = Producer({"bootstrap.servers": sc.bootstrap, "transactional.id": unique("mb-tx")})
+        txn.init_transactions(60)
+        for outcome in ("commit", "abort"):
+            txn.begin_transaction()
+            for i in range(90):
+                txn.produce(txn_topic, f"{outcome}-{i}".encode(), partition=i % 3)
+            txn.flush(30)
+            (txn.commit_transaction if outcome == "commit" else txn.abort_transaction)(60)
+        committed = _consume(sc.bootstrap, txn_topic, 90, **{"isolation.level": "read_committed"})
+        assert sorted(committed) == sorted(f"commit-{i}".encode() for i in range(90))
+
+        got = share_consume(sc.bootstrap, unique("mb-share"), topic, RECORDS, timeout_s=120,
+                            extra={"share.acknowledgement.mode": "implicit"})
+        assert {v for v, _ in got} == set(values)
+
+        deleted = admin.delete_records([TopicPartition(topic, p, 10) for p in range(PARTITIONS)])
+        for f in deleted.values():
+            f.result(30)
+        earliest = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.earliest() for p in range(PARTITIONS)})
+        assert {f.result(30).offset for f in earliest.values()} == {10}
+        log = sc.log_path.read_text(errors="replace")
+    finally:
+        sc.stop()
+    assert "Traceback" not in log
