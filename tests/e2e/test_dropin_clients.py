@@ -207,3 +207,30 @@ def test_unknown_group_errors_come_from_the_backend(sidecar):
     with pytest.raises(KafkaException) as exc:
         deleted.result(30)
     assert exc.value.args[0].name() == "GROUP_ID_NOT_FOUND"
+
+
+def test_consumer_protocol_group_through_a_sidecar_on_kafka_4(native_kafka, tmp_path):
+    """KIP-848 (`group.protocol=consumer`) needs a backend that has it: kshare in front of Kafka 4.3
+    forwards ConsumerGroupHeartbeat to the backend's coordinator."""
+    from tests.e2e.conftest import SidecarProcess
+
+    sc = SidecarProcess(native_kafka.bootstrap, tmp_path / "sidecar.log").start()
+    try:
+        admin = AdminClient({"bootstrap.servers": sc.bootstrap})
+        topic = _name("dropin-848")
+        _create(admin, topic, 2)
+        values = [b"k%d" % i for i in range(100)]
+        _produce(sc.bootstrap, topic, values)
+        consumer = Consumer({"bootstrap.servers": sc.bootstrap, "group.id": _name("g848"),
+                             "group.protocol": "consumer", "auto.offset.reset": "earliest"})
+        consumer.subscribe([topic])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while len(got) < len(values) and time.monotonic() < deadline:
+            m = consumer.poll(0.5)
+            if m is not None and m.error() is None:
+                got.append(m.value())
+        consumer.close()
+        assert sorted(got) == sorted(values)
+    finally:
+        sc.stop()
