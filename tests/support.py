@@ -56,3 +56,13 @@ def share_consume(bootstrap: str, group: str, topic: str, expected: int, *, time
     finally:
         consumer.close()
     return got
+
+
+def table(output: str, header_first: str) -> list[dict[str, str]]:
+    """Rows of a whitespace-aligned table (Kafka's tools) whose header line starts with ``header_first``."""
+    lines = [line for line in output.splitlines() if line.strip()]
+    for i, line in enumerate(lines):
+        if line.startswith(header_first):
+            names = line.split()
+            return [dict(zip(names, row.split())) for row in lines[i + 1:] if len(row.split()) >= len(names)]
+    return []

@@ -34,9 +34,10 @@ from ..log.brokerconn import BrokerConn, BrokerConnError
 from ..ratelog import backend_failures
 from ..wire import codec
 from ..wire.errors import CloseConnection
+from . import produce
 from . import reserved as reserved_keys
 from . import routes
-from .reserved import Reserved, produce_topics
+from .reserved import Reserved
 from .pool import GROUP_KEY, TXN_KEY, BackendPool, BackendUnavailable, CoordinatorError, Upstream, decode, encode
 
 log = logging.getLogger("kshare.forward")
@@ -112,7 +113,7 @@ class Forwarder:
         if kind in (routes.Route.GROUP, routes.Route.TXN):
             return await self._to_coordinator(up, frame, api_key, version, kind, spec, release)
         node = single if single is not None else self.pool.any_node()
-        expect = not (api_key == _PRODUCE and _produce_acks(frame, version) == 0)
+        expect = not (api_key == _PRODUCE and produce.acks(frame, version) == 0)
         return await self._raw(up.conn(node), frame, release, expect=expect)
 
     async def _raw(self, conn: BrokerConn, frame: bytes, release: Callable[[], None], *,
@@ -239,7 +240,7 @@ class Forwarder:
         reserved = self.reserved
         assert reserved is not None
         if api_key == _PRODUCE:
-            return any(reserved.topic(n) for n in produce_topics(frame, version))
+            return any(reserved.topic(n) for n in produce.topic_names(frame, version))
         if api_key in _GUARDED:
             body = codec.decode_request(frame).body
             if reserved.refused(api_key, version, body) is not None:
@@ -319,41 +320,3 @@ def _sessionless(body: Any) -> Any:
     if "forgotten_topics_data" in names:
         changes["forgotten_topics_data"] = ()
     return dataclasses.replace(body, **changes) if changes else body
-
-
-def _produce_acks(frame: bytes, version: int) -> int:
-    """Produce's ``acks`` read from the frame without decoding the records after it."""
-    pos = 8
-    n = int.from_bytes(frame[pos:pos + 2], "big", signed=True)  # client_id (never compact)
-    pos += 2 + max(n, 0)
-    flexible = version >= 9
-    if flexible:
-        pos = _skip_tags(frame, pos)
-    if version >= 3:  # transactional_id
-        if flexible:
-            length, pos = _uvarint(frame, pos)
-            pos += max(length - 1, 0)
-        else:
-            n = int.from_bytes(frame[pos:pos + 2], "big", signed=True)
-            pos += 2 + max(n, 0)
-    return int.from_bytes(frame[pos:pos + 2], "big", signed=True)
-
-
-def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-
-
-def _skip_tags(buf: bytes, pos: int) -> int:
-    count, pos = _uvarint(buf, pos)
-    for _ in range(count):
-        _, pos = _uvarint(buf, pos)
-        size, pos = _uvarint(buf, pos)
-        pos += size
-    return pos

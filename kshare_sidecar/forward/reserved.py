@@ -10,8 +10,8 @@ INVALID_TOPIC_EXCEPTION for writes, UNKNOWN_TOPIC_OR_PARTITION where the topic i
 not in Metadata), TRANSACTIONAL_ID_AUTHORIZATION_FAILED for the ids. Reads (Fetch, ListOffsets)
 are not refused: they cannot change state, and the topic is hidden from Metadata anyway.
 
-Produce is checked on the raw path by walking the frame for topic names only (records are
-skipped by length, never copied); the admin APIs are small and decoded.
+Produce is checked on the raw path by walking the frame for topic names only (``produce.py``:
+records are skipped by length, never copied); the admin APIs are small and decoded.
 """
 
 from __future__ import annotations
@@ -64,56 +64,3 @@ class Reserved:
             if any(self.topic(n) for n in names):
                 return ErrorCode.invalid_topic_exception
         return None
-
-
-def produce_topics(frame: bytes, version: int) -> list[str]:
-    """The topic names of a Produce request frame, without decoding (or copying) its records."""
-    from .forwarder import _skip_tags, _uvarint
-
-    pos = 8
-    n = int.from_bytes(frame[pos:pos + 2], "big", signed=True)  # client_id (never compact)
-    pos += 2 + max(n, 0)
-    flexible = version >= 9
-    if flexible:
-        pos = _skip_tags(frame, pos)
-    if version >= 3:  # transactional_id
-        if flexible:
-            length, pos = _uvarint(frame, pos)
-            pos += max(length - 1, 0)
-        else:
-            n = int.from_bytes(frame[pos:pos + 2], "big", signed=True)
-            pos += 2 + max(n, 0)
-    pos += 2 + 4  # acks, timeout
-    names: list[str] = []
-    count, pos = _count(frame, pos, flexible)
-    for _ in range(count):
-        if flexible:
-            length, pos = _uvarint(frame, pos)
-            length -= 1
-        else:
-            length = int.from_bytes(frame[pos:pos + 2], "big", signed=True)
-            pos += 2
-        names.append(bytes(frame[pos:pos + length]).decode("utf-8", "replace"))
-        pos += length
-        parts, pos = _count(frame, pos, flexible)
-        for _ in range(parts):
-            pos += 4  # index
-            if flexible:
-                size, pos = _uvarint(frame, pos)
-                pos += max(size - 1, 0)
-                pos = _skip_tags(frame, pos)
-            else:
-                size = int.from_bytes(frame[pos:pos + 4], "big", signed=True)
-                pos += 4 + max(size, 0)
-        if flexible:
-            pos = _skip_tags(frame, pos)
-    return names
-
-
-def _count(frame: bytes, pos: int, flexible: bool) -> tuple[int, int]:
-    from .forwarder import _uvarint
-
-    if flexible:
-        n, pos = _uvarint(frame, pos)
-        return max(n - 1, 0), pos
-    return max(int.from_bytes(frame[pos:pos + 4], "big", signed=True), 0), pos + 4

@@ -46,6 +46,17 @@ def _produce(bootstrap: str, topic: str, values: list[bytes], **conf) -> None:
     assert producer.flush(60) == 0 and not failed, failed[:3]
 
 
+def _poll(consumer: Consumer, topic: str, want: int, timeout: float = 60) -> list[bytes]:
+    consumer.subscribe([topic])
+    got: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < want and time.monotonic() < deadline:
+        m = consumer.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append(m.value())
+    return got
+
+
 def _share_consume(bootstrap: str, group: str, topic: str, want: int, timeout: float = 60) -> list[bytes]:
     consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group})
     consumer.subscribe([topic])
@@ -119,7 +130,8 @@ def test_transactions_and_a_read_committed_share_group(sidecar):
         (producer.commit_transaction if outcome == "commit" else producer.abort_transaction)(60)
 
     seen = _share_consume(sidecar.bootstrap, group, topic, want=100)
-    assert sorted(seen) == sorted([f"commit-{i}".encode() for i in range(50)] * 2)  # two committed txns
+    assert len(seen) >= 100  # two committed transactions of the same 50 values
+    assert set(seen) == {f"commit-{i}".encode() for i in range(50)}  # nothing aborted
 
 
 def test_consumer_groups_and_share_groups_side_by_side(sidecar):
@@ -131,20 +143,15 @@ def test_consumer_groups_and_share_groups_side_by_side(sidecar):
 
     consumer = Consumer({"bootstrap.servers": sidecar.bootstrap, "group.id": plain,
                          "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe([topic])
-    got: list[bytes] = []
-    deadline = time.monotonic() + 60
-    while len(got) < len(values) and time.monotonic() < deadline:
-        m = consumer.poll(0.5)
-        if m is not None and m.error() is None:
-            got.append(m.value())
+    got = _poll(consumer, topic, len(values))
     committed = consumer.commit(asynchronous=False)
     consumer.close()
     assert sorted(got) == sorted(values)
     assert sum(tp.offset for tp in committed) == len(values)
 
     _set_group_configs(admin, share, {"share.auto.offset.reset": "earliest"})
-    assert sorted(_share_consume(sidecar.bootstrap, share, topic, want=len(values))) == sorted(values)
+    # a share group delivers at least once: a record whose lock expires on a loaded machine comes again
+    assert set(_share_consume(sidecar.bootstrap, share, topic, want=len(values))) == set(values)
 
     listed = run_java_tool(GROUPS_COMMAND, ["--bootstrap-server", sidecar.bootstrap, "--list"])
     assert listed.returncode == 0, listed.output
@@ -198,7 +205,7 @@ def test_a_producer_with_its_own_backend_bootstrap_still_works(sidecar, kafka_39
     _create(admin, topic, 1)
     _set_group_configs(admin, group, {"share.auto.offset.reset": "earliest"})
     _produce(kafka_39.bootstrap, topic, [b"d%d" % i for i in range(20)])
-    assert sorted(_share_consume(sidecar.bootstrap, group, topic, want=20)) == sorted(b"d%d" % i for i in range(20))
+    assert set(_share_consume(sidecar.bootstrap, group, topic, want=20)) == {b"d%d" % i for i in range(20)}
 
 
 def test_unknown_group_errors_come_from_the_backend(sidecar):
@@ -223,13 +230,7 @@ def test_consumer_protocol_group_through_a_sidecar_on_kafka_4(native_kafka, tmp_
         _produce(sc.bootstrap, topic, values)
         consumer = Consumer({"bootstrap.servers": sc.bootstrap, "group.id": _name("g848"),
                              "group.protocol": "consumer", "auto.offset.reset": "earliest"})
-        consumer.subscribe([topic])
-        got: list[bytes] = []
-        deadline = time.monotonic() + 60
-        while len(got) < len(values) and time.monotonic() < deadline:
-            m = consumer.poll(0.5)
-            if m is not None and m.error() is None:
-                got.append(m.value())
+        got = _poll(consumer, topic, len(values))
         consumer.close()
         assert sorted(got) == sorted(values)
     finally:

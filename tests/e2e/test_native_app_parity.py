@@ -16,19 +16,11 @@ from confluent_kafka import Producer, ShareConsumer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 
 from kshare_sidecar.testing.tools import run_share_groups
+from tests.support import table
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 RECORDS = 200
-
-
-def _table(output: str, first: str) -> list[dict[str, str]]:
-    lines = [line for line in output.splitlines() if line.strip()]
-    for i, line in enumerate(lines):
-        if line.startswith(first):
-            names = line.split()
-            return [dict(zip(names, row.split())) for row in lines[i + 1:] if len(row.split()) >= len(names)]
-    return []
 
 
 def application(bootstrap: str) -> dict:
@@ -68,7 +60,7 @@ def application(bootstrap: str) -> dict:
     seen["consumed"] = sorted(values)
 
     def describe() -> list[dict[str, str]] | None:
-        rows = _table(run_share_groups(bootstrap, "--describe", "--group", group, "--offsets").stdout, "GROUP")
+        rows = table(run_share_groups(bootstrap, "--describe", "--group", group, "--offsets").stdout, "GROUP")
         settled = rows and all(r["LAG"].isdigit() for r in rows)  # "-": not known yet
         return rows if settled and sum(int(r["LAG"]) for r in rows) == 0 else None
 
@@ -79,7 +71,7 @@ def application(bootstrap: str) -> dict:
     # START-OFFSET is not compared: after everything is acknowledged Kafka 4.3 may still show 0
     # there (its persisted SPSO lags) while kshare shows the end offset; the lag is what tools use.
     seen["describe offsets"] = sorted((r["TOPIC"] == topic, r["PARTITION"], r["LAG"]) for r in rows or [])
-    state = _table(run_share_groups(bootstrap, "--describe", "--group", group, "--state").stdout, "GROUP")
+    state = table(run_share_groups(bootstrap, "--describe", "--group", group, "--state").stdout, "GROUP")
     seen["state"] = [(r["STATE"], r.get("#MEMBERS")) for r in state]
 
     admin.delete_topics([topic], operation_timeout=30)[topic].result(60)

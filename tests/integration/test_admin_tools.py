@@ -16,7 +16,7 @@ import pytest
 
 from kshare_sidecar.testing.tools import SidecarThread, run_configs, run_share_groups
 from tests.integration.test_admin import consume_acking, wait_for
-from tests.support import create_topic, produce, unique
+from tests.support import create_topic, produce, table, unique
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(420),
               pytest.mark.skipif(not (shutil.which("java") and shutil.which("mvn")),
@@ -29,16 +29,6 @@ def sidecar(kafka_39):
                         "group.share.heartbeat.interval.ms": 1000, "group.share.assignment.interval.ms": 0}).start()
     yield sc
     sc.stop()
-
-
-def table(output: str, header_first: str) -> list[dict[str, str]]:
-    """Rows of a whitespace-aligned table whose header line starts with ``header_first``."""
-    lines = [line for line in output.splitlines() if line.strip()]
-    for i, line in enumerate(lines):
-        if line.startswith(header_first):
-            names = line.split()
-            return [dict(zip(names, row.split())) for row in lines[i + 1:] if len(row.split()) >= len(names)]
-    return []
 
 
 def test_kafka_configs_groups(sidecar, kafka_39):

@@ -14,7 +14,8 @@ from kio.schema.produce.v9.request import ProduceRequest as ProduceV9
 
 from kshare_sidecar.api import ApiRegistry, Dispatcher, NodeIdentity
 from kshare_sidecar.forward import forwardable, kio_range
-from kshare_sidecar.forward.forwarder import _produce_acks, _sessionless
+from kshare_sidecar.forward import produce
+from kshare_sidecar.forward.forwarder import _sessionless
 from kshare_sidecar.forward.routes import INTERNAL
 from kshare_sidecar.wire import codec
 from kshare_sidecar.wire.errors import MalformedFrame
@@ -30,7 +31,7 @@ def _payload(request, client_id="app") -> bytes:
 @pytest.mark.parametrize("client_id", [None, "", "a-client"])
 def test_produce_acks_is_read_without_decoding_records(cls, acks, txn, client_id):
     request = cls(transactional_id=txn, acks=acks, timeout=datetime.timedelta(seconds=1), topic_data=())
-    assert _produce_acks(_payload(request, client_id), cls.__version__) == acks
+    assert produce.acks(_payload(request, client_id), cls.__version__) == acks
 
 
 def test_kio_range_clamps_to_what_kio_knows():
@@ -108,7 +109,6 @@ def test_a_huge_array_count_is_refused_before_the_backend_sees_it():
 
 @pytest.mark.parametrize("cls", [ProduceV3, ProduceV9])
 def test_produce_topics_are_read_without_decoding_records(cls):
-    from kshare_sidecar.forward.reserved import produce_topics
     from kshare_sidecar.forward.routes import item_class
 
     topic_cls = item_class(cls, "topic_data")
@@ -117,7 +117,7 @@ def test_produce_topics_are_read_without_decoding_records(cls):
                                                              for i in range(3)))
                    for name in ("orders", "__kshare_state", "été"))
     request = cls(transactional_id="t", acks=-1, timeout=datetime.timedelta(seconds=1), topic_data=topics)
-    assert produce_topics(_payload(request), cls.__version__) == ["orders", "__kshare_state", "été"]
+    assert produce.topic_names(_payload(request), cls.__version__) == ["orders", "__kshare_state", "été"]
 
 
 def test_reserved_names_the_state_topic_and_writer_ids():

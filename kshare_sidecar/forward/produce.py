@@ -1,0 +1,89 @@
+"""What the forwarder needs from a Produce frame, read without decoding (or copying) its records.
+
+A Produce request carries megabytes of record batches behind a few header fields; routing needs
+only ``acks`` (acks=0 has no response) and the topic names (kshare's state topic is refused).
+Frames reach here after the bounds pre-pass, so every length read below is inside the frame.
+"""
+
+from __future__ import annotations
+
+_FIRST_FLEXIBLE = 9
+
+
+def acks(frame: bytes, version: int) -> int:
+    """The request's ``acks``."""
+    pos, _ = _after_transactional_id(frame, version)
+    return int.from_bytes(frame[pos:pos + 2], "big", signed=True)
+
+
+def topic_names(frame: bytes, version: int) -> list[str]:
+    """The request's topic names, in order; record batches are skipped by length."""
+    pos, flexible = _after_transactional_id(frame, version)
+    pos += 2 + 4  # acks, timeout
+    names: list[str] = []
+    count, pos = _count(frame, pos, flexible)
+    for _ in range(count):
+        if flexible:
+            length, pos = uvarint(frame, pos)
+            length -= 1
+        else:
+            length = int.from_bytes(frame[pos:pos + 2], "big", signed=True)
+            pos += 2
+        names.append(bytes(frame[pos:pos + length]).decode("utf-8", "replace"))
+        pos += length
+        parts, pos = _count(frame, pos, flexible)
+        for _ in range(parts):
+            pos += 4  # partition index
+            if flexible:
+                size, pos = uvarint(frame, pos)
+                pos = skip_tags(frame, pos + max(size - 1, 0))
+            else:
+                size = int.from_bytes(frame[pos:pos + 4], "big", signed=True)
+                pos += 4 + max(size, 0)
+        if flexible:
+            pos = skip_tags(frame, pos)
+    return names
+
+
+def _after_transactional_id(frame: bytes, version: int) -> tuple[int, bool]:
+    pos = 8  # api key, version, correlation id
+    n = int.from_bytes(frame[pos:pos + 2], "big", signed=True)  # client_id: never compact
+    pos += 2 + max(n, 0)
+    flexible = version >= _FIRST_FLEXIBLE
+    if flexible:
+        pos = skip_tags(frame, pos)
+    if version >= 3:  # transactional_id
+        if flexible:
+            length, pos = uvarint(frame, pos)
+            pos += max(length - 1, 0)
+        else:
+            n = int.from_bytes(frame[pos:pos + 2], "big", signed=True)
+            pos += 2 + max(n, 0)
+    return pos, flexible
+
+
+def _count(frame: bytes, pos: int, flexible: bool) -> tuple[int, int]:
+    if flexible:
+        n, pos = uvarint(frame, pos)
+        return max(n - 1, 0), pos
+    return max(int.from_bytes(frame[pos:pos + 4], "big", signed=True), 0), pos + 4
+
+
+def uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+
+
+def skip_tags(buf: bytes, pos: int) -> int:
+    count, pos = uvarint(buf, pos)
+    for _ in range(count):
+        _, pos = uvarint(buf, pos)
+        size, pos = uvarint(buf, pos)
+        pos += size
+    return pos
