@@ -41,8 +41,7 @@ def _consume(bootstrap: str, topic: str, want: int, **conf) -> list[bytes]:
         m = consumer.poll(0.2)
         if m is not None and m.error() is None:
             got.append(m.value())
-    consumer.commit(asynchronous=False) if got else None
-    consumer.close()
+    consumer.close()  # auto-commit: the offsets go to the group coordinator through the sidecar
     return got
 
 
@@ -57,8 +56,14 @@ def test_split_and_merged_requests_across_three_brokers(cluster, tmp_path):
         while not {topic, txn_topic} <= set(admin.list_topics(timeout=10).topics):
             assert time.monotonic() < deadline
             time.sleep(0.2)
-        leaders = {p.leader for p in AdminClient({"bootstrap.servers": cluster.bootstrap})
-                   .list_topics(topic, timeout=10).topics[topic].partitions.values()}
+        backend = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        deadline = time.monotonic() + 30
+        while True:  # every broker's metadata learns the new topic a moment after creation
+            parts = backend.list_topics(topic, timeout=10).topics[topic].partitions
+            leaders = {p.leader for p in parts.values() if p.leader >= 0}
+            if len(parts) == PARTITIONS and len(leaders) >= 2 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         assert len(leaders) >= 2, f"the backend put every partition on one broker: {leaders}"
 
         values = [b"mb-%d" % i for i in range(RECORDS)]
