@@ -9,7 +9,7 @@ from kshare_sidecar.assignors.model import (
     TopicMetadata,
     next_spec,
 )
-from kshare_sidecar.assignors.simple import SimpleAssignor, stable_member_hash
+from kshare_sidecar.assignors.simple import SimpleAssignor
 from kshare_sidecar.assignors.uniform import UniformAssignor
 
 __all__ = [
@@ -22,5 +22,4 @@ __all__ = [
     "TopicMetadata",
     "UniformAssignor",
     "next_spec",
-    "stable_member_hash",
 ]

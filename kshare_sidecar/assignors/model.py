@@ -80,7 +80,7 @@ class GroupAssignment:
 
 @runtime_checkable
 class Assignor(Protocol):
-    """A server-side share-group assignor. ``name`` is what ``group.share.assignors`` selects."""
+    """A server-side share-group assignor. ``name`` is what the ``assignor`` setting selects."""
 
     name: str
 

@@ -1,74 +1,97 @@
-"""KIP-932's SimpleAssignor, written from the KIP's description.
+"""Kafka's share-group ``SimpleAssignor`` (4.3): balance first, then stickiness.
 
-Per subscribed topic (topics in id order, partitions ascending, members in id order):
+Read from Kafka 4.3.1's ``SimpleHomogeneousAssignmentBuilder`` / ``SimpleHeterogeneousAssignment
+Builder`` (the KIP-932 hash-and-round-robin assignor of earlier releases was replaced by it, and
+share groups behave differently under churn with each). For a pool of P partitions and M members:
 
-1. every subscriber is hashed onto one partition: ``hash(member_id) % partition_count``;
-2. a partition nobody hashed to keeps the members it currently has (if they are still
-   subscribed); if it has none, it gets one member round-robin (the subscriber with the fewest
-   partitions of this topic so far, ties by fewest overall, then member id);
-3. a partition that hashing covers gets exactly its hashed members, so members placed there by
-   step 2 in an earlier round are dropped.
+- desired sharing S = ceil(M / P): how many members each partition gets (1 unless M > P);
+- member i's desired count = ceil(S·P/M·(i+1)) − ceil(S·P/M·i), so counts differ by at most one
+  and add up to S·P;
+- keep what members have (stickiness), but revoke partitions of topics they no longer subscribe
+  to, partitions beyond a member's desired count, and members beyond S on a partition;
+- hand the partitions short of S members to the members short of their count, cycling.
 
-The result is stable: feeding an assignment back as the current assignment reproduces it.
+When every member subscribes to the same topics the pool is all their partitions together;
+otherwise each topic is its own pool with its own subscribers. Members are numbered in member-id
+order and partitions taken in (topic id, partition) order: Kafka numbers them in its hash maps'
+iteration order, so *which* member gets the extra partition can differ from Kafka's; how many
+each gets, how partitions are shared and what is kept across a change are the same.
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Callable
+import math
 
-from kshare_sidecar.assignors.model import (
-    AssignmentSpec,
-    GroupAssignment,
-    add,
-    assignable_topics,
-    empty_assignment,
-)
+from kshare_sidecar.assignors.model import AssignmentSpec, GroupAssignment, add, empty_assignment
 
-HashFn = Callable[[str], int]
-
-
-def stable_member_hash(member_id: str) -> int:
-    """A process-independent 64-bit hash (Python's ``hash()`` is salted per process)."""
-    return int.from_bytes(hashlib.blake2b(member_id.encode(), digest_size=8).digest(), "big")
+Partition = tuple[str, int]
 
 
 class SimpleAssignor:
     name = "simple"
 
-    def __init__(self, hash_fn: HashFn | None = None):
-        self._hash = hash_fn or stable_member_hash
-
     def assign(self, spec: AssignmentSpec) -> GroupAssignment:
         result = empty_assignment(spec)
-        total: dict[str, int] = dict.fromkeys(spec.members, 0)
-        for topic_id, count, subscribers in assignable_topics(spec):
-            subscribed = set(subscribers)
-            hashed: dict[int, list[str]] = {}
-            for member in subscribers:
-                hashed.setdefault(self._hash(member) % count, []).append(member)
-            topic_load = dict.fromkeys(subscribers, 0)
-            target: dict[int, list[str]] = {}
-            for partition, members in hashed.items():
-                target[partition] = members
-                for m in members:
-                    topic_load[m] += 1
-            unhashed = [p for p in range(count) if p not in hashed]
-            needs_round_robin = []
-            for partition in unhashed:
-                kept = [m for m in spec.current_members(topic_id, partition) if m in subscribed]
-                if kept:
-                    target[partition] = kept
-                    for m in kept:
-                        topic_load[m] += 1
-                else:
-                    needs_round_robin.append(partition)
-            for partition in needs_round_robin:
-                member = min(subscribers, key=lambda m: (topic_load[m], total[m], m))
-                target[partition] = [member]
-                topic_load[member] += 1
-            for partition in sorted(target):
-                for m in target[partition]:
-                    add(result, m, topic_id, partition)
-                    total[m] += 1
+        members = sorted(spec.members)
+        subscriptions = {m: frozenset(t for t in spec.members[m].subscribed_topic_ids if t in spec.topics)
+                         for m in members}
+        if len(set(subscriptions.values())) == 1:  # homogeneous: one pool of every partition
+            topics = sorted(next(iter(subscriptions.values()))) if members else []
+            pools = [(topics, [m for m in members if subscriptions[m]])]
+        else:
+            topics_all = sorted({t for s in subscriptions.values() for t in s})
+            pools = [([t], [m for m in members if t in subscriptions[m]]) for t in topics_all]
+        for topics, subscribers in pools:
+            partitions = [(t, p) for t in topics for p in range(spec.topics[t].partition_count)]
+            if not partitions or not subscribers:
+                continue
+            current = {m: {(t, p) for t in topics for p in spec.members[m].assigned.get(t, ())
+                           if p < spec.topics[t].partition_count} for m in subscribers}
+            for member, owned in _balance(partitions, subscribers, current).items():
+                for topic_id, partition in owned:
+                    add(result, member, topic_id, partition)
         return GroupAssignment(result)
+
+
+def _balance(partitions: list[Partition], members: list[str],
+             current: dict[str, set[Partition]]) -> dict[str, set[Partition]]:
+    """One pool: Kafka's desired sharing and counts, current assignments kept where they fit."""
+    n_parts, n_members = len(partitions), len(members)
+    sharing = (n_members + n_parts - 1) // n_parts
+    precise = sharing * n_parts / n_members
+    desired = {m: math.ceil(precise * (i + 1)) - math.ceil(precise * i) for i, m in enumerate(members)}
+
+    owned = {m: sorted(current.get(m, ())) for m in members}
+    for m in members:  # revoke from members with more than their count (keep the lowest partitions)
+        owned[m] = owned[m][:desired[m]]
+    holders: dict[Partition, list[str]] = {p: [] for p in partitions}
+    for m in members:
+        for p in owned[m]:
+            holders[p].append(m)
+    for p in partitions:  # revoke members beyond the desired sharing of a partition
+        for m in holders[p][sharing:]:
+            owned[m].remove(p)
+        holders[p] = holders[p][:sharing]
+
+    # hand out what is short: one pass over the partitions, one cursor cycling over the members
+    # short of their count (Kafka's iterator runs on across partitions, so consecutive
+    # partitions go to different members)
+    ring = [m for m in members if len(owned[m]) < desired[m]]
+    cursor = 0
+    for p in partitions:
+        tried = 0
+        while len(holders[p]) < sharing and ring and tried < len(ring):
+            cursor %= len(ring)
+            m = ring[cursor]
+            if m in holders[p]:
+                cursor += 1
+                tried += 1
+                continue
+            holders[p].append(m)
+            owned[m].append(p)
+            tried = 0
+            if len(owned[m]) >= desired[m]:
+                ring.pop(cursor)  # the next member moves into this slot
+            else:
+                cursor += 1
+    return {m: set(owned[m]) for m in members}

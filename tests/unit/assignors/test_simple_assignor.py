@@ -1,91 +1,99 @@
-"""SimpleAssignor: the KIP-932 example table, reproduced step by step with an injected hash."""
+"""The built-in ``simple`` assignor computes Kafka 4.3.1's share SimpleAssignor (issue 22, item 3):
+balance (desired sharing, per-member counts differing by at most one) before stickiness."""
 
 from __future__ import annotations
 
-from kshare_sidecar.assignors import (
-    AssignmentSpec,
-    GroupAssignment,
-    MemberSpec,
-    SimpleAssignor,
-    TopicMetadata,
-    next_spec,
-)
+import math
 
-T1, T2 = "t1-id", "t2-id"
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kshare_sidecar.assignors import AssignmentSpec, MemberSpec, SimpleAssignor, TopicMetadata, next_spec
 
 
-def kip_hash(member_id: str) -> int:
-    """The table's "hash i" for member Mi: Mi lands on partition (i - 1) mod count."""
-    return int(member_id[1:]) - 1
+def _spec(members: dict[str, dict[str, set[int]] | None], partitions: dict[str, int],
+          subscriptions: dict[str, set[str]] | None = None) -> AssignmentSpec:
+    topics = {t: TopicMetadata(t, n) for t, n in partitions.items()}
+    subs = subscriptions or {m: set(partitions) for m in members}
+    return AssignmentSpec(members={m: MemberSpec(frozenset(subs[m]), assigned={
+        t: frozenset(ps) for t, ps in (a or {}).items()}) for m, a in members.items()}, topics=topics)
 
 
-def step(previous: GroupAssignment | None, subs: dict[str, set[str]], topics: dict[str, int]) -> GroupAssignment:
-    frozen = previous.frozen() if previous else {}
-    spec = AssignmentSpec(
-        members={m: MemberSpec(frozenset(t), assigned=frozen.get(m, {})) for m, t in subs.items()},
-        topics={t: TopicMetadata(name=t, partition_count=n) for t, n in topics.items()},
-    )
-    return SimpleAssignor(hash_fn=kip_hash).assign(spec)
+def _counts(result) -> dict[str, int]:
+    return {m: sum(len(ps) for ps in topics.values()) for m, topics in result.members.items()}
 
 
-def table(a: GroupAssignment) -> dict[str, set[str]]:
-    names = {T1: "T1", T2: "T2"}
-    return {m: {f"{names[t]}:{p}" for t, ps in tp.items() for p in ps} for m, tp in a.members.items()}
+def test_two_members_on_three_partitions_split_two_and_one():
+    result = SimpleAssignor().assign(_spec({"a": None, "b": None}, {"t": 3}))
+    assert sorted(_counts(result).values()) == [1, 2]
 
 
-def test_kip932_example_table():
-    a = step(None, {"M1": {T1}}, {T1: 1})
-    assert table(a) == {"M1": {"T1:0"}}
-
-    a = step(a, {"M1": {T1}, "M2": {T1}}, {T1: 1})
-    assert table(a) == {"M1": {"T1:0"}, "M2": {"T1:0"}}
-
-    # Add 3 partitions to T1: M2 moves to T1:1 (hash), T1:2 -> M1 and T1:3 -> M2 round-robin.
-    a = step(a, {"M1": {T1}, "M2": {T1}}, {T1: 4})
-    assert table(a) == {"M1": {"T1:0", "T1:2"}, "M2": {"T1:1", "T1:3"}}
-
-    # M3 joins: hashes onto T1:2, so M1's round-robin T1:2 is revoked; T1:3 stays with M2.
-    a = step(a, {"M1": {T1}, "M2": {T1}, "M3": {T1}}, {T1: 4})
-    assert table(a) == {"M1": {"T1:0"}, "M2": {"T1:1", "T1:3"}, "M3": {"T1:2"}}
-
-    a = step(a, {f"M{i}": {T1} for i in range(1, 5)}, {T1: 4})
-    assert table(a) == {"M1": {"T1:0"}, "M2": {"T1:1"}, "M3": {"T1:2"}, "M4": {"T1:3"}}
-
-    a = step(a, {f"M{i}": {T1} for i in range(1, 9)}, {T1: 4})
-    assert table(a) == {f"M{i}": {f"T1:{(i - 1) % 4}"} for i in range(1, 9)}
-
-    subs = {f"M{i}": {T1} for i in range(1, 9)}
-    subs["M1"] = {T1, T2}
-    a = step(a, subs, {T1: 4, T2: 2})
-    expected = {f"M{i}": {f"T1:{(i - 1) % 4}"} for i in range(1, 9)}
-    expected["M1"] = {"T1:0", "T2:0", "T2:1"}
-    assert table(a) == expected
-
-    a = step(a, {"M2": {T1}}, {T1: 4, T2: 2})
-    assert table(a) == {"M2": {"T1:0", "T1:1", "T1:2", "T1:3"}}
+def test_a_new_member_beside_a_dead_one_gets_half():
+    """The issue's churn case: natively the newcomer got 2 of 4 partitions (kshare's earlier
+    hash-based assignor gave it 1)."""
+    spec = _spec({"dead": {"t": {0, 1, 2, 3}}, "new": None}, {"t": 4})
+    result = SimpleAssignor().assign(spec)
+    assert _counts(result) == {"dead": 2, "new": 2}
+    assert result.members["dead"]["t"] <= {0, 1, 2, 3}  # the survivor keeps part of what it had
 
 
-def test_recomputation_is_stable():
-    spec = AssignmentSpec(
-        members={f"member-{i}": MemberSpec(frozenset({T1, T2})) for i in range(5)},
-        topics={T1: TopicMetadata("a", 12), T2: TopicMetadata("b", 3)},
-    )
-    first = SimpleAssignor().assign(spec)
-    again = SimpleAssignor().assign(next_spec(spec, first))
-    assert again.members == first.members
-    assert SimpleAssignor().assign(next_spec(spec, again)).members == first.members
+def test_more_members_than_partitions_share_each_partition_evenly():
+    result = SimpleAssignor().assign(_spec({m: None for m in "abc"}, {"t": 2}))
+    assert sorted(_counts(result).values()) == [1, 1, 2]  # sharing ceil(3/2)=2 → 4 assignments
+    assert all(len(result.members_of("t", p)) == 2 for p in range(2))
 
 
-def test_default_hash_is_process_independent():
-    from kshare_sidecar.assignors import stable_member_hash
-
-    # A fixed value: Python's salted hash() would differ between runs.
-    assert stable_member_hash("member-1") == stable_member_hash("member-1")
-    assert stable_member_hash("member-1") == int.from_bytes(
-        __import__("hashlib").blake2b(b"member-1", digest_size=8).digest(), "big")
+def test_homogeneous_pools_partitions_across_topics():
+    result = SimpleAssignor().assign(_spec({"a": None, "b": None}, {"t1": 1, "t2": 1}))
+    assert _counts(result) == {"a": 1, "b": 1}
 
 
-def test_unknown_topics_and_empty_groups():
-    spec = AssignmentSpec(members={"a": MemberSpec(frozenset({"missing"}))}, topics={T1: TopicMetadata("x", 2)})
-    assert SimpleAssignor().assign(spec).members == {"a": {}}
-    assert SimpleAssignor().assign(AssignmentSpec(members={}, topics={T1: TopicMetadata("x", 2)})).members == {}
+def test_heterogeneous_assigns_each_topic_to_its_subscribers():
+    spec = _spec({"a": None, "b": None, "c": None}, {"t1": 2, "t2": 3},
+                 {"a": {"t1"}, "b": {"t1", "t2"}, "c": {"t2"}})
+    result = SimpleAssignor().assign(spec)
+    assert set(result.members["a"]) <= {"t1"} and set(result.members["c"]) <= {"t2"}
+    assert len(result.members["a"].get("t1", ())) >= 1
+    for t, n in (("t1", 2), ("t2", 3)):
+        assert all(len(result.members_of(t, p)) == 1 for p in range(n))
+
+
+@st.composite
+def groups(draw):
+    n_parts = draw(st.integers(1, 12))
+    members = sorted(draw(st.sets(st.text("abcdefgh", min_size=1, max_size=3), min_size=1, max_size=10)))
+    current = {m: {"t": set(draw(st.sets(st.integers(0, n_parts - 1), max_size=4)))} for m in members}
+    return n_parts, members, current
+
+
+@settings(max_examples=300, deadline=None)
+@given(group=groups())
+def test_balance_sharing_and_stickiness_as_kafka_defines_them(group):
+    """A naive reading of Kafka's rules: at most S = ceil(M/P) members on a partition and at least
+    one; member counts differ by at most one; a stable assignment is a fixed point."""
+    n_parts, members, current = group
+    spec = _spec(current, {"t": n_parts})
+    result = SimpleAssignor().assign(spec)
+    sharing = math.ceil(len(members) / n_parts)
+    # Kafka's builder hands out with one cursor and stops when the only members still short of
+    # their count already hold the partition, so a partition may end below S (never above, never 0)
+    assert all(1 <= len(result.members_of("t", p)) <= sharing for p in range(n_parts))
+    counts = _counts(result)
+    assert sum(counts.values()) <= sharing * n_parts
+    assert max(counts.values()) - min(counts.values()) <= 1
+    # a stable assignment stays as it is
+    assert SimpleAssignor().assign(next_spec(spec, result)).members == result.members
+
+
+@settings(max_examples=200, deadline=None)
+@given(n_parts=st.integers(2, 12), n_members=st.integers(1, 11))
+def test_a_joining_member_moves_only_what_it_takes(n_parts, n_members):
+    """Stickiness: when a member joins a balanced group (members ≤ partitions), every old member
+    keeps as many of its partitions as its new count allows — partitions move only to the joiner."""
+    members = [f"m{i:02d}" for i in range(min(n_members, n_parts - 1))]
+    before = SimpleAssignor().assign(_spec({m: None for m in members}, {"t": n_parts}))
+    grown = next_spec(_spec({**{m: None for m in members}, "zz-new": None}, {"t": n_parts}), before)
+    after = SimpleAssignor().assign(grown)
+    for m in members:
+        old, new = before.members[m].get("t", set()), after.members[m].get("t", set())
+        assert len(old & new) == min(len(old), len(new)), (m, old, new)
