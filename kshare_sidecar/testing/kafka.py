@@ -98,6 +98,7 @@ class KafkaBroker:
         self.port = 0
         self.controller_port = 0
         self.cluster_id: str | None = None  # set by multibroker.KafkaCluster: one id for every node
+        self.format_args: list[str] = []  # extra `kafka-storage format` arguments
         self.workdir: Path | None = None
         self.startup_seconds: float | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -231,6 +232,7 @@ class KafkaBroker:
                              str(config)]
         if self.share_groups:
             format_cmd += ["--feature", "share.version=1"]
+        format_cmd += self.format_args  # e.g. --add-scram for SCRAM users (tests/e2e/test_secured_backend.py)
         fmt = subprocess.run(format_cmd, capture_output=True, text=True, timeout=120)
         if fmt.returncode != 0:
             tail = " | ".join((fmt.stdout + fmt.stderr).strip().splitlines()[-3:])

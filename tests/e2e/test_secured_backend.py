@@ -1,12 +1,15 @@
 """The sidecar against a backend that requires SASL (issue 16, backend side): share consumption and
 pass-through both authenticate; wrong credentials fail start-up with one clear line and the secret
-never reaches the log. Kafka 3.9 with a SASL_PLAINTEXT/PLAIN listener beside its plaintext one
-(which the harness's readiness probe uses). TLS towards the backend is not covered here yet."""
+never reaches the log. Kafka 3.9 with, beside its plaintext listener (which the harness's
+readiness probe uses), a SASL_PLAINTEXT listener (PLAIN) and a SASL_SSL listener (SCRAM-SHA-512,
+users created at format time, a certificate from a CA this test makes with openssl)."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
@@ -22,24 +25,57 @@ JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required userna
         f'password="admin-secret" user_admin="admin-secret" user_kshare="{PASSWORD}";')
 
 
+def make_ca_and_server_cert(directory: Path) -> tuple[Path, Path]:
+    """A CA and a server certificate for 127.0.0.1/localhost (PEM): (ca.pem, key+chain for Kafka)."""
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True, timeout=60)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=kshare-test-ca",
+        "-keyout", "ca.key", "-out", "ca.pem")
+    run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-keyout", "server.key",
+        "-out", "server.csr")
+    (directory / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    run("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+        "-days", "2", "-extfile", "san.ext", "-out", "server.pem")
+    run("pkcs8", "-topk8", "-nocrypt", "-in", "server.key", "-out", "server.pk8")
+    keystore = directory / "server-keystore.pem"
+    keystore.write_text((directory / "server.pk8").read_text() + (directory / "server.pem").read_text())
+    return directory / "ca.pem", keystore
+
+
 class SaslBroker(KafkaBroker):
-    """Kafka with an extra SASL_PLAINTEXT listener (PLAIN users admin and kshare)."""
+    """Kafka with a SASL_PLAINTEXT listener (PLAIN users admin, kshare) and a SASL_SSL listener
+    (SCRAM-SHA-512 user kshare)."""
 
     sasl_port = 0
+    ssl_port = 0
+    keystore: Path | None = None
 
     def _properties(self) -> dict[str, str]:
         props = super()._properties()
         self.sasl_port = self.sasl_port or free_port()
-        props["listeners"] += f",SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}"
-        props["advertised.listeners"] += f",SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}"
-        props["listener.security.protocol.map"] += ",SASL_PLAINTEXT:SASL_PLAINTEXT"
-        props["sasl.enabled.mechanisms"] = "PLAIN"
+        self.ssl_port = self.ssl_port or free_port()
+        props["listeners"] += (f",SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}"
+                               f",SASL_SSL://127.0.0.1:{self.ssl_port}")
+        props["advertised.listeners"] += (f",SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}"
+                                          f",SASL_SSL://127.0.0.1:{self.ssl_port}")
+        props["listener.security.protocol.map"] += ",SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
+        props["listener.name.sasl_plaintext.sasl.enabled.mechanisms"] = "PLAIN"
+        props["listener.name.sasl_ssl.sasl.enabled.mechanisms"] = "SCRAM-SHA-512"
         props["listener.name.sasl_plaintext.plain.sasl.jaas.config"] = JAAS
+        props["listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config"] = \
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        props["listener.name.sasl_ssl.ssl.keystore.type"] = "PEM"
+        props["listener.name.sasl_ssl.ssl.keystore.location"] = str(self.keystore)
         return props
 
     @property
     def sasl_bootstrap(self) -> str:
         return f"127.0.0.1:{self.sasl_port}"
+
+    @property
+    def ssl_bootstrap(self) -> str:
+        return f"127.0.0.1:{self.ssl_port}"
 
 
 def _env(password: str) -> dict[str, str]:
@@ -48,9 +84,52 @@ def _env(password: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def sasl_broker():
-    with SaslBroker("3.9") as broker:
+def certs(tmp_path_factory) -> tuple[Path, Path]:
+    if not shutil.which("openssl"):
+        pytest.skip("openssl is needed to make the test CA")
+    return make_ca_and_server_cert(tmp_path_factory.mktemp("certs"))
+
+
+@pytest.fixture(scope="module")
+def sasl_broker(certs):
+    broker = SaslBroker("3.9")
+    broker.keystore = certs[1]
+    broker.format_args = ["--add-scram", f"SCRAM-SHA-512=[name=kshare,password={PASSWORD}]"]
+    with broker:
         yield broker
+
+
+def test_sasl_ssl_with_scram_and_a_private_ca(sasl_broker, certs, tmp_path):
+    """TLS (the broker's certificate checked against the test CA, host name verified) + SCRAM."""
+    topic, group = unique("scram"), unique("scram-g")
+    create_topic(sasl_broker.bootstrap, topic, 1)
+    env = {**_env(PASSWORD), "KSHARE_BACKEND_SECURITY_PROTOCOL": "SASL_SSL",
+           "KSHARE_BACKEND_SASL_MECHANISM": "SCRAM-SHA-512", "KSHARE_BACKEND_SSL_TRUSTSTORE_LOCATION": str(certs[0])}
+    sc = SidecarProcess(sasl_broker.ssl_bootstrap, tmp_path / "sidecar.log", env=env).start()
+    try:
+        producer = Producer({"bootstrap.servers": sc.bootstrap})
+        for i in range(50):
+            producer.produce(topic, b"tls%d" % i)
+        assert producer.flush(60) == 0
+        got = share_consume(sc.bootstrap, group, topic, 50, timeout_s=90)
+        assert {v for v, _ in got} == {b"tls%d" % i for i in range(50)}
+        log = sc.log_path.read_text(errors="replace")
+    finally:
+        sc.stop()
+    assert PASSWORD not in log and "Traceback" not in log
+
+
+def test_an_untrusted_certificate_fails_start_up(sasl_broker, tmp_path):
+    """Without the test CA the broker's certificate is not trusted: start-up fails, one line."""
+    env = {**__import__("os").environ, **_env(PASSWORD), "KSHARE_BACKEND_SECURITY_PROTOCOL": "SASL_SSL",
+           "KSHARE_BACKEND_SASL_MECHANISM": "SCRAM-SHA-512"}
+    proc = subprocess.run([sys.executable, "-m", "kshare_sidecar.cli", "sidecar", "run", "--bootstrap-server",
+                           sasl_broker.ssl_bootstrap, "--listen", f"127.0.0.1:{free_port()}"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output[-2000:]
+    assert "start-up failed" in output, output[-2000:]
+    assert PASSWORD not in output
 
 
 def test_share_consume_and_pass_through_over_sasl(sasl_broker, tmp_path):
