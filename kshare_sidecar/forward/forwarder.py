@@ -217,9 +217,11 @@ class Forwarder:
                 fut = await conn.send(encode(body, client_id), expect_response=expect)
                 answer = await fut
                 return None if answer is None else decode(api_key, version, answer)
-            except (BrokerConnError, TimeoutError):
+            except (BrokerConnError, TimeoutError) as exc:
                 if spec is None:
                     raise
+                failures.log(f"forward-part-{api_key}", logging.WARNING, "api key %d v%d: part for broker %d "
+                             "failed, answered NOT_LEADER_OR_FOLLOWER: %s", api_key, version, node, exc)
                 self.pool.forget_leaders()
                 return routes.partition_error_response(decoded.response_class, body, spec,
                                                        ErrorCode.not_leader_or_follower)

@@ -218,7 +218,7 @@ class TopicPersister(BasePersister):
             log.warning("state topic %r has %d partitions (configured %d): using %d; the partition count "
                         "of an existing state topic must never change", self.topic, count, self.partitions, count)
             self.partitions = count
-        policy = await self._cleanup_policy()
+        policy = await self._cleanup_policy_when_known()
         if policy != "compact":
             raise StateTopicMisconfiguredError(
                 f"state topic {self.topic!r} exists with cleanup.policy={policy!r}, but kshare keeps share-group "
@@ -226,6 +226,19 @@ class TopicPersister(BasePersister):
                 f"would be lost). Fix: kafka-configs.sh --bootstrap-server <backend> --alter --entity-type topics "
                 f"--entity-name {self.topic} --add-config cleanup.policy=compact  (or: rpk topic alter-config "
                 f"{self.topic} --set cleanup.policy=compact), or configure another state topic name.")
+
+    async def _cleanup_policy_when_known(self) -> str:
+        """The state topic's cleanup.policy. On a multi-broker backend the broker the admin client
+        asks may learn of a topic created a moment ago only after a metadata round: UNKNOWN_TOPIC
+        is retried until the request timeout (a start-up race, seen with three brokers)."""
+        deadline = time.monotonic() + self.request_timeout_ms / 1000
+        while True:
+            try:
+                return await self._cleanup_policy()
+            except _UnknownStateTopic:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
 
     async def _cleanup_policy(self) -> str:
         assert self._admin is not None
@@ -235,8 +248,9 @@ class TopicPersister(BasePersister):
             for resource in response.resources:
                 error_code, error_message, _type, _name, entries = resource[:5]
                 if error_code:
-                    raise BackendWriteError(f"cannot read configs of state topic {self.topic!r}: "
-                                            f"{for_code(error_code).__name__} {error_message or ''}")
+                    cls = _UnknownStateTopic if error_code == UNKNOWN_TOPIC_OR_PARTITION else BackendWriteError
+                    raise cls(f"cannot read configs of state topic {self.topic!r}: "
+                              f"{for_code(error_code).__name__} {error_message or ''}")
                 for entry in entries:
                     if entry[0] == "cleanup.policy":
                         return ",".join(part.strip() for part in (entry[1] or "").split(","))
@@ -401,3 +415,10 @@ class TopicPersister(BasePersister):
     async def _close(self) -> None:
         producers, self._producers = self._producers, {}
         await asyncio.gather(*(p.stop() for p in producers.values()), return_exceptions=True)
+
+
+class _UnknownStateTopic(BackendWriteError):
+    """The broker asked does not know the state topic (yet)."""
+
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
