@@ -1,7 +1,8 @@
 """pytest fixtures for real brokers, registered through the ``pytest11`` entry point.
 
 Any project with kshare-sidecar installed gets ``kafka_39`` (a backend without share groups),
-``kafka_4`` (native KIP-932 share groups) and ``redpanda`` (Docker only) as session fixtures.
+``kafka_4`` (native KIP-932 share groups) and ``redpanda`` (Docker only) as session fixtures, and
+``kafka_39_cluster3`` (three 3.9 brokers, module-scoped) for multi-broker routing.
 Start-up times are printed in the terminal summary.
 """
 
@@ -40,6 +41,23 @@ def kafka_39() -> Iterator[Cluster]:
 def kafka_4() -> Iterator[Cluster]:
     """Apache Kafka 4.x with share groups enabled: the native reference."""
     yield from _provide(kafka_cluster, "4")
+
+
+@pytest.fixture(scope="module")
+def kafka_39_cluster3():
+    """Three Kafka 3.9 KRaft nodes (:class:`~kshare_sidecar.testing.multibroker.KafkaCluster`),
+    module-scoped: three JVMs are not kept alive for the whole session, and fault tests may kill
+    nodes (``cluster.nodes[i].kill()``)."""
+    from .multibroker import KafkaCluster
+
+    try:
+        cluster = KafkaCluster("3.9", brokers=3).start()
+    except HarnessError as exc:
+        pytest.fail(f"kshare harness: {exc}", pytrace=False)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture(scope="session")

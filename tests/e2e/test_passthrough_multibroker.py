@@ -5,13 +5,13 @@ consumer)."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
-from kshare_sidecar.testing.multibroker import KafkaCluster
 from tests.e2e.conftest import SidecarProcess
 from tests.support import share_consume, unique
 
@@ -21,9 +21,8 @@ PARTITIONS, RECORDS = 6, 3000
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    with KafkaCluster("3.9", brokers=3) as c:
-        yield c
+def cluster(kafka_39_cluster3):
+    return kafka_39_cluster3
 
 
 def _consume(bootstrap: str, topic: str, want: int, **conf) -> list[bytes]:
@@ -103,3 +102,76 @@ def test_split_and_merged_requests_across_three_brokers(cluster, tmp_path):
     finally:
         sc.stop()
     assert "Traceback" not in log
+
+
+def _leaders(backend: AdminClient, topic: str, partitions: int) -> dict[int, int]:
+    deadline = time.monotonic() + 30
+    while True:
+        parts = backend.list_topics(topic, timeout=10).topics[topic].partitions
+        leaders = {p: m.leader for p, m in parts.items() if m.leader >= 0}
+        if len(leaders) == partitions or time.monotonic() > deadline:
+            return leaders
+        time.sleep(0.2)
+
+
+def test_acks0_then_leader_killed_mid_produce(cluster, tmp_path):
+    """acks=0 frames (no answer) split per leader; then the leader of some partitions is SIGKILLed
+    while an acks=all producer runs: the sidecar must re-learn leaders (NOT_LEADER_OR_FOLLOWER is
+    retriable) and every acks=all record arrives, read back through the sidecar."""
+    sc = SidecarProcess(cluster.bootstrap, tmp_path / "sidecar.log").start()
+    try:
+        admin = AdminClient({"bootstrap.servers": sc.bootstrap})
+        topic = unique("mb-fault")
+        for f in admin.create_topics([NewTopic(topic, PARTITIONS, 3)]).values():
+            f.result(60)
+        backend = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        leaders = _leaders(backend, topic, PARTITIONS)
+        assert len(set(leaders.values())) >= 2, leaders
+
+        fire = Producer({"bootstrap.servers": sc.bootstrap, "acks": 0, "linger.ms": 5})
+        for i in range(600):
+            fire.produce(topic, b"zero-%d" % i, partition=i % PARTITIONS)
+        assert fire.flush(30) == 0
+        deadline = time.monotonic() + 30
+        while True:  # acks=0: nothing answers; the records show up in the log end offsets
+            ends = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in range(PARTITIONS)})
+            total = sum(f.result(30).offset for f in ends.values())
+            if total >= 600 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert total == 600
+
+        errors: list[KafkaError] = []
+        delivered: list[bytes] = []
+
+        def on_delivery(err, msg) -> None:
+            (errors.append(err) if err else delivered.append(msg.value()))
+
+        producer = Producer({"bootstrap.servers": sc.bootstrap, "enable.idempotence": True, "acks": "all",
+                             "message.timeout.ms": 120000, "error_cb": errors.append})
+        for i in range(500):
+            producer.produce(topic, b"before-%d" % i, partition=i % PARTITIONS, on_delivery=on_delivery)
+        assert producer.flush(60) == 0
+        mark = sc.log_path.stat().st_size
+        victim = leaders[0]
+        cluster.nodes[victim - 1].kill()
+        for i in range(500):
+            producer.produce(topic, b"after-%d" % i, partition=i % PARTITIONS, on_delivery=on_delivery)
+            if i % 50 == 0:
+                producer.poll(0)
+        assert producer.flush(120) == 0, "acks=all records not delivered after the leader died"
+        assert sc.proc.poll() is None, "the sidecar died"
+        assert not [e for e in errors if e.fatal() or "UNKNOWN_SERVER_ERROR" in e.str()], errors
+        assert len(delivered) == 1000
+        moved = _leaders(backend, topic, PARTITIONS)
+        assert victim not in moved.values(), moved
+
+        seen = set(_consume(sc.bootstrap, topic, 1600))
+        assert set(delivered) <= seen, f"{len(set(delivered) - seen)} acks=all records lost"
+        fault_log = sc.log_path.read_text(errors="replace")[mark:]
+    finally:
+        sc.stop()
+    assert "Traceback" not in fault_log, fault_log[fault_log.find("Traceback") - 300:][:4000]
+    assert "UNKNOWN_SERVER_ERROR" not in fault_log
+    warnings = [line for line in fault_log.splitlines() if re.search(r" (ERROR|CRITICAL) ", line)]
+    assert len(warnings) <= 20, "\n".join(warnings[:40])
