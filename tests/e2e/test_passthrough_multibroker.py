@@ -104,13 +104,18 @@ def test_split_and_merged_requests_across_three_brokers(cluster, tmp_path):
     assert "Traceback" not in log
 
 
-def _leaders(backend: AdminClient, topic: str, partitions: int) -> dict[int, int]:
+def _leaders(cluster, topic: str, partitions: int) -> dict[int, int]:
+    """The topic's leaders once every live broker's metadata agrees on all of them (a broker learns
+    a new topic a moment after creation; asking one broker only raced with the others)."""
+    admins = [AdminClient({"bootstrap.servers": n.bootstrap}) for n in cluster.nodes if n.running]
     deadline = time.monotonic() + 30
     while True:
-        parts = backend.list_topics(topic, timeout=10).topics[topic].partitions
-        leaders = {p: m.leader for p, m in parts.items() if m.leader >= 0}
-        if len(leaders) == partitions or time.monotonic() > deadline:
-            return leaders
+        views = []
+        for admin in admins:
+            parts = admin.list_topics(topic, timeout=10).topics[topic].partitions
+            views.append({p: m.leader for p, m in parts.items() if m.leader >= 0})
+        if all(len(v) == partitions and v == views[0] for v in views) or time.monotonic() > deadline:
+            return views[0]
         time.sleep(0.2)
 
 
@@ -124,8 +129,7 @@ def test_acks0_then_leader_killed_mid_produce(cluster, tmp_path):
         topic = unique("mb-fault")
         for f in admin.create_topics([NewTopic(topic, PARTITIONS, 3)]).values():
             f.result(60)
-        backend = AdminClient({"bootstrap.servers": cluster.bootstrap})
-        leaders = _leaders(backend, topic, PARTITIONS)
+        leaders = _leaders(cluster, topic, PARTITIONS)
         assert len(set(leaders.values())) >= 2, leaders
 
         fire = Producer({"bootstrap.servers": sc.bootstrap, "acks": 0, "linger.ms": 5})
@@ -163,7 +167,7 @@ def test_acks0_then_leader_killed_mid_produce(cluster, tmp_path):
         assert sc.proc.poll() is None, "the sidecar died"
         assert not [e for e in errors if e.fatal() or "UNKNOWN_SERVER_ERROR" in e.str()], errors
         assert len(delivered) == 1000
-        moved = _leaders(backend, topic, PARTITIONS)
+        moved = _leaders(cluster, topic, PARTITIONS)
         assert victim not in moved.values(), moved
 
         seen = set(_consume(sc.bootstrap, topic, 1600))
