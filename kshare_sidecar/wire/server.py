@@ -53,6 +53,7 @@ class Listener:
         self._server: asyncio.Server | None = None
         self._connections: dict[int, Connection] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._stopping = False
 
     @property
     def host(self) -> str:
@@ -80,6 +81,7 @@ class Listener:
         """Stop accepting, close every connection (cancelling in-flight handlers), wait for them."""
         if self._server is None:
             return
+        self._stopping = True
         self._server.close()
         for conn in list(self._connections.values()):
             conn.close("listener stopping")
@@ -133,6 +135,11 @@ class Listener:
             self._tasks.add(task)
         try:
             await conn.run()
+        except asyncio.CancelledError:
+            # stop() cancels a connection that outlived its grace: the task ends normally, or
+            # asyncio's stream callback reports the cancellation as an "Exception in callback"
+            if not self._stopping:
+                raise
         except Exception:  # never let one connection take the listener down
             log.exception("conn %d from %s: crashed", conn.conn_id, conn.peer)
         finally:

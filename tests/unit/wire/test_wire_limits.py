@@ -187,3 +187,26 @@ def test_bad_listener_limits_are_one_line_naming_the_key(key: str, value: str) -
     with pytest.raises(ConfigError) as info:
         load_config(env={}, overrides={"bootstrap.servers": "127.0.0.1:9092", key: value})
     assert key in str(info.value) and "\n" not in str(info.value)
+
+
+async def test_stop_cancels_a_connection_stuck_in_its_close_callback_cleanly(caplog) -> None:
+    """A connection whose close callback outlives the grace (a share session release waiting on
+    the backend) is cancelled by stop(); its task must end without an "Exception in callback"
+    from asyncio's stream machinery (the demo printed one)."""
+    async def handler(conn, frame, release) -> bytes:
+        conn.add_close_callback(lambda _c: asyncio.sleep(3600))
+        return codec.frame(frame[4:8])
+
+    loop_errors: list[dict] = []
+    asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: loop_errors.append(ctx))
+    lst = Listener(handler, "127.0.0.1", 0)
+    await lst.start()
+    reader, writer = await asyncio.open_connection("127.0.0.1", lst.port)
+    writer.write(codec.frame(struct.pack(">hhi", 18, 0, 1)))
+    await asyncio.wait_for(reader.readexactly(8), 10)
+    tasks = set(lst._tasks)
+    await asyncio.wait_for(lst.stop(grace=0.2), 5)
+    writer.close()
+    await asyncio.sleep(0.05)  # let asyncio run the tasks' done callbacks
+    assert tasks and all(t.done() and not t.cancelled() for t in tasks)
+    assert not loop_errors, loop_errors
