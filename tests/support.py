@@ -66,3 +66,14 @@ def table(output: str, header_first: str) -> list[dict[str, str]]:
             names = line.split()
             return [dict(zip(names, row.split())) for row in lines[i + 1:] if len(row.split()) >= len(names)]
     return []
+
+
+def assert_quiet_log(text: str, *, levels: str = "ERROR|CRITICAL", most: int = 20) -> None:
+    """A sidecar log slice after a fault: no traceback, no UNKNOWN_SERVER_ERROR, at most ``most``
+    lines at ``levels``."""
+    import re
+
+    assert "Traceback" not in text, text[text.find("Traceback") - 300:][:4000]
+    assert "UNKNOWN_SERVER_ERROR" not in text
+    noisy = [line for line in text.splitlines() if re.search(rf" ({levels}) ", line)]
+    assert len(noisy) <= most, "\n".join(noisy[:40])

@@ -125,15 +125,16 @@ class Forwarder:
 
     async def _to_coordinator(self, up: Upstream, frame: bytes, api_key: int, version: int,
                               kind: routes.Route, spec: routes.KeySpec, release: Callable[[], None]) -> bytes | None:
+        single = self.pool.single_node
+        if single is not None:  # the only broker coordinates everything: no keys to look at
+            return await self._raw(up.conn(single), frame, release)
         key_type = GROUP_KEY if kind is routes.Route.GROUP else TXN_KEY
         decoded = codec.decode_request(frame)
         keys = routes.request_keys(decoded.body, spec)
         if any(k is None for k in keys):  # InitProducerId without a transactional id
-            node = self.pool.single_node if self.pool.single_node is not None else self.pool.any_node()
-            return await self._raw(up.conn(node), frame, release)
+            return await self._raw(up.conn(self.pool.any_node()), frame, release)
         try:
-            single = self.pool.single_node
-            nodes = {k: single if single is not None else await self.pool.coordinator(key_type, k) for k in keys}
+            nodes = {k: await self.pool.coordinator(key_type, k) for k in keys}
         except CoordinatorError as exc:
             return self._error(decoded, kind, spec, exc.code)
         if len(set(nodes.values())) <= 1:
@@ -154,8 +155,6 @@ class Forwarder:
 
     def _notice_coordinator_errors(self, answer: bytes, api_key: int, version: int, key_type: int,
                                    keys: list[Any]) -> None:
-        if self.pool.single_node is not None:
-            return
         try:
             body = decode(api_key, version, answer[4:])
         except Exception:  # noqa: BLE001 - the client gets the bytes either way

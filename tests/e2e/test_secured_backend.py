@@ -6,7 +6,6 @@ users created at format time, a certificate from a CA this test makes with opens
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 from confluent_kafka import Producer
 
 from kshare_sidecar.testing.kafka import KafkaBroker, free_port
+from kshare_sidecar.testing.maven import require_tool
 from tests.e2e.conftest import SidecarProcess
 from tests.support import create_topic, share_consume, unique
 
@@ -85,8 +85,7 @@ def _env(password: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory) -> tuple[Path, Path]:
-    if not shutil.which("openssl"):
-        pytest.skip("openssl is needed to make the test CA")
+    require_tool("openssl", "install OpenSSL (the test makes its CA with it)")  # missing: an error, not a skip
     return make_ca_and_server_cert(tmp_path_factory.mktemp("certs"))
 
 
