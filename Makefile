@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-fast test-spark bench fuzz test-fencing clean
+.PHONY: demo test test-fast test-spark bench fuzz test-fencing test-parity clean
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "java not found: install a Java 17+ runtime"; exit 2; }
@@ -40,6 +40,12 @@ fuzz: $(STAMP)
 FENCING_REPEAT ?= 5
 test-fencing: $(STAMP)
 	KSHARE_FENCING_REPEAT=$(FENCING_REPEAT) $(PY) -m pytest -q -rfEs -m kafka tests/e2e/test_fencing_faults.py
+
+# The differential harness (docs/testing.md): PARITY_EXAMPLES generated sequences on native Kafka
+# 4.3 and kshare on 3.9, step by step; opt-in (hours for thousands).
+PARITY_EXAMPLES ?= 1000
+test-parity: $(STAMP)
+	KSHARE_PARITY_EXAMPLES=$(PARITY_EXAMPLES) $(PY) -m pytest -q -rfEs tests/e2e/parity
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

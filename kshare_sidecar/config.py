@@ -228,6 +228,9 @@ class SidecarConfig:
     """Resolved settings; read with ``config[key]`` using the Kafka-style names."""
 
     values: Mapping[str, Any]
+    #: Keys set by a file, the environment or the command line (not defaults): DescribeConfigs
+    #: reports a group config backed by one of them as STATIC_BROKER_CONFIG, as Kafka does.
+    explicit: frozenset[str] = frozenset()
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
@@ -270,6 +273,7 @@ def load_config(path: str | Path | None = None, *, env: Mapping[str, str] | None
     """Resolve settings: defaults < TOML file < ``KSHARE_*`` environment < explicit overrides."""
     env = os.environ if env is None else env
     values = {s.key: s.default for s in SETTINGS}
+    explicit: set[str] = set()
     sources: list[tuple[str, Mapping[str, Any]]] = []
     if path is not None:
         try:
@@ -288,12 +292,13 @@ def load_config(path: str | Path | None = None, *, env: Mapping[str, str] | None
                 hint = f" (did you mean {near[0]}?)" if near else ""
                 raise ConfigError(f"unknown setting {key!r} in {source}{hint}")
             values[key] = BY_KEY[key].coerce(raw, source)
+            explicit.add(key)
     for setting in SETTINGS:  # re-check defaults that have requirements (bootstrap.servers)
         setting.coerce(values[setting.key], "defaults" if values[setting.key] == setting.default else "config")
     if values["group.share.min.record.lock.duration.ms"] > values["group.share.max.record.lock.duration.ms"]:
         raise ConfigError("group.share.min.record.lock.duration.ms must not exceed "
                           "group.share.max.record.lock.duration.ms")
-    return SidecarConfig(values)
+    return SidecarConfig(values, frozenset(explicit))
 
 
 def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

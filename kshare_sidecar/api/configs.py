@@ -66,7 +66,7 @@ def _entry(v, synonyms: bool, docs: bool) -> dict[str, Any]:
             chain.append({"name": v.name, "value": v.default, "source": SOURCE_DEFAULT_CONFIG})
         syn = tuple(chain)
     return {"name": v.name, "value": v.value, "read_only": False,
-            "config_source": v.source if v.source == SOURCE_GROUP_CONFIG else SOURCE_DEFAULT_CONFIG,
+            "config_source": v.source,
             "is_sensitive": False, "synonyms": syn, "config_type": v.config_type,
             "documentation": v.doc if docs else None}
 

@@ -20,6 +20,10 @@ def make_handler(groups):
             assignment = r1.Assignment(topic_partitions=tuple(
                 r1.TopicPartitions(topic_id=tid, partitions=tuple(sorted(ps)))
                 for tid, ps in sorted(result.assignment.items())))
+        if result.error:  # Kafka's error response: the code and message, every other field at its default
+            return r1.ShareGroupHeartbeatResponse(
+                throttle_time=datetime.timedelta(0), error_code=result.error, error_message=result.message,
+                member_id=None, member_epoch=0, heartbeat_interval=datetime.timedelta(0), assignment=None)
         return r1.ShareGroupHeartbeatResponse(
             throttle_time=datetime.timedelta(0), error_code=result.error, error_message=result.message,
             member_id=result.member_id, member_epoch=result.member_epoch,

@@ -29,6 +29,9 @@ class MemberSpec:
     rack_id: str | None = None
     instance_id: str | None = None
     assigned: Mapping[str, frozenset[int]] = field(default_factory=dict)
+    #: The names the member subscribed to, unknown topics included (None: derived from the ids).
+    #: Kafka decides homogeneous vs heterogeneous subscriptions on these names.
+    subscribed_topic_names: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +111,7 @@ def add(result: dict[str, dict[str, set[int]]], member_id: str, topic_id: str, p
 def next_spec(spec: AssignmentSpec, assignment: GroupAssignment) -> AssignmentSpec:
     """The same spec with ``assigned`` replaced by ``assignment`` (for recomputation / tests)."""
     frozen = assignment.frozen()
-    members = {m: MemberSpec(s.subscribed_topic_ids, s.rack_id, s.instance_id, frozen.get(m, {}))
+    members = {m: MemberSpec(s.subscribed_topic_ids, s.rack_id, s.instance_id, frozen.get(m, {}),
+                             s.subscribed_topic_names)
                for m, s in spec.members.items()}
     return AssignmentSpec(members=members, topics=spec.topics)

@@ -16,12 +16,17 @@ def assign_with(assignor) -> AssignFn:
     can keep partitions where they are."""
 
     def assign(members: Mapping[str, frozenset[uuid.UUID]], partitions: Mapping[uuid.UUID, int],
-               racks: Mapping[str, str | None], current: Mapping[str, Assignment]):
+               racks: Mapping[str, str | None], current: Mapping[str, Assignment], *,
+               names: Mapping[str, frozenset[str]] | None = None,
+               topic_names: Mapping[uuid.UUID, str] | None = None):
+        names, topic_names = names or {}, topic_names or {}
         spec = AssignmentSpec(
             members={m: MemberSpec(frozenset(str(t) for t in subs), rack_id=racks.get(m),
-                                   assigned={str(t): frozenset(ps) for t, ps in current.get(m, {}).items()})
+                                   assigned={str(t): frozenset(ps) for t, ps in current.get(m, {}).items()},
+                                   subscribed_topic_names=names.get(m))
                      for m, subs in members.items()},
-            topics={str(t): TopicMetadata(name=str(t), partition_count=n) for t, n in partitions.items()})
+            topics={str(t): TopicMetadata(name=topic_names.get(t, str(t)), partition_count=n)
+                    for t, n in partitions.items()})
         result = assignor.assign(spec)
         return {m: {uuid.UUID(t): frozenset(ps) for t, ps in topics.items()} for m, topics in result.members.items()}
 

@@ -22,10 +22,9 @@ from ..log.types import TopicInfo
 
 Assignment = dict[uuid.UUID, frozenset[int]]
 #: (members: member id -> subscribed topic ids, topics: topic id -> partition count, racks,
-#: current target) -> member id -> topic id -> partitions. See group/assign.py for the adapter
-#: to assignor plugins.
-AssignFn = Callable[[Mapping[str, frozenset[uuid.UUID]], Mapping[uuid.UUID, int], Mapping[str, str | None],
-                     Mapping[str, Assignment]], Mapping[str, Mapping[uuid.UUID, frozenset[int]]]]
+#: current target, *, names: member id -> subscribed topic names, topic_names: id -> name)
+#: -> member id -> topic id -> partitions. See group/assign.py for the adapter to assignor plugins.
+AssignFn = Callable[..., Mapping[str, Mapping[uuid.UUID, frozenset[int]]]]
 
 
 class GroupState(Enum):
@@ -110,9 +109,14 @@ class ShareGroupCoordinator:
                                    member_id, member_epoch)
         now = self.clock()
         group = self.groups.get(group_id)
-        if member_epoch == -1:
-            if group is not None and member_id in group.members:
-                self._remove_member(group, member_id)
+        if member_epoch == -1:  # leaving: Kafka's shareGroupLeave looks the group and member up first
+            if group is None or group.deleted:
+                return HeartbeatResult(ErrorCode.group_id_not_found, f"Group {group_id} not found.",
+                                       member_id, member_epoch)
+            if member_id not in group.members:
+                return HeartbeatResult(ErrorCode.unknown_member_id, f"member {member_id} is not in group "
+                                       f"{group_id}", member_id, member_epoch)
+            self._remove_member(group, member_id)
             return HeartbeatResult(member_id=member_id, member_epoch=-1,
                                    heartbeat_interval_ms=self._interval(group))
         if group is None or group.deleted:
@@ -125,11 +129,20 @@ class ShareGroupCoordinator:
             if member is None and len(group.members) >= self.max_size:
                 return HeartbeatResult(ErrorCode.group_max_size_reached, f"group {group_id} has reached "
                                        f"group.share.max.size={self.max_size}", member_id, member_epoch)
-            if member is not None:  # a rejoin keeps the id but starts over
-                self._remove_member(group, member_id)
-            member = group.members[member_id] = Member(
-                member_id, tuple(sorted(set(subscribed_topic_names or ()))), rack_id, client_id, client_host)
-            group.group_epoch += 1
+            subscribed = tuple(sorted(set(subscribed_topic_names or ())))
+            if member is None:
+                member = group.members[member_id] = Member(member_id, subscribed, rack_id, client_id, client_host)
+                group.group_epoch += 1
+            else:
+                # A rejoin of a known member (Kafka's shareGroupHeartbeat with epoch 0): the member
+                # keeps its epoch and assignment; the group epoch moves only if the subscription
+                # changed (found by the differential harness: kshare started it over).
+                if rack_id is not None:
+                    member.rack_id = rack_id
+                member.client_id, member.client_host = client_id, client_host
+                if subscribed != member.subscribed:
+                    member.subscribed = subscribed
+                    group.group_epoch += 1
         elif member is None:
             return HeartbeatResult(ErrorCode.unknown_member_id, f"member {member_id} is not in group {group_id}",
                                    member_id, member_epoch)
@@ -177,8 +190,13 @@ class ShareGroupCoordinator:
                    for m in group.members.values()}
         partitions = dict(by_name.values())
         racks = {m.member_id: m.rack_id for m in group.members.values()}
-        result = self.assign(members, partitions, racks, group.target) if members else {}
-        group.target = {mid: {tid: frozenset(ps) for tid, ps in result.get(mid, {}).items() if ps}
+        names = {m.member_id: frozenset(m.subscribed) for m in group.members.values()}
+        topic_names = {tid: name for name, (tid, _n) in by_name.items()}
+        result = self.assign(members, partitions, racks, group.target, names=names,
+                             topic_names=topic_names) if members else {}
+        # A topic whose partitions were all taken away stays with an empty set, as in Kafka's
+        # target assignment (ShareGroupDescribe shows it).
+        group.target = {mid: {tid: frozenset(ps) for tid, ps in result.get(mid, {}).items()}
                         for mid in members}
         group.assignment_epoch = group.group_epoch
         group.last_assignment_ms = now

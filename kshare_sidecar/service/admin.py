@@ -79,7 +79,7 @@ class GroupDescription:
     group_id: str
     error: ErrorCode = ErrorCode.none
     message: str | None = None
-    state: str = "Dead"
+    state: str = ""  # Kafka leaves the state empty when it answers with an error
     group_epoch: int = 0
     assignment_epoch: int = 0
     assignor: str = ""
@@ -109,7 +109,7 @@ class TopicOffsets:
 class ConfigValue:
     name: str
     value: str
-    source: int  # SOURCE_GROUP_CONFIG or SOURCE_DEFAULT_CONFIG
+    source: int  # SOURCE_GROUP_CONFIG, SOURCE_STATIC_BROKER_CONFIG or SOURCE_DEFAULT_CONFIG
     config_type: int
     doc: str
     default: str
@@ -389,6 +389,8 @@ class AdminService:
             default = _text(defaults[name])
             if name in overrides:
                 value, source = _text(overrides[name]), SOURCE_GROUP_CONFIG
+            elif GROUP_CONFIGS.get(name) in self.config.explicit:  # the operator set the broker-level default
+                value, source = default, SOURCE_STATIC_BROKER_CONFIG
             else:
                 value, source = default, SOURCE_DEFAULT_CONFIG
             kind = TYPE_INT if base.kind is int else TYPE_BOOLEAN if base.kind is bool else TYPE_STRING

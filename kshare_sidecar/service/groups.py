@@ -1,7 +1,7 @@
 """Heartbeats and group administration around the pure coordinator.
 
 Resolves subscribed topics through the backend, initializes share-partitions when they are
-first assigned (so ``share.auto.offset.reset=latest`` means "from when the group subscribed"),
+first assigned (start offset unset, resolved at the first fetch, as Kafka does),
 and keeps each group's durable record (epoch, subscriptions, per-group configs) in the persister
 so a restarted sidecar knows its groups.
 """

@@ -147,8 +147,11 @@ class SharePartitionManager:
         return await self.backend.list_offsets(topic, partition, "latest")
 
     async def initialize(self, group_id: str, topic_id: uuid.UUID, topic: str, partition: int) -> None:
-        """Fix a share-partition's SPSO when it is first assigned (so ``latest`` means "from the
-        moment the group subscribed", not "from the first fetch")."""
+        """Give a share-partition state when it is first assigned, as Kafka's group coordinator
+        does (InitializeShareGroupState), with the start offset *unset*: it is resolved from
+        ``share.auto.offset.reset`` when the partition is first loaded for a fetch (see _load),
+        so ``latest`` means "from the first fetch" and DescribeShareGroupOffsets shows -1 until
+        then — both as in Kafka 4.3 (found by the differential harness, tests/e2e/parity)."""
         key = SharePartitionKey(group_id, str(topic_id), partition)
         if key in self.slots:
             return
@@ -157,8 +160,7 @@ class SharePartitionManager:
             if isinstance(existing, PersistError):
                 raise existing
             return
-        start = await self.initial_offset(group_id, topic, partition)
-        await self.persister.initialize(key, 0, start)
+        await self.persister.initialize(key, 0, UNSET_OFFSET)
 
     async def _load(self, key: SharePartitionKey, topic: str) -> Slot:
         started = time.perf_counter()  # metrics (issue 7)

@@ -36,6 +36,7 @@ AR = 4  # ARCHIVED
 _GAP, _ACCEPT, _RELEASE, _REJECT, _RENEW = 0, 1, 2, 3, 4
 _OK = ErrorCode.none
 _BAD_STATE = ErrorCode.invalid_record_state
+_BAD_REQUEST = ErrorCode.invalid_request
 
 
 class _Range:
@@ -530,9 +531,14 @@ class SharePartition:
         end = self._end
         rs = self._rs
         firsts = self._firsts
-        for first, last, t in runs:
-            if first < spso or last >= end:
+        for first, last, _t in runs:
+            if first < spso or spso == end:
                 return _BAD_STATE
+            if last >= end:
+                # Kafka: offsets past the last in-flight batch are a malformed request, not a state
+                # conflict ("Batch record not found ... past acquired records").
+                return _BAD_REQUEST
+        for first, last, t in runs:
             i = bisect_right(firsts, first) - 1
             while True:
                 r = rs[i]
@@ -567,7 +573,7 @@ class SharePartition:
                         runs_1: list[Run] = [(first, last, t)]
                         err = _OK
                         if first < self._spso or last >= self._end:
-                            err = _BAD_STATE
+                            err = self._validate(member_id, runs_1)  # which error: see _validate
                         else:
                             r = self._rs[bisect_right(self._firsts, first) - 1]
                             lk = r.lock

@@ -87,6 +87,7 @@ class Connection:
         self._writer = writer
         self._handler = handler
         self._decoder = FrameDecoder(max_frame_bytes)
+        self._max_frame_bytes = max_frame_bytes
         self._slots = asyncio.Semaphore(max_inflight)
         self._read_size = read_size
         self._idle_timeout = idle_timeout_s
@@ -101,6 +102,9 @@ class Connection:
         self._done = asyncio.Event()
         self._closing = False
         self._draining = False
+        self._early: list[bytes] = []  # bytes read while a request was in flight (see _await_release)
+        self._eof_seen = False
+        self._unreleased: set[asyncio.Task[Any]] = set()  # jobs still holding request ordering
         self.close_reason: str | None = None
         self.peer_host, self.peer_port = _address(writer.get_extra_info("peername"))
         self.local_host, self.local_port = _address(writer.get_extra_info("sockname"))
@@ -127,7 +131,8 @@ class Connection:
             self._callbacks.append(callback)
 
     def close(self, reason: str = "closed by server") -> None:
-        """Ask the connection to close now; in-flight handlers are cancelled."""
+        """Ask the connection to close now; parked handlers are cancelled, a request still being
+        processed finishes unobserved (it may be changing state)."""
         if self.close_reason is None:
             self.close_reason = reason
         for task in self._loops:
@@ -154,6 +159,12 @@ class Connection:
         """One socket read, bounded in time (Kafka's ``connections.max.idle.ms`` between
         requests; ``request.read.timeout.ms`` once a frame has started, so a peer trickling a
         frame byte by byte — slow-loris — cannot pin its buffer forever)."""
+        if self._early:
+            data = b"".join(self._early)
+            self._early.clear()
+            return data
+        if self._eof_seen:
+            return b""
         loop = asyncio.get_running_loop()
         while True:
             if self._frame_started is not None:
@@ -191,8 +202,10 @@ class Connection:
                     self._jobs.add(job.task)
                     job.task.add_done_callback(_retrieve)  # a close may leave it unawaited
                     job.task.add_done_callback(self._jobs.discard)
+                    self._unreleased.add(job.task)
+                    job.task.add_done_callback(self._unreleased.discard)
                     self._queue.put_nowait(job)
-                    await job.released.wait()  # Kafka-style: next request only after this one
+                    await self._await_release(job)  # Kafka-style: next request only after this one
                     if self._draining:
                         # A handler asked to close: process nothing more, but let the write
                         # loop flush the responses that precede it (it ends the connection).
@@ -201,12 +214,59 @@ class Connection:
                             pass
                         self._set_reason("peer closed the connection")
                         return
+        except _PeerGone:
+            self._set_reason("peer closed the connection while a request was in flight")
         except CloseConnection as exc:
             self._set_reason(str(exc))
             closing.log(type(exc).__name__, logging.WARNING, "conn %d from %s: closing: %s",
                         self.conn_id, self.peer, exc)
         except (ConnectionError, OSError) as exc:
             self._set_reason(f"read failed: {exc}")
+
+    async def _await_release(self, job: _Job) -> None:
+        """Wait until ``job`` releases ordering, but notice a peer that leaves meanwhile.
+
+        Kafka mutes a channel while its request is processed; a slow request (a state write, an
+        admin call forwarded to a busy backend) would then pin a connection whose client is gone.
+        So while waiting, the socket is still read: bytes (pipelined requests) are kept for
+        later, bounded by the frame limit, and an EOF ends the connection at once. The request
+        itself is not cancelled — it may be changing state — it finishes unobserved.
+        """
+        released = job.released
+        if released.is_set():
+            return
+        waiter = asyncio.ensure_future(released.wait())
+        reading: asyncio.Future[bytes] | None = None
+        try:
+            buffered = 0
+            while not released.is_set():
+                if buffered > self._max_frame_bytes:
+                    await waiter  # enough buffered: plain backpressure from here on
+                    return
+                reading = asyncio.ensure_future(self._reader.read(self._read_size))
+                await asyncio.wait({waiter, reading}, return_when=asyncio.FIRST_COMPLETED)
+                if not reading.done():
+                    return  # released first; `finally` stops the read (it consumes nothing)
+                data = reading.result()
+                reading = None
+                if not data:
+                    raise _PeerGone
+                self._early.append(data)
+                buffered += len(data)
+        finally:
+            if not waiter.done():
+                waiter.cancel()
+            if reading is not None:
+                if not reading.done():
+                    reading.cancel()
+                    # let the cancellation land before anyone reads the stream again
+                    await asyncio.wait({reading})
+                if not reading.cancelled() and reading.exception() is None:
+                    data = reading.result()  # it completed meanwhile: keep what it read
+                    if data:
+                        self._early.append(data)
+                    else:
+                        self._eof_seen = True
 
     async def _process(self, frame: bytes, job: _Job) -> bytes | None:
         try:
@@ -227,7 +287,9 @@ class Connection:
             job = await self._queue.get()
             assert job.task is not None
             try:
-                out = await job.task
+                # shielded: cancelling the write loop must not cancel the request it waits for
+                # (a request still being processed finishes unobserved, see _shutdown)
+                out = await asyncio.shield(job.task)
             except CloseConnection as exc:
                 self._set_reason(str(exc))
                 closing.log(type(exc).__name__, logging.WARNING, "conn %d from %s: closing: %s",
@@ -273,7 +335,9 @@ class Connection:
         self._closing = True
         for task in self._loops:
             task.cancel()
-        jobs = list(self._jobs)
+        # Parked requests (they released ordering: long polls) are cancelled; a request still
+        # being processed may be changing state, so it finishes on its own, unobserved.
+        jobs = [task for task in self._jobs if task not in self._unreleased]
         for task in jobs:
             task.cancel()
         await asyncio.gather(*self._loops, *jobs, return_exceptions=True)
@@ -291,6 +355,10 @@ class Connection:
         for callback in callbacks:
             await _run_callback(self, callback)
         self._done.set()
+
+
+class _PeerGone(Exception):
+    """EOF from the peer while a request was still being processed."""
 
 
 def current_task_cancelling() -> bool:

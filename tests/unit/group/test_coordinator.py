@@ -15,7 +15,7 @@ T2 = TopicInfo("t2", uuid.UUID(int=2), 1)
 TOPICS = {"t1": T1, "t2": T2}
 
 
-def everyone_gets_everything(members, partitions, racks, current):
+def everyone_gets_everything(members, partitions, racks, current, **_names):
     return {m: {t: frozenset(range(partitions[t])) for t in subs} for m, subs in members.items()}
 
 
@@ -94,10 +94,15 @@ def test_leave_and_empty_state(coord):
     assert hb(coord, "m1", r.member_epoch, topics=None).error == ErrorCode.unknown_member_id
 
 
-def test_rejoin_with_same_id_starts_over(coord):
+def test_rejoin_with_same_id_keeps_the_member_as_kafka_does(coord):
+    """Kafka 4.3: epoch 0 from a known member updates it in place; the group epoch moves only if
+    the subscription changed (kshare used to start the member over; the differential harness
+    saw the previous-epoch rule then fence a third member)."""
     r = hb(coord, "m1", 0)
+    epoch = coord.groups["g"].group_epoch
     again = hb(coord, "m1", 0)
-    assert again.error == ErrorCode.none and again.member_epoch > r.member_epoch
+    assert again.error == ErrorCode.none and again.member_epoch == r.member_epoch
+    assert coord.groups["g"].group_epoch == epoch and again.assignment == r.assignment
     assert len(coord.groups["g"].members) == 1
 
 

@@ -175,9 +175,12 @@ class ModelPartition:
             for i, o in enumerate(range(first, last + 1)):
                 ops.append((o, types[0] if len(types) == 1 else types[i]))
             prev_last = last
-        for o, t in ops:
-            if not self.spso <= o < self.end:
+        for first, last, _types in batches:  # bounds first, as Kafka checks a batch against its cache
+            if first < self.spso or self.spso == self.end:
                 return INVALID_RECORD_STATE, []
+            if last >= self.end:
+                return INVALID_REQUEST, []
+        for o, t in ops:
             st, c, m, _ = self.recs[o]
             if st == AQ:
                 if m != member:

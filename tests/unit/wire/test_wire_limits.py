@@ -210,3 +210,32 @@ async def test_stop_cancels_a_connection_stuck_in_its_close_callback_cleanly(cap
     await asyncio.sleep(0.05)  # let asyncio run the tasks' done callbacks
     assert tasks and all(t.done() and not t.cancelled() for t in tasks)
     assert not loop_errors, loop_errors
+
+
+async def test_a_peer_leaving_during_a_slow_request_closes_at_once_and_the_request_finishes() -> None:
+    """Found by make fuzz: DeleteGroups / AlterShareGroupOffsets waiting on a slow state write
+    kept a connection open for >10 s after its client left (the socket was not read while the
+    request held ordering). Now EOF is seen while waiting; the request itself is not cancelled
+    (it may be changing state) and completes unobserved."""
+    finished = asyncio.Event()
+
+    async def handler(conn, frame, release) -> bytes:
+        await asyncio.sleep(2)  # a state write; ordering is not released
+        finished.set()
+        return codec.frame(frame[4:8])
+
+    lst = Listener(handler, "127.0.0.1", 0)
+    await lst.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", lst.port)
+        writer.write(codec.frame(struct.pack(">hhi", 42, 2, 1)) + codec.frame(struct.pack(">hhi", 18, 0, 2)))
+        await asyncio.sleep(0.2)
+        writer.write_eof()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        assert await asyncio.wait_for(reader.read(), 5) == b""  # closed without an answer
+        assert loop.time() - started < 1.5
+        await asyncio.wait_for(finished.wait(), 5)  # the request ran to its end
+        writer.close()
+    finally:
+        await lst.stop()

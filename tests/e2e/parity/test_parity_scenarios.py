@@ -1,0 +1,69 @@
+"""Hand-written differential scenarios: each runs on native Kafka 4.3 and kshare on 3.9, step by step,
+and every normalised answer must be equal (issue 22). Generated sequences: test_parity_generated.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from .model import ACCEPT, GAP, REJECT, RELEASE
+from .ops import (AckRange, Acknowledge, AlterOffsets, BadSession, CloseSession, DeleteGroup, DeleteOffsets,
+                  Describe, DescribeConfigs, DescribeOffsets, Fetch, Heartbeat, Join, Leave, ListGroups, SetConfig,
+                  Settle)
+from .runner import NO_TOPIC, TOPIC_A, TOPIC_B, run_sequence
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+SCENARIOS = {
+    "join-fetch-accept": [
+        Join("a", (TOPIC_A,)), Settle(), Describe(), Fetch("a"), Acknowledge("a", ACCEPT), DescribeOffsets(),
+        Fetch("a"), Leave("a"), Describe(), ListGroups(("share",)),
+    ],
+    # Two members sharing one partition, one of them also alone on a second topic. (Which of two
+    # members gets which of several partitions follows the topic ids' hash order, and the two
+    # clusters give their topics different ids: that exactness is checked against Kafka's own
+    # assignor class in tests/unit/assignors/test_simple_assignor_oracle.py.)
+    "two-members-share": [
+        Join("a", (TOPIC_A, TOPIC_B)), Settle(), Join("b", (TOPIC_B,)), Settle(), Describe(),
+        Fetch("a"), Fetch("b"), Acknowledge("a", RELEASE), Acknowledge("b", REJECT), Fetch("a"), Fetch("b"),
+        DescribeOffsets(), Leave("a"), Settle(), Describe(), Fetch("b"),
+    ],
+    "fetch-with-piggybacked-acks": [
+        Join("a", (TOPIC_B,)), Settle(), Fetch("a", max_records=2, batch_size=2), Fetch("a", ack=ACCEPT),
+        Fetch("a", ack=RELEASE, which="first"), Fetch("a", ack=ACCEPT), DescribeOffsets((TOPIC_B,)),
+    ],
+    "heartbeat-errors": [
+        Heartbeat("a", "current"), Join("a", (TOPIC_A,)), Heartbeat("a", "stale"), Heartbeat("a", "ahead"),
+        Heartbeat("a", "unknown-member"), Leave("a"), Heartbeat("a", "current"), Join("a", (NO_TOPIC,)),
+        Settle(), Describe(),
+    ],
+    "session-errors": [
+        Join("a", (TOPIC_B,)), Settle(), BadSession("a", "unopened"), Fetch("a"), BadSession("a", "ahead"),
+        Fetch("a"), CloseSession("a"), CloseSession("a"), Fetch("a"),
+    ],
+    "acknowledge-edges": [
+        Join("a", (TOPIC_B,)), Settle(), Fetch("a", max_records=1, batch_size=1),
+        AckRange("a", TOPIC_B, 0, 2, 3, ACCEPT), AckRange("a", TOPIC_B, 0, 0, 0, GAP),
+        AckRange("a", TOPIC_B, 0, 100, 101, ACCEPT), AckRange("a", TOPIC_B, 0, 3, 1, ACCEPT),
+        AckRange("a", TOPIC_B, 0, 0, 0, 7), AckRange("a", TOPIC_B, 5, 0, 0, ACCEPT), Fetch("a"),
+    ],
+    "offsets-admin": [
+        DescribeOffsets(), AlterOffsets(TOPIC_B, 0, 2), DescribeOffsets((TOPIC_B,)), Join("a", (TOPIC_B,)),
+        AlterOffsets(TOPIC_B, 0, 1), Settle(), Fetch("a"), Leave("a"), DeleteOffsets(TOPIC_B),
+        DescribeOffsets((TOPIC_B,)), DeleteOffsets(NO_TOPIC), AlterOffsets(NO_TOPIC, 0, 0),
+        DeleteGroup(), DescribeOffsets(), Describe(), DeleteGroup(), ListGroups(),
+    ],
+    "group-configs": [
+        SetConfig("share.record.lock.duration.ms", "20000"), SetConfig("share.renew.acknowledge.enable", "false"),
+        SetConfig("share.delivery.count.limit", "11"), SetConfig("share.isolation.level", "bogus"),
+        SetConfig("share.no.such.config", "1"), SetConfig("share.heartbeat.interval.ms", "6000", validate_only=True),
+        DescribeConfigs(("share.record.lock.duration.ms", "share.renew.acknowledge.enable",
+                         "share.heartbeat.interval.ms", "share.auto.offset.reset")),
+        SetConfig("share.record.lock.duration.ms", None),
+        DescribeConfigs(("share.record.lock.duration.ms",)), ListGroups(("share",), ("Empty",)),
+    ],
+}
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_scenario_answers_match_native(parity_targets, parity_report, name):
+    run_sequence(SCENARIOS[name], parity_targets.native, parity_targets.kshare, report=parity_report)
