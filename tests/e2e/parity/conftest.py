@@ -22,13 +22,15 @@ def parity_targets(native_kafka, sidecar) -> Targets:
     return Targets(native_kafka.bootstrap, sidecar.bootstrap)
 
 
+REPORT = Report()
+
+
 @pytest.fixture(scope="session")
-def parity_report(request) -> Report:
-    report = Report()
-    yield report
-    line = f"parity: {report.sequences} sequences, {report.operations} operations compared on both targets"
-    terminal = request.config.pluginmanager.get_plugin("terminalreporter")
-    if terminal is not None:
-        terminal.write_line(line)
-    else:
-        print(line)
+def parity_report() -> Report:
+    return REPORT
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if REPORT.sequences or REPORT.operations:
+        terminalreporter.write_line(f"parity: {REPORT.sequences} sequences, {REPORT.operations} operations "
+                                    "compared on native Kafka 4.3 and kshare")

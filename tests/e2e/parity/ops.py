@@ -26,6 +26,7 @@ from kio.schema.share_group_heartbeat.v1.request import ShareGroupHeartbeatReque
 from .model import ACCEPT, PARTITIONS, Member, Side, acquired_view
 
 GROUP_RESOURCE = 32
+GROUP_CONFIG_SOURCE = 8  # DescribeConfigs ConfigSource GROUP_CONFIG
 NEXT_EPOCH_WRAP = 2**31 - 1
 
 
@@ -462,7 +463,24 @@ class SetConfig:
             iac_req.AlterConfigsResource(resource_type=GROUP_RESOURCE, resource_name=side.group, configs=(
                 iac_req.AlterableConfig(name=self.key, config_operation=0 if self.value is not None else 1,
                                         value=self.value),)),)))
-        return {"error": [int(r.error_code) for r in answer.responses]}
+        errors = [int(r.error_code) for r in answer.responses]
+        if errors == [0] and not self.validate_only:
+            self._await_visible(side)
+        return {"error": errors}
+
+    def _await_visible(self, side: Side, timeout: float = 10.0) -> None:
+        """Wait until a describe shows the change: Kafka applies group configs through its metadata log, so a
+        describe sent right after the alter may still see the old value (a CI run caught exactly that);
+        kshare applies them at once. Comparing describes only makes sense once both have settled."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            shown = DescribeConfigs((self.key,)).run(side)["configs"].get(self.key)
+            if shown is None:
+                return
+            value, _, source, _ = shown
+            if (self.value is None and source != GROUP_CONFIG_SOURCE) or (self.value is not None and value == self.value):
+                return
+            time.sleep(0.05)
 
 
 @dataclass(frozen=True)
