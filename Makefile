@@ -45,7 +45,7 @@ test-fencing: $(STAMP)
 # 4.3 and kshare on 3.9, step by step; opt-in (hours for thousands).
 PARITY_EXAMPLES ?= 1000
 test-parity: $(STAMP)
-	KSHARE_PARITY_EXAMPLES=$(PARITY_EXAMPLES) $(PY) -m pytest -q -rfEs tests/e2e/parity
+	KSHARE_PARITY_EXPLORE=1 KSHARE_PARITY_EXAMPLES=$(PARITY_EXAMPLES) $(PY) -m pytest -q -rfEs tests/e2e/parity
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

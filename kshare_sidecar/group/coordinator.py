@@ -125,6 +125,7 @@ class ShareGroupCoordinator:
                                        f"{group_id}", member_id, member_epoch)
             group = self.groups[group_id] = ShareGroup(group_id)
         member = group.members.get(member_id)
+        subscription_changed = False
         if member_epoch == 0:
             if member is None and len(group.members) >= self.max_size:
                 return HeartbeatResult(ErrorCode.group_max_size_reached, f"group {group_id} has reached "
@@ -143,6 +144,7 @@ class ShareGroupCoordinator:
                 if subscribed != member.subscribed:
                     member.subscribed = subscribed
                     group.group_epoch += 1
+                    subscription_changed = True
         elif member is None:
             return HeartbeatResult(ErrorCode.unknown_member_id, f"member {member_id} is not in group {group_id}",
                                    member_id, member_epoch)
@@ -155,6 +157,7 @@ class ShareGroupCoordinator:
                 if subscribed != member.subscribed:
                     member.subscribed = subscribed
                     group.group_epoch += 1
+                    subscription_changed = True
             if rack_id is not None and rack_id != member.rack_id:
                 member.rack_id = rack_id
                 group.group_epoch += 1
@@ -164,13 +167,27 @@ class ShareGroupCoordinator:
         if member.member_epoch < group.assignment_epoch:
             member.previous_epoch = member.member_epoch
             member.member_epoch = group.assignment_epoch
-            member.assignment = group.target.get(member_id, {})
+            member.assignment = self._subscribed_part(group, member)
+        elif subscription_changed:
+            member.assignment = self._subscribed_part(group, member)
         full = member_epoch == 0 or subscribed_topic_names is not None
         send = None
         if full or member.sent_assignment != member.assignment:
             send = member.sent_assignment = dict(member.assignment)
         return HeartbeatResult(member_id=member_id, member_epoch=member.member_epoch,
                                heartbeat_interval_ms=self._interval(group), assignment=send)
+
+    @staticmethod
+    def _subscribed_part(group: ShareGroup, member: Member) -> Assignment:
+        """The member's share of the target, limited to the topics it subscribes to now (Kafka's
+        ShareGroupAssignmentBuilder.filterAssignedPartitions): the simple assignor leaves a topic
+        that nobody subscribes to any more in a member's target, and the member must not get it
+        (found by the differential harness)."""
+        target = group.target.get(member.member_id, {})
+        subscribed = {group.topics_seen[name][0] for name in member.subscribed if name in group.topics_seen}
+        if all(t in subscribed for t in target):
+            return target
+        return {t: ps for t, ps in target.items() if t in subscribed}
 
     def _observe_topics(self, group: ShareGroup, topics: Mapping[str, TopicInfo]) -> None:
         """Bump the group epoch when a subscribed topic appears, disappears, grows or is recreated."""

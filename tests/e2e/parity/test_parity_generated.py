@@ -2,8 +2,9 @@
 sequences of share-group operations over members a–c and two topics; each runs on native Kafka 4.3
 and on kshare on 3.9, and the first differing answer fails the test with a replayable sequence.
 
-The default suite runs ``KSHARE_PARITY_EXAMPLES`` sequences (default 6); ``make test-parity``
-runs thousands. The count of sequences and operations is printed at the end of the session.
+The default suite runs ``KSHARE_PARITY_EXAMPLES`` sequences (default 6), derandomized and without
+shrinking so that it is the same short run every time; ``make test-parity`` sets
+``KSHARE_PARITY_EXPLORE=1``: fresh random sequences, and a failure is shrunk to a minimal replay. The count of sequences and operations is printed at the end of the session.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from .model import ACCEPT, GAP, REJECT, RELEASE
@@ -22,6 +23,8 @@ from .runner import MEMBERS, NO_TOPIC, PARTITIONS, TOPIC_A, TOPIC_B, run_sequenc
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 EXAMPLES = int(os.environ.get("KSHARE_PARITY_EXAMPLES", "6"))
+EXPLORE = os.environ.get("KSHARE_PARITY_EXPLORE", "") not in ("", "0")
+PHASES = list(Phase) if EXPLORE else [Phase.explicit, Phase.generate]
 
 members = st.sampled_from(MEMBERS)
 # Member a may take the 3-partition topic; b and c only share the 1-partition one. Which member
@@ -74,7 +77,7 @@ sequences = st.tuples(
 ).map(lambda t: settle_after_membership([t[0], *t[1]]))
 
 
-@settings(max_examples=EXAMPLES, deadline=None, database=None,
+@settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=not EXPLORE, phases=PHASES,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
                                  HealthCheck.data_too_large])
 @given(ops=sequences)

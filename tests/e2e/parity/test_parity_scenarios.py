@@ -31,6 +31,12 @@ SCENARIOS = {
         Join("a", (TOPIC_B,)), Settle(), Fetch("a", max_records=2, batch_size=2), Fetch("a", ack=ACCEPT),
         Fetch("a", ack=RELEASE, which="first"), Fetch("a", ack=ACCEPT), DescribeOffsets((TOPIC_B,)),
     ],
+    # A member moves to a topic others share while its old topic keeps no subscriber (found by a
+    # generated sequence: Kafka filters the member's assignment by its subscription).
+    "subscription-change": [
+        Join("c", (TOPIC_B,)), Settle(), Join("a", (TOPIC_A,)), Settle(), Join("b", (TOPIC_B, NO_TOPIC)), Settle(),
+        Describe(), Join("a", (TOPIC_B,)), Settle(), Describe(), Fetch("a"),
+    ],
     "heartbeat-errors": [
         Heartbeat("a", "current"), Join("a", (TOPIC_A,)), Heartbeat("a", "stale"), Heartbeat("a", "ahead"),
         Heartbeat("a", "unknown-member"), Leave("a"), Heartbeat("a", "current"), Join("a", (NO_TOPIC,)),

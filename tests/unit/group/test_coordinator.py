@@ -170,3 +170,21 @@ def test_simple_assignor_plugin_through_adapter():
     covered = {(t, p) for a in target.values() for t, ps in a.items() for p in ps}
     assert covered == {(T1.topic_id, p) for p in range(3)} | {(T2.topic_id, 0)}
     assert all(r.error == ErrorCode.none for r in final.values())
+
+
+def test_a_member_that_drops_a_topic_nobody_else_subscribes_to_stops_getting_it():
+    """Found by the parity harness: Kafka's SimpleAssignor leaves such a topic in the member's
+    target; the coordinator filters the member's assignment by its subscription, as Kafka's
+    ShareGroupAssignmentBuilder does."""
+    from kshare_sidecar.assignors.simple import SimpleAssignor
+    from kshare_sidecar.group.assign import assign_with
+
+    coord = ShareGroupCoordinator(assign=assign_with(SimpleAssignor()), clock=Clock(), max_size=5,
+                                  session_timeout_ms=45000, heartbeat_interval_ms=5000)
+    hb(coord, "c", 0, topics=("t2",))
+    ra = hb(coord, "a", 0, topics=("t1",))
+    hb(coord, "b", 0, topics=("t2", "missing"))
+    assert ra.assignment == {T1.topic_id: frozenset({0, 1, 2})}
+    ra = hb(coord, "a", 0, topics=("t2",))
+    assert ra.assignment == {T2.topic_id: frozenset({0})}
+    assert coord.groups["g"].members["a"].assignment == {T2.topic_id: frozenset({0})}
