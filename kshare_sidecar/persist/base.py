@@ -27,6 +27,7 @@ exists it is *superseded* and stops for good; otherwise it takes its partition o
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
@@ -83,6 +84,9 @@ class BasePersister(OwnershipMixin):
     """Shared implementation of the :class:`~kshare_sidecar.persist.protocol.Persister` protocol."""
 
     name = "base"
+    #: the replay's stale-record rule (:data:`~kshare_sidecar.persist.ownership.RULES`): "owner"
+    #: where the backend does not fence writers (non-transactional writes)
+    replay_rule = "key"
 
     def __init__(self, *, partitions: int = 1, linger_ms: float = 0.0, max_batch: int = 10_000):
         if partitions < 1:
@@ -163,12 +167,41 @@ class BasePersister(OwnershipMixin):
         await self._open()
         await self.recover()
         await self._take_ownership()
+        if self.replay_rule == "owner":
+            # Writers are not fenced by the backend: a record may have landed between the replay
+            # and our owner records. Read everything up to them again, so that this view is exactly
+            # what any later replay accepts (after them, an older owner's records are ignored).
+            owner_epoch = self.owner_epoch
+            await self.recover()
+            self.owner_epoch = owner_epoch
         loop = asyncio.get_running_loop()
         for p in range(self.partitions):
             self._queues[p] = []
             self._wakeups[p] = asyncio.Event()
             self._writers[p] = loop.create_task(self._writer(p), name=f"kshare-persist-writer-{p}")
         self._ready = True
+        if self.recovery_stats.stale_keys:
+            await self.rewrite_current(self.recovery_stats.stale_keys)
+
+    async def rewrite_current(self, keys: Iterable[EntityKey]) -> None:
+        """Write this owner's view of ``keys`` again, at its own owner epoch: where a stale record
+        (an older owner's late write) is the newest of its key, compaction would otherwise keep it
+        and drop the record the replay accepted. Best effort: a failure is logged and the key is
+        rewritten by its next ordinary write."""
+        futures = []
+        own = self.owner_epoch
+        for kind, ident in keys:
+            def fn(cur, _own=own):
+                if cur is None:
+                    return None, UNCHANGED
+                if isinstance(cur, StoredPartition) and _own is not None and cur.state.leader_epoch < _own:
+                    cur = dataclasses.replace(cur, state=dataclasses.replace(cur.state, leader_epoch=_own))
+                return None, cur
+            futures.append(self._enqueue(kind, ident, fn))
+        for res in await asyncio.gather(*futures, return_exceptions=True):
+            if isinstance(res, BaseException):
+                log.warning("%s persister: rewriting a key after a stale record failed: %r", self.name, res)
+        log.info("%s persister rewrote %d keys whose newest record was stale", self.name, len(futures))
 
     async def recover(self) -> RecoveryStats:
         """Rebuild the in-memory view by replaying the backend to its end."""
@@ -177,7 +210,7 @@ class BasePersister(OwnershipMixin):
         entities: dict[EntityKey, Any] = {}
         owners: dict[int, int] = {}
         started = time.perf_counter()
-        await self._replay(replay_sink(entities, stats, owners))
+        await self._replay(replay_sink(entities, stats, owners, self.replay_rule))
         self._entities = entities
         self._owner_epochs = owners
         for kind, _ in entities:

@@ -49,8 +49,18 @@ def is_older(new: StoredPartition, seen: StoredPartition) -> bool:
     return new.state.leader_epoch < seen.state.leader_epoch
 
 
-def replay_sink(entities: dict[EntityKey, Any], stats: RecoveryStats, owners: dict[int, int]) -> ReplaySink:
-    """A replay sink applying the codec, the skip rule and the stale-record rule."""
+#: The stale-record rules of replay. ``key``: a share-partition record older than one already
+#: replayed for the same key is stale (enough when the backend fences writers: a superseded
+#: writer's transaction cannot commit). ``owner``: also stale when its owner epoch is below an
+#: owner record already replayed on the same state partition — needed when writes are not
+#: transactional (``state.write.mode=idempotent``), where a zombie's plain write still lands after
+#: its successor's owner record and must never be adopted.
+RULES = ("key", "owner")
+
+
+def replay_sink(entities: dict[EntityKey, Any], stats: RecoveryStats, owners: dict[int, int],
+                rule: str = "key") -> ReplaySink:
+    """A replay sink applying the codec, the skip rule and the stale-record rule (:data:`RULES`)."""
     def sink(partition: int, offset: int, raw_key: bytes | None, raw_value: bytes | None) -> None:
         stats.records += 1
         try:
@@ -70,6 +80,13 @@ def replay_sink(entities: dict[EntityKey, Any], stats: RecoveryStats, owners: di
             return
         if kind == KIND_PARTITION:
             seen = entities.get((kind, ident))
+            if rule == "owner" and entity.state.leader_epoch < owners.get(partition, NO_EPOCH):
+                stats.stale_ignored += 1
+                stats.stale_keys.add((kind, ident))
+                log.warning("stale state record ignored: partition %d offset %d: %s/%s/%d written at owner epoch %d "
+                            "after owner epoch %d took the partition over", partition, offset, ident.group_id,
+                            ident.topic_id, ident.partition, entity.state.leader_epoch, owners[partition])
+                return
             if seen is not None and is_older(entity, seen):
                 stats.stale_ignored += 1
                 log.warning("stale state record ignored: partition %d offset %d: %s/%s/%d has state epoch %d "
@@ -79,6 +96,7 @@ def replay_sink(entities: dict[EntityKey, Any], stats: RecoveryStats, owners: di
                             seen.state.leader_epoch)
                 return
             stats.owner_epoch = max(stats.owner_epoch, entity.state.leader_epoch)
+            stats.stale_keys.discard((kind, ident))
         entities[(kind, ident)] = entity
     return sink
 
@@ -211,7 +229,7 @@ class OwnershipMixin:
     async def _read_owner(self, p: int) -> int:
         """The newest committed owner epoch of ``p`` (read_committed, to the last stable offset)."""
         owners: dict[int, int] = {}
-        await self._replay(replay_sink({}, RecoveryStats(), owners), [p])
+        await self._replay(replay_sink({}, RecoveryStats(), owners, self.replay_rule), [p])
         return owners.get(p, NO_EPOCH)
 
     async def _newer_owner(self, p: int) -> bool:
@@ -249,7 +267,7 @@ class OwnershipMixin:
         entities: dict[EntityKey, Any] = {}
         owners: dict[int, int] = {}
         stats = RecoveryStats()
-        await self._replay(replay_sink(entities, stats, owners), [p])
+        await self._replay(replay_sink(entities, stats, owners, self.replay_rule), [p])
         old = {k: v for k, v in self._entities.items() if state_partition_for(k[0], k[1], self.partitions) == p}
         for k in old:
             if k not in entities:

@@ -110,6 +110,9 @@ class RecoveryStats:
     skipped_count: int = 0
     skipped: list[tuple[int, int, str]] = field(default_factory=list)
     seconds: float = 0.0
+    #: entity keys whose newest record was ignored as stale (the replay kept an older one):
+    #: rewritten by the new owner under the owner-epoch rule so compaction cannot keep the stale one
+    stale_keys: set = field(default_factory=set)
 
     def skip(self, partition: int, offset: int, reason: str, cap: int = 100) -> None:
         self.skipped_count += 1

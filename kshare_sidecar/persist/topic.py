@@ -40,6 +40,7 @@ from aiokafka.errors import (
 )
 
 from kshare_sidecar.persist.base import BasePersister, Record, ReplaySink
+from kshare_sidecar.persist.watch import StateWatchMixin
 from kshare_sidecar.persist.errors import (
     BackendWriteError,
     CommitOutcomeUnknownError,
@@ -85,6 +86,10 @@ def _fast_concurrent_txn_retry() -> None:
         _aiokafka_sender.BACKOFF_OVERRIDE = min(_aiokafka_sender.BACKOFF_OVERRIDE, CONCURRENT_TXN_RETRY_S)
 
 
+#: ``transactional``: a Kafka transaction per write; ``idempotent``: plain idempotent produce, for
+#: backends without transactions (docs/persistence.md, "Without transactions").
+WRITE_MODES = ("transactional", "idempotent")
+
 _FENCING_ERRORS = (ProducerFenced, InvalidProducerEpoch, TransactionalIdAuthorizationFailed)
 
 
@@ -95,7 +100,7 @@ def _is_fenced(exc: BaseException) -> bool:
     return "fenced" in text or "invalidproducerepoch" in text
 
 
-class TopicPersister(BasePersister):
+class TopicPersister(StateWatchMixin, BasePersister):
     """State in a compacted topic, written by per-partition transactional producers.
 
     ``bootstrap_servers``: the backend. ``client_options``: extra keyword arguments for every
@@ -124,8 +129,15 @@ class TopicPersister(BasePersister):
         transaction_timeout_ms: int = 60_000,
         commit_timeout_s: float = 30.0,
         recovery_timeout_s: float = 300.0,
+        write_mode: str = "transactional",
     ):
         super().__init__(partitions=partitions, linger_ms=linger_ms, max_batch=max_batch)
+        if write_mode not in WRITE_MODES:
+            raise ValueError(f"write_mode must be one of {', '.join(WRITE_MODES)}, got {write_mode!r}")
+        self.write_mode = write_mode
+        self.replay_rule = "key" if write_mode == "transactional" else "owner"
+        self._replayed_to: dict[int, int] = {}  # partition -> offset the last full replay reached
+        self._watcher: asyncio.Task | None = None
         self.bootstrap_servers = bootstrap_servers
         self.topic = topic
         self.replication_factor = replication_factor
@@ -174,6 +186,11 @@ class TopicPersister(BasePersister):
         self._producers = producers
 
     def _new_producer(self, partition: int) -> AIOKafkaProducer:
+        if self.write_mode == "idempotent":
+            return AIOKafkaProducer(
+                bootstrap_servers=self.bootstrap_servers, enable_idempotence=True, acks="all", linger_ms=0,
+                retry_backoff_ms=20, max_batch_size=1024 * 1024, request_timeout_ms=self.request_timeout_ms,
+                client_id=f"kshare-state-writer-{partition}", **self.client_options)
         _fast_concurrent_txn_retry()
         return AIOKafkaProducer(
             bootstrap_servers=self.bootstrap_servers,
@@ -295,6 +312,8 @@ class TopicPersister(BasePersister):
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)
             ends = await consumer.end_offsets(tps)  # last stable offsets under read_committed
+            for tp in tps:
+                self._replayed_to[tp.partition] = ends[tp]
             pending = set()
             for tp in tps:
                 if await consumer.position(tp) < ends[tp]:
@@ -319,8 +338,9 @@ class TopicPersister(BasePersister):
         producer = self._producers.get(partition)
         if producer is None:
             raise WriterFencedError(f"state partition {partition} of {self.topic!r} has no usable writer")
+        write = self._transaction if self.write_mode == "transactional" else self._send_all
         try:
-            await asyncio.wait_for(self._transaction(producer, partition, records), self.commit_timeout_s)
+            await asyncio.wait_for(write(producer, partition, records), self.commit_timeout_s)
         except PersistError:
             raise
         except BaseException as exc:
@@ -354,6 +374,17 @@ class TopicPersister(BasePersister):
                 else:
                     f.add_done_callback(lambda fut: fut.cancelled() or fut.exception())
 
+    async def _send_all(self, producer: AIOKafkaProducer, partition: int, records: list[Record]) -> None:
+        """Idempotent mode: the records in one produce batch (acks=all); done when acknowledged."""
+        futures = [await producer.send(self.topic, value=value, key=key, partition=partition) for key, value in records]
+        try:
+            for f in futures:
+                await f
+        finally:
+            for f in futures:
+                if not f.done():
+                    f.add_done_callback(lambda fut: fut.cancelled() or fut.exception())
+
     async def _settle(self, partition: int) -> bool:
         """Let the producer finish the transaction whose commit was not confirmed: wait for its
         EndTxn to be answered, or abort a transaction that never reached commit. The producer is
@@ -362,6 +393,15 @@ class TopicPersister(BasePersister):
         producer = self._producers.get(partition)
         if producer is None:
             return False
+        if self.write_mode == "idempotent":  # delivered or failed once the producer has drained
+            try:
+                await asyncio.wait_for(producer.flush(), self.commit_timeout_s)
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:  # noqa: BLE001 - a broken producer is replaced
+                log.debug("state partition %d: flushing: %r", partition, exc)
+                return False
+            return True
         tm = producer._txn_manager
         deadline = time.monotonic() + max(self.transaction_timeout_ms / 1000 * 2, self.commit_timeout_s)
         while time.monotonic() < deadline:
@@ -431,6 +471,10 @@ class TopicPersister(BasePersister):
                 log.debug("stopping producer %d: %r", partition, exc)
 
     async def _close(self) -> None:
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
         producers, self._producers = self._producers, {}
         await asyncio.gather(*(p.stop() for p in producers.values()), return_exceptions=True)
 

@@ -212,4 +212,5 @@ def _persister_options(cfg: SidecarConfig, security: BackendSecurity) -> dict:
             "transaction_timeout_ms": cfg["state.transaction.timeout.ms"],
             # past the transaction timeout a commit is settled by reading the state back (issue 11)
             "commit_timeout_s": min(30.0, cfg["state.transaction.timeout.ms"] / 1000),
+            "write_mode": cfg["state.write.mode"],
             "client_options": security.aiokafka_options()}

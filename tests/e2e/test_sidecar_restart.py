@@ -14,9 +14,12 @@ from tests.support import create_topic, produce, unique
 pytestmark = pytest.mark.kafka
 
 
-def test_restart_mid_run_loses_nothing_and_redelivers_no_acked_record(kafka_39, tmp_path):
+@pytest.mark.parametrize("write_mode", ["transactional", "idempotent"])
+def test_restart_mid_run_loses_nothing_and_redelivers_no_acked_record(kafka_39, tmp_path, write_mode):
+    """Both state write modes (docs/persistence.md): with and without Kafka transactions."""
     total = 20_000
-    sc = SidecarProcess(kafka_39.bootstrap, tmp_path / "sidecar.log").start()
+    sc = SidecarProcess(kafka_39.bootstrap, tmp_path / "sidecar.log",
+                        env={"KSHARE_STATE_WRITE_MODE": write_mode}).start()
     try:
         target = Target("kshare", sc.bootstrap, kafka_39.bootstrap)
         topic, group = unique("restart"), unique("g")
@@ -49,6 +52,6 @@ def test_restart_mid_run_loses_nothing_and_redelivers_no_acked_record(kafka_39, 
                          if (r["p"], r["o"]) in acked_count and r["dc"] > acked_count[(r["p"], r["o"])]]
     assert acked, "no acknowledgement succeeded: the test proves nothing"
     assert redelivered_acked == [], f"acknowledged records were redelivered: {redelivered_acked[:5]}"
-    print(f"\n[kshare] restart after {stopped_at} of {total} records: all delivered, "
+    print(f"\n[kshare, {write_mode} state writes] restart after {stopped_at} of {total} records: all delivered, "
           f"{len(records) - total} redeliveries of unacknowledged records")
 

@@ -1,0 +1,79 @@
+"""The state-topic watch of ``state.write.mode=idempotent`` (docs/persistence.md, "Without transactions").
+
+Without transactions the backend fences no writer: a paused sidecar that wakes up can still
+append to the state topic after its successor took over. Replay ignores such records (the owner
+rule of :mod:`kshare_sidecar.persist.ownership`), and this watch makes the running owners act on
+them: it tails the state topic from where the replay ended; a newer owner record supersedes this
+sidecar (it stops serving, as a fenced transactional writer does at its next write), and an older
+owner's late record makes the current owner write its own view of that key again, so that
+compaction cannot keep the zombie's record as the newest of its key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from kshare_sidecar.persist import codec
+from kshare_sidecar.persist.codec import KIND_OWNER, KIND_PARTITION, CodecError
+
+log = logging.getLogger("kshare_sidecar.persist.topic")
+
+
+class StateWatchMixin:
+    """Mixed into :class:`~kshare_sidecar.persist.topic.TopicPersister` (uses its settings)."""
+
+    async def start(self) -> None:
+        await super().start()
+        if self.write_mode == "idempotent" and self._watcher is None:
+            self._watcher = asyncio.get_running_loop().create_task(self._watch(), name="kshare-state-watch")
+
+    async def _watch(self) -> None:
+        """Idempotent mode: the backend fences no writer, so watch the state topic from where the
+        replay ended. A newer owner record supersedes this sidecar (it stops serving, as a fenced
+        transactional writer does at its next write); an older owner's late record is ignored by
+        every replay, and the key is written again by us so that compaction cannot keep it."""
+        while not self._closed and not self.superseded:
+            consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap_servers, group_id=None,
+                                        enable_auto_commit=False, isolation_level="read_uncommitted",
+                                        request_timeout_ms=self.request_timeout_ms, client_id="kshare-state-watch",
+                                        **self.client_options)
+            try:
+                await consumer.start()
+                tps = [TopicPartition(self.topic, p) for p in range(self.partitions)]
+                consumer.assign(tps)
+                for tp in tps:
+                    consumer.seek(tp, self._replayed_to.get(tp.partition, 0))
+                while not self._closed and not self.superseded:
+                    batches = await consumer.getmany(timeout_ms=500, max_records=10_000)
+                    stale: set = set()
+                    for tp, messages in batches.items():
+                        for m in messages:
+                            self._replayed_to[tp.partition] = m.offset + 1
+                            self._watched(tp.partition, m.offset, m.key, m.value, stale)
+                    if stale and not self.superseded:
+                        await self.rewrite_current(stale)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the backend comes and goes; watch again
+                log.warning("state topic watch failed, restarting: %r", exc)
+                await asyncio.sleep(1.0)
+            finally:
+                await asyncio.gather(consumer.stop(), return_exceptions=True)
+
+    def _watched(self, partition: int, offset: int, raw_key: bytes | None, raw_value: bytes | None,
+                 stale: set) -> None:
+        try:
+            kind, ident, entity = codec.decode(raw_key, raw_value)
+        except CodecError:
+            return
+        own = self.owner_epoch if self.owner_epoch is not None else -1
+        if kind == KIND_OWNER and entity is not None and entity > own:
+            self._supersede(partition, entity)
+        elif kind == KIND_PARTITION and entity is not None and entity.state.leader_epoch < own:
+            log.warning("state partition %d offset %d: a record written at older owner epoch %d (ours %d); "
+                        "ignored by replay, rewriting the key", partition, offset, entity.state.leader_epoch, own)
+            stale.add((kind, ident))
+
