@@ -24,7 +24,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from .errors import CloseConnection, TimedOut
+from .errors import CloseAfterResponse, CloseConnection, TimedOut
 from .framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder
 from ..ratelog import RateLimitedLog
 
@@ -79,6 +79,8 @@ class Connection:
         conn_id: int | None = None,
         idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
         read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+        listener: str = "PLAINTEXT",
+        security_protocol: str = "PLAINTEXT",
     ) -> None:
         if max_inflight < 1:
             raise ValueError("max_inflight must be at least 1")
@@ -108,6 +110,15 @@ class Connection:
         self.close_reason: str | None = None
         self.peer_host, self.peer_port = _address(writer.get_extra_info("peername"))
         self.local_host, self.local_port = _address(writer.get_extra_info("sockname"))
+        #: Which listener accepted it (name and security protocol, Kafka's listener terms).
+        self.listener = listener
+        self.security_protocol = security_protocol
+        #: The client's verified certificate (``ssl.SSLSocket.getpeercert()`` form) on a TLS
+        #: listener that asked for one, else None; the api layer builds the principal from it.
+        self.peer_cert: dict[str, Any] | None = writer.get_extra_info("peercert") or None
+        #: Kafka principal of this connection ("User:..."): set by the api layer (mTLS subject or
+        #: SASL user); never a secret, logged at debug level only.
+        self.principal = "User:ANONYMOUS"
 
     # --- public surface -------------------------------------------------------------------
 
@@ -290,6 +301,16 @@ class Connection:
                 # shielded: cancelling the write loop must not cancel the request it waits for
                 # (a request still being processed finishes unobserved, see _shutdown)
                 out = await asyncio.shield(job.task)
+            except CloseAfterResponse as exc:
+                self._set_reason(str(exc))
+                log.debug("conn %d from %s: closing after the response: %s", self.conn_id, self.peer, exc)
+                if exc.response:
+                    try:
+                        self._writer.write(exc.response)
+                        await asyncio.wait_for(self._writer.drain(), _CLOSE_GRACE_S)
+                    except (TimeoutError, ConnectionError, OSError):
+                        pass
+                return
             except CloseConnection as exc:
                 self._set_reason(str(exc))
                 closing.log(type(exc).__name__, logging.WARNING, "conn %d from %s: closing: %s",

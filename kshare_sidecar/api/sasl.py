@@ -1,0 +1,268 @@
+"""SaslHandshake (17) and SaslAuthenticate (36), and Kafka's gate in front of a SASL listener.
+
+Kafka authenticates a SASL connection before any request reaches its request handlers
+(``SaslServerAuthenticator``); so does :class:`ListenerHandler`, the frame handler of one
+listener, in front of its :class:`~.registry.Dispatcher`:
+
+- before authentication only ApiVersions (once, first) and SaslHandshake are served; any other
+  request closes the connection ("Unexpected Kafka request of type ... during SASL handshake");
+- SaslHandshake v1 → SaslAuthenticate requests carry the mechanism's tokens; v0 → the next frames
+  are raw tokens (no Kafka header), answered with raw tokens;
+- an unknown mechanism: UNSUPPORTED_SASL_MECHANISM with the enabled ones, then close;
+- wrong credentials: SASL_AUTHENTICATION_FAILED with Kafka's message, then close, and one
+  rate-limited WARNING here (never the password; the user name only at debug level);
+- after authentication, SaslHandshake / SaslAuthenticate are answered ILLEGAL_SASL_STATE as
+  KafkaApis does (also on PLAINTEXT and SSL listeners). SessionLifetimeMs is 0: KIP-368
+  re-authentication is not offered.
+
+The principal (``User:alice``; ``User:<subject DN>`` for an SSL client certificate, else
+``User:ANONYMOUS``) is set on the connection and reaches handlers as ``ctx.principal``.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ..auth import ANONYMOUS
+from ..auth.authenticators import Authenticator, CredentialsUnavailable
+from ..auth.plain import PlainInvalid, parse_plain
+from ..auth.principal import tls_principal
+from ..auth.scram import HASHES, ScramInvalid, ScramRefused, ScramServer
+from ..ratelog import RateLimitedLog
+from ..wire import codec
+from ..wire.errors import CloseAfterResponse, CloseConnection, MalformedFrame
+from ..wire.framing import frame as framed
+from .context import ConnectionHandle
+from .convert import convert
+from .registry import ApiRegistry, Dispatcher
+
+log = logging.getLogger("kshare.auth")
+failures = RateLimitedLog(log)
+
+SASL_HANDSHAKE, SASL_AUTHENTICATE, API_VERSIONS = 17, 36, 18
+HANDSHAKE_VERSIONS, AUTHENTICATE_VERSIONS = (0, 1), (0, 2)
+
+
+class _State(enum.Enum):
+    HANDSHAKE_OR_VERSIONS = 1  # nothing yet: ApiVersions or SaslHandshake
+    HANDSHAKE = 2  # ApiVersions answered: SaslHandshake
+    AUTHENTICATE = 3  # SaslAuthenticate requests (handshake v1)
+    AUTHENTICATE_RAW = 4  # raw tokens (handshake v0)
+    COMPLETE = 5
+
+
+class AuthFailed(Exception):
+    """``message`` goes to the client; ``reason`` (never a secret) to the sidecar's log."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.message, self.reason = message, reason
+
+
+class Exchange:
+    """One mechanism's server side over an authenticator (sans-I/O but for the authenticator's
+    awaits): ``await step(token)`` → ``(reply token, done)``; raises :class:`AuthFailed`."""
+
+    def __init__(self, mechanism: str, authenticator: Authenticator) -> None:
+        self.mechanism = mechanism
+        self.authenticator = authenticator
+        self.username: str | None = None
+        self._scram = ScramServer(mechanism) if mechanism in HASHES else None
+        self._generic = (f"Authentication failed during authentication due to invalid credentials with SASL "
+                         f"mechanism {mechanism}")
+
+    async def step(self, token: bytes) -> tuple[bytes, bool]:
+        if self._scram is None:
+            return await self._plain(token), True
+        scram = self._scram
+        try:
+            if scram.username is None:
+                username = scram.client_first(token)
+                self.username = username
+                try:
+                    credential = await self.authenticator.scram_credential(self.mechanism, username)
+                except Exception as exc:  # Kafka: "Credentials could not be obtained", a SaslException
+                    raise AuthFailed(self._generic, f"credentials could not be obtained: {exc}") from None
+                if credential is None:
+                    raise AuthFailed(self._generic, "unknown user")
+                return scram.server_first(credential), False
+            return scram.client_final(token), True
+        except ScramRefused as exc:
+            raise AuthFailed(str(exc), str(exc)) from None
+        except ScramInvalid as exc:
+            raise AuthFailed(self._generic, str(exc)) from None
+
+    async def _plain(self, token: bytes) -> bytes:
+        try:
+            authzid, username, password = parse_plain(token)
+        except PlainInvalid as exc:
+            raise AuthFailed(self._generic, str(exc)) from None
+        self.username = username
+        try:
+            ok = await self.authenticator.verify_plain(username, password)
+        except Exception as exc:  # CredentialsUnavailable, or a broken plugin: not a wrong password
+            reason = str(exc) if isinstance(exc, CredentialsUnavailable) else f"authenticator failed: {exc!r}"
+            raise AuthFailed("Authentication failed: credentials for user could not be verified", reason) from None
+        finally:
+            del password
+        if not ok:
+            raise AuthFailed("Authentication failed: Invalid username or password", "invalid username or password")
+        if authzid and authzid != username:
+            message = "Authentication failed: Client requested an authorization id that is different from username"
+            raise AuthFailed(message, message)
+        return b""
+
+
+class _Session:
+    __slots__ = ("exchange", "state")
+
+    def __init__(self) -> None:
+        self.state = _State.HANDSHAKE_OR_VERSIONS
+        self.exchange: Exchange | None = None
+
+
+class ListenerHandler:
+    """The frame handler of one listener (see module docstring). ``sasl`` is None for PLAINTEXT
+    and SSL listeners: then only the principal is set (mTLS) and frames go to the dispatcher."""
+
+    def __init__(self, dispatcher: Dispatcher, *, listener: str = "PLAINTEXT",
+                 mechanisms: tuple[str, ...] = (), authenticator: Authenticator | None = None,
+                 sasl: bool = False) -> None:
+        if sasl and (not mechanisms or authenticator is None):
+            raise ValueError("a SASL listener needs mechanisms and an authenticator")
+        self.dispatcher = dispatcher
+        self.listener = listener
+        self.mechanisms = mechanisms
+        self.authenticator = authenticator
+        self.sasl = sasl
+        self._sessions: weakref.WeakKeyDictionary[Any, _Session] = weakref.WeakKeyDictionary()
+
+    async def __call__(self, conn: ConnectionHandle, frame: bytes, release: Callable[[], None]) -> bytes | None:
+        session = self._sessions.get(conn)
+        if session is None:
+            session = self._sessions[conn] = _Session()
+            if not self.sasl:
+                session.state = _State.COMPLETE
+                _set_principal(conn, tls_principal(getattr(conn, "peer_cert", None)))
+        if session.state is _State.COMPLETE:
+            return await self.dispatcher(conn, frame, release)
+        if session.state is _State.AUTHENTICATE_RAW:
+            token, _ = await self._authenticate(conn, session, frame, None)
+            return framed(token)
+        peeked = codec.peek(frame)
+        if session.state is _State.AUTHENTICATE:
+            if peeked.api_key != SASL_AUTHENTICATE:
+                raise CloseConnection(f"Unexpected Kafka request of type {_api_name(peeked.api_key)} during SASL "
+                                      f"authentication")
+            return await self._sasl_authenticate(conn, session, frame)
+        if peeked.api_key == API_VERSIONS:
+            if session.state is not _State.HANDSHAKE_OR_VERSIONS:
+                raise CloseConnection("Unexpected ApiVersions request received during SASL authentication")
+            answer = await self.dispatcher(conn, frame, release)
+            entry = self.dispatcher.registry.get(API_VERSIONS)
+            if entry is not None and entry.serves(peeked.api_version):  # else: the v0 downgrade answer
+                session.state = _State.HANDSHAKE
+            return answer
+        if peeked.api_key == SASL_HANDSHAKE:
+            return self._handshake(session, frame)
+        raise CloseConnection(f"Unexpected Kafka request of type {_api_name(peeked.api_key)} during SASL handshake")
+
+    # -- SaslHandshake ----------------------------------------------------------------------------
+    def _handshake(self, session: _Session, frame: bytes) -> bytes:
+        decoded = _decode(frame, SASL_HANDSHAKE, HANDSHAKE_VERSIONS)
+        mechanism = decoded.body.mechanism
+        if mechanism not in self.mechanisms:
+            response = convert({"error_code": ErrorCode.unsupported_sasl_mechanism, "mechanisms": self.mechanisms},
+                               decoded.response_class)
+            raise CloseAfterResponse(f"Unsupported SASL mechanism {mechanism}",
+                                     codec.encode_response(response, decoded.correlation_id))
+        assert self.authenticator is not None
+        session.exchange = Exchange(mechanism, self.authenticator)
+        session.state = _State.AUTHENTICATE if decoded.api_version >= 1 else _State.AUTHENTICATE_RAW
+        response = convert({"error_code": ErrorCode.none, "mechanisms": self.mechanisms}, decoded.response_class)
+        return codec.encode_response(response, decoded.correlation_id)
+
+    # -- SaslAuthenticate -------------------------------------------------------------------------
+    async def _sasl_authenticate(self, conn: ConnectionHandle, session: _Session, frame: bytes) -> bytes:
+        decoded = _decode(frame, SASL_AUTHENTICATE, AUTHENTICATE_VERSIONS)
+
+        def answer(code: ErrorCode, message: str | None, token: bytes) -> bytes:
+            body = convert({"error_code": code, "error_message": message, "auth_bytes": token,
+                            "session_lifetime": 0}, decoded.response_class)
+            return codec.encode_response(body, decoded.correlation_id)
+
+        token, _ = await self._authenticate(conn, session, bytes(decoded.body.auth_bytes), answer)
+        return answer(ErrorCode.none, None, token)
+
+    async def _authenticate(self, conn: ConnectionHandle, session: _Session, token: bytes,
+                            answer: Callable[[ErrorCode, str | None, bytes], bytes] | None) -> tuple[bytes, bool]:
+        exchange = session.exchange
+        assert exchange is not None
+        try:
+            reply, done = await exchange.step(token)
+        except AuthFailed as exc:
+            peer = f"{conn.peer_host}:{conn.peer_port}"
+            failures.log("sasl-failed", logging.WARNING, "conn %d from %s: failed authentication on listener %s "
+                         "with SASL mechanism %s: %s", conn.conn_id, peer, self.listener, exchange.mechanism,
+                         exc.reason)
+            log.debug("conn %d from %s: failed authentication as user %r", conn.conn_id, peer, exchange.username)
+            response = answer(ErrorCode.sasl_authentication_failed, exc.message, b"") if answer else None
+            raise CloseAfterResponse(f"SASL authentication failed: {exc.message}", response) from None
+        if done:
+            principal = f"User:{exchange.username}"
+            _set_principal(conn, principal)
+            session.state, session.exchange = _State.COMPLETE, None
+            log.debug("conn %d from %s: authenticated as %s with %s on listener %s", conn.conn_id,
+                      f"{conn.peer_host}:{conn.peer_port}", principal, exchange.mechanism, self.listener)
+        return reply, done
+
+
+def _set_principal(conn: Any, principal: str) -> None:
+    try:
+        conn.principal = principal
+    except AttributeError:  # a connection object without the attribute (tests)
+        pass
+
+
+def _decode(frame: bytes, api_key: int, versions: tuple[int, int]) -> codec.DecodedRequest:
+    peeked = codec.peek(frame)
+    if not versions[0] <= peeked.api_version <= versions[1]:
+        raise CloseConnection(f"api key {api_key} version {peeked.api_version} is not served")
+    decoded = codec.decode_request(frame)
+    if decoded.null_fields:
+        raise MalformedFrame(f"api key {api_key}: null in non-nullable {', '.join(decoded.null_fields)}")
+    return decoded
+
+
+def _api_name(api_key: int) -> str:
+    try:
+        return codec.request_class(api_key, 0).__name__.removesuffix("Request")
+    except Exception:
+        return str(api_key)
+
+
+# -- the entries in the registry (after authentication, and on non-SASL listeners) -------------
+async def _handshake_after_auth(ctx: Any, header: Any, request: Any) -> Any:
+    return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": ()}
+
+
+async def _authenticate_after_auth(ctx: Any, header: Any, request: Any) -> Any:
+    return {"error_code": ErrorCode.illegal_sasl_state,
+            "error_message": "SaslAuthenticate request received after successful authentication",
+            "auth_bytes": b"", "session_lifetime": 0}
+
+
+def register(registry: ApiRegistry) -> None:
+    """Advertise 17 and 36 (Kafka does on every listener); what reaches the registry is answered
+    ILLEGAL_SASL_STATE, as KafkaApis answers — the exchange itself happens in ListenerHandler."""
+    registry.register(SASL_HANDSHAKE, *HANDSHAKE_VERSIONS, _handshake_after_auth)
+    registry.register(SASL_AUTHENTICATE, *AUTHENTICATE_VERSIONS, _authenticate_after_auth)
+
+
+__all__ = ["ANONYMOUS", "AuthFailed", "Exchange", "ListenerHandler", "register"]

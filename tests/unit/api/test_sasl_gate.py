@@ -1,0 +1,196 @@
+"""Kafka's SASL gate on a listener (SaslServerAuthenticator's states), driven with frames."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+
+import pytest
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.errors import ErrorCode
+from kio.schema.metadata.v12.request import MetadataRequest
+from kio.schema.sasl_authenticate.v0.request import SaslAuthenticateRequest as AuthV0
+from kio.schema.sasl_authenticate.v0.response import SaslAuthenticateResponse as AuthRespV0
+from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+from kio.schema.sasl_authenticate.v2.response import SaslAuthenticateResponse
+from kio.schema.sasl_handshake.v0.request import SaslHandshakeRequest as HandshakeV0
+from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+from kio.schema.sasl_handshake.v1.response import SaslHandshakeResponse
+
+from kshare_sidecar.api import Dispatcher, build_registry
+from kshare_sidecar.api.sasl import ListenerHandler
+from kshare_sidecar.auth.scram import make_credential
+from kshare_sidecar.wire import codec
+from kshare_sidecar.wire.errors import CloseAfterResponse, CloseConnection
+
+from .conftest import NODE, FakeConnection, request_frame
+
+
+class Users:
+    mechanisms = frozenset({"PLAIN", "SCRAM-SHA-512"})
+
+    def __init__(self) -> None:
+        self.cred = make_credential("SCRAM-SHA-512", "alice-pw")
+
+    async def verify_plain(self, username, password):
+        return (username, password) == ("alice", "alice-pw")
+
+    async def scram_credential(self, mechanism, username):
+        return self.cred if username == "alice" else None
+
+    async def close(self):
+        pass
+
+
+class Conn(FakeConnection):
+    def __init__(self) -> None:
+        super().__init__()
+        self.principal = "User:ANONYMOUS"
+        self.listener = "SASL_SSL"
+        self.peer_cert = None
+
+
+@pytest.fixture
+def seen():
+    return []
+
+
+@pytest.fixture
+def handler(catalog, seen):
+    registry = build_registry(catalog)
+    metadata = registry.get(3)
+
+    async def spy(ctx, header, request):  # records the principal a handler sees
+        seen.append((ctx.principal, ctx.listener))
+        return await metadata.handler(ctx, header, request)
+
+    registry.register(3, metadata.min_version, metadata.max_version, spy, error_response=metadata.error_response,
+                      replace=True)
+    return ListenerHandler(Dispatcher(registry, NODE), listener="SASL_SSL", mechanisms=("PLAIN", "SCRAM-SHA-512"),
+                           authenticator=Users(), sasl=True)
+
+
+async def send(handler, conn, request, cid=1):
+    out = await handler(conn, request_frame(request, cid), lambda: None)
+    return codec.decode_response(out[4:], _response_class(request))[1]
+
+
+def _response_class(request):
+    return codec.response_class(type(request).__api_key__, type(request).__version__)
+
+
+def plain(user, password):
+    return SaslAuthenticateRequest(auth_bytes=f"\0{user}\0{password}".encode())
+
+
+async def test_plain_then_requests_carry_the_principal(handler, seen):
+    conn = Conn()
+    versions = await send(handler, conn, ApiVersionsRequest(client_software_name="t", client_software_version="1"))
+    assert {17, 36} <= {k.api_key for k in versions.api_keys}
+    hs = await send(handler, conn, SaslHandshakeRequest(mechanism="PLAIN"))
+    assert hs.error_code == ErrorCode.none and tuple(hs.mechanisms) == ("PLAIN", "SCRAM-SHA-512")
+    auth = await send(handler, conn, plain("alice", "alice-pw"))
+    assert auth.error_code == ErrorCode.none and auth.session_lifetime == datetime.timedelta(0)
+    assert conn.principal == "User:alice"
+    await send(handler, conn, MetadataRequest(topics=None, allow_auto_topic_creation=False,
+                                              include_topic_authorized_operations=False))
+    assert seen == [("User:alice", "SASL_SSL")]
+    again = await send(handler, conn, SaslHandshakeRequest(mechanism="PLAIN"))  # KafkaApis' answer
+    assert again.error_code == ErrorCode.illegal_sasl_state
+
+
+async def test_a_wrong_password_answers_58_then_closes(handler, caplog):
+    conn = Conn()
+    await send(handler, conn, SaslHandshakeRequest(mechanism="PLAIN"))
+    with pytest.raises(CloseAfterResponse) as exc:
+        await send(handler, conn, plain("alice", "Wrong-pw-123"))
+    _, body = codec.decode_response(exc.value.response[4:], SaslAuthenticateResponse)
+    assert body.error_code == ErrorCode.sasl_authentication_failed
+    assert body.error_message == "Authentication failed: Invalid username or password"
+    assert conn.principal == "User:ANONYMOUS"
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "failed authentication on listener SASL_SSL" in warnings[0].getMessage()
+    assert "Wrong-pw-123" not in caplog.text and "alice" not in warnings[0].getMessage()
+
+
+@pytest.mark.parametrize("request_", [
+    MetadataRequest(topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False),
+    SaslAuthenticateRequest(auth_bytes=b"\0alice\0alice-pw"),  # no handshake first
+])
+async def test_nothing_but_apiversions_and_handshake_before_authentication(handler, request_, seen):
+    with pytest.raises(CloseConnection, match="during SASL handshake"):
+        await send(handler, Conn(), request_)
+    assert seen == []
+
+
+async def test_apiversions_once_and_other_requests_during_authentication_close(handler):
+    conn = Conn()
+    await send(handler, conn, ApiVersionsRequest(client_software_name="t", client_software_version="1"))
+    with pytest.raises(CloseConnection, match="Unexpected ApiVersions"):
+        await send(handler, conn, ApiVersionsRequest(client_software_name="t", client_software_version="1"))
+    conn = Conn()
+    await send(handler, conn, SaslHandshakeRequest(mechanism="PLAIN"))
+    with pytest.raises(CloseConnection, match="during SASL authentication"):
+        await send(handler, conn, MetadataRequest(topics=None, allow_auto_topic_creation=False,
+                                                  include_topic_authorized_operations=False))
+
+
+async def test_an_unknown_mechanism_lists_the_enabled_ones_then_closes(handler):
+    with pytest.raises(CloseAfterResponse) as exc:
+        await send(handler, Conn(), SaslHandshakeRequest(mechanism="GSSAPI"))
+    _, body = codec.decode_response(exc.value.response[4:], SaslHandshakeResponse)
+    assert body.error_code == ErrorCode.unsupported_sasl_mechanism
+    assert tuple(body.mechanisms) == ("PLAIN", "SCRAM-SHA-512")
+
+
+async def test_scram_sha_512_with_aiokafkas_client(handler):
+    from aiokafka.conn import ScramAuthenticator
+
+    conn = Conn()
+    await send(handler, conn, SaslHandshakeRequest(mechanism="SCRAM-SHA-512"))
+    client = ScramAuthenticator(loop=asyncio.get_running_loop(), sasl_plain_username="alice",
+                                sasl_plain_password="alice-pw", sasl_mechanism="SCRAM-SHA-512")
+    token, _ = await client.step(None)
+    first = await send(handler, conn, SaslAuthenticateRequest(auth_bytes=token))
+    token, _ = await client.step(first.auth_bytes)
+    final = await send(handler, conn, SaslAuthenticateRequest(auth_bytes=token))
+    assert final.error_code == ErrorCode.none and await client.step(final.auth_bytes) is None
+    assert conn.principal == "User:alice"
+
+
+async def test_scram_unknown_user_gets_kafkas_generic_message(handler):
+    conn = Conn()
+    await send(handler, conn, SaslHandshakeRequest(mechanism="SCRAM-SHA-512"))
+    with pytest.raises(CloseAfterResponse) as exc:
+        await send(handler, conn, SaslAuthenticateRequest(auth_bytes=b"n,,n=mallory,r=abc"))
+    _, body = codec.decode_response(exc.value.response[4:], SaslAuthenticateResponse)
+    assert body.error_message == ("Authentication failed during authentication due to invalid credentials with "
+                                  "SASL mechanism SCRAM-SHA-512")
+
+
+async def test_handshake_v0_then_raw_tokens_and_authenticate_v0(handler):
+    conn = Conn()
+    await send(handler, conn, HandshakeV0(mechanism="PLAIN"))
+    out = await handler(conn, b"\0alice\0alice-pw", lambda: None)
+    assert out == b"\0\0\0\0" and conn.principal == "User:alice"
+    conn = Conn()
+    await send(handler, conn, SaslHandshakeRequest(mechanism="PLAIN"))
+    body = await send(handler, conn, AuthV0(auth_bytes=b"\0alice\0alice-pw"))
+    assert isinstance(body, AuthRespV0) and body.error_code == ErrorCode.none
+
+
+async def test_plaintext_listener_answers_sasl_requests_illegal_state(catalog):
+    handler = ListenerHandler(Dispatcher(build_registry(catalog), NODE), listener="PLAINTEXT")
+    conn = Conn()
+    body = await send(handler, conn, SaslAuthenticateRequest(auth_bytes=b"x"))
+    assert body.error_code == ErrorCode.illegal_sasl_state
+    assert body.error_message == "SaslAuthenticate request received after successful authentication"
+    assert conn.principal == "User:ANONYMOUS"
+
+
+async def test_ssl_listener_principal_is_the_certificate_subject(catalog):
+    handler = ListenerHandler(Dispatcher(build_registry(catalog), NODE), listener="SSL")
+    conn = Conn()
+    conn.peer_cert = {"subject": ((("organizationName", "Acme"),), (("commonName", "svc-a"),))}
+    await send(handler, conn, ApiVersionsRequest(client_software_name="t", client_software_version="1"))
+    assert conn.principal == "User:CN=svc-a,O=Acme"
