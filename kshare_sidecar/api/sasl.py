@@ -149,7 +149,11 @@ class ListenerHandler:
             session = self._sessions[conn] = _Session()
             if not self.sasl:
                 session.state = _State.COMPLETE
-                _set_principal(conn, tls_principal(getattr(conn, "peer_cert", None)))
+                principal = tls_principal(getattr(conn, "peer_cert", None))
+                _set_principal(conn, principal)
+                if principal != ANONYMOUS:
+                    log.debug("conn %d from %s: principal %s (TLS client certificate) on listener %s", conn.conn_id,
+                              f"{conn.peer_host}:{conn.peer_port}", principal, self.listener)
         if session.state is _State.COMPLETE:
             return await self.dispatcher(conn, frame, release)
         if session.state is _State.AUTHENTICATE_RAW:

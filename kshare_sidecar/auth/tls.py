@@ -15,8 +15,12 @@ from ..config import ConfigError
 _VERIFY = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
 
 
-def server_ssl_context(cfg: Any) -> ssl.SSLContext:
-    """Raises :class:`ConfigError` naming the key whose file is missing or unusable."""
+def server_ssl_context(cfg: Any, *, sasl: bool = False) -> ssl.SSLContext:
+    """Raises :class:`ConfigError` naming the key whose file is missing or unusable.
+
+    ``sasl``: for SASL_SSL listeners, which do not ask for client certificates — Kafka applies the
+    broker-wide ``ssl.client.auth`` to SSL listeners only (KIP-684: mTLS on SASL_SSL takes a
+    listener-prefixed setting, which kshare does not have)."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     keystore = cfg["ssl.keystore.location"]
@@ -32,5 +36,5 @@ def server_ssl_context(cfg: Any) -> ssl.SSLContext:
         except (OSError, ssl.SSLError) as exc:
             raise ConfigError(f"ssl.truststore.location = {truststore!r}: not a readable PEM CA file "
                               f"({type(exc).__name__})") from None
-    context.verify_mode = _VERIFY[cfg["ssl.client.auth"]]
+    context.verify_mode = ssl.CERT_NONE if sasl else _VERIFY[cfg["ssl.client.auth"]]
     return context

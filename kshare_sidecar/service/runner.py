@@ -97,7 +97,9 @@ class Sidecar:
                              disable=_names(cfg["plugins.disable"]) or None)
         self.security = BackendSecurity.from_config(cfg)
         specs = cfg.listener_specs()
-        tls = server_ssl_context(cfg) if any(spec.tls for spec in specs) else None
+        tls = {"SSL": server_ssl_context(cfg) if any(spec.protocol == "SSL" for spec in specs) else None,
+               "SASL_SSL": server_ssl_context(cfg, sasl=True) if any(spec.protocol == "SASL_SSL" for spec in specs)
+               else None}
         if any(spec.sasl for spec in specs):
             self.authenticator = plugins.get_authenticator(cfg["sasl.authenticator"], config=cfg,
                                                            backend_security=self.security)
@@ -171,7 +173,7 @@ class Sidecar:
                             max_connections=cfg["max.connections"],
                             max_connections_per_ip=cfg["max.connections.per.ip"],
                             name=spec.name, security_protocol=spec.protocol,
-                            ssl_context=tls if spec.tls else None)
+                            ssl_context=tls.get(spec.protocol))
         await listener.start()
         self.listeners.append(listener)
         self._dispatchers.append(dispatcher)
