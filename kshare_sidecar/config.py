@@ -177,6 +177,8 @@ SETTINGS: tuple[Setting, ...] = (
        "principal User:<subject DN>.", choices=("none", "requested", "required")),
     _S("sasl.enabled.mechanisms", "PLAIN", str, "Comma-separated SASL mechanisms of SASL_* listeners.",
        check=_mechanisms),
+    _S("sasl.server.max.receive.size", 524288, int, "Largest frame a client may send on a SASL listener before it "
+       "has authenticated.", 1024, 2**31 - 1),
     _S("sasl.authenticator", "static", str, "Authenticator plugin that checks SASL credentials (built-ins: static, "
        "delegate)."),
     _S("sasl.credentials.file", "", str, "static authenticator: file of user:password or "

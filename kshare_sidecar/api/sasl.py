@@ -221,6 +221,9 @@ class ListenerHandler:
         if done:
             principal = f"User:{exchange.username}"
             _set_principal(conn, principal)
+            lift = getattr(conn, "lift_frame_limit", None)
+            if lift is not None:  # sasl.server.max.receive.size applied until now
+                lift()
             session.state, session.exchange = _State.COMPLETE, None
             log.debug("conn %d from %s: authenticated as %s with %s on listener %s", conn.conn_id,
                       f"{conn.peer_host}:{conn.peer_port}", principal, exchange.mechanism, self.listener)

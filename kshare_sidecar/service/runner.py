@@ -173,7 +173,8 @@ class Sidecar:
                             max_connections=cfg["max.connections"],
                             max_connections_per_ip=cfg["max.connections.per.ip"],
                             name=spec.name, security_protocol=spec.protocol,
-                            ssl_context=tls.get(spec.protocol))
+                            ssl_context=tls.get(spec.protocol),
+                            initial_max_frame_bytes=cfg["sasl.server.max.receive.size"] if spec.sasl else None)
         await listener.start()
         self.listeners.append(listener)
         self._dispatchers.append(dispatcher)

@@ -81,6 +81,7 @@ class Connection:
         read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
         listener: str = "PLAINTEXT",
         security_protocol: str = "PLAINTEXT",
+        initial_max_frame_bytes: int | None = None,
     ) -> None:
         if max_inflight < 1:
             raise ValueError("max_inflight must be at least 1")
@@ -88,7 +89,9 @@ class Connection:
         self._reader = reader
         self._writer = writer
         self._handler = handler
-        self._decoder = FrameDecoder(max_frame_bytes)
+        # Until lift_frame_limit(), frames are held to initial_max_frame_bytes: Kafka's
+        # sasl.server.max.receive.size bounds what an unauthenticated client can make it buffer.
+        self._decoder = FrameDecoder(min(max_frame_bytes, initial_max_frame_bytes or max_frame_bytes))
         self._max_frame_bytes = max_frame_bytes
         self._slots = asyncio.Semaphore(max_inflight)
         self._read_size = read_size
@@ -130,6 +133,10 @@ class Connection:
     @property
     def closed(self) -> bool:
         return self._done.is_set()
+
+    def lift_frame_limit(self) -> None:
+        """From the next frame on, accept frames up to ``max_frame_bytes`` (after authentication)."""
+        self._decoder.max_frame_bytes = self._max_frame_bytes
 
     def add_close_callback(self, callback: CloseCallback) -> None:
         """Run ``callback(conn)`` once when the connection ends (immediately if it already has).

@@ -42,8 +42,11 @@ class Listener:
         name: str = "PLAINTEXT",
         security_protocol: str = "PLAINTEXT",
         ssl_context: ssl.SSLContext | None = None,
+        initial_max_frame_bytes: int | None = None,
     ) -> None:
         self._handler = handler
+        #: SASL listeners: the frame limit before authentication (Kafka's sasl.server.max.receive.size)
+        self._initial_max_frame_bytes = initial_max_frame_bytes
         self.name = name
         self.security_protocol = security_protocol
         #: TLS is started per connection (not by ``start_server(ssl=...)``) so that a failed
@@ -141,6 +144,7 @@ class Listener:
                 read_timeout_s=self._read_timeout,
                 listener=self.name,
                 security_protocol=self.security_protocol,
+                initial_max_frame_bytes=self._initial_max_frame_bytes,
             )
         except BaseException:  # cancelled during the handshake (listener stopping)
             self._release_ip(ip)

@@ -194,3 +194,41 @@ async def test_ssl_listener_principal_is_the_certificate_subject(catalog):
     conn.peer_cert = {"subject": ((("organizationName", "Acme"),), (("commonName", "svc-a"),))}
     await send(handler, conn, ApiVersionsRequest(client_software_name="t", client_software_version="1"))
     assert conn.principal == "User:CN=svc-a,O=Acme"
+
+
+async def test_frames_are_held_to_the_pre_authentication_limit_until_authenticated(handler):
+    """Kafka's sasl.server.max.receive.size: an unauthenticated client cannot make the listener
+    buffer socket.request.max.bytes; once authenticated the full limit applies (loopback socket)."""
+    from kshare_sidecar.wire.server import Listener
+
+    listener = Listener(handler, "127.0.0.1", 0, max_frame_bytes=1 << 20, initial_max_frame_bytes=4096,
+                        name="SASL_PLAINTEXT", security_protocol="SASL_PLAINTEXT")
+    await listener.start()
+    try:
+        big = MetadataRequest(topics=tuple(), allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+        padded = request_frame(big) + b"\0" * 8000  # trailing bytes are tolerated, the size is what counts
+
+        async def exchange(writer, reader, payload):
+            writer.write(len(payload).to_bytes(4, "big") + payload)
+            size = int.from_bytes(await asyncio.wait_for(reader.readexactly(4), 5), "big")
+            return await reader.readexactly(size)
+
+        handshake = request_frame(SaslHandshakeRequest(mechanism="PLAIN"))
+        reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+        await exchange(writer, reader, handshake + b"\0" * 3000)  # within the limit: answered
+        writer.close()
+        reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+        oversized = handshake + b"\0" * 8000
+        writer.write(len(oversized).to_bytes(4, "big") + oversized)
+        assert await asyncio.wait_for(reader.read(), 5) == b""  # closed, nothing answered
+        writer.close()
+
+        reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+        await exchange(writer, reader, request_frame(SaslHandshakeRequest(mechanism="PLAIN")))
+        await exchange(writer, reader, request_frame(plain("alice", "alice-pw")))
+        answer = await exchange(writer, reader, padded)
+        _, body = codec.decode_response(answer, _response_class(big))
+        assert body.brokers[0].port == NODE.port
+        writer.close()
+    finally:
+        await listener.stop()
