@@ -130,9 +130,15 @@ class Listener:
             await _close(writer)
             return
         self._per_ip[ip] += 1
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)  # from here on, stop() waits for (or cancels) this connection
+        conn: Connection | None = None
         try:
             if self._ssl is not None and not await self._start_tls(writer, peer_text):
-                self._release_ip(ip)
+                return
+            if self._stopping:  # the listener stopped during the TLS handshake
+                writer.transport.abort()
                 return
             conn = Connection(
                 reader,
@@ -146,24 +152,20 @@ class Listener:
                 security_protocol=self.security_protocol,
                 initial_max_frame_bytes=self._initial_max_frame_bytes,
             )
-        except BaseException:  # cancelled during the handshake (listener stopping)
-            self._release_ip(ip)
-            raise
-        self._connections[conn.conn_id] = conn
-        task = asyncio.current_task()
-        if task is not None:
-            self._tasks.add(task)
-        try:
+            self._connections[conn.conn_id] = conn
             await conn.run()
         except asyncio.CancelledError:
             # stop() cancels a connection that outlived its grace: the task ends normally, or
             # asyncio's stream callback reports the cancellation as an "Exception in callback"
             if not self._stopping:
                 raise
+            if conn is None:
+                writer.transport.abort()
         except Exception:  # never let one connection take the listener down
-            log.exception("conn %d from %s: crashed", conn.conn_id, conn.peer)
+            log.exception("conn %d from %s: crashed", conn.conn_id if conn else 0, conn.peer if conn else peer_text)
         finally:
-            self._connections.pop(conn.conn_id, None)
+            if conn is not None:
+                self._connections.pop(conn.conn_id, None)
             self._release_ip(ip)
             if task is not None:
                 self._tasks.discard(task)
