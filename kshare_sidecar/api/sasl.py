@@ -40,7 +40,7 @@ from ..wire.errors import CloseAfterResponse, CloseConnection, MalformedFrame
 from ..wire.framing import frame as framed
 from .context import ConnectionHandle
 from .convert import convert
-from .registry import ApiRegistry, Dispatcher
+from .registry import ApiRegistry, Dispatcher, generic_error_response
 
 log = logging.getLogger("kshare.auth")
 failures = RateLimitedLog(log)
@@ -162,8 +162,7 @@ class ListenerHandler:
         peeked = codec.peek(frame)
         if session.state is _State.AUTHENTICATE:
             if peeked.api_key != SASL_AUTHENTICATE:
-                raise CloseConnection(f"Unexpected Kafka request of type {_api_name(peeked.api_key)} during SASL "
-                                      f"authentication")
+                raise self._illegal_state(conn, frame, peeked)
             return await self._sasl_authenticate(conn, session, frame)
         if peeked.api_key == API_VERSIONS:
             if session.state is not _State.HANDSHAKE_OR_VERSIONS:
@@ -176,6 +175,21 @@ class ListenerHandler:
         if peeked.api_key == SASL_HANDSHAKE:
             return self._handshake(session, frame)
         raise CloseConnection(f"Unexpected Kafka request of type {_api_name(peeked.api_key)} during SASL handshake")
+
+    def _illegal_state(self, conn: ConnectionHandle, frame: bytes, peeked: codec.RequestPeek) -> CloseConnection:
+        """Another request where SaslAuthenticate was due: Kafka answers it ILLEGAL_SASL_STATE in
+        that API's error form (where it has one), then closes."""
+        reason = f"Unexpected Kafka request of type {_api_name(peeked.api_key)} during SASL authentication."
+        failures.log("sasl-state", logging.WARNING, "conn %d from %s: closing: %s", conn.conn_id,
+                     f"{conn.peer_host}:{conn.peer_port}", reason)
+        try:
+            decoded = codec.decode_request(frame)
+            response = generic_error_response(decoded.response_class, ErrorCode.illegal_sasl_state, reason)
+        except CloseConnection:
+            response = None
+        if response is None:
+            return CloseAfterResponse(reason, None)
+        return CloseAfterResponse(reason, codec.encode_response(response, decoded.correlation_id))
 
     # -- SaslHandshake ----------------------------------------------------------------------------
     def _handshake(self, session: _Session, frame: bytes) -> bytes:

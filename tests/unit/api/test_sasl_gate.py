@@ -130,9 +130,15 @@ async def test_apiversions_once_and_other_requests_during_authentication_close(h
         await send(handler, conn, ApiVersionsRequest(client_software_name="t", client_software_version="1"))
     conn = Conn()
     await send(handler, conn, SaslHandshakeRequest(mechanism="PLAIN"))
-    with pytest.raises(CloseConnection, match="during SASL authentication"):
+    with pytest.raises(CloseConnection, match="during SASL authentication"):  # no error form: closed
         await send(handler, conn, MetadataRequest(topics=None, allow_auto_topic_creation=False,
                                                   include_topic_authorized_operations=False))
+    conn = Conn()
+    await send(handler, conn, SaslHandshakeRequest(mechanism="PLAIN"))
+    with pytest.raises(CloseAfterResponse) as exc:  # Kafka's answer in the API's error form, then closed
+        await send(handler, conn, SaslHandshakeRequest(mechanism="PLAIN"))
+    _, body = codec.decode_response(exc.value.response[4:], SaslHandshakeResponse)
+    assert body.error_code == ErrorCode.illegal_sasl_state
 
 
 async def test_an_unknown_mechanism_lists_the_enabled_ones_then_closes(handler):
