@@ -23,6 +23,7 @@ from kshare_sidecar.testing.kafka import free_port
 from kshare_sidecar.testing.maven import require_tool
 from kshare_sidecar.testing.probe import call
 from tests.e2e.conftest import SidecarProcess
+from tests.e2e.test_java_consumer import java_consumer  # noqa: F401 (a fixture)
 from tests.e2e.test_secured_backend import make_ca_and_server_cert
 from tests.support import create_topic, share_consume, unique
 
@@ -165,6 +166,26 @@ def test_plaintext_to_a_tls_port_closes_cleanly(secured, certs):
     log = _log(secured)
     assert "to listener SASL_SSL: TLS handshake failed" in log
     assert "Traceback" not in log
+
+
+def test_java_share_consumer_over_sasl_ssl_scram(secured, certs, kafka_39, java_consumer, tmp_path):
+    """Java's KafkaShareConsumer (kafka-clients 4.x: Kafka's own SCRAM client, ApiVersions →
+    SaslHandshake v1 → SaslAuthenticate v2) against the sidecar's SASL_SSL listener."""
+    topic, group = unique("java-sasl"), unique("java-sasl-g")
+    create_topic(kafka_39.bootstrap, topic, 1)
+    producer = Producer({"bootstrap.servers": secured.sasl_bootstrap, **scram(certs)})
+    for i in range(10):
+        producer.produce(topic, b"j%d" % i)
+    assert producer.flush(60) == 0
+    props = tmp_path / "client.properties"
+    props.write_text("security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+                     "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+                     f'username="alice" password="{ALICE_PW}";\n'
+                     f"ssl.truststore.type=PEM\nssl.truststore.location={certs['ca']}\n")
+    result = subprocess.run(java_consumer + [secured.sasl_bootstrap, group, topic, "10", "60000", str(props)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "DONE 10", result.stdout[-2000:] + result.stderr[-2000:]
 
 
 def test_no_secret_in_the_log(secured):
