@@ -50,8 +50,8 @@ class ScramCredential:
 
     def to_kafka(self) -> str:
         """Kafka's own text form (``ScramCredentialUtils``): salt=..,stored_key=..,server_key=..,iterations=N."""
-        b = lambda v: base64.b64encode(v).decode()  # noqa: E731
-        return f"salt={b(self.salt)},stored_key={b(self.stored_key)},server_key={b(self.server_key)},iterations={self.iterations}"
+        salt, stored, server = (base64.b64encode(v).decode() for v in (self.salt, self.stored_key, self.server_key))
+        return f"salt={salt},stored_key={stored},server_key={server},iterations={self.iterations}"
 
     @classmethod
     def from_kafka(cls, text: str) -> ScramCredential:

@@ -211,7 +211,7 @@ async def test_frames_are_held_to_the_pre_authentication_limit_until_authenticat
                         name="SASL_PLAINTEXT", security_protocol="SASL_PLAINTEXT")
     await listener.start()
     try:
-        big = MetadataRequest(topics=tuple(), allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+        big = MetadataRequest(topics=(), allow_auto_topic_creation=False, include_topic_authorized_operations=False)
         padded = request_frame(big) + b"\0" * 8000  # trailing bytes are tolerated, the size is what counts
 
         async def exchange(writer, reader, payload):

@@ -7,8 +7,15 @@ import base64
 
 import pytest
 
-from kshare_sidecar.auth.scram import (MIN_ITERATIONS, ScramCredential, ScramInvalid, ScramRefused, ScramServer,
-                                       make_credential, password_matches)
+from kshare_sidecar.auth.scram import (
+    MIN_ITERATIONS,
+    ScramCredential,
+    ScramInvalid,
+    ScramRefused,
+    ScramServer,
+    make_credential,
+    password_matches,
+)
 
 # RFC 7677 section 3: user "user", password "pencil"
 RFC_SALT = base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")
