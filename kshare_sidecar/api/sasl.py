@@ -109,8 +109,6 @@ class Exchange:
         except Exception as exc:  # CredentialsUnavailable, or a broken plugin: not a wrong password
             reason = str(exc) if isinstance(exc, CredentialsUnavailable) else f"authenticator failed: {exc!r}"
             raise AuthFailed("Authentication failed: credentials for user could not be verified", reason) from None
-        finally:
-            del password
         if not ok:
             raise AuthFailed("Authentication failed: Invalid username or password", "invalid username or password")
         if authzid and authzid != username:
@@ -128,7 +126,7 @@ class _Session:
 
 
 class ListenerHandler:
-    """The frame handler of one listener (see module docstring). ``sasl`` is None for PLAINTEXT
+    """The frame handler of one listener (see module docstring). ``sasl`` is false for PLAINTEXT
     and SSL listeners: then only the principal is set (mTLS) and frames go to the dispatcher."""
 
     def __init__(self, dispatcher: Dispatcher, *, listener: str = "PLAINTEXT",
