@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -444,7 +445,8 @@ def _listener_specs(values: Mapping[str, Any]) -> list[ListenerSpec]:
             raise ConfigError(f"listeners: listener name {name} is not in listener.security.protocol.map "
                               f"(map it, e.g. {name}:SASL_SSL, or use a protocol name: {', '.join(PROTOCOLS)})")
         adv_host, adv_port = advertised.get(name, (host, port))
-        specs.append(ListenerSpec(name, protocols[name], host, port, adv_host or host,
+        # an empty host binds every interface and, as in Kafka, advertises this machine's name
+        specs.append(ListenerSpec(name, protocols[name], host, port, adv_host or host or socket.getfqdn(),
                                   adv_port if name in advertised or port != 0 else None))
     if any(s.tls for s in specs) and not values["ssl.keystore.location"]:
         raise ConfigError("ssl.keystore.location is required for SSL and SASL_SSL listeners (a PEM file with the "

@@ -31,6 +31,13 @@ def test_several_listeners_advertised_per_name():
     assert [s.tls for s in got] == [False, True, True] and [s.sasl for s in got] == [False, True, False]
 
 
+def test_an_empty_host_binds_everything_and_advertises_the_host_name():
+    import socket
+
+    (spec,) = specs(listeners="PLAINTEXT://:9192")
+    assert (spec.host, spec.advertised_host) == ("", socket.getfqdn())
+
+
 @pytest.mark.parametrize("overrides,needle", [
     ({"listeners": "PLAINTEXT:/127.0.0.1:1"}, "listeners (from command line) = 'PLAINTEXT:/127.0.0.1:1': "
                                               "'PLAINTEXT:/127.0.0.1:1' is not NAME://host:port"),
