@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from ..api.registry import ApiRegistry
 from ..wire import codec
@@ -54,14 +55,15 @@ def forwardable(backend_versions: dict[int, tuple[int, int]], local: set[int]) -
 
 
 def install(registry: ApiRegistry, pool: BackendPool, *, replaceable: set[int],
-            reserved: Reserved | None = None) -> Forwarder:
+            reserved: Reserved | None = None, node: Callable[[], Any] | None = None) -> Forwarder:
     """Register a raw forwarding entry for every forwardable API.
 
     ``replaceable``: keys registered as placeholders (the Produce/Fetch gate, the backend-facade
     ListOffsets) that forwarding supersedes. Local ranges of mixed APIs are clamped to what the
-    backend speaks, so the sidecar never advertises a version it cannot forward.
+    backend speaks, so the sidecar never advertises a version it cannot forward. ``node``: the
+    sidecar's identity, named in forwarded leader hints instead of a backend broker.
     """
-    forwarder = Forwarder(pool, reserved)
+    forwarder = Forwarder(pool, reserved, node)
     local = {e.api_key for e in registry} - replaceable
     for api_key, (lo, hi) in forwardable(pool.versions, local).items():
         registry.register(api_key, lo, hi, forwarder, raw=True, replace=True)

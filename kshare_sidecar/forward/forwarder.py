@@ -34,7 +34,7 @@ from ..log.brokerconn import BrokerConn, BrokerConnError
 from ..ratelog import backend_failures
 from ..wire import codec
 from ..wire.errors import CloseConnection
-from . import produce
+from . import leaders, produce
 from . import reserved as reserved_keys
 from . import routes
 from .reserved import Reserved
@@ -63,9 +63,11 @@ class _Names:
 class Forwarder:
     """The dispatcher's handler for every forwarded API (``raw`` registry entries)."""
 
-    def __init__(self, pool: BackendPool, reserved: Reserved | None = None) -> None:
+    def __init__(self, pool: BackendPool, reserved: Reserved | None = None,
+                 node: Callable[[], Any] | None = None) -> None:
         self.pool = pool
         self.reserved = reserved
+        self.node = node  # () -> the sidecar's NodeIdentity: leader hints are rewritten to it
         self._upstreams: dict[int, Upstream] = {}
 
     # -- entry point -----------------------------------------------------------------------------
@@ -114,7 +116,28 @@ class Forwarder:
             return await self._to_coordinator(up, frame, api_key, version, kind, spec, release)
         node = single if single is not None else self.pool.any_node()
         expect = not (api_key == _PRODUCE and produce.acks(frame, version) == 0)
-        return await self._raw(up.conn(node), frame, release, expect=expect)
+        answer = await self._raw(up.conn(node), frame, release, expect=expect)
+        if answer is not None and leaders.hinted(api_key, version):
+            return self._own_leader_hints_raw(answer, api_key, version)
+        return answer
+
+    def _own_leader_hints_raw(self, answer: bytes, api_key: int, version: int) -> bytes:
+        """A raw answer whose leader hints could name a backend broker, rewritten to name the
+        sidecar (:mod:`.leaders`); left as bytes when it cannot."""
+        hosts = tuple(host.encode() for host, _ in self.pool.brokers.values())
+        if self.node is None or not leaders.may_name_backend(answer, hosts):
+            return answer
+        header, body = codec.decode_response(bytes(memoryview(answer)[4:]), codec.response_class(api_key, version))
+        rewritten = self._own_leader_hints(body)
+        if rewritten is body:
+            return answer
+        return codec.encode_response(rewritten, header.correlation_id)
+
+    def _own_leader_hints(self, body: Any) -> Any:
+        if self.node is None:
+            return body
+        n = self.node()
+        return leaders.point_at_sidecar(body, n.node_id, n.host, n.port, n.rack)
 
     async def _raw(self, conn: BrokerConn, frame: bytes, release: Callable[[], None], *,
                    expect: bool = True) -> bytes | None:
@@ -203,6 +226,8 @@ class Forwarder:
         merged = routes.merge_partitions(responses, spec)
         if any(code in _RETRY_LEADER for code in routes.error_codes(merged)):
             self.pool.forget_leaders()
+        if leaders.hinted(api_key, version):
+            merged = self._own_leader_hints(merged)
         return codec.encode_response(merged, decoded.correlation_id)
 
     async def _send_parts(self, up: Upstream, decoded: codec.DecodedRequest, parts: dict[int, Any], *,

@@ -26,6 +26,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import aiokafka.producer.sender as _aiokafka_sender
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
@@ -66,6 +67,23 @@ DEFAULT_TOPIC_CONFIGS: dict[str, str] = {
 #: Fault-injection hook for the fencing e2e tests only: hold every state transaction open this long
 #: between its records and its commit, so a SIGSTOP lands inside an open transaction for certain.
 _TEST_COMMIT_HOLD_S = float(os.environ.get("KSHARE_TEST_STATE_COMMIT_HOLD_MS", "0") or 0) / 1000
+
+#: How soon a transaction that met CONCURRENT_TRANSACTIONS asks again. Back-to-back state
+#: transactions on one transactional.id always meet it: the coordinator answers EndTxn once the
+#: commit is decided, and refuses the next AddPartitionsToTxn until the markers of the previous
+#: one are written (~1-3 ms on a healthy broker; KAFKA-5477). aiokafka retries after a fixed
+#: 20 ms (its ``BACKOFF_OVERRIDE``, like Java's producer with its default retry.backoff.ms), which
+#: made 20-25 ms the median state write and every acknowledgement wait for it (issue 14:
+#: one aiokafka transaction measured 25 ms median back to back, 7.4 ms with 2 ms here).
+#: The constant is module-wide in aiokafka; the sidecar's only transactional producers are
+#: these state writers, so lowering it there changes nothing else.
+CONCURRENT_TXN_RETRY_S = 0.002
+
+
+def _fast_concurrent_txn_retry() -> None:
+    if getattr(_aiokafka_sender, "BACKOFF_OVERRIDE", None) is not None:
+        _aiokafka_sender.BACKOFF_OVERRIDE = min(_aiokafka_sender.BACKOFF_OVERRIDE, CONCURRENT_TXN_RETRY_S)
+
 
 _FENCING_ERRORS = (ProducerFenced, InvalidProducerEpoch, TransactionalIdAuthorizationFailed)
 
@@ -156,15 +174,15 @@ class TopicPersister(BasePersister):
         self._producers = producers
 
     def _new_producer(self, partition: int) -> AIOKafkaProducer:
+        _fast_concurrent_txn_retry()
         return AIOKafkaProducer(
             bootstrap_servers=self.bootstrap_servers,
             transactional_id=self.transactional_id(partition),
             enable_idempotence=True,
             acks="all",
             linger_ms=0,
-            # A new transaction right after a commit often meets CONCURRENT_TRANSACTIONS while the
-            # previous markers are written; aiokafka's default 100 ms back-off made that the median
-            # write latency. Java's producer retries this case after 20 ms.
+            # Other retriable errors (coordinator moves, NOT_ENOUGH_REPLICAS) wait 20 ms, as Java's
+            # producer waits for CONCURRENT_TRANSACTIONS; that case itself: CONCURRENT_TXN_RETRY_S.
             retry_backoff_ms=20,
             max_batch_size=1024 * 1024,
             request_timeout_ms=self.request_timeout_ms,

@@ -193,7 +193,8 @@ class Sidecar:
         coordinator_api.register(registry, check=self.pool.check_coordinator)
         txn_prefix = getattr(self.persister, "transactional_id_prefix", "kshare-state")
         reserved = Reserved(frozenset(hidden), (f"{txn_prefix}-",))
-        self.forwarder = install(registry, self.pool, replaceable={0, 1, 2}, reserved=reserved)
+        self.forwarder = install(registry, self.pool, replaceable={0, 1, 2}, reserved=reserved,
+                                 node=lambda: self.node)
         mixed.register(registry, self.pool, is_share_group=lambda g: g in self.coordinator.groups,
                        node_id=lambda: self.node.node_id, hidden=hidden)
 

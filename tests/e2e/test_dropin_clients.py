@@ -159,6 +159,47 @@ def test_consumer_groups_and_share_groups_side_by_side(sidecar):
     assert rows[plain][0].lower() == "classic" and rows[share][0].lower() == "share", listed.output
 
 
+def test_produce_right_after_create_topic_is_written_once_and_stays_on_the_sidecar(sidecar):
+    """Kafka answers NOT_LEADER_OR_FOLLOWER until a new partition is loaded, with a KIP-951 leader
+    hint naming the backend broker. Forwarded as it was, librdkafka renamed its broker to the
+    backend's address, dropped the sidecar connection with Produce requests in flight and sent
+    them again: 300 records became 380-575 in about one round of three (CI saw it as duplicates)."""
+    admin = AdminClient({"bootstrap.servers": sidecar.bootstrap})
+    values = [b"v%d" % i for i in range(300)]
+    for _ in range(8):
+        topic = _name("dropin-fresh")
+        _wait(admin.create_topics([NewTopic(topic, 3, 1)], operation_timeout=30))  # and produce at once
+        moved: list[str] = []
+        producer = Producer({"bootstrap.servers": sidecar.bootstrap, "linger.ms": 5, "enable.idempotence": False,
+                             "debug": "broker", "log_level": 7,
+                             "logger": _Catch(moved, "hostname updated")})
+        failed: list = []
+        for value in values:
+            producer.produce(topic, value, on_delivery=lambda err, _m: failed.append(err) if err else None)
+        assert producer.flush(60) == 0 and not failed, failed[:3]
+        assert not moved, moved[:1]  # the producer never left the sidecar
+        consumer = Consumer({"bootstrap.servers": sidecar.backend, "group.id": _name("count")})
+        try:
+            written = sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(3))
+        finally:
+            consumer.close()
+        assert written == len(values)
+
+
+class _Catch:
+    """A librdkafka logger that keeps the lines containing ``needle``."""
+
+    def __init__(self, into: list[str], needle: str) -> None:
+        self.into, self.needle = into, needle
+
+    def log(self, _level, fmt, *args) -> None:
+        line = fmt % args if args else str(fmt)
+        if self.needle in line:
+            self.into.append(line)
+
+    debug = info = warning = error = critical = exception = log
+
+
 def test_kafka_topic_command_through_the_sidecar(sidecar):
     topic = _name("dropin-tool")
     base = ["--bootstrap-server", sidecar.bootstrap]
