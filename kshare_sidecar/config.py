@@ -180,6 +180,8 @@ SETTINGS: tuple[Setting, ...] = (
        check=_mechanisms),
     _S("sasl.server.max.receive.size", 524288, int, "Largest frame a client may send on a SASL listener before it "
        "has authenticated.", 1024, 2**31 - 1),
+    _S("connection.failed.authentication.delay.ms", 100, int, "Delay of the failure answer (and close) after a "
+       "failed authentication, which slows password guessing.", 0, 60000),
     _S("sasl.authenticator", "static", str, "Authenticator plugin that checks SASL credentials (built-ins: static, "
        "delegate)."),
     _S("sasl.credentials.file", "", str, "static authenticator: file of user:password or "

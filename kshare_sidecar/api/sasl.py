@@ -21,6 +21,7 @@ The principal (``User:alice``; ``User:<subject DN>`` for an SSL client certifica
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import logging
 import weakref
@@ -131,7 +132,7 @@ class ListenerHandler:
 
     def __init__(self, dispatcher: Dispatcher, *, listener: str = "PLAINTEXT",
                  mechanisms: tuple[str, ...] = (), authenticator: Authenticator | None = None,
-                 sasl: bool = False) -> None:
+                 sasl: bool = False, failure_delay_s: float = 0.0) -> None:
         if sasl and (not mechanisms or authenticator is None):
             raise ValueError("a SASL listener needs mechanisms and an authenticator")
         self.dispatcher = dispatcher
@@ -139,6 +140,9 @@ class ListenerHandler:
         self.mechanisms = mechanisms
         self.authenticator = authenticator
         self.sasl = sasl
+        #: Kafka's connection.failed.authentication.delay.ms: the failure answer and the close wait
+        #: this long, so a client cannot try passwords as fast as the network allows.
+        self.failure_delay_s = failure_delay_s
         self._sessions: weakref.WeakKeyDictionary[Any, _Session] = weakref.WeakKeyDictionary()
 
     async def __call__(self, conn: ConnectionHandle, frame: bytes, release: Callable[[], None]) -> bytes | None:
@@ -229,6 +233,8 @@ class ListenerHandler:
                          exc.reason)
             log.debug("conn %d from %s: failed authentication as user %r", conn.conn_id, peer, exchange.username)
             response = answer(ErrorCode.sasl_authentication_failed, exc.message, b"") if answer else None
+            if self.failure_delay_s > 0:
+                await asyncio.sleep(self.failure_delay_s)
             raise CloseAfterResponse(f"SASL authentication failed: {exc.message}", response) from None
         if done:
             principal = f"User:{exchange.username}"

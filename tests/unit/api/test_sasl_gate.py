@@ -100,10 +100,13 @@ async def test_plain_then_requests_carry_the_principal(handler, seen):
 
 
 async def test_a_wrong_password_answers_58_then_closes(handler, caplog):
+    handler.failure_delay_s = 0.2  # connection.failed.authentication.delay.ms
     conn = Conn()
     await send(handler, conn, SaslHandshakeRequest(mechanism="PLAIN"))
+    started = asyncio.get_running_loop().time()
     with pytest.raises(CloseAfterResponse) as exc:
         await send(handler, conn, plain("alice", "Wrong-pw-123"))
+    assert asyncio.get_running_loop().time() - started >= 0.19
     _, body = codec.decode_response(exc.value.response[4:], SaslAuthenticateResponse)
     assert body.error_code == ErrorCode.sasl_authentication_failed
     assert body.error_message == "Authentication failed: Invalid username or password"
