@@ -35,6 +35,7 @@ from ..auth.authenticators import Authenticator, CredentialsUnavailable
 from ..auth.plain import PlainInvalid, parse_plain
 from ..auth.principal import tls_principal
 from ..auth.scram import HASHES, ScramInvalid, ScramRefused, ScramServer
+from ..metrics import STATS
 from ..ratelog import RateLimitedLog
 from ..wire import codec
 from ..wire.errors import CloseAfterResponse, CloseConnection, MalformedFrame
@@ -227,6 +228,7 @@ class ListenerHandler:
         try:
             reply, done = await exchange.step(token)
         except AuthFailed as exc:
+            _count(STATS.authentication_failures, self.listener)
             peer = f"{conn.peer_host}:{conn.peer_port}"
             failures.log("sasl-failed", logging.WARNING, "conn %d from %s: failed authentication on listener %s "
                          "with SASL mechanism %s: %s", conn.conn_id, peer, self.listener, exchange.mechanism,
@@ -237,6 +239,7 @@ class ListenerHandler:
                 await asyncio.sleep(self.failure_delay_s)
             raise CloseAfterResponse(f"SASL authentication failed: {exc.message}", response) from None
         if done:
+            _count(STATS.authentications, self.listener)
             principal = f"User:{exchange.username}"
             _set_principal(conn, principal)
             lift = getattr(conn, "lift_frame_limit", None)
@@ -246,6 +249,10 @@ class ListenerHandler:
             log.debug("conn %d from %s: authenticated as %s with %s on listener %s", conn.conn_id,
                       f"{conn.peer_host}:{conn.peer_port}", principal, exchange.mechanism, self.listener)
         return reply, done
+
+
+def _count(counts: dict[str, int], listener: str) -> None:
+    counts[listener] = counts.get(listener, 0) + 1
 
 
 def _set_principal(conn: Any, principal: str) -> None:

@@ -14,6 +14,7 @@ import socket
 import struct
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -61,8 +62,8 @@ def certs(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def secured(kafka_39, certs, tmp_path_factory):
-    port, sasl_port, ssl_port = free_port(), free_port(), free_port()
-    env = {"KSHARE_SSL_KEYSTORE_LOCATION": str(certs["keystore"]), "KSHARE_SSL_KEY_PASSWORD": KEY_PW,
+    port, sasl_port, ssl_port, metrics_port = free_port(), free_port(), free_port(), free_port()
+    env = {"KSHARE_METRICS_PORT": str(metrics_port), "KSHARE_SSL_KEYSTORE_LOCATION": str(certs["keystore"]), "KSHARE_SSL_KEY_PASSWORD": KEY_PW,
            "KSHARE_SSL_TRUSTSTORE_LOCATION": str(certs["ca"]), "KSHARE_SSL_CLIENT_AUTH": "required",
            "KSHARE_SASL_ENABLED_MECHANISMS": "SCRAM-SHA-512,PLAIN", "KSHARE_SASL_AUTHENTICATOR": "static",
            "KSHARE_SASL_CREDENTIALS_FILE": str(certs["users"])}
@@ -70,6 +71,7 @@ def secured(kafka_39, certs, tmp_path_factory):
     sc = SidecarProcess(kafka_39.bootstrap, tmp_path_factory.mktemp("secured") / "sidecar.log", port=port, env=env,
                         listeners=listeners, args=["--log-level", "DEBUG"]).start()
     sc.sasl_bootstrap, sc.ssl_bootstrap = f"127.0.0.1:{sasl_port}", f"127.0.0.1:{ssl_port}"
+    sc.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
     yield sc
     sc.stop()
 
@@ -143,6 +145,9 @@ def test_a_wrong_password_is_an_authentication_error_and_one_line(secured, certs
     # each names the listener and mechanism, never the user or the password
     assert 1 <= len(new) <= 3, new
     assert all("WARNING" in line and "SCRAM-SHA-512" in line and "alice" not in line for line in new)
+    metrics = urllib.request.urlopen(secured.metrics_url, timeout=10).read().decode()
+    assert f'kshare_failed_authentication_total{{listener="SASL_SSL"}} {float(len(lines))}' in metrics
+    assert 'kshare_successful_authentication_total{listener="SASL_SSL"}' in metrics
 
 
 def test_plaintext_to_a_tls_port_closes_cleanly(secured, certs):

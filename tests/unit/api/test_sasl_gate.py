@@ -20,6 +20,7 @@ from kio.schema.sasl_handshake.v1.response import SaslHandshakeResponse
 from kshare_sidecar.api import Dispatcher, build_registry
 from kshare_sidecar.api.sasl import ListenerHandler
 from kshare_sidecar.auth.scram import make_credential
+from kshare_sidecar.metrics import STATS
 from kshare_sidecar.wire import codec
 from kshare_sidecar.wire.errors import CloseAfterResponse, CloseConnection
 
@@ -84,6 +85,7 @@ def plain(user, password):
 
 
 async def test_plain_then_requests_carry_the_principal(handler, seen):
+    ok_before = STATS.authentications.get("SASL_SSL", 0)
     conn = Conn()
     versions = await send(handler, conn, ApiVersionsRequest(client_software_name="t", client_software_version="1"))
     assert {17, 36} <= {k.api_key for k in versions.api_keys}
@@ -91,6 +93,7 @@ async def test_plain_then_requests_carry_the_principal(handler, seen):
     assert hs.error_code == ErrorCode.none and tuple(hs.mechanisms) == ("PLAIN", "SCRAM-SHA-512")
     auth = await send(handler, conn, plain("alice", "alice-pw"))
     assert auth.error_code == ErrorCode.none and auth.session_lifetime == datetime.timedelta(0)
+    assert STATS.authentications.get("SASL_SSL", 0) == ok_before + 1
     assert conn.principal == "User:alice"
     await send(handler, conn, MetadataRequest(topics=None, allow_auto_topic_creation=False,
                                               include_topic_authorized_operations=False))
@@ -101,6 +104,7 @@ async def test_plain_then_requests_carry_the_principal(handler, seen):
 
 async def test_a_wrong_password_answers_58_then_closes(handler, caplog):
     handler.failure_delay_s = 0.2  # connection.failed.authentication.delay.ms
+    failed_before = STATS.authentication_failures.get("SASL_SSL", 0)
     conn = Conn()
     await send(handler, conn, SaslHandshakeRequest(mechanism="PLAIN"))
     started = asyncio.get_running_loop().time()
@@ -111,6 +115,7 @@ async def test_a_wrong_password_answers_58_then_closes(handler, caplog):
     assert body.error_code == ErrorCode.sasl_authentication_failed
     assert body.error_message == "Authentication failed: Invalid username or password"
     assert conn.principal == "User:ANONYMOUS"
+    assert STATS.authentication_failures["SASL_SSL"] == failed_before + 1
     warnings = [r for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1 and "failed authentication on listener SASL_SSL" in warnings[0].getMessage()
     assert "Wrong-pw-123" not in caplog.text and "alice" not in warnings[0].getMessage()
