@@ -182,6 +182,8 @@ SETTINGS: tuple[Setting, ...] = (
        "has authenticated.", 1024, 2**31 - 1),
     _S("connection.failed.authentication.delay.ms", 100, int, "Delay of the failure answer (and close) after a "
        "failed authentication, which slows password guessing.", 0, 60000),
+    _S("connections.max.reauth.ms", 0, int, "KIP-368: lifetime of an authenticated SASL session; clients "
+       "re-authenticate before it ends, or their connection is closed (0 = sessions never end).", 0, 2**31 - 1),
     _S("sasl.authenticator", "static", str, "Authenticator plugin that checks SASL credentials (built-ins: static, "
        "delegate)."),
     _S("sasl.credentials.file", "", str, "static authenticator: file of user:password or "

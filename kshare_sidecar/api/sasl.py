@@ -12,8 +12,11 @@ listener, in front of its :class:`~.registry.Dispatcher`:
 - wrong credentials: SASL_AUTHENTICATION_FAILED with Kafka's message, then close, and one
   rate-limited WARNING here (never the password; the user name only at debug level);
 - after authentication, SaslHandshake / SaslAuthenticate are answered ILLEGAL_SASL_STATE as
-  KafkaApis does (also on PLAINTEXT and SSL listeners). SessionLifetimeMs is 0: KIP-368
-  re-authentication is not offered.
+  KafkaApis does (also on PLAINTEXT and SSL listeners) — unless ``connections.max.reauth.ms`` is
+  set (KIP-368): then SessionLifetimeMs tells the client how long its session lasts, a
+  SaslHandshake on the authenticated connection starts a re-authentication (same mechanism, same
+  principal, at most one a second), and a request arriving after the session ended closes the
+  connection. With the default 0, SessionLifetimeMs is 0 and sessions never end.
 
 The principal (``User:alice``; ``User:<subject DN>`` for an SSL client certificate, else
 ``User:ANONYMOUS``) is set on the connection and reaches handlers as ``ctx.principal``.
@@ -120,11 +123,19 @@ class Exchange:
 
 
 class _Session:
-    __slots__ = ("exchange", "state")
+    __slots__ = ("bad_mechanism", "exchange", "expires_at", "mechanism", "principal", "reauth_started",
+                 "reauthenticating", "state")
 
     def __init__(self) -> None:
         self.state = _State.HANDSHAKE_OR_VERSIONS
         self.exchange: Exchange | None = None
+        # KIP-368 (connections.max.reauth.ms > 0): when the session ends, what it was made with
+        self.expires_at: float | None = None
+        self.mechanism: str | None = None
+        self.principal: str | None = None
+        self.reauth_started = float("-inf")
+        self.reauthenticating = False
+        self.bad_mechanism: str | None = None  # Kafka's REAUTH_BAD_MECHANISM: fails the next token
 
 
 class ListenerHandler:
@@ -133,7 +144,7 @@ class ListenerHandler:
 
     def __init__(self, dispatcher: Dispatcher, *, listener: str = "PLAINTEXT",
                  mechanisms: tuple[str, ...] = (), authenticator: Authenticator | None = None,
-                 sasl: bool = False, failure_delay_s: float = 0.0) -> None:
+                 sasl: bool = False, failure_delay_s: float = 0.0, reauth_ms: int = 0) -> None:
         if sasl and (not mechanisms or authenticator is None):
             raise ValueError("a SASL listener needs mechanisms and an authenticator")
         self.dispatcher = dispatcher
@@ -144,6 +155,10 @@ class ListenerHandler:
         #: Kafka's connection.failed.authentication.delay.ms: the failure answer and the close wait
         #: this long, so a client cannot try passwords as fast as the network allows.
         self.failure_delay_s = failure_delay_s
+        #: Kafka's connections.max.reauth.ms (KIP-368): > 0 gives authenticated sessions this
+        #: lifetime (SessionLifetimeMs); clients re-authenticate on the connection before it ends,
+        #: and a request on an expired session closes the connection. 0: sessions never end.
+        self.reauth_ms = reauth_ms
         self._sessions: weakref.WeakKeyDictionary[Any, _Session] = weakref.WeakKeyDictionary()
 
     async def __call__(self, conn: ConnectionHandle, frame: bytes, release: Callable[[], None]) -> bytes | None:
@@ -158,6 +173,18 @@ class ListenerHandler:
                     log.debug("conn %d from %s: principal %s (TLS client certificate) on listener %s", conn.conn_id,
                               f"{conn.peer_host}:{conn.peer_port}", principal, self.listener)
         if session.state is _State.COMPLETE:
+            if session.expires_at is not None:
+                peeked = codec.peek(frame)
+                now = asyncio.get_running_loop().time()
+                # Kafka: at most one re-authentication a second; otherwise the handshake goes to
+                # the API layer (ILLEGAL_SASL_STATE)
+                if peeked.api_key == SASL_HANDSHAKE and now - session.reauth_started >= 1.0:
+                    session.reauth_started = now
+                    return self._handshake(session, frame, reauth=True)
+                if now > session.expires_at:
+                    log.debug("conn %d from %s: SASL session expired (connections.max.reauth.ms), closing",
+                              conn.conn_id, f"{conn.peer_host}:{conn.peer_port}")
+                    raise CloseAfterResponse("SASL session expired without re-authentication", None)
             return await self.dispatcher(conn, frame, release)
         if session.state is _State.AUTHENTICATE_RAW:
             token, _ = await self._authenticate(conn, session, frame, None)
@@ -195,7 +222,7 @@ class ListenerHandler:
         return CloseAfterResponse(reason, codec.encode_response(response, decoded.correlation_id))
 
     # -- SaslHandshake ----------------------------------------------------------------------------
-    def _handshake(self, session: _Session, frame: bytes) -> bytes:
+    def _handshake(self, session: _Session, frame: bytes, *, reauth: bool = False) -> bytes:
         decoded = _decode(frame, SASL_HANDSHAKE, HANDSHAKE_VERSIONS)
         mechanism = decoded.body.mechanism
         if mechanism not in self.mechanisms:
@@ -206,6 +233,11 @@ class ListenerHandler:
         assert self.authenticator is not None
         session.exchange = Exchange(mechanism, self.authenticator)
         session.state = _State.AUTHENTICATE if decoded.api_version >= 1 else _State.AUTHENTICATE_RAW
+        session.reauthenticating = reauth
+        session.bad_mechanism = None
+        if reauth and mechanism != session.mechanism:
+            session.bad_mechanism = (f"SASL mechanism '{mechanism}' requested by client is not supported for "
+                                     f"re-authentication of mechanism '{session.mechanism}'")
         response = convert({"error_code": ErrorCode.none, "mechanisms": self.mechanisms}, decoded.response_class)
         return codec.encode_response(response, decoded.correlation_id)
 
@@ -213,20 +245,26 @@ class ListenerHandler:
     async def _sasl_authenticate(self, conn: ConnectionHandle, session: _Session, frame: bytes) -> bytes:
         decoded = _decode(frame, SASL_AUTHENTICATE, AUTHENTICATE_VERSIONS)
 
-        def answer(code: ErrorCode, message: str | None, token: bytes) -> bytes:
+        def answer(code: ErrorCode, message: str | None, token: bytes, lifetime_ms: int = 0) -> bytes:
             body = convert({"error_code": code, "error_message": message, "auth_bytes": token,
-                            "session_lifetime": 0}, decoded.response_class)
+                            "session_lifetime": lifetime_ms}, decoded.response_class)
             return codec.encode_response(body, decoded.correlation_id)
 
-        token, _ = await self._authenticate(conn, session, bytes(decoded.body.auth_bytes), answer)
-        return answer(ErrorCode.none, None, token)
+        token, done = await self._authenticate(conn, session, bytes(decoded.body.auth_bytes), answer)
+        return answer(ErrorCode.none, None, token, self.reauth_ms if done else 0)
 
     async def _authenticate(self, conn: ConnectionHandle, session: _Session, token: bytes,
                             answer: Callable[[ErrorCode, str | None, bytes], bytes] | None) -> tuple[bytes, bool]:
         exchange = session.exchange
         assert exchange is not None
         try:
+            if session.bad_mechanism:
+                raise AuthFailed(session.bad_mechanism, session.bad_mechanism)
             reply, done = await exchange.step(token)
+            if done and session.reauthenticating and f"User:{exchange.username}" != session.principal:
+                before, after = (session.principal or "").replace(":", ".", 1), f"User.{exchange.username}"
+                message = f"Cannot change principals during re-authentication from {before}: {after}"
+                raise AuthFailed(message, message)
         except AuthFailed as exc:
             _count(STATS.authentication_failures, self.listener)
             peer = f"{conn.peer_host}:{conn.peer_port}"
@@ -246,8 +284,14 @@ class ListenerHandler:
             if lift is not None:  # sasl.server.max.receive.size applied until now
                 lift()
             session.state, session.exchange = _State.COMPLETE, None
-            log.debug("conn %d from %s: authenticated as %s with %s on listener %s", conn.conn_id,
-                      f"{conn.peer_host}:{conn.peer_port}", principal, exchange.mechanism, self.listener)
+            session.mechanism, session.principal = exchange.mechanism, principal
+            if self.reauth_ms > 0:
+                session.expires_at = asyncio.get_running_loop().time() + self.reauth_ms / 1000
+            log.debug("conn %d from %s: %s as %s with %s on listener %s", conn.conn_id,
+                      f"{conn.peer_host}:{conn.peer_port}",
+                      "re-authenticated" if session.reauthenticating else "authenticated", principal,
+                      exchange.mechanism, self.listener)
+            session.reauthenticating = False
         return reply, done
 
 

@@ -166,7 +166,8 @@ class Sidecar:
         dispatcher = Dispatcher(registry, node)
         handler = ListenerHandler(dispatcher, listener=spec.name, mechanisms=cfg.sasl_mechanisms,
                                   authenticator=getattr(self, "authenticator", None), sasl=spec.sasl,
-                                  failure_delay_s=cfg["connection.failed.authentication.delay.ms"] / 1000)
+                                  failure_delay_s=cfg["connection.failed.authentication.delay.ms"] / 1000,
+                                  reauth_ms=cfg["connections.max.reauth.ms"])
         listener = Listener(handler, spec.host, spec.port, max_frame_bytes=cfg["socket.request.max.bytes"],
                             max_inflight=cfg["max.inflight.requests.per.connection"],
                             idle_timeout_s=cfg["connections.max.idle.ms"] / 1000,

@@ -198,3 +198,33 @@ def test_no_secret_in_the_log(secured):
     for secret in (ALICE_PW, WRONG_PW, KEY_PW):
         assert secret not in log
     assert "ERROR" not in log and "Traceback" not in log
+
+
+def test_kip368_reauthentication_with_librdkafka(kafka_39, certs, tmp_path):
+    """connections.max.reauth.ms: librdkafka re-authenticates its connections before the session
+    ends (KIP-368) while producing and share-consuming; nothing is lost, no connection is cut."""
+    port, sasl_port = free_port(), free_port()
+    env = {"KSHARE_SASL_ENABLED_MECHANISMS": "SCRAM-SHA-256", "KSHARE_SASL_CREDENTIALS_FILE": str(certs["users"]),
+           "KSHARE_CONNECTIONS_MAX_REAUTH_MS": "3000"}
+    sc = SidecarProcess(kafka_39.bootstrap, tmp_path / "sidecar.log", port=port, env=env, args=["--log-level", "DEBUG"],
+                        listeners=f"PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}").start()
+    client = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "alice",
+              "sasl.password": ALICE_PW}
+    topic, group = unique("reauth"), unique("reauth-g")
+    create_topic(kafka_39.bootstrap, topic, 1)
+    try:
+        producer = Producer({"bootstrap.servers": f"127.0.0.1:{sasl_port}", **client})
+        deadline = time.monotonic() + 6.5  # two session lifetimes
+        sent = 0
+        while time.monotonic() < deadline:
+            producer.produce(topic, b"r%d" % sent)
+            sent += 1
+            producer.poll(0.05)
+        assert producer.flush(30) == 0
+        got = share_consume(f"127.0.0.1:{sasl_port}", group, topic, sent, timeout_s=60, extra=client)
+        assert len({v for v, _ in got}) == sent
+        log = sc.log_path.read_text(errors="replace")
+    finally:
+        sc.stop()
+    assert "re-authenticated as User:alice with SCRAM-SHA-256 on listener SASL_PLAINTEXT" in log
+    assert "SASL session expired" not in log and "Traceback" not in log and ALICE_PW not in log

@@ -246,3 +246,67 @@ async def test_frames_are_held_to_the_pre_authentication_limit_until_authenticat
         writer.close()
     finally:
         await listener.stop()
+
+
+# -- KIP-368 re-authentication (connections.max.reauth.ms) ------------------------------------------
+async def _authenticated(handler, user="alice", password="alice-pw"):
+    conn = Conn()
+    await send(handler, conn, SaslHandshakeRequest(mechanism="PLAIN"))
+    first = await send(handler, conn, plain(user, password))
+    return conn, first
+
+
+async def test_reauthentication_renews_the_session(handler):
+    handler.reauth_ms = 300
+    conn, first = await _authenticated(handler)
+    assert first.session_lifetime == datetime.timedelta(milliseconds=300)
+    await asyncio.sleep(0.35)  # past the first session: only the re-authentication is let through
+    assert (await send(handler, conn, SaslHandshakeRequest(mechanism="PLAIN"))).error_code == ErrorCode.none
+    again = await send(handler, conn, plain("alice", "alice-pw"))
+    assert again.error_code == ErrorCode.none and again.session_lifetime == datetime.timedelta(milliseconds=300)
+    body = await send(handler, conn, MetadataRequest(topics=(), allow_auto_topic_creation=False,
+                                                     include_topic_authorized_operations=False))
+    assert body.brokers  # the renewed session serves requests
+    # at most one re-authentication a second: a handshake right after goes to the API layer
+    assert (await send(handler, conn, SaslHandshakeRequest(mechanism="PLAIN"))).error_code == \
+        ErrorCode.illegal_sasl_state
+
+
+async def test_an_expired_session_closes_the_connection(handler):
+    handler.reauth_ms = 100
+    conn, _ = await _authenticated(handler)
+    await asyncio.sleep(0.15)
+    with pytest.raises(CloseAfterResponse, match="expired"):
+        await send(handler, conn, MetadataRequest(topics=(), allow_auto_topic_creation=False,
+                                                  include_topic_authorized_operations=False))
+
+
+async def test_reauthentication_keeps_principal_and_mechanism(handler):
+    handler.reauth_ms = 60000
+    conn, _ = await _authenticated(handler)
+    conn_b, _ = await _authenticated(handler)
+    handler.authenticator.verify_plain = _also_bob(handler.authenticator.verify_plain)
+    await send(handler, conn, SaslHandshakeRequest(mechanism="PLAIN"))
+    with pytest.raises(CloseAfterResponse) as exc:
+        await send(handler, conn, plain("bob", "bob-pw"))
+    _, body = codec.decode_response(exc.value.response[4:], SaslAuthenticateResponse)
+    assert body.error_message == "Cannot change principals during re-authentication from User.alice: User.bob"
+    await send(handler, conn_b, SaslHandshakeRequest(mechanism="SCRAM-SHA-512"))
+    with pytest.raises(CloseAfterResponse) as exc:
+        await send(handler, conn_b, SaslAuthenticateRequest(auth_bytes=b"n,,n=alice,r=abc"))
+    _, body = codec.decode_response(exc.value.response[4:], SaslAuthenticateResponse)
+    assert body.error_message == ("SASL mechanism 'SCRAM-SHA-512' requested by client is not supported for "
+                                  "re-authentication of mechanism 'PLAIN'")
+
+
+async def test_without_reauth_a_second_handshake_is_illegal_state_and_sessions_never_end(handler):
+    conn, first = await _authenticated(handler)
+    assert first.session_lifetime == datetime.timedelta(0)
+    assert (await send(handler, conn, SaslHandshakeRequest(mechanism="PLAIN"))).error_code == \
+        ErrorCode.illegal_sasl_state
+
+
+def _also_bob(verify):
+    async def wrapped(username, password):
+        return (username, password) == ("bob", "bob-pw") or await verify(username, password)
+    return wrapped
