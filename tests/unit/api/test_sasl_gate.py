@@ -310,3 +310,39 @@ def _also_bob(verify):
     async def wrapped(username, password):
         return (username, password) == ("bob", "bob-pw") or await verify(username, password)
     return wrapped
+
+
+# -- hostile input before authentication: nothing but answers or a closed connection ------------------
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_TOKENS = st.one_of(
+    st.binary(max_size=64),
+    st.sampled_from([b"n,,n=alice,r=abc", b"n,a=,n=,r=", b"c=biws,r=abc,p=xyz=", b"c=,r=,p=", b"\0alice\0",
+                     b"\0\0\0", b"n,,n=alice,r=abc,ext", b"c=biws,r=abc,p=" + b"A" * 88]),
+    st.text(max_size=40).map(str.encode),
+)
+_FRAMES = st.one_of(
+    st.binary(max_size=48),
+    _TOKENS.map(lambda t: request_frame(SaslAuthenticateRequest(auth_bytes=t))),
+    _TOKENS.map(lambda t: request_frame(AuthV0(auth_bytes=t))),
+    st.sampled_from(["PLAIN", "SCRAM-SHA-512", "GSSAPI", ""]).map(
+        lambda m: request_frame(SaslHandshakeRequest(mechanism=m))),
+    st.sampled_from(["PLAIN", "SCRAM-SHA-512"]).map(lambda m: request_frame(HandshakeV0(mechanism=m))),
+    st.just(request_frame(ApiVersionsRequest(client_software_name="t", client_software_version="1"))),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(frames=st.lists(_FRAMES, min_size=1, max_size=6))
+def test_any_frame_sequence_is_answered_or_closes(handler, frames):
+    async def run():
+        conn = Conn()
+        for frame in frames:
+            try:
+                out = await handler(conn, frame, lambda: None)
+            except CloseConnection:
+                return
+            assert out is None or int.from_bytes(out[:4], "big") == len(out) - 4
+
+    asyncio.run(run())
