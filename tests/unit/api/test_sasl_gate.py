@@ -6,6 +6,8 @@ import asyncio
 import datetime
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest
@@ -313,8 +315,6 @@ def _also_bob(verify):
 
 
 # -- hostile input before authentication: nothing but answers or a closed connection ------------------
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 _TOKENS = st.one_of(
     st.binary(max_size=64),
