@@ -80,6 +80,7 @@ class Sidecar:
         self.listener: Listener | None = None  # the first of `listeners`
         self.listeners: list[Listener] = []
         self._dispatchers: list[Dispatcher] = []
+        self._specs: list[ListenerSpec] = []
         self._tasks: list[asyncio.Task] = []
 
     @property
@@ -157,6 +158,15 @@ class Sidecar:
                  ", ".join(f"{spec.name}://{d.node.host}:{d.node.port}" for spec, d in zip(specs, self._dispatchers)),
                  cfg["bootstrap.servers"], restored)
 
+    def node_for(self, conn) -> NodeIdentity:
+        """The sidecar as a client connection's listener advertises it (leader hints in forwarded
+        answers must name the address the client can reach with its security settings)."""
+        listener = getattr(conn, "listener", None)
+        for spec, dispatcher in zip(self._specs, self._dispatchers):
+            if spec.name == listener:
+                return dispatcher.node
+        return self.node
+
     async def _open_listener(self, spec: ListenerSpec, registry, tls) -> None:
         """One listener with its own dispatcher: Metadata and FindCoordinator name the address of
         the listener the client is connected on (Kafka's rule), all with the same node id."""
@@ -180,6 +190,7 @@ class Sidecar:
         await listener.start()
         self.listeners.append(listener)
         self._dispatchers.append(dispatcher)
+        self._specs.append(spec)
         if spec.advertised_port is None:  # bound to port 0: advertise the port it got
             dispatcher.node = dataclasses.replace(node, port=listener.port)
 
@@ -196,7 +207,7 @@ class Sidecar:
         txn_prefix = getattr(self.persister, "transactional_id_prefix", "kshare-state")
         reserved = Reserved(frozenset(hidden), (f"{txn_prefix}-",))
         self.forwarder = install(registry, self.pool, replaceable={0, 1, 2}, reserved=reserved,
-                                 node=lambda: self.node)
+                                 node=self.node_for)
         mixed.register(registry, self.pool, is_share_group=lambda g: g in self.coordinator.groups,
                        node_id=lambda: self.node.node_id, hidden=hidden)
 
