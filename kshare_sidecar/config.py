@@ -8,6 +8,8 @@ is rejected with a message that names the key and the allowed values.
 from __future__ import annotations
 
 import os
+import re
+import socket
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -87,12 +89,105 @@ def _offset_reset(value: str) -> str | None:
     return "allowed values are latest, earliest, by_duration:<ISO-8601 duration> (e.g. by_duration:PT1H)"
 
 
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+DEFAULT_PROTOCOL_MAP = ",".join(f"{p}:{p}" for p in PROTOCOLS)
+_LISTENER = re.compile(r"^(?P<name>[A-Za-z0-9_]+)://(?P<host>\[[0-9A-Fa-f:.]+\]|[^:/\[\]]*):(?P<port>[0-9]+)$")
+
+
+@dataclass(frozen=True)
+class ListenerSpec:
+    """One listener: its name, security protocol, bind address and the address clients are told."""
+
+    name: str
+    protocol: str
+    host: str
+    port: int
+    advertised_host: str
+    advertised_port: int | None  # None: the bound port (listeners on port 0)
+
+    @property
+    def tls(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol.startswith("SASL_")
+
+
+def parse_listeners(value: str) -> list[tuple[str, str, int]]:
+    """``NAME://host:port,...`` → [(NAME, host, port)]; ValueError naming the bad part."""
+    out: list[tuple[str, str, int]] = []
+    for part in (p.strip() for p in value.split(",")):
+        m = _LISTENER.match(part)
+        if m is None or int(m["port"]) > 65535:
+            raise ValueError(f"{part!r} is not NAME://host:port (for example SASL_SSL://0.0.0.0:9194)")
+        name = m["name"].upper()
+        if any(name == n for n, _, _ in out):
+            raise ValueError(f"listener name {name} appears twice")
+        out.append((name, m["host"].strip("[]"), int(m["port"])))
+    return out
+
+
+def _listeners(value: str) -> str | None:
+    if not value:
+        return None
+    try:
+        parse_listeners(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _protocol_map(value: str) -> str | None:
+    for part in (p.strip() for p in value.split(",")):
+        name, sep, protocol = part.partition(":")
+        if not sep or not name or protocol not in PROTOCOLS:
+            return f"{part!r} is not NAME:PROTOCOL; protocols are {', '.join(PROTOCOLS)}"
+    return None
+
+
+def _mechanisms(value: str) -> str | None:
+    names = [m.strip() for m in value.split(",") if m.strip()]
+    bad = [m for m in names if m not in SASL_MECHANISMS]
+    if not names or bad:
+        return f"allowed values are {', '.join(SASL_MECHANISMS)} (comma-separated)"
+    return None
+
+
 _S = Setting
 SETTINGS: tuple[Setting, ...] = (
     # -- the sidecar itself
     _S("bootstrap.servers", "", str, "Backend cluster (Kafka or Redpanda) bootstrap servers.", check=_bootstrap),
-    _S("listen", "127.0.0.1:9192", str, "Address the Kafka-protocol listener binds.", check=_host_port),
-    _S("advertised.listener", "", str, "host:port clients are told to connect to (default: listen)."),
+    _S("listen", "127.0.0.1:9192", str, "Address of the single PLAINTEXT listener when `listeners` is not set.",
+       check=_host_port),
+    _S("advertised.listener", "", str, "host:port clients are told to connect to (default: listen); with `listen` "
+       "only."),
+    _S("listeners", "", str, "Kafka's form: NAME://host:port[,...], e.g. PLAINTEXT://127.0.0.1:9192,"
+       "SASL_SSL://0.0.0.0:9194 ('' = one PLAINTEXT listener on `listen`).", check=_listeners),
+    _S("advertised.listeners", "", str, "NAME://host:port[,...] clients are told to connect to, per listener "
+       "(default: the listener's own address).", check=_listeners),
+    _S("listener.security.protocol.map", DEFAULT_PROTOCOL_MAP, str, "NAME:PROTOCOL[,...]: the security protocol "
+       "of each listener name.", check=_protocol_map),
+    # -- the listeners' own security (Kafka's broker names; docs/security.md)
+    _S("ssl.keystore.location", "", str, "PEM file with the server certificate chain and its key (SSL and "
+       "SASL_SSL listeners)."),
+    _S("ssl.key.password", "", str, "Password of the key in ssl.keystore.location.", secret=True),
+    _S("ssl.truststore.location", "", str, "PEM file of CAs that sign client certificates (ssl.client.auth)."),
+    _S("ssl.client.auth", "none", str, "Client certificates on SSL listeners: required/requested make the "
+       "principal User:<subject DN>.", choices=("none", "requested", "required")),
+    _S("sasl.enabled.mechanisms", "PLAIN", str, "Comma-separated SASL mechanisms of SASL_* listeners.",
+       check=_mechanisms),
+    _S("sasl.server.max.receive.size", 524288, int, "Largest frame a client may send on a SASL listener before it "
+       "has authenticated.", 1024, 2**31 - 1),
+    _S("connection.failed.authentication.delay.ms", 100, int, "Delay of the failure answer (and close) after a "
+       "failed authentication, which slows password guessing.", 0, 60000),
+    _S("connections.max.reauth.ms", 0, int, "KIP-368: lifetime of an authenticated SASL session; clients "
+       "re-authenticate before it ends, or their connection is closed (0 = sessions never end).", 0, 2**31 - 1),
+    _S("sasl.authenticator", "static", str, "Authenticator plugin that checks SASL credentials (built-ins: static, "
+       "delegate)."),
+    _S("sasl.credentials.file", "", str, "static authenticator: file of user:password or "
+       "user:SCRAM-SHA-nnn:salt=...,stored_key=...,server_key=...,iterations=N lines."),
     _S("node.id", 1, int, "Node id the sidecar presents as coordinator and partition leader.", 0, 2**31 - 1),
     _S("cluster.id", "kshare", str, "Cluster id reported in Metadata."),
     _S("socket.request.max.bytes", 100 * 1024 * 1024, int, "Largest request frame accepted.", 1024, 2**31 - 1),
@@ -248,6 +343,14 @@ class SidecarConfig:
         host, _, port = (self.values["advertised.listener"] or self.values["listen"]).rpartition(":")
         return host, int(port)
 
+    @property
+    def sasl_mechanisms(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(m.strip() for m in self.values["sasl.enabled.mechanisms"].split(",") if m.strip()))
+
+    def listener_specs(self) -> list[ListenerSpec]:
+        """The listeners to open (``listeners``, or one PLAINTEXT listener on ``listen``)."""
+        return _listener_specs(self.values)
+
     def group_config(self, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """A group's effective ``share.*`` configs: sidecar defaults with the group's overrides."""
         resolved = {k: self.values[src] for k, src in GROUP_CONFIGS.items()}
@@ -299,6 +402,14 @@ def load_config(path: str | Path | None = None, *, env: Mapping[str, str] | None
             explicit.add(key)
     for setting in SETTINGS:  # re-check defaults that have requirements (bootstrap.servers)
         setting.coerce(values[setting.key], "defaults" if values[setting.key] == setting.default else "config")
+    if values["listeners"]:
+        for legacy in ("listen", "advertised.listener"):
+            if legacy in explicit:
+                raise ConfigError(f"set either listeners or {legacy}, not both ({legacy} is the one-listener "
+                                  f"form; with listeners use advertised.listeners)")
+    elif values["advertised.listeners"]:
+        raise ConfigError("advertised.listeners needs listeners (with listen, use advertised.listener)")
+    _listener_specs(values)  # cross-key checks: names in the map, TLS and SASL settings present
     if values["group.share.min.record.lock.duration.ms"] > values["group.share.max.record.lock.duration.ms"]:
         raise ConfigError("group.share.min.record.lock.duration.ms must not exceed "
                           "group.share.max.record.lock.duration.ms")
@@ -315,3 +426,40 @@ def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             out[full] = value
     return out
+
+
+def _listener_specs(values: Mapping[str, Any]) -> list[ListenerSpec]:
+    if not values["listeners"]:
+        host, _, port = values["listen"].rpartition(":")
+        adv_host, _, adv_port = (values["advertised.listener"] or values["listen"]).rpartition(":")
+        declared = [("PLAINTEXT", host.strip("[]"), int(port))]
+        advertised = {"PLAINTEXT": (adv_host.strip("[]"), int(adv_port))} if values["advertised.listener"] else {}
+    else:
+        declared = parse_listeners(values["listeners"])
+        advertised = {n: (h, p) for n, h, p in parse_listeners(values["advertised.listeners"] or "X://:0")
+                      if values["advertised.listeners"]}
+    protocols = {}
+    for part in values["listener.security.protocol.map"].split(","):
+        name, _, protocol = part.strip().partition(":")
+        protocols[name.upper()] = protocol
+    names = {n for n, _, _ in declared}
+    for name in advertised:
+        if name not in names:
+            raise ConfigError(f"advertised.listeners names {name}, which is not in listeners "
+                              f"({', '.join(sorted(names))})")
+    specs = []
+    for name, host, port in declared:
+        if name not in protocols:
+            raise ConfigError(f"listeners: listener name {name} is not in listener.security.protocol.map "
+                              f"(map it, e.g. {name}:SASL_SSL, or use a protocol name: {', '.join(PROTOCOLS)})")
+        adv_host, adv_port = advertised.get(name, (host, port))
+        # an empty host binds every interface and, as in Kafka, advertises this machine's name
+        specs.append(ListenerSpec(name, protocols[name], host, port, adv_host or host or socket.getfqdn(),
+                                  adv_port if name in advertised or port != 0 else None))
+    if any(s.tls for s in specs) and not values["ssl.keystore.location"]:
+        raise ConfigError("ssl.keystore.location is required for SSL and SASL_SSL listeners (a PEM file with the "
+                          "server certificate chain and key)")
+    if values["ssl.client.auth"] != "none" and not values["ssl.truststore.location"]:
+        raise ConfigError(f"ssl.client.auth = {values['ssl.client.auth']!r} needs ssl.truststore.location (a PEM "
+                          f"file of the CAs that sign client certificates)")
+    return specs

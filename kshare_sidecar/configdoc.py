@@ -23,6 +23,9 @@ _CHECKS = {
     "_bootstrap": "`host:port[,host:port...]`, required",
     "_host_port": "`host:port`",
     "_offset_reset": "`latest`, `earliest`, `by_duration:<ISO-8601 duration>`",
+    "_listeners": "`NAME://host:port[,...]`",
+    "_protocol_map": "`NAME:PROTOCOL[,...]`; protocols `PLAINTEXT`, `SSL`, `SASL_PLAINTEXT`, `SASL_SSL`",
+    "_mechanisms": "comma-separated `PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512`",
 }
 
 

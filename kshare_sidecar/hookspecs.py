@@ -47,3 +47,18 @@ def register_persisters(register):
     ``read_summary`` with Kafka's state-epoch and leader-epoch fencing). The sidecar config
     selects one by name and passes its options as keyword arguments.
     """
+
+
+@hookspec
+def register_authenticators(register):
+    """Register SASL authenticators: what checks the credentials of clients of SASL listeners.
+
+    Call ``register(name, factory, description="")`` once per authenticator.
+    ``factory(config=..., backend_security=...)`` (the :class:`~kshare_sidecar.config.SidecarConfig`
+    and the backend's :class:`~kshare_sidecar.log.security.BackendSecurity`; accept ``**_`` for
+    arguments added later) returns an object implementing
+    :class:`kshare_sidecar.auth.authenticators.Authenticator`: a ``mechanisms`` set, async
+    ``verify_plain(username, password) -> bool``, async ``scram_credential(mechanism, username)
+    -> ScramCredential | None`` and async ``close()``. The sidecar setting ``sasl.authenticator``
+    selects one by name.
+    """

@@ -22,6 +22,8 @@ share-coordinator-metrics write-latency-avg/max, write-rate         -> kshare_sh
 SharePartitionMetrics InFlightMessageCount{group,topic,partition}   -> kshare_share_partition_in_flight_message_count
 SharePartitionMetrics InFlightBatchCount (not kept; see docs)       -> (none)
 KIP-1226 share-partition lag                                        -> kshare_share_partition_lag
+socket-server-metrics successful-authentication-total{listener}     -> kshare_successful_authentication_total{listener}
+socket-server-metrics failed-authentication-total{listener}         -> kshare_failed_authentication_total{listener}
 """
 
 from __future__ import annotations
@@ -58,6 +60,9 @@ class Stats:
         self.cache_hits = 0
         self.cache_misses = 0
         self.cache_bytes = 0  # gauge: bytes held by the read-ahead cache
+        # listener name -> SASL authentications that succeeded / failed (issue 16)
+        self.authentications: dict[str, int] = {}
+        self.authentication_failures: dict[str, int] = {}
 
     def count_acks(self, runs) -> None:
         """Count one acknowledgement plan's records by type; ``runs`` are (first, last, type)."""
@@ -117,6 +122,15 @@ class KshareCollector:
         ):
             c = CounterMetricFamily(name, doc)
             c.add_metric([], value)
+            yield c
+        for name, doc, counts in (
+                ("kshare_successful_authentication", "SASL authentications that succeeded, per listener.",
+                 s.authentications),
+                ("kshare_failed_authentication", "SASL authentications that failed (wrong or unverifiable "
+                 "credentials), per listener.", s.authentication_failures)):
+            c = CounterMetricFamily(name, doc, labels=["listener"])
+            for listener, n in sorted(counts.items()):
+                c.add_metric([listener], n)
             yield c
         c = CounterMetricFamily("kshare_record_acknowledgement", "Records acknowledged (durably), by type "
                                 "(ShareFetch piggybacked and ShareAcknowledge).", labels=["ack_type"])

@@ -38,6 +38,7 @@ ENTRYPOINT_GROUP = hookspecs.PROJECT_NAME
 
 DEFAULT_PLUGINS: tuple[str, ...] = (
     "kshare_sidecar.default_plugins.assignors",
+    "kshare_sidecar.default_plugins.authenticators",
     "kshare_sidecar.default_plugins.persisters",
 )
 
@@ -49,6 +50,7 @@ ENV_TRACE = "KSHARE_TRACE_PLUGINS"
 REGISTRY_HOOKS: dict[str, str] = {
     "assignors": "register_assignors",
     "persisters": "register_persisters",
+    "authenticators": "register_authenticators",
 }
 
 
@@ -289,6 +291,13 @@ class PluginHost:
     def get_persisters(self) -> dict[str, Callable[..., Any]]:
         return {name: reg.factory for name, reg in self.registrations("persisters").items()}
 
+    def get_authenticators(self) -> dict[str, Callable[..., Any]]:
+        return {name: reg.factory for name, reg in self.registrations("authenticators").items()}
+
+    def get_authenticator(self, name: str, **options: Any) -> Any:
+        """Instantiate the SASL authenticator registered as ``name``."""
+        return self._lookup("authenticators", name)(**options)
+
     def _lookup(self, kind: str, name: str) -> Callable[..., Any]:
         regs = self.registrations(kind)
         if name not in regs:
@@ -365,6 +374,14 @@ def get_assignor(name: str, **options: Any) -> Any:
 
 def get_persister(name: str, **options: Any) -> Any:
     return host.get_persister(name, **options)
+
+
+def get_authenticators() -> dict[str, Callable[..., Any]]:
+    return host.get_authenticators()
+
+
+def get_authenticator(name: str, **options: Any) -> Any:
+    return host.get_authenticator(name, **options)
 
 
 def describe(h: PluginHost | None = None) -> Mapping[str, Any]:

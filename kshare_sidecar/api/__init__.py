@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import coordinator, gate, metadata, versions
+from . import coordinator, gate, metadata, sasl, versions
 from .catalog import InMemoryTopicCatalog, TopicCatalog
 from .context import ConnectionHandle, KafkaError, NodeIdentity, RequestContext
 from .convert import ConversionError, convert, convert_to_version, target_class
@@ -18,7 +18,8 @@ from .registry import ApiEntry, ApiRegistry, Dispatcher, ErrorResponder, Handler
 
 
 def build_registry(catalog: TopicCatalog, **api_versions_features: Any) -> ApiRegistry:
-    """A registry with ApiVersions, Metadata, FindCoordinator and the Produce/Fetch gate entries.
+    """A registry with ApiVersions, Metadata, FindCoordinator, the Produce/Fetch gate entries and
+    SaslHandshake/SaslAuthenticate (their post-authentication answers, see :mod:`.sasl`).
 
     Keyword arguments go to :class:`versions.ApiVersionsHandler` (supported/finalized features).
     """
@@ -27,6 +28,7 @@ def build_registry(catalog: TopicCatalog, **api_versions_features: Any) -> ApiRe
     metadata.register(registry, catalog)
     coordinator.register(registry)
     gate.register(registry)
+    sasl.register(registry)
     return registry
 
 

@@ -77,6 +77,11 @@ class RequestContext:
     correlation_id: int
     connection: ConnectionHandle | None = None
     _release: Callable[[], None] = field(default=_noop, repr=False)
+    #: Kafka principal of the connection: ``User:<sasl user>``, ``User:<certificate subject DN>``
+    #: (mTLS) or ``User:ANONYMOUS`` (what later authorization checks against).
+    principal: str = "User:ANONYMOUS"
+    #: Name of the listener the request came in on (``PLAINTEXT``, ``SASL_SSL``, ...).
+    listener: str = "PLAINTEXT"
 
     def release_ordering(self) -> None:
         """Let the next request on this connection start processing before this one answers.

@@ -218,6 +218,8 @@ class Dispatcher:
             correlation_id=decoded.correlation_id,
             connection=conn,
             _release=release or (lambda: None),
+            principal=getattr(conn, "principal", "User:ANONYMOUS"),
+            listener=getattr(conn, "listener", "PLAINTEXT"),
         )
         response = await self._invoke(entry, ctx, decoded)
         if response is None:

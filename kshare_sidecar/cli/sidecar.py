@@ -18,6 +18,8 @@ app = typer.Typer(help="Run the share-group sidecar.", no_args_is_help=True)
 def run(
     bootstrap_server: str = typer.Option(None, "--bootstrap-server", help="Backend cluster, host:port[,...]"),
     listen: str = typer.Option(None, "--listen", help="Listener address, host:port (default 127.0.0.1:9192)"),
+    listeners: str = typer.Option(None, "--listeners", help="Kafka's form, NAME://host:port[,...] "
+                                  "(e.g. PLAINTEXT://127.0.0.1:9192,SASL_SSL://0.0.0.0:9194); instead of --listen"),
     config: Path = typer.Option(None, "--config", help="TOML config file"),
     node_id: int = typer.Option(None, "--node-id", help="Node id presented to clients"),
     persister: str = typer.Option(None, "--persister", help="Persister plugin (topic, memory)"),
@@ -28,6 +30,7 @@ def run(
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         cfg = load_config(config, overrides={"bootstrap.servers": bootstrap_server, "listen": listen,
+                                             "listeners": listeners,
                                              "node.id": node_id, "persister": persister,
                                              "metrics.port": metrics_port})
         from ..log.security import BackendSecurity
@@ -53,7 +56,10 @@ async def _serve(cfg) -> int:
         logging.getLogger("kshare.sidecar").error("start-up failed: %s", exc)
         await sidecar.stop()
         return 1
-    print(f"kshare sidecar listening on {sidecar.node.host}:{sidecar.node.port}", flush=True)
+    where = f"{sidecar.node.host}:{sidecar.node.port}"
+    if len(sidecar.listeners) > 1:
+        where = ", ".join(f"{listener.name}://{listener.host}:{listener.port}" for listener in sidecar.listeners)
+    print(f"kshare sidecar listening on {where}", flush=True)
     await stop.wait()
     logging.getLogger("kshare.sidecar").info("stopping")
     await sidecar.stop()

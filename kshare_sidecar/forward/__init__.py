@@ -55,13 +55,14 @@ def forwardable(backend_versions: dict[int, tuple[int, int]], local: set[int]) -
 
 
 def install(registry: ApiRegistry, pool: BackendPool, *, replaceable: set[int],
-            reserved: Reserved | None = None, node: Callable[[], Any] | None = None) -> Forwarder:
+            reserved: Reserved | None = None, node: Callable[[Any], Any] | None = None) -> Forwarder:
     """Register a raw forwarding entry for every forwardable API.
 
     ``replaceable``: keys registered as placeholders (the Produce/Fetch gate, the backend-facade
     ListOffsets) that forwarding supersedes. Local ranges of mixed APIs are clamped to what the
-    backend speaks, so the sidecar never advertises a version it cannot forward. ``node``: the
-    sidecar's identity, named in forwarded leader hints instead of a backend broker.
+    backend speaks, so the sidecar never advertises a version it cannot forward. ``node(conn)``:
+    the sidecar's identity on that client connection's listener, named in forwarded leader hints
+    instead of a backend broker.
     """
     forwarder = Forwarder(pool, reserved, node)
     local = {e.api_key for e in registry} - replaceable

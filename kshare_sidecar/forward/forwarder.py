@@ -23,6 +23,7 @@ backend.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import logging
 from collections.abc import Callable
@@ -60,14 +61,21 @@ class _Names:
     names: tuple[str, ...]
 
 
+#: The client connection of the request being forwarded (each request runs in its own task): leader
+#: hints name the sidecar as the listener *that* client connected on knows it.
+_CLIENT: contextvars.ContextVar[Any] = contextvars.ContextVar("kshare_forward_client", default=None)
+
+
 class Forwarder:
     """The dispatcher's handler for every forwarded API (``raw`` registry entries)."""
 
     def __init__(self, pool: BackendPool, reserved: Reserved | None = None,
-                 node: Callable[[], Any] | None = None) -> None:
+                 node: Callable[[Any], Any] | None = None) -> None:
         self.pool = pool
         self.reserved = reserved
-        self.node = node  # () -> the sidecar's NodeIdentity: leader hints are rewritten to it
+        #: (client connection or None) -> the sidecar's NodeIdentity on that connection's listener:
+        #: leader hints are rewritten to it
+        self.node = node
         self._upstreams: dict[int, Upstream] = {}
 
     # -- entry point -----------------------------------------------------------------------------
@@ -76,6 +84,7 @@ class Forwarder:
         peeked = codec.peek(frame)
         api_key, version = peeked.api_key, peeked.api_version
         upstream = self._upstream(conn)
+        _CLIENT.set(conn)
         kind, spec = routes.route(api_key, version)
         try:
             if self.reserved is not None and self._touches_reserved(frame, api_key, version):
@@ -136,7 +145,7 @@ class Forwarder:
     def _own_leader_hints(self, body: Any) -> Any:
         if self.node is None:
             return body
-        n = self.node()
+        n = self.node(_CLIENT.get())
         return leaders.point_at_sidecar(body, n.node_id, n.host, n.port, n.rack)
 
     async def _raw(self, conn: BrokerConn, frame: bytes, release: Callable[[], None], *,

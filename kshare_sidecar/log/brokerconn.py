@@ -40,10 +40,15 @@ log = logging.getLogger("kshare.brokerconn")
 
 _MAX_CORRELATION = 2**31 - 1
 _HIGH_WATER = 1 << 20
+_SASL_AUTHENTICATION_FAILED = 58
 
 
 class BrokerConnError(ConnectionError):
     """The broker could not be reached or the connection broke with this request in flight."""
+
+
+class BrokerAuthError(BrokerConnError):
+    """The broker refused the credentials (SASL_AUTHENTICATION_FAILED)."""
 
 
 class _FrameProtocol(asyncio.BufferedProtocol):
@@ -171,6 +176,11 @@ class BrokerConn:
             fut.set_result(None)
         return fut
 
+    async def connect(self) -> None:
+        """Connect (and authenticate) now rather than at the first ``send``."""
+        if not self.connected:
+            await self._connect()
+
     async def backpressure(self) -> None:
         """Wait while the broker is not reading fast enough (the transport's buffer is full)."""
         proto = self._proto
@@ -223,6 +233,8 @@ class BrokerConn:
                     await asyncio.wait_for(sasl_authenticate(self, security), self._connect_timeout)
                 except BaseException as exc:
                     self._fail(f"SASL authentication failed: {exc}")
+                    if isinstance(exc, SaslError) and exc.code == _SASL_AUTHENTICATION_FAILED:
+                        raise BrokerAuthError(f"broker {self.node_id} at {self.host}:{self.port}: {exc}") from None
                     if isinstance(exc, (SaslError, BrokerConnError, TimeoutError)):
                         raise BrokerConnError(f"broker {self.node_id} at {self.host}:{self.port}: {exc}") from None
                     raise
@@ -267,4 +279,4 @@ class _Detached:
         pass
 
 
-__all__ = ["BrokerConn", "BrokerConnError"]
+__all__ = ["BrokerAuthError", "BrokerConn", "BrokerConnError"]

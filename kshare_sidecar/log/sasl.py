@@ -28,7 +28,11 @@ if TYPE_CHECKING:
 
 
 class SaslError(Exception):
-    """The broker refused the mechanism or the credentials."""
+    """The broker refused the mechanism or the credentials (``code``: its error code, if any)."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def _payload(request: Any) -> bytes:
@@ -65,7 +69,8 @@ async def sasl_authenticate(conn: BrokerConn, security: BackendSecurity) -> None
         answer = _answer(SaslAuthenticateResponse,
                          await conn.request(_payload(SaslAuthenticateRequest(auth_bytes=token)), _raw=True))
         if answer.error_code != ErrorCode.none:
-            raise SaslError(f"{ErrorCode(answer.error_code).name}: {answer.error_message or 'authentication failed'}")
+            raise SaslError(f"{ErrorCode(answer.error_code).name}: {answer.error_message or 'authentication failed'}",
+                            int(answer.error_code))
         if not expects_answer:
             return
         server_token = answer.auth_bytes

@@ -7,6 +7,7 @@ half-loaded state; stop order is the reverse, and state writes in flight are awa
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
@@ -17,7 +18,9 @@ from ..api import admin as admin_api
 from ..api import configs as configs_api
 from ..api import heartbeat as heartbeat_api
 from ..api import shares as shares_api
-from ..config import SidecarConfig
+from ..api.sasl import ListenerHandler
+from ..auth.tls import server_ssl_context
+from ..config import ConfigError, ListenerSpec, SidecarConfig
 from ..group.assign import assign_with
 from ..group.coordinator import ShareGroupCoordinator
 from ..log.backend import Backend
@@ -74,7 +77,10 @@ class Sidecar:
     def __init__(self, config: SidecarConfig, *, persister=None) -> None:
         self.config = config
         self._persister = persister
-        self.listener: Listener | None = None
+        self.listener: Listener | None = None  # the first of `listeners`
+        self.listeners: list[Listener] = []
+        self._dispatchers: list[Dispatcher] = []
+        self._specs: list[ListenerSpec] = []
         self._tasks: list[asyncio.Task] = []
 
     @property
@@ -91,6 +97,18 @@ class Sidecar:
         plugins.load_plugins(load=_names(cfg["plugins.load"]) if cfg["plugins.load"] else None,
                              disable=_names(cfg["plugins.disable"]) or None)
         self.security = BackendSecurity.from_config(cfg)
+        specs = cfg.listener_specs()
+        tls = {"SSL": server_ssl_context(cfg) if any(spec.protocol == "SSL" for spec in specs) else None,
+               "SASL_SSL": server_ssl_context(cfg, sasl=True) if any(spec.protocol == "SASL_SSL" for spec in specs)
+               else None}
+        if any(spec.sasl for spec in specs):
+            self.authenticator = plugins.get_authenticator(cfg["sasl.authenticator"], config=cfg,
+                                                           backend_security=self.security)
+            missing = [m for m in cfg.sasl_mechanisms if m not in self.authenticator.mechanisms]
+            if missing:
+                raise ConfigError(f"sasl.enabled.mechanisms = {cfg['sasl.enabled.mechanisms']!r}: the "
+                                  f"{cfg['sasl.authenticator']} authenticator does not serve {', '.join(missing)} "
+                                  f"(allowed values: {', '.join(sorted(self.authenticator.mechanisms))})")
         self.persister = self._persister or plugins.get_persister(cfg["persister"],
                                                                   **_persister_options(cfg, self.security))
         await self.persister.start()
@@ -115,9 +133,9 @@ class Sidecar:
         restored = self.groups.restore()
         self.shares = ShareService(sessions=ShareSessionCache(cfg["group.share.max.share.sessions"]),
                                    partitions=self.partitions, backend=self.backend, group_config=self.group_config)
-        host, port = _split(cfg["listen"])
-        adv_host, adv_port = cfg.advertised
-        self.node = NodeIdentity(node_id=cfg["node.id"], host=adv_host, port=adv_port, cluster_id=cfg["cluster.id"])
+        first = specs[0]
+        self.node = NodeIdentity(node_id=cfg["node.id"], host=first.advertised_host,
+                                 port=first.advertised_port or 0, cluster_id=cfg["cluster.id"])
         registry = build_registry(BackendCatalog(self.backend, hidden))
         heartbeat_api.register(registry, self.groups)
         shares_api.register(registry, self.shares)
@@ -127,25 +145,54 @@ class Sidecar:
         configs_api.register(registry, self.admin)
         if cfg["passthrough.enable"]:
             await self._install_passthrough(registry, hidden)
-        self.dispatcher = Dispatcher(registry, self.node)
-        self.listener = Listener(self.dispatcher, host, port, max_frame_bytes=cfg["socket.request.max.bytes"],
-                                 max_inflight=cfg["max.inflight.requests.per.connection"],
-                                 idle_timeout_s=cfg["connections.max.idle.ms"] / 1000,
-                                 read_timeout_s=cfg["request.read.timeout.ms"] / 1000,
-                                 max_connections=cfg["max.connections"],
-                                 max_connections_per_ip=cfg["max.connections.per.ip"])
-        await self.listener.start()
-        if port == 0 or not cfg["advertised.listener"]:
-            self.node = NodeIdentity(node_id=cfg["node.id"], host=adv_host, port=self.listener.port,
-                                     cluster_id=cfg["cluster.id"])
-            self.dispatcher.node = self.node
+        for spec in specs:
+            await self._open_listener(spec, registry, tls)
+        self.listener, self.dispatcher = self.listeners[0], self._dispatchers[0]
+        self.node = self.dispatcher.node
         self._tasks.append(asyncio.create_task(self._expire_members(), name="kshare-member-expiry"))
         if cfg["metrics.port"] > 0:  # Prometheus /metrics (issue 7)
             from ..metrics import MetricsServer
             self.metrics = MetricsServer(self, cfg["metrics.port"])
             self.metrics.start()
-        log.info("kshare sidecar serving share groups on %s:%d for backend %s (%d groups restored)",
-                 self.node.host, self.node.port, cfg["bootstrap.servers"], restored)
+        log.info("kshare sidecar serving share groups on %s for backend %s (%d groups restored)",
+                 ", ".join(f"{spec.name}://{d.node.host}:{d.node.port}" for spec, d in zip(specs, self._dispatchers)),
+                 cfg["bootstrap.servers"], restored)
+
+    def node_for(self, conn) -> NodeIdentity:
+        """The sidecar as a client connection's listener advertises it (leader hints in forwarded
+        answers must name the address the client can reach with its security settings)."""
+        listener = getattr(conn, "listener", None)
+        for spec, dispatcher in zip(self._specs, self._dispatchers):
+            if spec.name == listener:
+                return dispatcher.node
+        return self.node
+
+    async def _open_listener(self, spec: ListenerSpec, registry, tls) -> None:
+        """One listener with its own dispatcher: Metadata and FindCoordinator name the address of
+        the listener the client is connected on (Kafka's rule), all with the same node id."""
+        cfg = self.config
+        node = NodeIdentity(node_id=cfg["node.id"], host=spec.advertised_host, port=spec.advertised_port or 0,
+                            cluster_id=cfg["cluster.id"])
+        dispatcher = Dispatcher(registry, node)
+        handler = ListenerHandler(dispatcher, listener=spec.name, mechanisms=cfg.sasl_mechanisms,
+                                  authenticator=getattr(self, "authenticator", None), sasl=spec.sasl,
+                                  failure_delay_s=cfg["connection.failed.authentication.delay.ms"] / 1000,
+                                  reauth_ms=cfg["connections.max.reauth.ms"])
+        listener = Listener(handler, spec.host, spec.port, max_frame_bytes=cfg["socket.request.max.bytes"],
+                            max_inflight=cfg["max.inflight.requests.per.connection"],
+                            idle_timeout_s=cfg["connections.max.idle.ms"] / 1000,
+                            read_timeout_s=cfg["request.read.timeout.ms"] / 1000,
+                            max_connections=cfg["max.connections"],
+                            max_connections_per_ip=cfg["max.connections.per.ip"],
+                            name=spec.name, security_protocol=spec.protocol,
+                            ssl_context=tls.get(spec.protocol),
+                            initial_max_frame_bytes=cfg["sasl.server.max.receive.size"] if spec.sasl else None)
+        await listener.start()
+        self.listeners.append(listener)
+        self._dispatchers.append(dispatcher)
+        self._specs.append(spec)
+        if spec.advertised_port is None:  # bound to port 0: advertise the port it got
+            dispatcher.node = dataclasses.replace(node, port=listener.port)
 
     async def _install_passthrough(self, registry, hidden: set[str]) -> None:
         """Every API the sidecar does not serve goes to the backend (issue 13, docs/passthrough.md)."""
@@ -160,15 +207,15 @@ class Sidecar:
         txn_prefix = getattr(self.persister, "transactional_id_prefix", "kshare-state")
         reserved = Reserved(frozenset(hidden), (f"{txn_prefix}-",))
         self.forwarder = install(registry, self.pool, replaceable={0, 1, 2}, reserved=reserved,
-                                 node=lambda: self.node)
+                                 node=self.node_for)
         mixed.register(registry, self.pool, is_share_group=lambda g: g in self.coordinator.groups,
                        node_id=lambda: self.node.node_id, hidden=hidden)
 
     def _on_superseded(self, reason: str) -> None:
         """A newer sidecar owns the share state: stop serving (close the listener; clients
         reconnect to the new owner). Nothing is released or written in the backend."""
-        if self.listener is not None:
-            task = asyncio.create_task(self.listener.stop(), name="kshare-superseded-stop")
+        for listener in self.listeners:
+            task = asyncio.create_task(listener.stop(), name="kshare-superseded-stop")
             self._tasks.append(task)
 
     async def _expire_members(self) -> None:
@@ -180,12 +227,12 @@ class Sidecar:
         if getattr(self, "metrics", None) is not None:  # Prometheus /metrics (issue 7)
             self.metrics.stop()
             self.metrics = None
-        if self.listener is not None:
-            await self.listener.stop()
+        for listener in self.listeners:
+            await listener.stop()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for name in ("forwarder", "pool", "partitions", "backend", "persister"):
+        for name in ("forwarder", "pool", "partitions", "backend", "persister", "authenticator"):
             part = getattr(self, name, None)
             if part is not None:
                 try:
@@ -196,11 +243,6 @@ class Sidecar:
 
 def _names(text: str) -> list[str]:
     return [n.strip() for n in text.split(",") if n.strip()]
-
-
-def _split(hostport: str) -> tuple[str, int]:
-    host, _, port = hostport.rpartition(":")
-    return host, int(port)
 
 
 def _persister_options(cfg: SidecarConfig, security: BackendSecurity) -> dict:

@@ -66,7 +66,7 @@ class SidecarThread:
     """A :class:`~kshare_sidecar.service.runner.Sidecar` on a private event loop in a daemon thread."""
 
     def __init__(self, overrides: dict) -> None:
-        self.overrides = {"listen": "127.0.0.1:0", **overrides}
+        self.overrides = overrides if overrides.get("listeners") else {"listen": "127.0.0.1:0", **overrides}
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="kshare-sidecar", daemon=True)
         self.sidecar = None

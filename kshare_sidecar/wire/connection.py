@@ -24,7 +24,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from .errors import CloseConnection, TimedOut
+from .errors import CloseAfterResponse, CloseConnection, TimedOut
 from .framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder
 from ..ratelog import RateLimitedLog
 
@@ -79,6 +79,9 @@ class Connection:
         conn_id: int | None = None,
         idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
         read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+        listener: str = "PLAINTEXT",
+        security_protocol: str = "PLAINTEXT",
+        initial_max_frame_bytes: int | None = None,
     ) -> None:
         if max_inflight < 1:
             raise ValueError("max_inflight must be at least 1")
@@ -86,7 +89,9 @@ class Connection:
         self._reader = reader
         self._writer = writer
         self._handler = handler
-        self._decoder = FrameDecoder(max_frame_bytes)
+        # Until lift_frame_limit(), frames are held to initial_max_frame_bytes: Kafka's
+        # sasl.server.max.receive.size bounds what an unauthenticated client can make it buffer.
+        self._decoder = FrameDecoder(min(max_frame_bytes, initial_max_frame_bytes or max_frame_bytes))
         self._max_frame_bytes = max_frame_bytes
         self._slots = asyncio.Semaphore(max_inflight)
         self._read_size = read_size
@@ -108,6 +113,15 @@ class Connection:
         self.close_reason: str | None = None
         self.peer_host, self.peer_port = _address(writer.get_extra_info("peername"))
         self.local_host, self.local_port = _address(writer.get_extra_info("sockname"))
+        #: Which listener accepted it (name and security protocol, Kafka's listener terms).
+        self.listener = listener
+        self.security_protocol = security_protocol
+        #: The client's verified certificate (``ssl.SSLSocket.getpeercert()`` form) on a TLS
+        #: listener that asked for one, else None; the api layer builds the principal from it.
+        self.peer_cert: dict[str, Any] | None = writer.get_extra_info("peercert") or None
+        #: Kafka principal of this connection ("User:..."): set by the api layer (mTLS subject or
+        #: SASL user); never a secret, logged at debug level only.
+        self.principal = "User:ANONYMOUS"
 
     # --- public surface -------------------------------------------------------------------
 
@@ -119,6 +133,10 @@ class Connection:
     @property
     def closed(self) -> bool:
         return self._done.is_set()
+
+    def lift_frame_limit(self) -> None:
+        """From the next frame on, accept frames up to ``max_frame_bytes`` (after authentication)."""
+        self._decoder.max_frame_bytes = self._max_frame_bytes
 
     def add_close_callback(self, callback: CloseCallback) -> None:
         """Run ``callback(conn)`` once when the connection ends (immediately if it already has).
@@ -290,6 +308,16 @@ class Connection:
                 # shielded: cancelling the write loop must not cancel the request it waits for
                 # (a request still being processed finishes unobserved, see _shutdown)
                 out = await asyncio.shield(job.task)
+            except CloseAfterResponse as exc:
+                self._set_reason(str(exc))
+                log.debug("conn %d from %s: closing after the response: %s", self.conn_id, self.peer, exc)
+                if exc.response:
+                    try:
+                        self._writer.write(exc.response)
+                        await asyncio.wait_for(self._writer.drain(), _CLOSE_GRACE_S)
+                    except (TimeoutError, ConnectionError, OSError):
+                        pass
+                return
             except CloseConnection as exc:
                 self._set_reason(str(exc))
                 closing.log(type(exc).__name__, logging.WARNING, "conn %d from %s: closing: %s",

@@ -32,3 +32,15 @@ class TimedOut(CloseConnection):
 
 class TooManyConnections(CloseConnection):
     """``max.connections.per.ip`` or ``max.connections`` reached; the new connection is closed."""
+
+
+class CloseAfterResponse(CloseConnection):
+    """Send ``response`` (a framed answer, e.g. SASL_AUTHENTICATION_FAILED), then close.
+
+    Kafka answers a failed authentication and then closes the channel; whoever raises this has
+    already logged its own line, so the connection logs the close at debug level only.
+    """
+
+    def __init__(self, reason: str, response: bytes | None) -> None:
+        super().__init__(reason)
+        self.response = response

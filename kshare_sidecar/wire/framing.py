@@ -34,6 +34,14 @@ class FrameDecoder:
     def max_frame_bytes(self) -> int:
         return self._max_frame_bytes
 
+    @max_frame_bytes.setter
+    def max_frame_bytes(self, value: int) -> None:
+        """Applies from the next frame's size prefix (a SASL listener lifts its pre-authentication
+        limit once the client has authenticated)."""
+        if value <= 0:
+            raise ValueError("max_frame_bytes must be positive")
+        self._max_frame_bytes = value
+
     @property
     def buffered(self) -> int:
         """Bytes held for an incomplete frame (for tests and diagnostics)."""

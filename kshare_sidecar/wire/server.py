@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 
 from collections import Counter
@@ -38,8 +39,19 @@ class Listener:
         read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
         max_connections: int = 2**31 - 1,
         max_connections_per_ip: int = 2**31 - 1,
+        name: str = "PLAINTEXT",
+        security_protocol: str = "PLAINTEXT",
+        ssl_context: ssl.SSLContext | None = None,
+        initial_max_frame_bytes: int | None = None,
     ) -> None:
         self._handler = handler
+        #: SASL listeners: the frame limit before authentication (Kafka's sasl.server.max.receive.size)
+        self._initial_max_frame_bytes = initial_max_frame_bytes
+        self.name = name
+        self.security_protocol = security_protocol
+        #: TLS is started per connection (not by ``start_server(ssl=...)``) so that a failed
+        #: handshake — a plaintext client on a TLS port — is seen here and logged as one line.
+        self._ssl = ssl_context
         self._idle_timeout = idle_timeout_s
         self._read_timeout = read_timeout_s
         self._max_connections = max_connections
@@ -75,7 +87,7 @@ class Listener:
         self._server = await asyncio.start_server(self._accept, self._host, self._port)
         if self._server.sockets:
             self._port = int(self._server.sockets[0].getsockname()[1])
-        log.info("listening on %s:%d", self._host, self.port)
+        log.info("listening on %s:%d (%s, %s)", self._host, self.port, self.name, self.security_protocol)
 
     async def stop(self, *, grace: float = 5.0) -> None:
         """Stop accepting, close every connection (cancelling in-flight handlers), wait for them."""
@@ -107,48 +119,84 @@ class Listener:
         await self.stop()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = Connection(
-            reader,
-            writer,
-            self._handler,
-            max_frame_bytes=self._max_frame_bytes,
-            max_inflight=self._max_inflight,
-            idle_timeout_s=self._idle_timeout,
-            read_timeout_s=self._read_timeout,
-        )
-        ip = conn.peer_host
+        peer = writer.get_extra_info("peername")
+        ip = str(peer[0]) if isinstance(peer, tuple) else "?"
+        peer_text = f"{ip}:{peer[1]}" if isinstance(peer, tuple) and len(peer) > 1 else ip
         if len(self._connections) >= self._max_connections or self._per_ip[ip] >= self._max_per_ip:
             # Kafka's max.connections / max.connections.per.ip: the new connection is closed.
             self.refused += 1
             which = "max.connections" if len(self._connections) >= self._max_connections else "max.connections.per.ip"
-            refusals.log(which, logging.WARNING, "refusing connection from %s: %s reached", conn.peer, which)
-            writer.close()
-            try:
-                await writer.wait_closed()
-            except (ConnectionError, OSError):
-                pass
+            refusals.log(which, logging.WARNING, "refusing connection from %s: %s reached", peer_text, which)
+            await _close(writer)
             return
         self._per_ip[ip] += 1
-        self._connections[conn.conn_id] = conn
         task = asyncio.current_task()
         if task is not None:
-            self._tasks.add(task)
+            self._tasks.add(task)  # from here on, stop() waits for (or cancels) this connection
+        conn: Connection | None = None
         try:
+            if self._ssl is not None and not await self._start_tls(writer, peer_text):
+                return
+            if self._stopping:  # the listener stopped during the TLS handshake
+                writer.transport.abort()
+                return
+            conn = Connection(
+                reader,
+                writer,
+                self._handler,
+                max_frame_bytes=self._max_frame_bytes,
+                max_inflight=self._max_inflight,
+                idle_timeout_s=self._idle_timeout,
+                read_timeout_s=self._read_timeout,
+                listener=self.name,
+                security_protocol=self.security_protocol,
+                initial_max_frame_bytes=self._initial_max_frame_bytes,
+            )
+            self._connections[conn.conn_id] = conn
             await conn.run()
         except asyncio.CancelledError:
             # stop() cancels a connection that outlived its grace: the task ends normally, or
             # asyncio's stream callback reports the cancellation as an "Exception in callback"
             if not self._stopping:
                 raise
+            if conn is None:
+                writer.transport.abort()
         except Exception:  # never let one connection take the listener down
-            log.exception("conn %d from %s: crashed", conn.conn_id, conn.peer)
+            log.exception("conn %d from %s: crashed", conn.conn_id if conn else 0, conn.peer if conn else peer_text)
         finally:
-            self._connections.pop(conn.conn_id, None)
-            self._per_ip[ip] -= 1
-            if self._per_ip[ip] <= 0:
-                del self._per_ip[ip]
+            if conn is not None:
+                self._connections.pop(conn.conn_id, None)
+            self._release_ip(ip)
             if task is not None:
                 self._tasks.discard(task)
+
+    def _release_ip(self, ip: str) -> None:
+        self._per_ip[ip] -= 1
+        if self._per_ip[ip] <= 0:
+            del self._per_ip[ip]
+
+    async def _start_tls(self, writer: asyncio.StreamWriter, peer: str) -> bool:
+        """The TLS handshake; a failure (plaintext client, untrusted or missing client
+        certificate, timeout) is one rate-limited line, no traceback, and the socket is closed."""
+        assert self._ssl is not None
+        try:
+            await writer.start_tls(self._ssl, ssl_handshake_timeout=min(self._read_timeout, 30.0))
+            return True
+        except (ssl.SSLError, ConnectionError, OSError, TimeoutError) as exc:
+            reason = getattr(exc, "reason", None) or type(exc).__name__
+            refusals.log(f"tls-{reason}", logging.WARNING, "connection from %s to listener %s: TLS handshake "
+                         "failed (%s); closing (a plaintext client, or a client certificate that is missing or "
+                         "not trusted?)", peer, self.name, reason)
+            writer.transport.abort()
+            return False
+
+
+async def _close(writer: asyncio.StreamWriter) -> None:
+    writer.close()
+    try:
+        await writer.wait_closed()
+    except (ConnectionError, OSError):
+        pass
 
 
 async def serve(

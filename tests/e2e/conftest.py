@@ -32,10 +32,13 @@ class SidecarProcess:
     """`kshare sidecar run` as a child process on a fixed loopback port (so it can be restarted)."""
 
     def __init__(self, backend: str, log_path: Path, port: int | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, listeners: str | None = None,
+                 args: list[str] | None = None) -> None:
         self.backend = backend
-        self.port = port or free_port()
+        self.port = port or free_port()  # with `listeners`: its PLAINTEXT port (the readiness probe's)
         self.env = dict(env or {})  # extra KSHARE_* settings
+        self.listeners = listeners
+        self.args = list(args or [])  # extra command-line arguments (--log-level DEBUG)
         self.log_path = log_path
         self.proc: subprocess.Popen | None = None
 
@@ -52,7 +55,8 @@ class SidecarProcess:
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kshare_sidecar.cli", "sidecar", "run", "--bootstrap-server", self.backend,
-             "--listen", self.bootstrap], stdout=log, stderr=subprocess.STDOUT, env=env)
+             *(["--listeners", self.listeners] if self.listeners else ["--listen", self.bootstrap]), *self.args],
+            stdout=log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -159,3 +160,46 @@ def test_wrong_password_fails_start_up_with_one_line(sasl_broker, tmp_path):
     assert proc.returncode != 0, output
     assert wrong not in output
     assert "start-up failed" in output and "Authentication failed" in output, output[-2000:]
+
+
+def test_delegate_authenticator_checks_plain_credentials_at_the_backend(sasl_broker, tmp_path):
+    """The sidecar's SASL_PLAINTEXT listener with ``sasl.authenticator=delegate``: a client's PLAIN
+    credentials are checked by authenticating to the backend with them (here as the backend's PLAIN
+    user admin); a password the backend refuses is the client's authentication error."""
+    from confluent_kafka import KafkaError
+
+    topic, group = unique("delegate"), unique("delegate-g")
+    create_topic(sasl_broker.bootstrap, topic, 1)
+    port, sasl_port = free_port(), free_port()
+    env = {**_env(PASSWORD), "KSHARE_SASL_AUTHENTICATOR": "delegate", "KSHARE_SASL_ENABLED_MECHANISMS": "PLAIN"}
+    sc = SidecarProcess(sasl_broker.sasl_bootstrap, tmp_path / "sidecar.log", port=port, env=env,
+                        listeners=f"PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}").start()
+    client = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.username": "admin",
+              "sasl.password": "admin-secret"}
+    wrong = "admin-Wrong-61"
+    try:
+        producer = Producer({"bootstrap.servers": f"127.0.0.1:{sasl_port}", **client})
+        for i in range(20):
+            producer.produce(topic, b"d%d" % i)
+        assert producer.flush(60) == 0
+        got = share_consume(f"127.0.0.1:{sasl_port}", group, topic, 20, timeout_s=60, extra=client)
+        assert sorted(v for v, _ in got) == sorted(b"d%d" % i for i in range(20))
+        errors: list = []
+        refused = Producer({"bootstrap.servers": f"127.0.0.1:{sasl_port}", **client, "sasl.password": wrong,
+                            "error_cb": errors.append, "log_level": 0})
+        refused.produce(topic, b"never")
+        deadline = time.monotonic() + 20
+        while not errors and time.monotonic() < deadline:
+            refused.poll(0.2)
+        refused.purge()
+        refused.flush(0)
+        assert errors and errors[0].code() == KafkaError._AUTHENTICATION, errors
+        assert "Invalid username or password" in errors[0].str()
+        time.sleep(0.5)
+        log = sc.log_path.read_text(errors="replace")
+    finally:
+        sc.stop()
+    assert "failed authentication on listener SASL_PLAINTEXT with SASL mechanism PLAIN" in log
+    for secret in (PASSWORD, "admin-secret", wrong):
+        assert secret not in log
+    assert "Traceback" not in log

@@ -1,6 +1,9 @@
 // A plain Java KafkaShareConsumer (kafka-clients 4.x), used by the e2e tests as a third-party client.
-// Usage: ShareConsume <bootstrap> <group> <topic> <expected> <timeoutMs>
+// Usage: ShareConsume <bootstrap> <group> <topic> <expected> <timeoutMs> [client.properties]
+// (the optional properties file adds client settings: security.protocol, sasl.jaas.config, ...)
 // Prints one line per record: "<partition> <offset> <deliveryCount>", then "DONE <n>".
+import java.io.FileInputStream;
+import java.io.IOException;
 import java.time.Duration;
 import java.util.List;
 import java.util.Properties;
@@ -9,8 +12,13 @@ import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaShareConsumer;
 
 public class ShareConsume {
-    public static void main(String[] args) {
+    public static void main(String[] args) throws IOException {
         Properties props = new Properties();
+        if (args.length > 5) {
+            try (FileInputStream in = new FileInputStream(args[5])) {
+                props.load(in);
+            }
+        }
         props.put("bootstrap.servers", args[0]);
         props.put("group.id", args[1]);
         props.put("key.deserializer", "org.apache.kafka.common.serialization.ByteArrayDeserializer");

@@ -72,7 +72,7 @@ def test_answers_without_hints_are_left_alone():
 
 
 def test_raw_answer_is_rewritten_only_when_it_names_a_backend_host():
-    forwarder = Forwarder(_Pool(), None, lambda: SIDECAR)  # type: ignore[arg-type]
+    forwarder = Forwarder(_Pool(), None, lambda _conn: SIDECAR)  # type: ignore[arg-type]
     raw = codec.encode_response(_produce_not_leader(), 42)
     rewritten = forwarder._own_leader_hints_raw(bytearray(raw), 0, 11)
     _, body = codec.decode_response(bytes(rewritten[4:]), codec.response_class(0, 11))
@@ -82,3 +82,33 @@ def test_raw_answer_is_rewritten_only_when_it_names_a_backend_host():
     plain = codec.encode_response(produce.ProduceResponse(responses=(), throttle_time=datetime.timedelta(0),
                                                           node_endpoints=()), 43)
     assert forwarder._own_leader_hints_raw(plain, 0, 11) is plain  # no host in it: bytes untouched
+
+
+def test_hints_name_the_listener_the_client_is_connected_on():
+    """Several listeners (issue 16): a SASL_SSL client must be told the SASL_SSL address."""
+    import dataclasses
+
+    from kshare_sidecar.config import ListenerSpec
+    from kshare_sidecar.forward import forwarder as forwarder_module
+    from kshare_sidecar.service.runner import Sidecar
+
+    sidecar = Sidecar.__new__(Sidecar)
+    secured = dataclasses.replace(SIDECAR, port=9194)
+    sidecar._specs = [ListenerSpec("PLAINTEXT", "PLAINTEXT", "h", 9192, "h", 9192),
+                      ListenerSpec("SASL_SSL", "SASL_SSL", "h", 9194, "h", 9194)]
+    sidecar._dispatchers = [type("D", (), {"node": SIDECAR})(), type("D", (), {"node": secured})()]
+    sidecar.node = SIDECAR
+
+    class Client:
+        listener = "SASL_SSL"
+
+    assert sidecar.node_for(Client()) is secured and sidecar.node_for(None) is SIDECAR
+    forwarder = Forwarder(_Pool(), None, sidecar.node_for)  # type: ignore[arg-type]
+    token = forwarder_module._CLIENT.set(Client())  # what Forwarder.__call__ sets per request
+    try:
+        raw = codec.encode_response(_produce_not_leader(), 42)
+        _, body = codec.decode_response(bytes(forwarder._own_leader_hints_raw(bytearray(raw), 0, 11)[4:]),
+                                        codec.response_class(0, 11))
+    finally:
+        forwarder_module._CLIENT.reset(token)
+    assert [(e.host, int(e.port)) for e in body.node_endpoints] == [("sidecar.example", 9194)]

@@ -105,6 +105,45 @@ async def test_hook_register_persisters(host):
     assert isinstance(mem, MemoryPersister)
 
 
+async def test_hook_register_authenticators(host, tmp_path):
+    from kshare_sidecar.auth.authenticators import StaticAuthenticator
+    from kshare_sidecar.config import load_config
+
+    class AllowAlice:
+        mechanisms = frozenset({"PLAIN"})
+
+        async def verify_plain(self, username, password):
+            return (username, password) == ("alice", "pw")
+
+        async def scram_credential(self, mechanism, username):
+            return None
+
+        async def close(self):
+            pass
+
+    made = []
+
+    class Plugin:
+        @hookimpl
+        def register_authenticators(self, register):
+            def factory(**options):
+                made.append(sorted(options))
+                return AllowAlice()
+            register("alice-only", factory)
+
+    host.load_plugins(entry_points=False)
+    host.register_plugin(Plugin(), "alice-plugin")
+    assert set(host.get_authenticators()) == {"static", "delegate", "alice-only"}
+    auth = host.get_authenticator("alice-only", config=None, backend_security=None)
+    assert made == [["backend_security", "config"]]
+    assert await auth.verify_plain("alice", "pw") and not await auth.verify_plain("alice", "nope")
+    users = tmp_path / "users"
+    users.write_text("alice:pw\n")
+    cfg = load_config(env={}, overrides={"bootstrap.servers": "127.0.0.1:9092", "sasl.credentials.file": str(users)})
+    static = host.get_authenticator("static", config=cfg, backend_security=None)
+    assert isinstance(static, StaticAuthenticator) and await static.verify_plain("alice", "pw")
+
+
 # ------------------------------------------------------------------------------- behaviour
 def test_builtins_register_through_the_hooks(host):
     host.load_plugins(entry_points=False)

@@ -1,0 +1,40 @@
+"""The listeners' TLS context from Kafka's broker settings (PEM files, as the backend side takes).
+
+``ssl.keystore.location``: the server certificate chain and its private key in one PEM file
+(``ssl.key.password`` if the key is encrypted); ``ssl.truststore.location``: the CAs that sign
+client certificates; ``ssl.client.auth``: none | requested | required (Kafka's values).
+"""
+
+from __future__ import annotations
+
+import ssl
+from typing import Any
+
+from ..config import ConfigError
+
+_VERIFY = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
+
+
+def server_ssl_context(cfg: Any, *, sasl: bool = False) -> ssl.SSLContext:
+    """Raises :class:`ConfigError` naming the key whose file is missing or unusable.
+
+    ``sasl``: for SASL_SSL listeners, which do not ask for client certificates — Kafka applies the
+    broker-wide ``ssl.client.auth`` to SSL listeners only (KIP-684: mTLS on SASL_SSL takes a
+    listener-prefixed setting, which kshare does not have)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    keystore = cfg["ssl.keystore.location"]
+    try:
+        context.load_cert_chain(keystore, password=cfg["ssl.key.password"] or None)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"ssl.keystore.location = {keystore!r}: not a PEM file with the server certificate chain "
+                          f"and key, or wrong ssl.key.password ({type(exc).__name__})") from None
+    truststore = cfg["ssl.truststore.location"]
+    if truststore:
+        try:
+            context.load_verify_locations(cafile=truststore)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"ssl.truststore.location = {truststore!r}: not a readable PEM CA file "
+                              f"({type(exc).__name__})") from None
+    context.verify_mode = ssl.CERT_NONE if sasl else _VERIFY[cfg["ssl.client.auth"]]
+    return context
