@@ -232,7 +232,7 @@ class Sidecar:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for name in ("forwarder", "pool", "partitions", "backend", "persister", "authenticator"):
+        for name in ("forwarder", "pool", "shares", "partitions", "backend", "persister", "authenticator"):
             part = getattr(self, name, None)
             if part is not None:
                 try:
