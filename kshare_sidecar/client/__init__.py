@@ -10,9 +10,24 @@ duplicate or depend on those anyway. It imports nothing from the server side (``
 
 from .acks import AcknowledgeType
 from .consumer import ShareConsumer
-from .errors import (AcknowledgementError, AckStateError, ConsumerStoppedError, GroupError, ShareConsumerError,
-                     UnsupportedVersionError)
+from .errors import (
+                     AcknowledgementError,
+                     AckStateError,
+                     ConsumerStoppedError,
+                     GroupError,
+                     ShareConsumerError,
+                     UnsupportedVersionError,
+)
 from .records import ShareRecord
 
-__all__ = ["AcknowledgeType", "AckStateError", "AcknowledgementError", "ConsumerStoppedError", "GroupError",
-           "ShareConsumer", "ShareConsumerError", "ShareRecord", "UnsupportedVersionError"]
+__all__ = [
+                     "AckStateError",
+                     "AcknowledgeType",
+                     "AcknowledgementError",
+                     "ConsumerStoppedError",
+                     "GroupError",
+                     "ShareConsumer",
+                     "ShareConsumerError",
+                     "ShareRecord",
+                     "UnsupportedVersionError",
+]

@@ -22,13 +22,16 @@ from . import protocol
 
 
 class NodeConn:
-    def __init__(self, node_id: int, host: str, port: int, client_id: str, *, timeout_s: float = 30.0) -> None:
+    def __init__(self, node_id: int, host: str, port: int, client_id: str, *, timeout_s: float = 30.0,
+                 max_share_version: int | None = None) -> None:
         self.node_id, self.host, self.port = node_id, host, port
         self.client_id = client_id
         self.timeout_s = timeout_s
         self._conn = BrokerConn(host, port, node_id=node_id, connect_timeout_s=min(10.0, timeout_s))
         self.generation = 0
         self.versions: dict[int, int] = {}
+        self.ranges: dict[int, tuple[int, int]] = {}
+        self._cap = max_share_version
         self._handshake = asyncio.Lock()
 
     def __repr__(self) -> str:
@@ -46,13 +49,8 @@ class NodeConn:
             payload = await self._conn.request(protocol.encode(req, self.client_id), timeout_s=self.timeout_s)
             resp = protocol.decode(req, payload)
             ranges = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in resp.api_keys}
-            try:
-                self.versions = protocol.negotiate(ranges)
-            except LookupError:
-                self.versions = {}
-                self.ranges = ranges
-                raise
-            self.ranges = ranges
+            self.ranges, self.versions = ranges, {}
+            self.versions = protocol.negotiate(ranges, self._cap)
 
     async def call(self, request: Any, *, timeout_s: float | None = None) -> Any:
         """Send one request and decode its answer. Raises BrokerConnError / TimeoutError (the
@@ -66,4 +64,4 @@ class NodeConn:
         await self._conn.close()
 
 
-__all__ = ["NodeConn", "BrokerConnError"]
+__all__ = ["BrokerConnError", "NodeConn"]

@@ -20,26 +20,29 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Self
 
 from aiokafka.structs import TopicPartition
 from kio.schema.errors import ErrorCode
 
 from . import protocol
 from .acks import AckBatch, AcknowledgeType, PartitionInFlight
-from .conn import BrokerConnError, NodeConn
-from .errors import (AcknowledgementError, AckStateError, ConsumerStoppedError, GroupError,
-                     UnsupportedVersionError)
-from .membership import Membership, Outcome
+from .cluster import TRANSPORT_ERRORS as _TRANSPORT
+from .cluster import Cluster, Tp, parse_bootstrap
+from .errors import (
+    AcknowledgementError,
+    AckStateError,
+    ConsumerStoppedError,
+    GroupError,
+    UnsupportedVersionError,
+)
+from .heartbeat import Heartbeat
+from .membership import Membership
 from .records import RecordDecodeError, ShareRecord, decode_batches
 from .session import FINAL_EPOCH, SESSION_ERRORS, ShareSession
 
 log = logging.getLogger("kshare.client")
-
-Tp = tuple[uuid.UUID, int]
-_TRANSPORT = (BrokerConnError, TimeoutError, OSError)
 #: partition errors that mean "ask Metadata who leads it now"
 _LEADER_ERRORS = frozenset({ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch,
                             ErrorCode.unknown_topic_or_partition, ErrorCode.unknown_topic_id,
@@ -55,14 +58,9 @@ class ShareConsumer:
                  fetch_max_bytes: int = 52_428_800, request_timeout_ms: int = 30_000,
                  retry_backoff_ms: int = 100, key_deserializer: Callable[[bytes | None], Any] | None = None,
                  value_deserializer: Callable[[bytes | None], Any] | None = None,
-                 check_crcs: bool = True) -> None:
+                 check_crcs: bool = True, max_share_version: int = 2) -> None:
         if acknowledgement_mode not in ("implicit", "explicit"):
             raise ValueError("acknowledgement_mode must be 'implicit' or 'explicit'")
-        servers = bootstrap_servers.split(",") if isinstance(bootstrap_servers, str) else bootstrap_servers
-        self._bootstrap = []
-        for s in servers:
-            host, _, port = s.strip().rpartition(":")
-            self._bootstrap.append((host.strip("[]"), int(port)))
         self.group_id, self.client_id = group_id, client_id
         self.implicit = acknowledgement_mode == "implicit"
         self._max_poll_records, self._max_wait_ms = max_poll_records, fetch_max_wait_ms
@@ -72,13 +70,10 @@ class ShareConsumer:
         self._membership = Membership()
         if topics:
             self._membership.subscribe(topics)
-        self._nodes: dict[int, tuple[str, int]] = {}
-        self._conns: dict[int, NodeConn] = {}
-        self._boot_conns: list[NodeConn] = []
-        self._coordinator: int | None = None
-        self._names: dict[uuid.UUID, str] = {}
-        self._ids: dict[str, uuid.UUID] = {}
-        self._leaders: dict[Tp, int] = {}
+        self._cluster = Cluster(parse_bootstrap(bootstrap_servers), client_id, self._timeout_s, max_share_version)
+        self._heartbeat = Heartbeat(group_id, self._membership, self._cluster, backoff_s=self._backoff_s,
+                                    timeout_s=self._timeout_s, on_assignment=self._apply_assignment,
+                                    on_fatal=self._set_fatal)
         self._assigned: frozenset[Tp] = frozenset()
         self._sessions: dict[int, ShareSession] = {}
         self._locks: dict[int, asyncio.Lock] = {}
@@ -87,16 +82,13 @@ class ShareConsumer:
         self._iter: collections.deque[ShareRecord] = collections.deque()
         self._results: dict[TopicPartition, Exception | None] = {}
         self._fatal: Exception | None = None
-        self._stale_metadata = True
-        self._hb_task: asyncio.Task | None = None
-        self._hb_wake = asyncio.Event()
         self._assignment_changed = asyncio.Event()
         self._started = self._closed = False
         #: lock duration the brokers last reported (ms)
         self.acquisition_lock_timeout_ms: int | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
-    async def __aenter__(self) -> ShareConsumer:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 
@@ -107,8 +99,8 @@ class ShareConsumer:
         if self._started:
             return
         self._started = True
-        await self._refresh_metadata()
-        self._hb_task = asyncio.create_task(self._heartbeat_loop(), name=f"kshare-heartbeat-{self.group_id}")
+        await self._cluster.refresh(self._membership.subscription)
+        self._heartbeat.start()
 
     async def close(self) -> None:
         """Accept (implicit mode), send the final acks with epoch -1 (the broker releases what this
@@ -119,9 +111,7 @@ class ShareConsumer:
         self._closed = True
         if self.implicit:
             self._accept_delivered()
-        if self._hb_task is not None:
-            self._hb_task.cancel()
-            await asyncio.gather(self._hb_task, return_exceptions=True)
+        await self._heartbeat.stop(leave=False)
         for node, session in list(self._sessions.items()):
             async with self._lock(node):
                 if session.open:
@@ -132,30 +122,23 @@ class ShareConsumer:
                     except _TRANSPORT as exc:
                         log.debug("final ShareAcknowledge to node %s failed: %s", node, exc)
                 session.reset()
-        if self._membership.joined and self._coordinator is not None:
-            fields = self._membership.leave_request()
-            try:
-                await self._conn(self._coordinator).call(protocol.heartbeat(
-                    self.group_id, fields.member_id, fields.member_epoch, None), timeout_s=self._timeout_s)
-            except _TRANSPORT as exc:
-                log.debug("leave heartbeat failed: %s", exc)
-            self._membership.left()
-        for conn in [*self._conns.values(), *self._boot_conns]:
-            await conn.close()
+        await self._heartbeat.stop(leave=True)
+        await self._cluster.close()
 
     stop = close
 
     # -- subscription ----------------------------------------------------------------------------
     def subscribe(self, topics: list[str]) -> None:
         self._membership.subscribe(topics)
-        self._stale_metadata = True
-        self._hb_wake.set()
+        self._cluster.stale = True
+        self._heartbeat.wake()
 
     def subscription(self) -> set[str]:
         return set(self._membership.subscription)
 
     def assignment(self) -> set[TopicPartition]:
-        return {TopicPartition(self._names[t], p) for t, p in self._assigned if t in self._names}
+        names = self._cluster.names
+        return {TopicPartition(names[t], p) for t, p in self._assigned if t in names}
 
     @property
     def member_id(self) -> str:
@@ -189,7 +172,7 @@ class ShareConsumer:
                 self._iter.extend(records)
         return self._iter.popleft()
 
-    def __aiter__(self) -> ShareConsumer:
+    def __aiter__(self) -> Self:
         return self
 
     async def __anext__(self) -> ShareRecord:
@@ -264,7 +247,7 @@ class ShareConsumer:
             raise self._fatal
 
     def _tp(self, record: ShareRecord) -> Tp:
-        topic_id = self._ids.get(record.topic)
+        topic_id = self._cluster.ids.get(record.topic)
         if topic_id is None:
             raise AckStateError(f"unknown topic {record.topic!r}")
         return (topic_id, record.partition)
@@ -297,13 +280,13 @@ class ShareConsumer:
             raws = {r.offset: r for r in decode_batches(part.records or b"", check_crcs=self._check_crcs)}
         except RecordDecodeError as exc:
             log.error("cannot decode records of %s-%s (released for another consumer): %s",
-                      self._names.get(tp[0], tp[0]), tp[1], exc)
+                      self._cluster.names.get(tp[0], tp[0]), tp[1], exc)
             for first, last, _ in ranges:
                 for offset in range(first, last + 1):
                     inf.pending[offset] = AcknowledgeType.RELEASE
             return
-        topic = self._names.get(tp[0], str(tp[0]))
-        self._ids.setdefault(topic, tp[0])
+        topic = self._cluster.names.get(tp[0], str(tp[0]))
+        self._cluster.ids.setdefault(topic, tp[0])
         key_de, value_de = self._key_de, self._value_de
         for offset in inf.add_acquired(ranges, raws):
             r = raws[offset]
@@ -324,7 +307,7 @@ class ShareConsumer:
         return out
 
     def _result(self, tp: Tp, error: Exception | None) -> None:
-        key = TopicPartition(self._names.get(tp[0], str(tp[0])), tp[1])
+        key = TopicPartition(self._cluster.names.get(tp[0], str(tp[0])), tp[1])
         if error is not None:
             log.debug("acknowledgement of %s failed: %s", key, error)
             self._results[key] = error
@@ -367,18 +350,18 @@ class ShareConsumer:
 
     # -- internals: fetching ---------------------------------------------------------------------
     async def _fetch_round(self, max_wait_ms: int) -> None:
-        if self._stale_metadata:
+        if self._cluster.stale:
             try:
-                await self._refresh_metadata()
+                await self._cluster.refresh(self._membership.subscription)
             except _TRANSPORT as exc:
                 log.debug("metadata refresh failed: %s", exc)
         by_node: dict[int, set[Tp]] = {}
         for tp in self._assigned:
-            leader = self._leaders.get(tp, -1)
-            if leader in self._nodes:
+            leader = self._cluster.leaders.get(tp, -1)
+            if leader in self._cluster.nodes:
                 by_node.setdefault(leader, set()).add(tp)
             else:
-                self._stale_metadata = True
+                self._cluster.stale = True
         nodes = set(by_node) | {inf.node for inf in self._inflight.values() if inf.pending}
         if not by_node:
             # nothing to fetch: still flush acks, then wait for an assignment (or the deadline)
@@ -439,14 +422,14 @@ class ShareConsumer:
                 session.generation = conn.generation
             self.acquisition_lock_timeout_ms = int(resp.acquisition_lock_timeout.total_seconds() * 1000)
             for ep in resp.node_endpoints:
-                self._nodes[int(ep.node_id)] = (ep.host, int(ep.port))
+                self._cluster.learn_node(ep.node_id, ep.host, ep.port)
             answered = {}
             for topic in resp.responses:
                 for part in topic.partitions:
                     tp = (topic.topic_id, int(part.partition_index))
                     answered[tp] = (part.acknowledge_error_code, part.acknowledge_error_message)
                     if part.error_code in _LEADER_ERRORS:
-                        self._moved(tp, int(part.current_leader.leader_id))
+                        self._cluster.moved(tp, int(part.current_leader.leader_id))
                     elif part.error_code != ErrorCode.none:
                         log.warning("ShareFetch of %s from node %s: %s %s", tp, node, part.error_code.name,
                                     part.error_message or "")
@@ -454,27 +437,24 @@ class ShareConsumer:
                         self._take_records(node, tp, part)
             self._results_from(piggy, answered)
 
-    # -- internals: nodes, sessions, metadata ----------------------------------------------------
+    # -- internals: nodes, sessions, assignment --------------------------------------------------
     def _lock(self, node: int) -> asyncio.Lock:
         return self._locks.setdefault(node, asyncio.Lock())
 
     def _session(self, node: int) -> ShareSession:
         return self._sessions.setdefault(node, ShareSession())
 
-    def _conn(self, node: int) -> NodeConn:
-        conn = self._conns.get(node)
-        host, port = self._nodes[node]
-        if conn is None or (conn.host, conn.port) != (host, port):
-            conn = self._conns[node] = NodeConn(node, host, port, self.client_id, timeout_s=self._timeout_s)
-        return conn
+    def _conn(self, node: int):
+        return self._cluster.conn(node)
 
     def _lose(self, tp: Tp, inf: PartitionInFlight, code: ErrorCode) -> None:
         if inf.drop():
             self._result(tp, AcknowledgementError(code, "the share session ended; the records were released"))
         self._inflight.pop(tp, None)
         if self._buffer:
-            self._buffer = collections.deque(r for r in self._buffer if self._ids.get(r.topic) != tp[0]
-                                             or r.partition != tp[1])
+            ids = self._cluster.ids
+            self._buffer = collections.deque(r for r in self._buffer
+                                             if ids.get(r.topic) != tp[0] or r.partition != tp[1])
 
     def _drop_node(self, node: int, code: ErrorCode) -> None:
         """The session at ``node`` is gone: its records were released by the broker."""
@@ -486,105 +466,23 @@ class ShareConsumer:
     def _node_failed(self, node: int, exc: BaseException) -> None:
         log.debug("node %s failed: %s", node, exc)
         self._drop_node(node, ErrorCode.network_exception)
-        self._stale_metadata = True
+        self._cluster.stale = True
 
-    def _moved(self, tp: Tp, leader: int) -> None:
-        if leader >= 0 and leader in self._nodes:
-            self._leaders[tp] = leader
-        else:
-            self._stale_metadata = True
-
-    async def _any_call(self, request: Any) -> Any:
-        """Ask any reachable node (known nodes first, then the bootstrap servers)."""
-        errors = []
-        candidates = [self._conn(n) for n in list(self._nodes)]
-        if not candidates:
-            if not self._boot_conns:
-                self._boot_conns = [NodeConn(-1, h, p, self.client_id, timeout_s=self._timeout_s)
-                                    for h, p in self._bootstrap]
-            candidates = self._boot_conns
-        for conn in candidates:
-            try:
-                return await conn.call(request)
-            except (*_TRANSPORT, LookupError) as exc:
-                errors.append(f"{conn.host}:{conn.port}: {exc}")
-        raise BrokerConnError("no broker answered: " + "; ".join(errors))
-
-    async def _refresh_metadata(self) -> None:
-        self._stale_metadata = False
-        resp = await self._any_call(protocol.metadata(self._membership.subscription))
-        for b in resp.brokers:
-            self._nodes[int(b.node_id)] = (b.host, int(b.port))
-        for t in resp.topics:
-            if t.error_code != ErrorCode.none or t.topic_id is None:
-                if t.error_code != ErrorCode.unknown_topic_or_partition:
-                    self._stale_metadata = True
-                continue
-            self._names[t.topic_id], self._ids[t.name] = t.name, t.topic_id
-            for p in t.partitions:
-                self._leaders[(t.topic_id, int(p.partition_index))] = int(p.leader_id)
-        if self._boot_conns and self._nodes:
-            for conn in self._boot_conns:
-                await conn.close()
-            self._boot_conns = []
-
-    # -- internals: heartbeat --------------------------------------------------------------------
-    async def _heartbeat_loop(self) -> None:
-        m = self._membership
-        while not self._closed:
-            if not m.subscription:
-                await self._sleep_or_wake(None)
-                continue
-            try:
-                if self._coordinator is None:
-                    resp = await self._any_call(protocol.find_coordinator(self.group_id))
-                    if resp.error_code != ErrorCode.none:
-                        raise BrokerConnError(f"FindCoordinator: {resp.error_code.name}")
-                    self._nodes[int(resp.node_id)] = (resp.host, int(resp.port))
-                    self._coordinator = int(resp.node_id)
-                fields = m.request()
-                resp = await self._conn(self._coordinator).call(protocol.heartbeat(
-                    self.group_id, fields.member_id, fields.member_epoch, fields.subscribed_topic_names))
-            except _TRANSPORT as exc:
-                log.debug("heartbeat failed: %s", exc)
-                self._coordinator = None
-                await self._sleep_or_wake(self._backoff_s * 5)
-                continue
-            assignment = None if resp.assignment is None else {
-                tp.topic_id: frozenset(int(p) for p in tp.partitions) for tp in resp.assignment.topic_partitions}
-            outcome = m.on_response(fields, resp.error_code, resp.error_message, int(resp.member_epoch),
-                                    int(resp.heartbeat_interval.total_seconds() * 1000), assignment)
-            if outcome is Outcome.FATAL:
-                self._fatal = GroupError(resp.error_code, resp.error_message)
-                log.error("share group %s: %s", self.group_id, self._fatal)
-                self._assignment_changed.set()
-                return
-            if outcome is Outcome.COORDINATOR:
-                self._coordinator = None
-            if outcome is Outcome.REJOIN:
-                log.info("share group %s: %s, rejoining as %s", self.group_id, resp.error_code.name, m.member_id)
-            if assignment is not None or outcome is Outcome.REJOIN:
-                await self._apply_assignment()
-            delay = m.interval_ms / 1000 if outcome is Outcome.OK else \
-                0 if outcome is Outcome.REJOIN else self._backoff_s * 5
-            await self._sleep_or_wake(delay)
+    def _set_fatal(self, error: GroupError) -> None:
+        self._fatal = error
+        self._assignment_changed.set()
 
     async def _apply_assignment(self) -> None:
+        """The heartbeat brought a new assignment (topic ids): resolve names and leaders first."""
+        c = self._cluster
         tps = frozenset((tid, p) for tid, parts in self._membership.assignment.items() for p in parts)
-        if any(tid not in self._names or tp not in self._leaders for tp in tps for tid in (tp[0],)):
+        if any(tp[0] not in c.names or tp not in c.leaders for tp in tps):
             try:
-                await self._refresh_metadata()
+                await c.refresh(self._membership.subscription)
             except _TRANSPORT as exc:
                 log.debug("metadata refresh failed: %s", exc)
-                self._stale_metadata = True
+                c.stale = True
         if tps != self._assigned:
             log.debug("share group %s: assignment %s", self.group_id, sorted(tps, key=str))
             self._assigned = tps
             self._assignment_changed.set()
-
-    async def _sleep_or_wake(self, delay: float | None) -> None:
-        try:
-            await asyncio.wait_for(self._hb_wake.wait(), delay)
-        except TimeoutError:
-            pass
-        self._hb_wake.clear()

@@ -57,10 +57,13 @@ def decode(request: Any, payload: bytes) -> Any:
     return response
 
 
-def negotiate(ranges: Mapping[int, tuple[int, int]]) -> dict[int, int]:
-    """Highest common version per share API; raises if the broker lacks one (no share groups)."""
+def negotiate(ranges: Mapping[int, tuple[int, int]], cap: int | None = None) -> dict[int, int]:
+    """Highest common version per share API (ShareFetch / ShareAcknowledge at most ``cap``);
+    raises if the broker lacks one (no share groups)."""
     out = {}
     for key, (lo, hi) in WANTED_VERSIONS.items():
+        if cap is not None and key != SHARE_GROUP_HEARTBEAT:
+            hi = max(lo, min(hi, cap))
         broker = ranges.get(key)
         if broker is None or broker[1] < lo or broker[0] > hi:
             raise LookupError(f"api key {key} versions {lo}-{hi} not offered (broker: {broker}); "

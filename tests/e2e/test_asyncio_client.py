@@ -10,7 +10,12 @@ from collections import Counter
 
 import pytest
 
-from kshare_sidecar.client import AcknowledgeType, AcknowledgementError, ShareConsumer
+from kshare_sidecar.client import (
+    AcknowledgementError,
+    AcknowledgeType,
+    ShareConsumer,
+    UnsupportedVersionError,
+)
 from tests.support import create_topic, produce, set_group_config, unique
 
 pytestmark = pytest.mark.kafka
@@ -119,15 +124,22 @@ async def test_renew_keeps_a_record_past_its_lock(target):
         assert await _take(other, 1, timeout=3) == []
 
 
-def _members_with_partitions(target, group) -> int:
+def _describe(target, group) -> list:
     from kshare_sidecar.cli.kclient import AdminClient, ClientError
 
     try:
         with AdminClient(target.bootstrap) as admin:
-            members = admin.describe_group(group).members
+            return list(admin.describe_group(group).members)
     except ClientError:  # coordinator not available yet
-        return 0
-    return sum(1 for m in members if any(tp.partitions for tp in m.assignment.topic_partitions))
+        return []
+
+
+def _members(target, group) -> int:
+    return len(_describe(target, group))
+
+
+def _members_with_partitions(target, group) -> int:
+    return sum(1 for m in _describe(target, group) if any(tp.partitions for tp in m.assignment.topic_partitions))
 
 
 async def test_asyncio_and_librdkafka_consumers_share_one_group(target):
@@ -174,3 +186,49 @@ async def test_asyncio_and_librdkafka_consumers_share_one_group(target):
     assert len(set(aio_seen) | set(rd_seen)) == total
     assert aio_seen and rd_seen, (len(aio_seen), len(rd_seen))
     assert not set(aio_seen) & set(rd_seen), "a record went to both consumers"
+
+
+async def test_close_releases_acquired_records_and_leaves(target):
+    topic, group, _ = _setup(target, records=5)
+    first = _consumer(target, group, topic)
+    await first.start()
+    held = await _take(first, 5)
+    assert len(held) == 5
+    first.acknowledge(held[0])  # sent with the final epoch -1
+    await first.close()
+    assert await asyncio.to_thread(_members, target, group) == 0, "the member did not leave"
+    async with _consumer(target, group, topic) as second:
+        # released at close, well before the 6 s lock would have expired
+        taken = await _take(second, 4, timeout=4)
+        assert [(r.offset, r.delivery_count) for r in taken] == [(1, 2), (2, 2), (3, 2), (4, 2)]
+
+
+async def test_v1_only_path_and_renew_refused(target):
+    """ShareFetch/ShareAcknowledge v1 (what a 4.1 broker offers): everything but RENEW works."""
+    topic, group, _ = _setup(target, records=2)
+    async with _consumer(target, group, topic, max_share_version=1) as c:
+        got = await _take(c, 2)
+        with pytest.raises(UnsupportedVersionError, match="v2"):
+            await c.renew(got[0])
+        c.acknowledge(got[0], AcknowledgeType.RELEASE)
+        c.acknowledge(got[1])
+        again = await _take(c, 1)  # the RELEASE went piggybacked on this ShareFetch v1
+        assert [(r.offset, r.delivery_count) for r in again] == [(0, 2)]
+        c.acknowledge(again[0])
+        assert all(exc is None for exc in (await c.commit()).values())
+
+
+async def test_dropped_connection_reopens_the_session(target):
+    """A TCP drop closes the broker's share session and releases its records; the consumer opens
+    a new session with epoch 0 and gets them again (delivery count 2)."""
+    topic, group, _ = _setup(target, records=3)
+    async with _consumer(target, group, topic) as c:
+        got = await _take(c, 3)
+        for conn in c._cluster._conns.values():
+            conn._conn.drop("test: connection dropped")
+        assert len(got) == 3
+        again = await _take(c, 3, timeout=15)
+        assert sorted((r.offset, r.delivery_count) for r in again) == [(0, 2), (1, 2), (2, 2)]
+        for r in again:
+            c.acknowledge(r)
+        assert all(exc is None for exc in (await c.commit()).values())

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kshare_sidecar.client.acks import AckBatch, AcknowledgeType as T, PartitionInFlight, ack_batches
+from kshare_sidecar.client.acks import AckBatch, PartitionInFlight, ack_batches
+from kshare_sidecar.client.acks import AcknowledgeType as T
 from kshare_sidecar.client.errors import AckStateError
 
 

@@ -122,3 +122,7 @@ def test_version_negotiation():
 def test_requests_encode_with_a_header():
     payload = protocol.encode(protocol.heartbeat("g", "m", 0, ("t",)), "cid", 9)
     assert struct.unpack_from(">hhi", payload) == (76, 1, 9)
+
+
+def test_version_cap_forces_v1():
+    assert protocol.negotiate({76: (1, 1), 78: (1, 2), 79: (1, 2)}, cap=1) == {76: 1, 78: 1, 79: 1}
