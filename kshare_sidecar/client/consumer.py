@@ -58,9 +58,14 @@ class ShareConsumer:
                  fetch_max_bytes: int = 52_428_800, request_timeout_ms: int = 30_000,
                  retry_backoff_ms: int = 100, key_deserializer: Callable[[bytes | None], Any] | None = None,
                  value_deserializer: Callable[[bytes | None], Any] | None = None,
-                 check_crcs: bool = True, max_share_version: int = 2) -> None:
+                 check_crcs: bool = True, max_share_version: int = 2,
+                 share_acquire_mode: str = "batch_optimized") -> None:
         if acknowledgement_mode not in ("implicit", "explicit"):
             raise ValueError("acknowledgement_mode must be 'implicit' or 'explicit'")
+        if share_acquire_mode not in ("batch_optimized", "record_limit"):
+            raise ValueError("share_acquire_mode must be 'batch_optimized' or 'record_limit'")
+        #: ShareFetch v2 ShareAcquireMode (record_limit: at most max_poll_records; v1 ignores it)
+        self._acquire_mode = 1 if share_acquire_mode == "record_limit" else 0
         self.group_id, self.client_id = group_id, client_id
         self.implicit = acknowledgement_mode == "implicit"
         self._max_poll_records, self._max_wait_ms = max_poll_records, fetch_max_wait_ms
@@ -398,7 +403,7 @@ class ShareConsumer:
                 conn.versions[protocol.SHARE_FETCH], group_id=self.group_id, member_id=self.member_id,
                 epoch=plan.epoch, max_wait_ms=max_wait_ms, min_bytes=self._min_bytes, max_bytes=self._max_bytes,
                 max_records=self._max_poll_records, batch_size=self._max_poll_records, listed=plan.listed,
-                acks=piggy, forgotten=plan.forgotten)
+                acks=piggy, forgotten=plan.forgotten, acquire_mode=self._acquire_mode)
             try:
                 resp = await conn.call(req, timeout_s=max_wait_ms / 1000 + self._timeout_s)
             except _TRANSPORT as exc:

@@ -108,14 +108,14 @@ def _batches(mod: Any, batches: list[AckBatch]) -> tuple:
 
 def share_fetch(version: int, *, group_id: str, member_id: str, epoch: int, max_wait_ms: int, min_bytes: int,
                 max_bytes: int, max_records: int, batch_size: int, listed: Iterable[Tp],
-                acks: Mapping[Tp, list[AckBatch]], forgotten: Iterable[Tp]) -> Any:
+                acks: Mapping[Tp, list[AckBatch]], forgotten: Iterable[Tp], acquire_mode: int = 0) -> Any:
     mod = _FETCH[version]
     topics = tuple(mod.FetchTopic(topic_id=tid, partitions=tuple(
         mod.FetchPartition(partition_index=p, acknowledgement_batches=_batches(mod, acks.get((tid, p), [])))
         for p in parts)) for tid, parts in _grouped(listed).items())
     forgot = tuple(mod.ForgottenTopic(topic_id=tid, partitions=tuple(parts))
                    for tid, parts in _grouped(forgotten).items())
-    extra = {"share_acquire_mode": 0, "is_renew_ack": False} if version >= 2 else {}
+    extra = {"share_acquire_mode": acquire_mode, "is_renew_ack": False} if version >= 2 else {}
     return mod.ShareFetchRequest(
         group_id=group_id, member_id=member_id, share_session_epoch=epoch,
         max_wait=datetime.timedelta(milliseconds=max_wait_ms), min_bytes=min_bytes, max_bytes=max_bytes,
