@@ -49,6 +49,14 @@ _LEADER_ERRORS = frozenset({ErrorCode.not_leader_or_follower, ErrorCode.fenced_l
                             ErrorCode.leader_not_available, ErrorCode.unknown_leader_epoch})
 
 
+def _code(value: int) -> ErrorCode:
+    """kio types ShareFetch's AcknowledgeErrorCode as a plain int16."""
+    try:
+        return ErrorCode(int(value))
+    except ValueError:
+        return ErrorCode.unknown_server_error
+
+
 class ShareConsumer:
     """Consume a share group. Use ``async with ShareConsumer(...) as c`` (or ``start``/``close``)."""
 
@@ -432,7 +440,7 @@ class ShareConsumer:
             for topic in resp.responses:
                 for part in topic.partitions:
                     tp = (topic.topic_id, int(part.partition_index))
-                    answered[tp] = (part.acknowledge_error_code, part.acknowledge_error_message)
+                    answered[tp] = (_code(part.acknowledge_error_code), part.acknowledge_error_message)
                     if part.error_code in _LEADER_ERRORS:
                         self._cluster.moved(tp, int(part.current_leader.leader_id))
                     elif part.error_code != ErrorCode.none:

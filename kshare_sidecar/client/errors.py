@@ -18,7 +18,7 @@ class GroupError(ShareConsumerError):
     authorization failed, group full, unsupported); the consumer stops fetching."""
 
     def __init__(self, code: ErrorCode, message: str | None = None) -> None:
-        super().__init__(f"{code.name}" + (f": {message}" if message else ""))
+        super().__init__(code.name.upper() + (f": {message}" if message else ""))
         self.code = code
 
 
@@ -27,7 +27,7 @@ class AcknowledgementError(ShareConsumerError):
     record's lock expired and it went to another member), or it could not be delivered."""
 
     def __init__(self, code: ErrorCode | None, message: str | None = None) -> None:
-        name = code.name if code is not None else "NOT_SENT"
+        name = "NOT_SENT" if code is None else getattr(code, "name", f"error {code}").upper()
         super().__init__(name + (f": {message}" if message else ""))
         self.code = code
 
