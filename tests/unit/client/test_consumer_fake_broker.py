@@ -96,9 +96,9 @@ class FakeBroker:
                 hb.TopicPartitions(topic_id=T, partitions=(0,)),)) if joining else None)
 
     def _part(self, **kw):
-        base = dict(partition_index=0, error_code=ErrorCode.none, acknowledge_error_code=0,
-                    current_leader=sf.LeaderIdAndEpoch(leader_id=-1, leader_epoch=-1), records=b"",
-                    acquired_records=())
+        base = {"partition_index": 0, "error_code": ErrorCode.none, "acknowledge_error_code": 0,
+                    "current_leader": sf.LeaderIdAndEpoch(leader_id=-1, leader_epoch=-1), "records": b"",
+                    "acquired_records": ()}
         base.update(kw)
         return sf.PartitionData(**base)
 
