@@ -232,3 +232,18 @@ async def test_dropped_connection_reopens_the_session(target):
         for r in again:
             c.acknowledge(r)
         assert all(exc is None for exc in (await c.commit()).values())
+
+
+async def test_record_released_every_time_is_archived_at_the_delivery_limit(target):
+    topic, group, _ = _setup(target, records=1)
+    counts = []
+    async with _consumer(target, group, topic) as c:
+        while True:
+            got = await _take(c, 1, timeout=3 if counts else 20)
+            if not got:
+                break
+            counts += [r.delivery_count for r in got]
+            for r in got:
+                c.acknowledge(r, AcknowledgeType.RELEASE)
+            assert len(counts) <= 10, "never archived"
+    assert counts == [1, 2, 3, 4, 5]  # group.share.delivery.count.limit = 5
