@@ -73,12 +73,15 @@ class Cluster:
     async def any_call(self, request: Any) -> Any:
         """Ask any reachable node (known nodes first, then the bootstrap servers)."""
         errors = []
-        candidates = [self.conn(n) for n in list(self.nodes)]
-        if not candidates:
-            if not self._boot:
-                self._boot = [self._new(-1, h, p) for h, p in self._bootstrap]
-            candidates = self._boot
-        for conn in candidates:
+        for conn in [self.conn(n) for n in list(self.nodes)]:
+            try:
+                return await conn.call(request)
+            except (*TRANSPORT_ERRORS, LookupError) as exc:
+                errors.append(f"{conn.host}:{conn.port}: {exc}")
+        # no known node answered (or none is known yet): back to the bootstrap servers
+        if not self._boot:
+            self._boot = [self._new(-1, h, p) for h, p in self._bootstrap]
+        for conn in self._boot:
             try:
                 return await conn.call(request)
             except (*TRANSPORT_ERRORS, LookupError) as exc:

@@ -130,8 +130,8 @@ class ShareConsumer:
                 if session.open:
                     acks = self._take_acks(node)
                     try:
-                        await asyncio.wait_for(self._send_acks(node, session, acks, epoch=FINAL_EPOCH),
-                                               self._timeout_s)
+                        async with asyncio.timeout(self._timeout_s):
+                            await self._send_acks(node, session, acks, epoch=FINAL_EPOCH)
                     except _TRANSPORT as exc:
                         log.debug("final ShareAcknowledge to node %s failed: %s", node, exc)
                 session.reset()
@@ -363,6 +363,7 @@ class ShareConsumer:
 
     # -- internals: fetching ---------------------------------------------------------------------
     async def _fetch_round(self, max_wait_ms: int) -> None:
+        self._assignment_changed.clear()  # before looking at the assignment: no change goes unseen
         if self._cluster.stale:
             try:
                 await self._cluster.refresh(self._membership.subscription)
@@ -380,9 +381,9 @@ class ShareConsumer:
             # nothing to fetch: still flush acks, then wait for an assignment (or the deadline)
             if nodes:
                 await asyncio.gather(*(self._fetch_node(n, set(), 0) for n in nodes))
-            self._assignment_changed.clear()
             try:
-                await asyncio.wait_for(self._assignment_changed.wait(), max(max_wait_ms, 10) / 1000)
+                async with asyncio.timeout(max(max_wait_ms, 10) / 1000):
+                    await self._assignment_changed.wait()
             except TimeoutError:
                 pass
             return

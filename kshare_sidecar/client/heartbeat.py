@@ -98,7 +98,8 @@ class Heartbeat:
 
     async def _sleep(self, delay: float | None) -> None:
         try:
-            await asyncio.wait_for(self._wake.wait(), delay)
+            async with asyncio.timeout(delay):  # not wait_for: see stop()
+                await self._wake.wait()
         except TimeoutError:
             pass
         self._wake.clear()
