@@ -103,11 +103,13 @@ class PartitionInFlight:
         self.pending[offset] = int(ack_type)
         self.delivered.discard(offset)
 
-    def accept_delivered(self) -> None:
-        """Implicit mode: every record handed out and not acknowledged explicitly is accepted."""
-        for offset in self.delivered:
+    def accept_delivered(self, skip: Iterable[int] = ()) -> None:
+        """Implicit mode: every record handed out and not acknowledged explicitly is accepted
+        (except ``skip``: handed out but not seen by the application yet)."""
+        keep = self.delivered & set(skip)
+        for offset in self.delivered - keep:
             self.pending.setdefault(offset, AcknowledgeType.ACCEPT)
-        self.delivered.clear()
+        self.delivered = keep
 
     def take_pending(self) -> list[AckBatch]:
         """The queued acks as batches; they leave the books (sent means settled, whatever the

@@ -111,8 +111,12 @@ class ShareConsumer:
     async def start(self) -> None:
         if self._started:
             return
+        try:
+            await self._cluster.refresh(self._membership.subscription)
+        except BaseException:
+            await self._cluster.close()  # no bootstrap connection left behind by a failed start
+            raise
         self._started = True
-        await self._cluster.refresh(self._membership.subscription)
         self._heartbeat.start()
 
     async def close(self) -> None:
@@ -124,6 +128,7 @@ class ShareConsumer:
         self._closed = True
         if self.implicit:
             self._accept_delivered()
+            self._iter.clear()  # never seen, not accepted: the final epoch releases them
         await self._heartbeat.stop(leave=False)
         for node, session in list(self._sessions.items()):
             async with self._lock(node):
@@ -279,8 +284,13 @@ class ShareConsumer:
         return out
 
     def _accept_delivered(self) -> None:
-        for inf in self._inflight.values():
-            inf.accept_delivered()
+        """Implicit mode: ACCEPT what the application has seen — every record handed out except
+        those ``async for`` fetched and has not yielded yet."""
+        unseen: dict[Tp, set[int]] = {}
+        for rec in self._iter:
+            unseen.setdefault(self._tp(rec), set()).add(rec.offset)
+        for tp, inf in self._inflight.items():
+            inf.accept_delivered(skip=unseen.get(tp, ()))
 
     def _take_records(self, node: int, tp: Tp, part: Any) -> None:
         inf = self._inflight.get(tp)

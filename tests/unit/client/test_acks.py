@@ -86,3 +86,12 @@ def test_reacquired_offset_clears_stale_state():
     inf.deliver(0)
     inf.add_acquired([(0, 0, 2)], record_offsets=[0])
     assert inf.acquired == {0: 2} and not inf.delivered
+
+
+def test_implicit_accept_skips_records_not_seen_yet():
+    inf = PartitionInFlight(node=1)
+    inf.add_acquired([(0, 2, 1)], record_offsets=range(3))
+    for o in range(3):
+        inf.deliver(o)
+    inf.accept_delivered(skip={2})
+    assert inf.pending == {0: T.ACCEPT, 1: T.ACCEPT} and inf.delivered == {2}

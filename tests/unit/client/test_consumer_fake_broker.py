@@ -235,3 +235,17 @@ async def test_close_sends_final_epoch_and_implicit_accepts(broker):
     assert final.share_session_epoch == -1
     [batch] = final.topics[0].partitions[0].acknowledgement_batches
     assert (batch.first_offset, batch.last_offset, tuple(batch.acknowledge_types)) == (0, 2, (1,))
+
+
+async def test_async_for_break_does_not_accept_records_never_yielded(broker):
+    c = ShareConsumer("t", bootstrap_servers="fake:1", group_id="g", retry_backoff_ms=5)
+    await c.start()
+    async for record in c:
+        assert record.offset == 0
+        break
+    await c.close()
+    [final] = broker.requests("ShareAcknowledgeRequest")
+    [batch] = final.topics[0].partitions[0].acknowledgement_batches
+    # only the record the loop saw is accepted; 1 and 2 are released by the final epoch
+    assert (final.share_session_epoch, batch.first_offset, batch.last_offset, tuple(batch.acknowledge_types)) \
+        == (-1, 0, 0, (1,))
