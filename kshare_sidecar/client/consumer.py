@@ -151,6 +151,10 @@ class ShareConsumer:
         self._cluster.stale = True
         self._heartbeat.wake()
 
+    def unsubscribe(self) -> None:
+        """Leave the group (records already fetched stay acquired until acknowledged or closed)."""
+        self.subscribe([])
+
     def subscription(self) -> set[str]:
         return set(self._membership.subscription)
 

@@ -51,19 +51,26 @@ class Heartbeat:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        if leave and self.m.joined and self.coordinator is not None:
+        if leave:
+            await self._leave()
+
+    async def _leave(self) -> None:
+        if self.m.joined and self.coordinator is not None:
             fields = self.m.leave_request()
             try:
                 await self.cluster.conn(self.coordinator).call(protocol.heartbeat(
                     self.group_id, fields.member_id, fields.member_epoch, None), timeout_s=self._timeout_s)
             except TRANSPORT_ERRORS as exc:
                 log.debug("leave heartbeat failed: %s", exc)
-            self.m.left()
+        self.m.left()
 
     async def _loop(self) -> None:
         m = self.m
         while not self._stopping:
             if not m.subscription:
+                if m.joined:  # unsubscribed: leave, so the coordinator reassigns at once
+                    await self._leave()
+                    await self._on_assignment()
                 await self._sleep(None)
                 continue
             try:

@@ -249,3 +249,14 @@ async def test_async_for_break_does_not_accept_records_never_yielded(broker):
     # only the record the loop saw is accepted; 1 and 2 are released by the final epoch
     assert (final.share_session_epoch, batch.first_offset, batch.last_offset, tuple(batch.acknowledge_types)) \
         == (-1, 0, 0, (1,))
+
+
+async def test_unsubscribe_leaves_the_group(broker):
+    async with _consumer() as c:
+        await _until(lambda: c.assignment())
+        c.unsubscribe()
+        await _until(lambda: not c.assignment())
+        assert broker.requests("ShareGroupHeartbeatRequest")[-1].member_epoch == -1
+        c.subscribe(["t"])
+        await _until(lambda: c.assignment())
+        assert broker.requests("ShareGroupHeartbeatRequest")[-1].member_epoch in (0, 2)
