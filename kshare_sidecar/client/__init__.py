@@ -4,8 +4,9 @@ Why it lives inside ``kshare_sidecar`` (and not in a distribution of its own und
 it is built on the sidecar's own tested pieces — kio for message types and
 ``log.brokerconn.BrokerConn`` for the transport — and it is how the project's tests, and later
 the Faust driver, consume share groups from asyncio; a separate distribution would have to
-duplicate or depend on those anyway. It imports nothing from the server side (``api``,
-``service``, ``share``), so ``import kshare_sidecar.client`` stays light. See docs/client.md.
+duplicate or depend on those anyway. It imports nothing from the request-serving side (``wire``,
+``api``, ``service``, ``share``); through ``log.brokerconn`` it loads the ``log`` package (about
+0.3 s of imports, mostly aiokafka). See docs/client.md.
 """
 
 from .acks import AcknowledgeType
