@@ -349,11 +349,19 @@ class ShareConsumer:
     async def _send_acks(self, node: int, session: ShareSession, acks: dict[Tp, list[AckBatch]],
                          *, epoch: int | None = None) -> None:
         """ShareAcknowledge ``acks`` to ``node`` (caller holds the node's lock)."""
-        if epoch is None and (not acks or not session.open):
+        conn = self._conn(node)
+        try:
+            await conn.ensure()
+        except _TRANSPORT as exc:
+            self._node_failed(node, exc)
+        if session.open and session.generation != conn.generation:
+            self._drop_node(node, ErrorCode.share_session_not_found)  # reconnected: the broker released them
+        if not session.open:
             for tp in acks:
                 self._result(tp, AcknowledgementError(ErrorCode.share_session_not_found, "records were released"))
             return
-        conn = self._conn(node)
+        if epoch is None and not acks:
+            return
         version = conn.versions.get(protocol.SHARE_ACKNOWLEDGE, 1)
         req = protocol.share_acknowledge(version, group_id=self.group_id, member_id=self.member_id,
                                          epoch=session.ack_epoch() if epoch is None else epoch, acks=acks)

@@ -247,3 +247,36 @@ async def test_record_released_every_time_is_archived_at_the_delivery_limit(targ
                 c.acknowledge(r, AcknowledgeType.RELEASE)
             assert len(counts) <= 10, "never archived"
     assert counts == [1, 2, 3, 4, 5]  # group.share.delivery.count.limit = 5
+
+
+async def test_sidecar_restart_mid_run_reconnects_and_finishes(kafka_39, tmp_path):
+    """kshare only (native Kafka has no sidecar to restart): the connection drops, heartbeats
+    and fetches fail, the consumer reconnects, reopens its share session and finishes; every
+    record ends up accepted."""
+    from tests.e2e.conftest import SidecarProcess, Target
+
+    total = 2000
+    sc = await asyncio.to_thread(SidecarProcess(kafka_39.bootstrap, tmp_path / "sidecar.log").start)
+    try:
+        target = Target("kshare", sc.bootstrap, kafka_39.bootstrap)
+        topic, group, _ = _setup(target, partitions=2, records=total)
+        seen: set[tuple[int, int]] = set()
+        restarted = False
+        async with _consumer(target, group, topic, max_poll_records=100, request_timeout_ms=5000) as c:
+            deadline = time.monotonic() + 60
+            while len(seen) < total and time.monotonic() < deadline:
+                for recs in (await c.getmany(timeout_ms=300)).values():
+                    for r in recs:
+                        seen.add((r.partition, r.offset))
+                        c.acknowledge(r)
+                await c.commit()
+                if not restarted and len(seen) > total // 4:
+                    restarted = True
+                    assert await asyncio.to_thread(sc.stop) == 0
+                    await asyncio.sleep(1)
+                    await asyncio.to_thread(sc.start)
+            assert restarted and len(seen) == total, (len(seen), sc.log_tail())
+        async with _consumer(target, group, topic) as late:
+            assert await _take(late, 1, timeout=3) == [], "a record was left unaccepted"
+    finally:
+        await asyncio.to_thread(sc.stop)
