@@ -95,7 +95,8 @@ class ShareGroupCoordinator:
                  assignment_interval_ms: int = 0, assignors: Mapping[str, AssignFn] | None = None,
                  default_assignor: str = "") -> None:
         """``assign`` is the sidecar-wide assignor, named ``default_assignor``; ``assignors`` maps
-        every other registered assignor name to its function (for ``share.assignor``)."""
+        the registered assignor names a group may choose with ``share.assignor`` to their
+        functions (the default is added when missing)."""
         self.assign = assign
         self.assignors = dict(assignors or {})
         self.default_assignor = default_assignor

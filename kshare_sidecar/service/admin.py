@@ -463,9 +463,10 @@ class AdminService:
         The group need not exist yet (configs may be set before the first member joins).
         ``share.auto.offset.reset``, ``share.isolation.level``, the session timeout and heartbeat
         interval apply at once; ``share.assignor`` at the group's next assignment (the coordinator
-        sees the change at the next heartbeat and bumps the group epoch); the lock duration, delivery count limit and record-lock cap apply
-        to share-partitions loaded after the change, so an empty group's loaded share-partitions
-        are unloaded here (they reload on the next fetch)."""
+        sees the change at the next heartbeat and bumps the group epoch); the lock duration,
+        delivery count limit and record-lock cap apply to share-partitions loaded after the
+        change, so an empty group's loaded share-partitions are unloaded here (they reload on the
+        next fetch)."""
         self._ready()
         if not group_id:
             raise AdminError(ErrorCode.invalid_group_id, "the group id must not be empty")
