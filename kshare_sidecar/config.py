@@ -208,6 +208,9 @@ SETTINGS: tuple[Setting, ...] = (
     _S("backend.ssl.key.password", "", str, "Password of the key in backend.ssl.keystore.location.", secret=True),
     _S("backend.ssl.endpoint.identification.algorithm", "https", str, "https: verify the broker's host name "
        "against its certificate; '' : do not.", choices=("https", "")),
+    _S("read.ahead.enable", False, bool, "Read a share-partition's next window from the backend in the background "
+       "before it is acknowledged (fewer ShareFetches wait for a backend read; measured read amplification "
+       "1.45 instead of ~1.2 in the 1M throughput run; docs/benchmarks.md)."),
     _S("passthrough.enable", True, bool, "Forward every API the sidecar does not serve to the backend, so clients "
        "need only the sidecar as bootstrap (false: share-group APIs only)."),
     # -- listener limits (Kafka's names and defaults; request.read.timeout.ms is kshare's own)

@@ -133,7 +133,8 @@ class Sidecar:
                                    persister=self.persister)
         restored = self.groups.restore()
         self.shares = ShareService(sessions=ShareSessionCache(cfg["group.share.max.share.sessions"]),
-                                   partitions=self.partitions, backend=self.backend, group_config=self.group_config)
+                                   partitions=self.partitions, backend=self.backend, group_config=self.group_config,
+                                   read_ahead=cfg["read.ahead.enable"])
         first = specs[0]
         self.node = NodeIdentity(node_id=cfg["node.id"], host=first.advertised_host,
                                  port=first.advertised_port or 0, cluster_id=cfg["cluster.id"])

@@ -64,12 +64,13 @@ class FetchParams:
 
 class ShareService:
     def __init__(self, *, sessions: ShareSessionCache, partitions: SharePartitionManager, backend,
-                 group_config, cache_bytes: int = 64 * 1024 * 1024) -> None:
+                 group_config, cache_bytes: int = 64 * 1024 * 1024, read_ahead: bool = False) -> None:
         self.sessions = sessions
         self.partitions = partitions
         self.backend = backend
         self.group_config = group_config
         self.cache = BatchCache(cache_bytes)
+        self.read_ahead = read_ahead  # read.ahead.enable
         self._rotation: dict[tuple[str, str], int] = {}
         self._reading_ahead: dict[tuple, asyncio.Task] = {}  # log key -> its read-ahead (readcache.py)
 
@@ -317,6 +318,8 @@ class ShareService:
         """Read the next window's bytes in the background when less than half a window is cached
         beyond the window's end (see readcache.py): the ShareFetch that acknowledges the current
         window then acquires from the cache instead of waiting for a backend round trip."""
+        if not self.read_ahead:
+            return
         sp = slot.partition
         end = result.batches[-1].last_offset
         cap = sp.in_flight + sp.free_locks
