@@ -19,7 +19,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ..api.context import KafkaError, RequestContext
+from ..api.admin import visible_groups
+from ..api.context import KafkaError, RequestContext, acl_of
+from ..auth.acls import Op, Res
 from ..api.registry import ApiRegistry
 from .pool import GROUP_KEY, BackendPool, BackendUnavailable, CoordinatorError, make
 
@@ -59,6 +61,7 @@ def list_groups(local: LocalHandler, pool: BackendPool) -> LocalHandler:
             raise _unavailable(exc) from exc
         groups = list(mine["groups"])
         seen = {g["group_id"] for g in groups}
+        acl = await acl_of(ctx)  # the backend answered the sidecar's principal: filter for the client's
         wanted = {t.lower() for t in backend_types}
         for answer in answers:
             if answer.error_code != ErrorCode.none:
@@ -70,7 +73,7 @@ def list_groups(local: LocalHandler, pool: BackendPool) -> LocalHandler:
                 seen.add(g.group_id)
                 groups.append({"group_id": g.group_id, "protocol_type": g.protocol_type,
                                "group_state": getattr(g, "group_state", ""), "group_type": group_type})
-        return {**mine, "groups": tuple(groups)}
+        return {**mine, "groups": tuple(visible_groups(acl, groups))}
 
     return handler
 
@@ -79,8 +82,10 @@ def list_groups(local: LocalHandler, pool: BackendPool) -> LocalHandler:
 def delete_groups(local: LocalHandler, pool: BackendPool, is_share_group: Callable[[str], bool]) -> LocalHandler:
     async def handler(ctx: RequestContext, header: Any, req: Any) -> Any:
         names = list(dict.fromkeys(req.groups_names))
-        ours = [g for g in names if is_share_group(g)]
-        results: dict[str, Any] = {}
+        acl = await acl_of(ctx)  # the backend would be asked as the sidecar: Kafka's DELETE check here
+        results: dict[str, Any] = {g: ErrorCode.group_authorization_failed for g in names
+                                   if not acl.allows(Op.DELETE, Res.GROUP, g)}
+        ours = [g for g in names if is_share_group(g) and g not in results]
         if ours:
             answer = await local(ctx, header, dataclasses.replace(req, groups_names=tuple(ours)))
             results |= {r["group_id"]: r["error_code"] for r in answer["results"]}

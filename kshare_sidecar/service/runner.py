@@ -19,6 +19,7 @@ from ..api import configs as configs_api
 from ..api import heartbeat as heartbeat_api
 from ..api import shares as shares_api
 from ..api.sasl import ListenerHandler
+from ..auth.authorizer import AuthorizerError, backend_authorizer
 from ..auth.tls import server_ssl_context
 from ..config import ConfigError, ListenerSpec, SidecarConfig
 from ..group.assign import assign_with
@@ -109,6 +110,16 @@ class Sidecar:
                 raise ConfigError(f"sasl.enabled.mechanisms = {cfg['sasl.enabled.mechanisms']!r}: the "
                                   f"{cfg['sasl.authenticator']} authenticator does not serve {', '.join(missing)} "
                                   f"(allowed values: {', '.join(sorted(self.authenticator.mechanisms))})")
+        self.authorizer = backend_authorizer(cfg, self.security)
+        if self.authorizer is not None:  # no backend authorizer: one clear line, before anything else starts
+            try:
+                await self.authorizer.start()
+            except AuthorizerError as exc:
+                await self.authorizer.close()
+                self.authorizer = None
+                raise ConfigError(str(exc)) from None
+            log.info("authorization: the backend's ACLs (cache %d ms, super.users %s)", cfg["authorizer.cache.ms"],
+                     ", ".join(sorted(self.authorizer.super_users)) or "none")
         self.persister = self._persister or plugins.get_persister(cfg["persister"],
                                                                   **_persister_options(cfg, self.security))
         await self.persister.start()
@@ -173,7 +184,7 @@ class Sidecar:
         cfg = self.config
         node = NodeIdentity(node_id=cfg["node.id"], host=spec.advertised_host, port=spec.advertised_port or 0,
                             cluster_id=cfg["cluster.id"])
-        dispatcher = Dispatcher(registry, node)
+        dispatcher = Dispatcher(registry, node, authorizer=getattr(self, "authorizer", None))
         handler = ListenerHandler(dispatcher, listener=spec.name, mechanisms=cfg.sasl_mechanisms,
                                   authenticator=getattr(self, "authenticator", None), sasl=spec.sasl,
                                   failure_delay_s=cfg["connection.failed.authentication.delay.ms"] / 1000,
@@ -232,7 +243,7 @@ class Sidecar:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for name in ("forwarder", "pool", "partitions", "backend", "persister", "authenticator"):
+        for name in ("forwarder", "pool", "partitions", "backend", "persister", "authenticator", "authorizer"):
             part = getattr(self, name, None)
             if part is not None:
                 try:
