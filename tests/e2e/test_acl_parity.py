@@ -1,0 +1,235 @@
+"""Authorization with the backend's ACLs (issue 16's must-show): the same ACLs, the same principals,
+the same confluent-kafka ShareConsumer — once through kshare on a secured Kafka 3.9 and once
+against native Kafka 4.3 — give the same outcomes, side by side:
+
+- no READ on the group                    → GROUP_AUTHORIZATION_FAILED
+- READ on the group, no ACL on the topic  → TOPIC_AUTHORIZATION_FAILED (ShareGroupHeartbeat: DESCRIBE)
+- READ on the group, DESCRIBE on the topic → TOPIC_AUTHORIZATION_FAILED (ShareFetch: READ)
+- READ on the group (a PREFIXED ACL) and on the topic → every record consumed
+
+Both brokers run StandardAuthorizer with SASL_SSL/SCRAM-SHA-512 (users created at format time, a
+certificate from a CA this test makes) and ``super.users`` admin, kshare (the sidecar's backend
+user) and ANONYMOUS (their PLAINTEXT listener: the harness's readiness probe, inter-broker and
+controller traffic, and this test's producers). ACLs are created as admin over SASL_SSL with
+AdminClient.create_acls. The sidecar authenticates clients on its own SASL_SSL listener (static
+SCRAM credentials, the same passwords) and authorizes them with the 3.9 broker's ACLs.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient, ResourcePatternType,
+                                   ResourceType)
+
+from kshare_sidecar.testing.kafka import free_port
+from kshare_sidecar.testing.maven import require_tool
+from tests.e2e.conftest import SidecarProcess
+from tests.e2e.test_secured_backend import SaslBroker, make_ca_and_server_cert
+from tests.support import create_topic, set_group_config, unique
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
+
+USERS = {"admin": "admin-Scram-1a", "kshare": "kshare-Scram-2b", "alice": "alice-Scram-3c", "bob": "bob-Scram-4d",
+         "dave": "dave-Scram-5e", "carol": "carol-Scram-6f"}
+RECORDS = 30
+AUTHORIZER = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+              "super.users": "User:admin;User:kshare;User:ANONYMOUS",
+              "allow.everyone.if.no.acl.found": "false"}
+
+
+class AclBroker(SaslBroker):
+    """SaslBroker with StandardAuthorizer and every test user as a SCRAM-SHA-512 user."""
+
+    def __init__(self, version: str, keystore: Path, **kw) -> None:
+        extra = dict(AUTHORIZER)
+        if version == "4":  # the same short intervals the other native e2e fixtures use
+            extra |= {"group.share.heartbeat.interval.ms": "1000", "group.share.min.heartbeat.interval.ms": "1000"}
+        super().__init__(version, extra_config=extra, heap="768m", **kw)
+        self.keystore = keystore
+        self.format_args = [a for user, pw in USERS.items()
+                            for a in ("--add-scram", f"SCRAM-SHA-512=[name={user},password={pw}]")]
+
+
+def _distinct_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def _wait_port(port: int, timeout_s: float = 60) -> None:
+    """The SASL_SSL acceptor may open after the PLAINTEXT one the harness probes."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def scram(user: str, ca: Path) -> dict:
+    return {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": user,
+            "sasl.password": USERS[user], "ssl.ca.location": str(ca)}
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory) -> tuple[Path, Path]:
+    require_tool("openssl", "install OpenSSL (the test makes its CA with it)")
+    return make_ca_and_server_cert(tmp_path_factory.mktemp("acl-certs"))
+
+
+@pytest.fixture(scope="module")
+def brokers(certs):
+    """Kafka 3.9 (kshare's backend) and Kafka 4.3 (native share groups), started side by side."""
+    b39, b4 = AclBroker("3.9", certs[1]), AclBroker("4", certs[1])
+    ports = iter(_distinct_ports(8))  # two brokers starting at once must not draw the same free port
+    for b in (b39, b4):
+        b.port, b.controller_port, b.sasl_port, b.ssl_port = next(ports), next(ports), next(ports), next(ports)
+    errors: list[BaseException] = []
+    started = [threading.Event(), threading.Event()]
+    done = threading.Event()
+
+    def start(b, ready):
+        # The harness's brokers die with the *thread* that spawned them (PR_SET_PDEATHSIG), so
+        # each starter thread lives until the brokers are stopped.
+        try:
+            b.start()
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            errors.append(exc)
+        ready.set()
+        done.wait()
+
+    threads = [threading.Thread(target=start, args=(b, e), daemon=True) for b, e in zip((b39, b4), started)]
+    for t in threads:
+        t.start()
+    for e in started:
+        e.wait()
+    try:
+        if errors:
+            raise errors[0]
+        for b in (b39, b4):
+            _wait_port(b.ssl_port)
+        yield b39, b4
+    finally:
+        for b in (b39, b4):
+            b.stop()
+        done.set()
+
+
+@pytest.fixture(scope="module")
+def kshare(brokers, certs, tmp_path_factory):
+    b39, _ = brokers
+    d = tmp_path_factory.mktemp("acl-sidecar")
+    users = d / "users"
+    users.write_text("".join(f"{u}:{pw}\n" for u, pw in USERS.items() if u not in ("admin", "kshare")))
+    port, sasl_port = free_port(), free_port()
+    env = {"KSHARE_BACKEND_SECURITY_PROTOCOL": "SASL_SSL", "KSHARE_BACKEND_SASL_MECHANISM": "SCRAM-SHA-512",
+           "KSHARE_BACKEND_SASL_USERNAME": "kshare", "KSHARE_BACKEND_SASL_PASSWORD": USERS["kshare"],
+           "KSHARE_BACKEND_SSL_TRUSTSTORE_LOCATION": str(certs[0]),
+           "KSHARE_SSL_KEYSTORE_LOCATION": str(certs[1]), "KSHARE_SASL_ENABLED_MECHANISMS": "SCRAM-SHA-512",
+           "KSHARE_SASL_CREDENTIALS_FILE": str(users),
+           "KSHARE_AUTHORIZER_CLASS_NAME": "backend", "KSHARE_AUTHORIZER_CACHE_MS": "1000",
+           "KSHARE_SUPER_USERS": "User:admin"}
+    sc = SidecarProcess(b39.ssl_bootstrap, d / "sidecar.log", port=port, env=env,
+                        listeners=f"PLAINTEXT://127.0.0.1:{port},SASL_SSL://127.0.0.1:{sasl_port}").start()
+    sc.sasl_bootstrap = f"127.0.0.1:{sasl_port}"
+    yield sc
+    sc.stop()
+
+
+def _acl(rtype, name, principal, op, pattern=ResourcePatternType.LITERAL) -> AclBinding:
+    return AclBinding(rtype, name, pattern, f"User:{principal}", "*", op, AclPermissionType.ALLOW)
+
+
+def _grant(broker: SaslBroker, ca: Path, bindings: list[AclBinding]) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.ssl_bootstrap, **scram("admin", ca)})
+    for future in admin.create_acls(bindings).values():
+        future.result(timeout=30)
+
+
+def outcome(bootstrap: str, group: str, topic: str, extra: dict, timeout_s: float = 40) -> str:
+    """What a ShareConsumer gets: the first authorization error's name, or 'consumed N'."""
+    from confluent_kafka import ShareConsumer
+
+    errors: list[KafkaError] = []
+    consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "error_cb": errors.append,
+                              **extra})
+    got = 0
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + timeout_s
+        while got < RECORDS and time.monotonic() < deadline:
+            try:
+                messages = consumer.poll(1.0)
+            except KafkaException as exc:
+                errors.append(exc.args[0])
+                messages = []
+            for msg in messages:
+                if msg.error():
+                    errors.append(msg.error())
+                else:
+                    got += 1
+            auth = [e for e in errors if e.code() in (KafkaError.GROUP_AUTHORIZATION_FAILED,
+                                                      KafkaError.TOPIC_AUTHORIZATION_FAILED)]
+            if auth:
+                return auth[0].name()
+    finally:
+        consumer.close()
+    return f"consumed {got}" + (f" errors {[e.name() for e in errors][:3]}" if errors else "")
+
+
+def test_same_acls_same_outcomes_kshare_and_native(brokers, kshare, certs):
+    b39, b4 = brokers
+    ca = certs[0]
+    topic = unique("acl")
+    groups = {"alice": unique("alice-g"), "bob": unique("bob-g"), "dave": unique("dave-g"), "carol": unique("carol-g")}
+    for broker in (b39, b4):
+        create_topic(broker.bootstrap, topic, 2)  # PLAINTEXT: ANONYMOUS is a super user there
+        producer = Producer({"bootstrap.servers": broker.bootstrap})
+        for i in range(RECORDS):
+            producer.produce(topic, b"acl%d" % i, partition=i % 2)
+        assert producer.flush(30) == 0
+        _grant(broker, ca, [
+            _acl(ResourceType.TOPIC, topic, "alice", AclOperation.READ),  # alice: nothing on her group
+            _acl(ResourceType.GROUP, groups["bob"], "bob", AclOperation.READ),  # bob: nothing on the topic
+            _acl(ResourceType.GROUP, groups["dave"], "dave", AclOperation.READ),
+            _acl(ResourceType.TOPIC, topic, "dave", AclOperation.DESCRIBE),  # dave: DESCRIBE, not READ
+            _acl(ResourceType.GROUP, "carol-", "carol", AclOperation.READ, ResourcePatternType.PREFIXED),
+            _acl(ResourceType.TOPIC, topic, "carol", AclOperation.READ),
+        ])
+    for group in groups.values():
+        set_group_config(b4.bootstrap, group, {"share.auto.offset.reset": "earliest"})  # native; kshare's default
+    time.sleep(1.5)  # StandardAuthorizer applies ACLs from the metadata log; kshare's cache is 1 s
+
+    runs = {(target, user): (bootstrap, groups[user], scram(user, ca))
+            for target, bootstrap in (("kshare", kshare.sasl_bootstrap), ("native", b4.ssl_bootstrap))
+            for user in groups}
+    with ThreadPoolExecutor(len(runs)) as pool:
+        futures = {key: pool.submit(outcome, bootstrap, group, topic, extra)
+                   for key, (bootstrap, group, extra) in runs.items()}
+        results = {key: f.result() for key, f in futures.items()}
+
+    expected = {"alice": "GROUP_AUTHORIZATION_FAILED", "bob": "TOPIC_AUTHORIZATION_FAILED",
+                "dave": "TOPIC_AUTHORIZATION_FAILED", "carol": f"consumed {RECORDS}"}
+    table = "\n".join(f"{user:6} kshare: {results[('kshare', user)]:30} native: {results[('native', user)]}"
+                      for user in groups)
+    print("\n" + table)
+    for user in groups:
+        assert results[("kshare", user)] == results[("native", user)] == expected[user], table
+    log = kshare.log_path.read_text(errors="replace")
+    assert "Traceback" not in log and "UNKNOWN_SERVER_ERROR" not in log
+    assert not any(pw in log for pw in USERS.values())
