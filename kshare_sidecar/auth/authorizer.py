@@ -26,7 +26,7 @@ from typing import Any
 
 from ..config import ConfigError
 from ..log.brokerconn import BrokerConn, BrokerConnError
-from ..log.errors import BackendUnavailableError, LEADER_NOT_AVAILABLE
+from ..log.errors import BackendUnavailableError
 from ..ratelog import RateLimitedLog
 from ..wire import codec
 from .acls import WILDCARD_PRINCIPAL, Acl, AclSet, Decider, Pattern, Permission, Res
@@ -36,6 +36,7 @@ _failures = RateLimitedLog(log)
 
 SECURITY_DISABLED = 54
 CLUSTER_AUTHORIZATION_FAILED = 31
+COORDINATOR_NOT_AVAILABLE = 15
 _DESCRIBE_ACLS = 29
 _ANY = 1  # ResourceType.ANY / PatternType.ANY / AclOperation.ANY / AclPermissionType.ANY
 #: A set not refreshed for this many cache periods is not used any more (fail closed).
@@ -49,10 +50,15 @@ class AuthorizerError(Exception):
 
 
 class AclsUnavailable(BackendUnavailableError):
-    """No fresh enough ACLs for a principal: retriable (clients retry; nothing is allowed meanwhile)."""
+    """No fresh enough ACLs for a principal: COORDINATOR_NOT_AVAILABLE, retriable — group clients
+    retry it (an authorization error would be fatal to them); nothing is allowed meanwhile."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(LEADER_NOT_AVAILABLE, message)
+        super().__init__(COORDINATOR_NOT_AVAILABLE, message)
+
+    @property
+    def retriable(self) -> bool:
+        return True
 
 
 @dataclass

@@ -77,3 +77,52 @@ def test_no_acls_means_a_retriable_error_not_an_allow():
     with pytest.raises(AclsUnavailable) as info:
         asyncio.run(az.acls("boom"))
     assert info.value.retriable
+
+
+def _answer(code: int, resources=()) -> bytes:
+    from kio.schema.describe_acls.v1 import response as r1
+
+    from kshare_sidecar.wire import codec
+
+    from kio.schema.errors import ErrorCode
+
+    response = r1.DescribeAclsResponse(throttle_time=__import__("datetime").timedelta(0), error_code=ErrorCode(code),
+                                       error_message=None, resources=resources)
+    return codec.encode_response(response, 0)[4:]
+
+
+class FakeConn:
+    def __init__(self, answer: bytes) -> None:
+        self.answer = answer
+
+    async def request(self, payload: bytes, timeout_s=None) -> bytes:
+        return self.answer
+
+    async def close(self) -> None:
+        return None
+
+
+@pytest.mark.parametrize("code, words", [(54, "has no authorizer"), (31, "DESCRIBE on CLUSTER")])
+def test_a_backend_without_acls_fails_start_up_with_one_clear_line(code, words):
+    az = BackendAuthorizer("127.0.0.1:1", None)
+    az._conns = [FakeConn(_answer(code))]
+    with pytest.raises(AuthorizerError) as info:
+        asyncio.run(az.start())
+    assert words in str(info.value) and "\n" not in str(info.value)
+
+
+def test_describe_acls_answers_become_bindings():
+    from kio.schema.describe_acls.v1 import response as r1
+
+    from kio.static.primitive import i8
+
+    resource = r1.DescribeAclsResource(resource_type=i8(3), resource_name="team-", pattern_type=i8(4), acls=(
+        r1.AclDescription(principal="User:alice", host="*", operation=i8(3), permission_type=i8(3)),))
+    az = BackendAuthorizer("127.0.0.1:1", None)
+    az._conns = [FakeConn(_answer(0, (resource,)))]
+
+    async def run():
+        d = await az.decider("User:alice", "h", "SASL_SSL")
+        assert d.allows(Op.READ, Res.GROUP, "team-x") and not d.allows(Op.READ, Res.GROUP, "other")
+
+    asyncio.run(run())
