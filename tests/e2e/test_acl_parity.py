@@ -233,3 +233,76 @@ def test_same_acls_same_outcomes_kshare_and_native(brokers, kshare, certs):
     log = kshare.log_path.read_text(errors="replace")
     assert "Traceback" not in log and "UNKNOWN_SERVER_ERROR" not in log
     assert not any(pw in log for pw in USERS.values())
+
+
+def _classic_group(bootstrap: str, group: str, topic: str) -> None:
+    """A consumer group at the backend (offsets committed over PLAINTEXT, a super user there)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[TopicPartition(topic, 0, 1)], asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def _admin_outcomes(bootstrap: str, extra: dict, group: str, classic: str) -> dict[str, str]:
+    """ListGroups (is the classic group listed? librdkafka asks for consumer/classic types only),
+    DeleteGroups, DescribeConfigs and IncrementalAlterConfigs on the share GROUP, as one principal."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, **extra})
+
+    def code(future) -> str:
+        try:
+            future.result(timeout=30)
+            return "OK"
+        except KafkaException as exc:
+            return exc.args[0].name()
+
+    listed = admin.list_consumer_groups().result(timeout=30)
+    out = {"listed": str(classic in {g.group_id for g in listed.valid})}
+    out["delete"] = code(admin.delete_consumer_groups([group])[group])
+    resource = ConfigResource(ResourceType.GROUP, group)
+    out["describe_configs"] = code(next(iter(admin.describe_configs([resource]).values())))
+    entry = ConfigEntry("share.delivery.count.limit", "4", incremental_operation=AlterConfigOpType.SET)
+    altered = admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, group, incremental_configs=[entry])])
+    out["alter_configs"] = code(next(iter(altered.values())))
+    return out
+
+
+def test_admin_apis_same_outcomes_kshare_and_native(brokers, kshare, certs):
+    """carol may READ groups carol-* (which implies DESCRIBE — she sees the backend's consumer group
+    carol-cg-* in ListGroups through kshare as natively — but not DELETE or the config operations);
+    alice has nothing on them."""
+    b39, b4 = brokers
+    ca = certs[0]
+    topic, group, classic = unique("acl-adm"), unique("carol-adm"), unique("carol-cg")
+    for broker in (b39, b4):
+        create_topic(broker.bootstrap, topic, 1)
+        producer = Producer({"bootstrap.servers": broker.bootstrap})
+        for i in range(RECORDS):
+            producer.produce(topic, b"adm%d" % i)
+        assert producer.flush(30) == 0
+        _classic_group(broker.bootstrap, classic, topic)
+        _grant(broker, ca, [_acl(ResourceType.TOPIC, topic, "carol", AclOperation.READ),
+                            _acl(ResourceType.GROUP, "carol-", "carol", AclOperation.READ,
+                                 ResourcePatternType.PREFIXED)])
+    set_group_config(b4.bootstrap, group, {"share.auto.offset.reset": "earliest"})
+    time.sleep(1.5)
+    targets = {"kshare": kshare.sasl_bootstrap, "native": b4.ssl_bootstrap}
+    for name, bootstrap in targets.items():  # the group exists (and is empty) on both
+        assert outcome(bootstrap, group, topic, scram("carol", ca)) == f"consumed {RECORDS}", name
+    results = {(name, user): _admin_outcomes(bootstrap, scram(user, ca), group, classic)
+               for name, bootstrap in targets.items() for user in ("alice", "carol")}
+    table = "\n".join(f"{user:6} kshare: {results[('kshare', user)]}\n       native: {results[('native', user)]}"
+                      for user in ("alice", "carol"))
+    print("\n" + table)
+    for user in ("alice", "carol"):
+        assert results[("kshare", user)] == results[("native", user)], table
+    assert results[("kshare", "alice")] == {"listed": "False", "delete": "GROUP_AUTHORIZATION_FAILED",
+                                            "describe_configs": "GROUP_AUTHORIZATION_FAILED",
+                                            "alter_configs": "GROUP_AUTHORIZATION_FAILED"}, table
+    assert results[("kshare", "carol")] == {"listed": "True", "delete": "GROUP_AUTHORIZATION_FAILED",
+                                            "describe_configs": "GROUP_AUTHORIZATION_FAILED",
+                                            "alter_configs": "GROUP_AUTHORIZATION_FAILED"}, table
