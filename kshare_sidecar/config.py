@@ -197,6 +197,9 @@ SETTINGS: tuple[Setting, ...] = (
        "(User:admin;User:kshare); the backend's super.users cannot be read over the protocol."),
     _S("authorizer.allow.plaintext.anonymous", True, bool, "User:ANONYMOUS on PLAINTEXT listeners (health checks "
        "on loopback) is not checked; false: checked against its ACLs, as Kafka does."),
+    _S("passthrough.credentials", "sidecar", str, "Whose credentials forwarded requests use at the backend: "
+       "'sidecar' (the backend.sasl.* user) or 'client' (a SASL PLAIN client's own user and password, so the "
+       "backend authorizes the client; other clients cannot use pass-through).", choices=("sidecar", "client")),
     _S("node.id", 1, int, "Node id the sidecar presents as coordinator and partition leader.", 0, 2**31 - 1),
     _S("cluster.id", "kshare", str, "Cluster id reported in Metadata."),
     _S("socket.request.max.bytes", 100 * 1024 * 1024, int, "Largest request frame accepted.", 1024, 2**31 - 1),

@@ -110,6 +110,11 @@ class Sidecar:
                 raise ConfigError(f"sasl.enabled.mechanisms = {cfg['sasl.enabled.mechanisms']!r}: the "
                                   f"{cfg['sasl.authenticator']} authenticator does not serve {', '.join(missing)} "
                                   f"(allowed values: {', '.join(sorted(self.authenticator.mechanisms))})")
+        if cfg["passthrough.credentials"] == "client" and not (
+                self.security.sasl and self.security.mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")):
+            raise ConfigError("passthrough.credentials = 'client' needs a SASL backend with a password mechanism: "
+                              "backend.security.protocol SASL_PLAINTEXT or SASL_SSL, backend.sasl.mechanism PLAIN or "
+                              "SCRAM-SHA-256/512")
         self.authorizer = backend_authorizer(cfg, self.security)
         if self.authorizer is not None:  # no backend authorizer: one clear line, before anything else starts
             try:
@@ -188,7 +193,8 @@ class Sidecar:
         handler = ListenerHandler(dispatcher, listener=spec.name, mechanisms=cfg.sasl_mechanisms,
                                   authenticator=getattr(self, "authenticator", None), sasl=spec.sasl,
                                   failure_delay_s=cfg["connection.failed.authentication.delay.ms"] / 1000,
-                                  reauth_ms=cfg["connections.max.reauth.ms"])
+                                  reauth_ms=cfg["connections.max.reauth.ms"],
+                                  keep_plain_credentials=cfg["passthrough.credentials"] == "client")
         listener = Listener(handler, spec.host, spec.port, max_frame_bytes=cfg["socket.request.max.bytes"],
                             max_inflight=cfg["max.inflight.requests.per.connection"],
                             idle_timeout_s=cfg["connections.max.idle.ms"] / 1000,
@@ -219,6 +225,7 @@ class Sidecar:
         reserved = Reserved(frozenset(hidden), (f"{txn_prefix}-",))
         self.forwarder = install(registry, self.pool, replaceable={0, 1, 2}, reserved=reserved,
                                  node=self.node_for)
+        self.forwarder.client_credentials = self.config["passthrough.credentials"] == "client"
         mixed.register(registry, self.pool, is_share_group=lambda g: g in self.coordinator.groups,
                        node_id=lambda: self.node.node_id, hidden=hidden)
 
