@@ -306,3 +306,51 @@ def test_admin_apis_same_outcomes_kshare_and_native(brokers, kshare, certs):
     assert results[("kshare", "carol")] == {"listed": "True", "delete": "GROUP_AUTHORIZATION_FAILED",
                                             "describe_configs": "GROUP_AUTHORIZATION_FAILED",
                                             "alter_configs": "GROUP_AUTHORIZATION_FAILED"}, table
+
+
+def _produce_outcome(bootstrap: str, topic: str, extra: dict) -> str:
+    """One record produced: 'OK' or the delivery error's name."""
+    results: list[str] = []
+    producer = Producer({"bootstrap.servers": bootstrap, "message.timeout.ms": 15000, **extra})
+    producer.produce(topic, b"p", on_delivery=lambda err, _msg: results.append(err.name() if err else "OK"))
+    producer.flush(30)
+    return results[0] if results else "no delivery report"
+
+
+def test_pass_through_with_the_clients_credentials(brokers, kshare, certs, tmp_path):
+    """passthrough.credentials = client (PLAIN listener): a Produce forwarded through kshare is
+    authorized by the backend for the client, as natively; with the default (the sidecar's
+    credentials) the backend sees the sidecar — what docs/security.md warns about."""
+    b39, b4 = brokers
+    ca = certs[0]
+    topic = unique("acl-pt")
+    for broker in (b39, b4):
+        create_topic(broker.bootstrap, topic, 1)
+        _grant(broker, ca, [_acl(ResourceType.TOPIC, topic, "carol", AclOperation.WRITE)])
+    users = tmp_path / "users"
+    users.write_text("".join(f"{u}:{USERS[u]}\n" for u in ("alice", "carol")))
+    port, sasl_port = free_port(), free_port()
+    env = {"KSHARE_BACKEND_SECURITY_PROTOCOL": "SASL_SSL", "KSHARE_BACKEND_SASL_MECHANISM": "SCRAM-SHA-512",
+           "KSHARE_BACKEND_SASL_USERNAME": "kshare", "KSHARE_BACKEND_SASL_PASSWORD": USERS["kshare"],
+           "KSHARE_BACKEND_SSL_TRUSTSTORE_LOCATION": str(ca), "KSHARE_SSL_KEYSTORE_LOCATION": str(certs[1]),
+           "KSHARE_SASL_ENABLED_MECHANISMS": "PLAIN", "KSHARE_SASL_CREDENTIALS_FILE": str(users),
+           "KSHARE_AUTHORIZER_CLASS_NAME": "backend", "KSHARE_PASSTHROUGH_CREDENTIALS": "client"}
+    sc = SidecarProcess(b39.ssl_bootstrap, tmp_path / "sidecar.log", port=port, env=env,
+                        listeners=f"PLAINTEXT://127.0.0.1:{port},SASL_SSL://127.0.0.1:{sasl_port}").start()
+    time.sleep(1.5)
+    try:
+        results = {}
+        for user in ("alice", "carol"):
+            results[("kshare", user)] = _produce_outcome(f"127.0.0.1:{sasl_port}", topic,
+                                                         {**scram(user, ca), "sasl.mechanism": "PLAIN"})
+            results[("native", user)] = _produce_outcome(b4.ssl_bootstrap, topic, scram(user, ca))
+        # the default (passthrough.credentials = sidecar): the backend authorizes the sidecar's user
+        results[("kshare-default", "alice")] = _produce_outcome(kshare.sasl_bootstrap, topic, scram("alice", ca))
+        log = sc.log_path.read_text(errors="replace")
+    finally:
+        sc.stop()
+    print("\n", results)
+    assert results[("kshare", "alice")] == results[("native", "alice")] == "TOPIC_AUTHORIZATION_FAILED", results
+    assert results[("kshare", "carol")] == results[("native", "carol")] == "OK", results
+    assert results[("kshare-default", "alice")] == "OK", results  # docs/security.md, "Not done"
+    assert not any(pw in log for pw in USERS.values()) and "Traceback" not in log
