@@ -354,3 +354,20 @@ def test_pass_through_with_the_clients_credentials(brokers, kshare, certs, tmp_p
     assert results[("kshare", "carol")] == results[("native", "carol")] == "OK", results
     assert results[("kshare-default", "alice")] == "OK", results  # docs/security.md, "Not done"
     assert not any(pw in log for pw in USERS.values()) and "Traceback" not in log
+
+
+def test_a_backend_without_an_authorizer_fails_start_up_with_one_line(kafka_39, tmp_path):
+    """authorizer.class.name = backend on a cluster without ACLs (DescribeAcls: SECURITY_DISABLED)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "KSHARE_AUTHORIZER_CLASS_NAME": "backend"}
+    proc = subprocess.run([sys.executable, "-m", "kshare_sidecar.cli", "sidecar", "run", "--bootstrap-server",
+                           kafka_39.bootstrap, "--listen", f"127.0.0.1:{free_port()}"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output[-2000:]
+    failed = [line for line in output.splitlines() if "start-up failed" in line]
+    assert len(failed) == 1 and "has no authorizer (DescribeAcls: SECURITY_DISABLED)" in failed[0], output[-2000:]
+    assert "Traceback" not in output
