@@ -48,6 +48,16 @@ TOPIC_AUTH_MESSAGE = "Topic authorization failed."
 GROUP_AUTH_MESSAGE = "Group authorization failed."
 
 
+#: Kafka's AclEntry.supportedOperations(GROUP): what AuthorizedOperations reports on.
+_GROUP_OPS = (Op.READ, Op.DESCRIBE, Op.DELETE, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS)
+
+
+def authorized_operations(acl: Decider, group_id: str) -> int:
+    """IncludeAuthorizedOperations: the allowed GROUP operations as Kafka's bit field (1 << code);
+    all of them when authorization is off, as a broker without an authorizer answers."""
+    return sum(1 << int(op) for op in _GROUP_OPS if acl.allows(op, Res.GROUP, group_id))
+
+
 def visible_groups(acl: Decider, groups: list) -> list:
     """ListGroups' filter: everything with DESCRIBE on CLUSTER, else groups with DESCRIBE."""
     if acl.unrestricted or acl.allows(Op.DESCRIBE, Res.CLUSTER, CLUSTER_NAME):
@@ -105,7 +115,10 @@ def make_share_group_describe(admin: AdminService):
             if len(acl.allowed(Op.DESCRIBE, Res.TOPIC, topics)) < len(topics):
                 d = GroupDescription(group_id, ErrorCode.topic_authorization_failed, "The group has described "
                                      "topic(s) that the client is not authorized to describe.")
-            groups.append(_described(d))
+            described = _described(d)
+            if getattr(req, "include_authorized_operations", False) and d.error == ErrorCode.none:
+                described["authorized_operations"] = authorized_operations(acl, group_id)
+            groups.append(described)
         return {"throttle_time": 0, "groups": tuple(groups)}
 
     return share_group_describe

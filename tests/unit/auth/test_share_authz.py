@@ -128,3 +128,14 @@ async def test_share_fetch_keeps_unreadable_partitions_in_the_session_and_answer
     out = await fetch(svc, "m1", 3, topics=[])
     assert out.partitions and out.partitions[0].acquired
     assert TP in {(p.topic_id, p.partition) for p in out.partitions}
+
+
+async def test_share_group_describe_authorized_operations(dispatch, env):  # noqa: F811
+    env.coordinator.ensure_group("mine").group_epoch = 1
+    cls, _ = _request("share_group_describe", 1)
+    body = await _roundtrip(dispatch(allow(Res.GROUP, "mine", Op.READ)),
+                            cls(group_ids=("mine",), include_authorized_operations=True))
+    assert body.groups[0].authorized_operations == (1 << 3) | (1 << 8)  # READ, DESCRIBE (implied)
+    body = await _roundtrip(dispatch(allow(Res.GROUP, "mine", Op.READ)),
+                            cls(group_ids=("mine",), include_authorized_operations=False))
+    assert body.groups[0].authorized_operations == -(2**31)
