@@ -246,7 +246,7 @@ def _classic_group(bootstrap: str, group: str, topic: str) -> None:
         consumer.close()
 
 
-def _admin_outcomes(bootstrap: str, extra: dict, group: str, classic: str) -> dict[str, str]:
+def _admin_outcomes(bootstrap: str, extra: dict, group: str, classic: str, topic: str) -> dict[str, str]:
     """ListGroups (is the classic group listed? librdkafka asks for consumer/classic types only),
     DeleteGroups, DescribeConfigs and IncrementalAlterConfigs on the share GROUP, as one principal."""
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
@@ -261,7 +261,8 @@ def _admin_outcomes(bootstrap: str, extra: dict, group: str, classic: str) -> di
             return exc.args[0].name()
 
     listed = admin.list_consumer_groups().result(timeout=30)
-    out = {"listed": str(classic in {g.group_id for g in listed.valid})}
+    out = {"listed": str(classic in {g.group_id for g in listed.valid}),
+           "topic_listed": str(topic in admin.list_topics(timeout=30).topics)}  # Metadata: DESCRIBE
     out["delete"] = code(admin.delete_consumer_groups([group])[group])
     resource = ConfigResource(ResourceType.GROUP, group)
     out["describe_configs"] = code(next(iter(admin.describe_configs([resource]).values())))
@@ -293,17 +294,19 @@ def test_admin_apis_same_outcomes_kshare_and_native(brokers, kshare, certs):
     targets = {"kshare": kshare.sasl_bootstrap, "native": b4.ssl_bootstrap}
     for name, bootstrap in targets.items():  # the group exists (and is empty) on both
         assert outcome(bootstrap, group, topic, scram("carol", ca)) == f"consumed {RECORDS}", name
-    results = {(name, user): _admin_outcomes(bootstrap, scram(user, ca), group, classic)
+    results = {(name, user): _admin_outcomes(bootstrap, scram(user, ca), group, classic, topic)
                for name, bootstrap in targets.items() for user in ("alice", "carol")}
     table = "\n".join(f"{user:6} kshare: {results[('kshare', user)]}\n       native: {results[('native', user)]}"
                       for user in ("alice", "carol"))
     print("\n" + table)
     for user in ("alice", "carol"):
         assert results[("kshare", user)] == results[("native", user)], table
-    assert results[("kshare", "alice")] == {"listed": "False", "delete": "GROUP_AUTHORIZATION_FAILED",
+    assert results[("kshare", "alice")] == {"listed": "False", "topic_listed": "False",
+                                            "delete": "GROUP_AUTHORIZATION_FAILED",
                                             "describe_configs": "GROUP_AUTHORIZATION_FAILED",
                                             "alter_configs": "GROUP_AUTHORIZATION_FAILED"}, table
-    assert results[("kshare", "carol")] == {"listed": "True", "delete": "GROUP_AUTHORIZATION_FAILED",
+    assert results[("kshare", "carol")] == {"listed": "True", "topic_listed": "True",
+                                            "delete": "GROUP_AUTHORIZATION_FAILED",
                                             "describe_configs": "GROUP_AUTHORIZATION_FAILED",
                                             "alter_configs": "GROUP_AUTHORIZATION_FAILED"}, table
 
@@ -320,13 +323,15 @@ def _produce_outcome(bootstrap: str, topic: str, extra: dict) -> str:
 def test_pass_through_with_the_clients_credentials(brokers, kshare, certs, tmp_path):
     """passthrough.credentials = client (PLAIN listener): a Produce forwarded through kshare is
     authorized by the backend for the client, as natively; with the default (the sidecar's
-    credentials) the backend sees the sidecar — what docs/security.md warns about."""
+    credentials) the backend sees the sidecar — what docs/security.md warns about: alice (DESCRIBE,
+    no WRITE) produces."""
     b39, b4 = brokers
     ca = certs[0]
     topic = unique("acl-pt")
     for broker in (b39, b4):
         create_topic(broker.bootstrap, topic, 1)
-        _grant(broker, ca, [_acl(ResourceType.TOPIC, topic, "carol", AclOperation.WRITE)])
+        _grant(broker, ca, [_acl(ResourceType.TOPIC, topic, "carol", AclOperation.WRITE),
+                            _acl(ResourceType.TOPIC, topic, "alice", AclOperation.DESCRIBE)])  # sees it, no WRITE
     users = tmp_path / "users"
     users.write_text("".join(f"{u}:{USERS[u]}\n" for u in ("alice", "carol")))
     port, sasl_port = free_port(), free_port()

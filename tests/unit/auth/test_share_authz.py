@@ -139,3 +139,26 @@ async def test_share_group_describe_authorized_operations(dispatch, env):  # noq
     body = await _roundtrip(dispatch(allow(Res.GROUP, "mine", Op.READ)),
                             cls(group_ids=("mine",), include_authorized_operations=False))
     assert body.groups[0].authorized_operations == -(2**31)
+
+
+async def test_metadata_hides_topics_without_describe():
+    import uuid as _uuid
+
+    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+
+    from kshare_sidecar.log.types import TopicInfo
+
+    seen, hidden = TopicInfo("seen", _uuid.UUID(int=1), 1), TopicInfo("hidden", _uuid.UUID(int=2), 1)
+    registry = build_registry(InMemoryTopicCatalog([seen, hidden]))
+    dispatcher = Dispatcher(registry, NODE, authorizer=FixedAuthorizer(allow(Res.TOPIC, "seen", Op.READ)))
+    body = await _roundtrip(dispatcher, MetadataRequest(topics=None, allow_auto_topic_creation=False,
+                                                        include_topic_authorized_operations=False))
+    assert [t.name for t in body.topics] == ["seen"]
+    body = await _roundtrip(dispatcher, MetadataRequest(topics=(
+        MetadataRequestTopic(name="hidden", topic_id=None), MetadataRequestTopic(name="missing", topic_id=None),
+        MetadataRequestTopic(name=None, topic_id=hidden.topic_id)), allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False))
+    assert [(t.name, t.topic_id, t.error_code) for t in body.topics] == [
+        ("hidden", None, ErrorCode.topic_authorization_failed),  # existence not disclosed
+        ("missing", None, ErrorCode.topic_authorization_failed),
+        (None, hidden.topic_id, ErrorCode.topic_authorization_failed)]
