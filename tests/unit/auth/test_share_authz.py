@@ -162,3 +162,15 @@ async def test_metadata_hides_topics_without_describe():
         ("hidden", None, ErrorCode.topic_authorization_failed),  # existence not disclosed
         ("missing", None, ErrorCode.topic_authorization_failed),
         (None, hidden.topic_id, ErrorCode.topic_authorization_failed)]
+
+
+async def test_find_coordinator_needs_describe():
+    from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
+
+    dispatcher = Dispatcher(build_registry(InMemoryTopicCatalog()), NODE,
+                            authorizer=FixedAuthorizer(allow(Res.GROUP, "g", Op.READ)))
+    body = await _roundtrip(dispatcher, FindCoordinatorRequest(key_type=0, coordinator_keys=("g", "other")))
+    assert [(c.key, c.error_code) for c in body.coordinators] == [
+        ("g", ErrorCode.none), ("other", ErrorCode.group_authorization_failed)]
+    body = await _roundtrip(dispatcher, FindCoordinatorRequest(key_type=1, coordinator_keys=("txn",)))
+    assert body.coordinators[0].error_code == ErrorCode.transactional_id_authorization_failed
