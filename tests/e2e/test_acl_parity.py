@@ -31,6 +31,7 @@ from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, 
 from kshare_sidecar.testing.kafka import free_port
 from kshare_sidecar.testing.maven import require_tool
 from tests.e2e.conftest import SidecarProcess
+from tests.e2e.test_java_consumer import java_consumer  # noqa: F401 (a fixture)
 from tests.e2e.test_secured_backend import SaslBroker, make_ca_and_server_cert
 from tests.support import create_topic, set_group_config, unique
 
@@ -339,7 +340,9 @@ def test_pass_through_with_the_clients_credentials(brokers, kshare, certs, tmp_p
            "KSHARE_BACKEND_SASL_USERNAME": "kshare", "KSHARE_BACKEND_SASL_PASSWORD": USERS["kshare"],
            "KSHARE_BACKEND_SSL_TRUSTSTORE_LOCATION": str(ca), "KSHARE_SSL_KEYSTORE_LOCATION": str(certs[1]),
            "KSHARE_SASL_ENABLED_MECHANISMS": "PLAIN", "KSHARE_SASL_CREDENTIALS_FILE": str(users),
-           "KSHARE_AUTHORIZER_CLASS_NAME": "backend", "KSHARE_PASSTHROUGH_CREDENTIALS": "client"}
+           "KSHARE_AUTHORIZER_CLASS_NAME": "backend", "KSHARE_PASSTHROUGH_CREDENTIALS": "client",
+           # its own share state: on the same one it would fence the module's sidecar (issue 11)
+           "KSHARE_STATE_TOPIC": unique("__kshare_state_pt")}
     sc = SidecarProcess(b39.ssl_bootstrap, tmp_path / "sidecar.log", port=port, env=env,
                         listeners=f"PLAINTEXT://127.0.0.1:{port},SASL_SSL://127.0.0.1:{sasl_port}").start()
     time.sleep(1.5)
@@ -376,3 +379,60 @@ def test_a_backend_without_an_authorizer_fails_start_up_with_one_line(kafka_39, 
     failed = [line for line in output.splitlines() if "start-up failed" in line]
     assert len(failed) == 1 and "has no authorizer (DescribeAcls: SECURITY_DISABLED)" in failed[0], output[-2000:]
     assert "Traceback" not in output
+
+
+def _java_outcome(java: list[str], bootstrap: str, group: str, topic: str, user: str, ca: Path,
+                  props: Path) -> str:
+    """Java's KafkaShareConsumer: the authorization exception it throws, or 'consumed N'."""
+    import subprocess
+
+    props.write_text("security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+                     "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+                     f'username="{user}" password="{USERS[user]}";\n'
+                     f"ssl.truststore.type=PEM\nssl.truststore.location={ca}\n")
+    result = subprocess.run(java + [bootstrap, group, topic, str(RECORDS), "40000", str(props)],
+                            capture_output=True, text=True, timeout=120)
+    for name in ("GroupAuthorizationException", "TopicAuthorizationException"):
+        if name in result.stderr:
+            return name
+    lines = result.stdout.strip().splitlines()
+    return lines[-1].replace("DONE", "consumed") if result.returncode == 0 and lines else \
+        f"exit {result.returncode}: {result.stderr[-300:]}"
+
+
+def test_java_share_consumer_same_outcomes(brokers, kshare, certs, java_consumer, tmp_path):
+    """Kafka's own KafkaShareConsumer (kafka-clients 4.3) with the same ACL scenarios."""
+    b39, b4 = brokers
+    ca = certs[0]
+    topic = unique("acl-java")
+    groups = {"alice": unique("alice-jg"), "dave": unique("dave-jg"), "carol": unique("carol-jg")}
+    for broker in (b39, b4):
+        create_topic(broker.bootstrap, topic, 1)
+        producer = Producer({"bootstrap.servers": broker.bootstrap})
+        for i in range(RECORDS):
+            producer.produce(topic, b"j%d" % i)
+        assert producer.flush(30) == 0
+        _grant(broker, ca, [
+            _acl(ResourceType.TOPIC, topic, "alice", AclOperation.READ),
+            _acl(ResourceType.GROUP, groups["dave"], "dave", AclOperation.READ),
+            _acl(ResourceType.TOPIC, topic, "dave", AclOperation.DESCRIBE),
+            _acl(ResourceType.GROUP, groups["carol"], "carol", AclOperation.READ),
+            _acl(ResourceType.TOPIC, topic, "carol", AclOperation.READ)])
+    for group in groups.values():
+        set_group_config(b4.bootstrap, group, {"share.auto.offset.reset": "earliest"})
+    time.sleep(1.5)
+    runs = {(target, user): (bootstrap, groups[user])
+            for target, bootstrap in (("kshare", kshare.sasl_bootstrap), ("native", b4.ssl_bootstrap))
+            for user in groups}
+    with ThreadPoolExecutor(len(runs)) as pool:
+        futures = {key: pool.submit(_java_outcome, java_consumer, bootstrap, group, topic, key[1], ca,
+                                    tmp_path / f"{key[0]}-{key[1]}.properties")
+                   for key, (bootstrap, group) in runs.items()}
+        results = {key: f.result() for key, f in futures.items()}
+    table = "\n".join(f"{user:6} kshare: {results[('kshare', user)]:30} native: {results[('native', user)]}"
+                      for user in groups)
+    print("\n" + table)
+    expected = {"alice": "GroupAuthorizationException", "dave": "TopicAuthorizationException",
+                "carol": f"consumed {RECORDS}"}
+    for user in groups:
+        assert results[("kshare", user)] == results[("native", user)] == expected[user], table
