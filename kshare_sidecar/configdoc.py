@@ -13,7 +13,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .config import FOREIGN_GROUP_CONFIGS, GROUP_CONFIG_NAMES, GROUP_CONFIGS, SETTINGS, Setting, env_name
+from .config import (
+    FOREIGN_GROUP_CONFIGS,
+    GROUP_CONFIG_NAMES,
+    GROUP_CONFIGS,
+    KSHARE_GROUP_CONFIGS,
+    SETTINGS,
+    Setting,
+    env_name,
+)
 
 BEGIN = "<!-- BEGIN GENERATED SETTINGS (python -m kshare_sidecar.configdoc --write docs/configuration.md) -->"
 END = "<!-- END GENERATED SETTINGS -->"
@@ -70,7 +78,10 @@ def settings_table() -> str:
 def group_table() -> str:
     rows = ["| Group config | Default taken from |", "|---|---|"]
     for key in GROUP_CONFIG_NAMES:
-        if key in GROUP_CONFIGS:
+        if key in KSHARE_GROUP_CONFIGS:
+            rows.append(f"| `{key}` | `{GROUP_CONFIGS[key]}` (kshare's own key, not Kafka's: allowed values are the "
+                        "registered assignor names; listed by a describe of all configs only when set) |")
+        elif key in GROUP_CONFIGS:
             rows.append(f"| `{key}` | `{GROUP_CONFIGS[key]}` |")
         else:
             s = FOREIGN_GROUP_CONFIGS[key]

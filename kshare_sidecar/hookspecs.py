@@ -33,7 +33,8 @@ def register_assignors(register):
     Call ``register(name, factory, description="")`` once per assignor. ``factory(**options)``
     returns an object implementing :class:`kshare_sidecar.assignors.Assignor` (a ``name``
     attribute and a pure, synchronous ``assign(spec) -> GroupAssignment``). Names are unique
-    across all plugins; the sidecar setting ``assignor`` selects one by name.
+    across all plugins. A share group selects one by name with kshare's group config
+    ``share.assignor``; groups without a choice use the sidecar setting ``assignor``.
     """
 
 

@@ -7,6 +7,13 @@ share-partitions may be consumed by several members at once.
 - group epoch: bumped on every membership, subscription or topic-metadata change;
 - assignment epoch: the group epoch the current target assignment was computed for;
 - member epoch: the assignment epoch the member last received.
+
+Each group may choose its assignor (kshare's ``share.assignor`` group config; the sidecar's
+``assignor`` setting otherwise). The name that computed a group's target is kept with it, and a
+heartbeat that finds the group's choice changed bumps the group epoch, so the next assignment
+recomputes the target with the new assignor — Kafka's rule for assignment-relevant group configs
+(streams groups compare the assignment configs stored with the group at heartbeat time, which also
+keeps a restart from causing a spurious rebalance).
 """
 
 from __future__ import annotations
@@ -56,6 +63,7 @@ class ShareGroup:
     target: dict[str, Assignment] = field(default_factory=dict)
     topics_seen: dict[str, tuple[uuid.UUID, int]] = field(default_factory=dict)  # name -> (id, partitions)
     configs: dict[str, object] = field(default_factory=dict)
+    assignor: str | None = None  # the assignor that computed ``target`` (None: none computed yet)
     last_assignment_ms: int = -(10**12)
     deleted: bool = False
 
@@ -84,8 +92,16 @@ class ShareGroupCoordinator:
 
     def __init__(self, *, assign: AssignFn, clock: Callable[[], int], max_size: int = 200,
                  session_timeout_ms: int = 45000, heartbeat_interval_ms: int = 5000,
-                 assignment_interval_ms: int = 0) -> None:
+                 assignment_interval_ms: int = 0, assignors: Mapping[str, AssignFn] | None = None,
+                 default_assignor: str = "") -> None:
+        """``assign`` is the sidecar-wide assignor, named ``default_assignor``; ``assignors`` maps
+        the registered assignor names a group may choose with ``share.assignor`` to their
+        functions (the default is added when missing)."""
         self.assign = assign
+        self.assignors = dict(assignors or {})
+        self.default_assignor = default_assignor
+        if default_assignor:
+            self.assignors.setdefault(default_assignor, assign)
         self.clock = clock
         self.max_size = max_size
         self.session_timeout_ms = session_timeout_ms
@@ -163,6 +179,7 @@ class ShareGroupCoordinator:
                 group.group_epoch += 1
         member.deadline_ms = now + self._session_timeout(group)
         self._observe_topics(group, topics)
+        self._observe_assignor(group)
         self._maybe_assign(group, now)
         if member.member_epoch < group.assignment_epoch:
             member.previous_epoch = member.member_epoch
@@ -197,6 +214,28 @@ class ShareGroupCoordinator:
             group.topics_seen = seen
             group.group_epoch += 1
 
+    def assignor_for(self, group: ShareGroup) -> str:
+        """The assignor the group's next assignment uses: its ``share.assignor``, else the sidecar's.
+
+        A name no loaded plugin registers (a persisted choice whose plugin was uninstalled since)
+        falls back to the sidecar's assignor, so the group keeps being served."""
+        name = str(group.configs.get("share.assignor") or self.default_assignor)
+        return name if name in self.assignors else self.default_assignor
+
+    def assignor_name(self, group: ShareGroup) -> str:
+        """ShareGroupDescribe's AssignorName: the assignor that computed the members' current
+        assignments; for a group without members, the one its next assignment will use."""
+        if group.assignor is not None and group.members:
+            return group.assignor
+        return self.assignor_for(group)
+
+    def _observe_assignor(self, group: ShareGroup) -> None:
+        """Bump the group epoch when the group's assignor changed since its target was computed
+        (unless a recomputation is pending anyway, which will use the new one)."""
+        if group.assignor is not None and group.assignment_epoch >= group.group_epoch \
+                and group.assignor != self.assignor_for(group):
+            group.group_epoch += 1
+
     def _maybe_assign(self, group: ShareGroup, now: int) -> None:
         if group.assignment_epoch >= group.group_epoch:
             return
@@ -209,13 +248,16 @@ class ShareGroupCoordinator:
         racks = {m.member_id: m.rack_id for m in group.members.values()}
         names = {m.member_id: frozenset(m.subscribed) for m in group.members.values()}
         topic_names = {tid: name for name, (tid, _n) in by_name.items()}
-        result = self.assign(members, partitions, racks, group.target, names=names,
-                             topic_names=topic_names) if members else {}
+        name = self.assignor_for(group)
+        assign = self.assignors.get(name, self.assign)
+        result = assign(members, partitions, racks, group.target, names=names,
+                        topic_names=topic_names) if members else {}
         # A topic whose partitions were all taken away stays with an empty set, as in Kafka's
         # target assignment (ShareGroupDescribe shows it).
         group.target = {mid: {tid: frozenset(ps) for tid, ps in result.get(mid, {}).items()}
                         for mid in members}
         group.assignment_epoch = group.group_epoch
+        group.assignor = name
         group.last_assignment_ms = now
 
     def _remove_member(self, group: ShareGroup, member_id: str) -> None:

@@ -375,11 +375,14 @@ class TopicPersister(StateWatchMixin, BasePersister):
                     f.add_done_callback(lambda fut: fut.cancelled() or fut.exception())
 
     async def _send_all(self, producer: AIOKafkaProducer, partition: int, records: list[Record]) -> None:
-        """Idempotent mode: the records in one produce batch (acks=all); done when acknowledged."""
+        """Idempotent mode: the records in one produce batch (acks=all); done when acknowledged and
+        the state-topic watch has confirmed no newer owner precedes them (persist/watch.py)."""
         futures = [await producer.send(self.topic, value=value, key=key, partition=partition) for key, value in records]
         try:
+            last = -1
             for f in futures:
-                await f
+                last = max(last, (await f).offset)
+            await self._confirm_by_watch(partition, last)
         finally:
             for f in futures:
                 if not f.done():

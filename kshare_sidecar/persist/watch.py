@@ -7,6 +7,13 @@ them: it tails the state topic from where the replay ended; a newer owner record
 sidecar (it stops serving, as a fenced transactional writer does at its next write), and an older
 owner's late record makes the current owner write its own view of that key again, so that
 compaction cannot keep the zombie's record as the newest of its key.
+
+**Acknowledged only once it counts.** A write at offset *o* is honoured by every replay exactly
+when no owner record with a higher epoch precedes *o* on its partition (the owner rule). So in
+idempotent mode a state write is answered only after this watch has read past *o* without seeing
+such a record; otherwise the writer was superseded and the write fails as a fenced one would
+(``WriterFencedError``). A zombie therefore never answers an acknowledgement as durable — the
+transactional mode's guarantee — at the cost of one more fetch round trip, not a transaction.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from kshare_sidecar.persist import codec
 from kshare_sidecar.persist.codec import KIND_OWNER, KIND_PARTITION, CodecError
+from kshare_sidecar.persist.errors import WriterFencedError
 
 log = logging.getLogger("kshare_sidecar.persist.topic")
 
@@ -28,7 +36,26 @@ class StateWatchMixin:
     async def start(self) -> None:
         await super().start()
         if self.write_mode == "idempotent" and self._watcher is None:
+            self._newer_owner_at: dict[int, int] = {}  # partition -> offset of the first newer owner record
+            self._watch_progress = asyncio.Condition()
+            self._rewrites: set[asyncio.Task] = set()
             self._watcher = asyncio.get_running_loop().create_task(self._watch(), name="kshare-state-watch")
+
+    async def _confirm_by_watch(self, partition: int, offset: int) -> None:
+        """Return once the watch has read past ``offset`` with no newer owner record before it;
+        raise :class:`WriterFencedError` when one precedes it (the write will never count)."""
+        if self._watcher is None:  # start-up (owner records): the second replay covers them
+            return
+        cond = self._watch_progress
+        async with cond:
+            while self._replayed_to.get(partition, 0) <= offset:
+                if self._closed or self.superseded:
+                    break
+                await cond.wait()
+        newer = self._newer_owner_at.get(partition)
+        if newer is not None and newer < offset or self._replayed_to.get(partition, 0) <= offset:
+            raise WriterFencedError(f"state partition {partition}: write at offset {offset} follows a newer owner's "
+                                    f"record (offset {newer}); it will never count")
 
     async def _watch(self) -> None:
         """Idempotent mode: the backend fences no writer, so watch the state topic from where the
@@ -51,10 +78,14 @@ class StateWatchMixin:
                     stale: set = set()
                     for tp, messages in batches.items():
                         for m in messages:
-                            self._replayed_to[tp.partition] = m.offset + 1
                             self._watched(tp.partition, m.offset, m.key, m.value, stale)
-                    if stale and not self.superseded:
-                        await self.rewrite_current(stale)
+                            self._replayed_to[tp.partition] = m.offset + 1
+                    async with self._watch_progress:
+                        self._watch_progress.notify_all()
+                    if stale and not self.superseded:  # not awaited here: those writes wait for this watch
+                        task = asyncio.ensure_future(self.rewrite_current(stale))
+                        self._rewrites.add(task)
+                        task.add_done_callback(self._rewrites.discard)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the backend comes and goes; watch again
@@ -62,6 +93,8 @@ class StateWatchMixin:
                 await asyncio.sleep(1.0)
             finally:
                 await asyncio.gather(consumer.stop(), return_exceptions=True)
+        async with self._watch_progress:  # superseded or closed: release whoever still waits
+            self._watch_progress.notify_all()
 
     def _watched(self, partition: int, offset: int, raw_key: bytes | None, raw_value: bytes | None,
                  stale: set) -> None:
@@ -71,6 +104,7 @@ class StateWatchMixin:
             return
         own = self.owner_epoch if self.owner_epoch is not None else -1
         if kind == KIND_OWNER and entity is not None and entity > own:
+            self._newer_owner_at.setdefault(partition, offset)
             self._supersede(partition, entity)
         elif kind == KIND_PARTITION and entity is not None and entity.state.leader_epoch < own:
             log.warning("state partition %d offset %d: a record written at older owner epoch %d (ours %d); "

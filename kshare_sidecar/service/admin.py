@@ -24,7 +24,14 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from ..config import GROUP_CONFIG_NAMES, GROUP_CONFIGS, ConfigError, SidecarConfig, group_config_setting
+from ..config import (
+    GROUP_CONFIG_NAMES,
+    GROUP_CONFIGS,
+    KSHARE_GROUP_CONFIGS,
+    ConfigError,
+    SidecarConfig,
+    group_config_setting,
+)
 from ..group.coordinator import ShareGroup, ShareGroupCoordinator
 from ..log.errors import BackendError
 from ..log.types import TopicInfo
@@ -186,7 +193,8 @@ class AdminService:
             members.append(MemberInfo(m.member_id, m.rack_id, m.member_epoch, m.client_id, m.client_host,
                                       tuple(m.subscribed), assignment))
         return GroupDescription(group_id, state=group.state.value, group_epoch=group.group_epoch,
-                                assignment_epoch=group.assignment_epoch, assignor=str(self.config["assignor"]),
+                                assignment_epoch=group.assignment_epoch,
+                                assignor=self.coordinator.assignor_name(group),
                                 members=tuple(members))
 
     def _topic_name(self, topic_id: uuid.UUID) -> str | None:
@@ -378,10 +386,16 @@ class AdminService:
 
     # -- per-group configs -------------------------------------------------------------------
     def describe_configs(self, group_id: str, names: Iterable[str] | None = None) -> list[ConfigValue]:
-        """Effective ``share.*`` configs of a group (it need not exist: then the defaults)."""
+        """Effective ``share.*`` configs of a group (it need not exist: then the defaults).
+
+        Asked for all, kshare's own keys (``share.assignor``) are left out unless the group sets
+        them: Kafka does not know them, and a default group must be described as Kafka does."""
         group = self.coordinator.groups.get(group_id)
         overrides = dict(group.configs) if group is not None else {}
-        wanted = list(GROUP_CONFIG_NAMES) if names is None else [n for n in names if n in GROUP_CONFIG_NAMES]
+        if names is None:
+            wanted = [n for n in GROUP_CONFIG_NAMES if n not in KSHARE_GROUP_CONFIGS or n in overrides]
+        else:
+            wanted = [n for n in names if n in GROUP_CONFIG_NAMES]
         defaults = self.config.group_config()
         out = []
         for name in wanted:
@@ -414,7 +428,8 @@ class AdminService:
                 if value is None:
                     raise AdminError(ErrorCode.invalid_config, f"{name}: a value is required")
                 try:
-                    changes[name] = self.config.validate_group_config(name, value)
+                    changes[name] = self.config.validate_group_config(
+                        name, value, assignors=self.coordinator.assignors or None)
                 except ConfigError as exc:
                     raise AdminError(ErrorCode.invalid_config, str(exc)) from None
             elif op in (OP_APPEND, OP_SUBTRACT):
@@ -447,9 +462,11 @@ class AdminService:
 
         The group need not exist yet (configs may be set before the first member joins).
         ``share.auto.offset.reset``, ``share.isolation.level``, the session timeout and heartbeat
-        interval apply at once; the lock duration, delivery count limit and record-lock cap apply
-        to share-partitions loaded after the change, so an empty group's loaded share-partitions
-        are unloaded here (they reload on the next fetch)."""
+        interval apply at once; ``share.assignor`` at the group's next assignment (the coordinator
+        sees the change at the next heartbeat and bumps the group epoch); the lock duration,
+        delivery count limit and record-lock cap apply to share-partitions loaded after the
+        change, so an empty group's loaded share-partitions are unloaded here (they reload on the
+        next fetch)."""
         self._ready()
         if not group_id:
             raise AdminError(ErrorCode.invalid_group_id, "the group id must not be empty")

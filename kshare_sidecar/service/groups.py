@@ -37,8 +37,14 @@ class GroupService:
     def restore(self) -> int:
         """Recreate groups from their persisted records (members rejoin after a restart)."""
         groups = self.persister.list_groups()
+        known = self.coordinator.assignors
         for record in groups.values():
             self.coordinator.restore_group(record.group_id, record.group_epoch, dict(record.configs))
+            chosen = record.configs.get("share.assignor")
+            if chosen and known and chosen not in known:  # its plugin was uninstalled or failed to build
+                log.warning("share group %s chose assignor %r, which no loaded plugin registers: it is assigned "
+                            "by %r until the plugin is back or share.assignor is changed", record.group_id,
+                            chosen, self.coordinator.default_assignor)
         return len(groups)
 
     async def heartbeat(self, *, group_id: str, member_id: str, member_epoch: int, rack_id: str | None,

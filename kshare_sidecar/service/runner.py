@@ -135,9 +135,10 @@ class Sidecar:
         self.backend = Backend(cfg["bootstrap.servers"], topic_id_store=PersisterTopicIds(self.persister),
                                internal_topics=hidden, client_options=self.security.aiokafka_options())
         await self.backend.start()
-        assignor = plugins.get_assignor(cfg["assignor"])
+        assignors = _load_assignors(cfg["assignor"])
         self.coordinator = ShareGroupCoordinator(
-            assign=assign_with(assignor), clock=monotonic_ms, max_size=cfg["group.share.max.size"],
+            assign=assignors[cfg["assignor"]], assignors=assignors, default_assignor=cfg["assignor"],
+            clock=monotonic_ms, max_size=cfg["group.share.max.size"],
             session_timeout_ms=cfg["group.share.session.timeout.ms"],
             heartbeat_interval_ms=cfg["group.share.heartbeat.interval.ms"],
             assignment_interval_ms=cfg["group.share.assignment.interval.ms"])
@@ -250,13 +251,32 @@ class Sidecar:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for name in ("forwarder", "pool", "partitions", "backend", "persister", "authenticator", "authorizer"):
+        for name in ("forwarder", "pool", "shares", "partitions", "backend", "persister", "authenticator",
+                     "authorizer"):
             part = getattr(self, name, None)
             if part is not None:
                 try:
                     await part.close()
                 except Exception:
                     log.exception("closing %s failed", name)
+
+
+def _load_assignors(default: str) -> dict:
+    """Every registered assignor, built once: groups choose among them with ``share.assignor``.
+
+    The sidecar's own must build (start-up fails otherwise, naming the allowed values); another
+    that fails to build is logged and left out, so no group can choose it and the rest still
+    work (the plugin failure policy, docs/plugins/index.md)."""
+    out = {default: assign_with(plugins.get_assignor(default))}
+    for name in sorted(plugins.get_assignors()):
+        if name in out:
+            continue
+        try:
+            out[name] = assign_with(plugins.get_assignor(name))
+        except Exception as exc:  # a third-party factory: any error must stay its own
+            log.error("assignor %r could not be built and cannot be chosen by share.assignor: %s: %s",
+                      name, type(exc).__name__, exc)
+    return out
 
 
 def _names(text: str) -> list[str]:

@@ -12,7 +12,6 @@ import asyncio
 import logging
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -25,6 +24,7 @@ from ..ratelog import backend_failures
 from ..share.sessions import SessionError, ShareSession, ShareSessionCache
 from ..share.types import AcquiredRecords, AcquireMode
 from .partitions import PartitionError, PendingAcks, SharePartitionManager, Slot
+from .readcache import BatchCache  # noqa: F401 - re-exported
 
 log = logging.getLogger("kshare.shares")
 _backend_failures = backend_failures(log)  # one line a minute: the outage itself is logged once (log/health.py)
@@ -64,55 +64,6 @@ class FetchParams:
     mode: int = AcquireMode.BATCH_OPTIMIZED
 
 
-class BatchCache:
-    """The last backend read of each share-partition, shared by all its members, bounded in bytes.
-
-    Members of one share-partition fetch from nearby offsets (the next one picks up where the
-    previous acquisition stopped; redeliveries revisit recent batches), so one cached read often
-    serves several ShareFetches without another backend round trip. Log batches never change, so
-    a cached one is never wrong; least recently used entries go first when over the budget.
-    """
-
-    def __init__(self, max_bytes: int = 64 * 1024 * 1024) -> None:
-        self.max_bytes = max_bytes
-        self.bytes = 0
-        self.hits = self.misses = 0
-        self._entries: OrderedDict[object, FetchResult] = OrderedDict()
-
-    def get(self, key, offset: int, isolation_level: int) -> FetchResult | None:
-        result = self._entries.get((key, isolation_level))
-        if result is not None and result.batches and \
-                result.batches[0].base_offset <= offset <= result.batches[-1].last_offset:
-            self._entries.move_to_end((key, isolation_level))
-            self.hits += 1
-            _METRICS.cache_hits += 1
-            return result
-        self.misses += 1
-        _METRICS.cache_misses += 1
-        return None
-
-    def put(self, key, isolation_level: int, result: FetchResult) -> None:
-        old = self._entries.pop((key, isolation_level), None)
-        if old is not None:
-            self.bytes -= len(old.records)
-        if not result.batches or len(result.records) > self.max_bytes:
-            return
-        self._entries[(key, isolation_level)] = result
-        self.bytes += len(result.records)
-        while self.bytes > self.max_bytes:
-            _, evicted = self._entries.popitem(last=False)
-            self.bytes -= len(evicted.records)
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def drop(self, key) -> None:
-        for iso in (0, 1):
-            old = self._entries.pop((key, iso), None)
-            if old is not None:
-                self.bytes -= len(old.records)
-
-
 class ShareService:
     def __init__(self, *, sessions: ShareSessionCache, partitions: SharePartitionManager, backend,
                  group_config, cache_bytes: int = 64 * 1024 * 1024) -> None:
@@ -122,6 +73,7 @@ class ShareService:
         self.group_config = group_config
         self.cache = BatchCache(cache_bytes)
         self._rotation: dict[tuple[str, str], int] = {}
+        self._reading_ahead: dict[tuple, asyncio.Task] = {}  # log key -> its read-ahead (readcache.py)
 
     # -- entry points ------------------------------------------------------------------------
     async def share_fetch(self, *, conn_id: int, group_id: str, member_id: str, epoch: int, params: FetchParams,
@@ -380,6 +332,7 @@ class ShareService:
                                   aborted_transactions=result.aborted_transactions if read_committed else None)
         if not acquired:
             return None
+        self._read_ahead(slot, log_key, result, isolation)
         self.partitions.track(slot)
         records = _slice(result.records, batches, acquired)
         n = sum(a.last_offset - a.first_offset + 1 for a in acquired)
@@ -388,6 +341,41 @@ class ShareService:
         _METRICS.delivered_records += n
         _METRICS.delivered_bytes += len(records)
         return records, acquired
+
+    def _read_ahead(self, slot: Slot, log_key: tuple, result: FetchResult, isolation: int) -> None:
+        """Read the next window's bytes in the background when less than half a window is cached
+        beyond the window's end (see readcache.py): the ShareFetch that acknowledges the current
+        window then acquires from the cache instead of waiting for a backend round trip."""
+        sp = slot.partition
+        end = result.batches[-1].last_offset
+        cap = sp.in_flight + sp.free_locks
+        if end + 1 >= result.high_watermark or not slot.bytes_per_record or end - sp.speo >= cap // 2 \
+                or log_key in self._reading_ahead or self.cache.has_ahead(log_key, isolation):
+            return
+        size = max(_MIN_READ, min(int(cap * slot.bytes_per_record * 1.25),
+                                  self.cache.max_bytes // (len(self.cache) + 1)))
+        if self.cache.bytes + size > self.cache.max_bytes:
+            return  # a read-ahead never evicts: bytes read and dropped unused are read amplification
+        task = asyncio.ensure_future(self._read_ahead_into_cache(slot, log_key, end + 1, size, isolation))
+        self._reading_ahead[log_key] = task
+        task.add_done_callback(lambda _t: self._reading_ahead.pop(log_key, None))
+
+    async def _read_ahead_into_cache(self, slot: Slot, log_key: tuple, offset: int, size: int, isolation: int) -> None:
+        try:
+            result = await self.backend.fetch(slot.topic, slot.key.partition, offset, max_bytes=size,
+                                              max_wait_ms=0, isolation_level=isolation)
+        except BackendError as exc:  # the acquisition that needs these bytes reads them itself
+            log.debug("read-ahead of %s-%d at %d failed: %s", slot.topic, slot.key.partition, offset, exc)
+            return
+        if result.batches and not result.error_code:
+            self.cache.put(log_key, isolation, result, ahead=True)
+
+    async def close(self) -> None:
+        """Stop background reads (the backend is closed after this)."""
+        tasks = list(self._reading_ahead.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _wait(self, slots: list[Slot], remaining_s: float, read_committed: bool) -> None:
         """Park until a share-partition changes (ack, release, lock expiry), new data arrives in

@@ -18,7 +18,7 @@ import uuid
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from kshare_sidecar.persist import DeliveryState, PartitionState, SharePartitionKey, StateBatch
+from kshare_sidecar.persist import DeliveryState, PartitionState, PersistError, SharePartitionKey, StateBatch
 from kshare_sidecar.persist import codec
 from kshare_sidecar.persist.codec import KIND_OWNER, KIND_PARTITION
 from kshare_sidecar.persist.records import StoredPartition
@@ -97,6 +97,11 @@ async def test_a_zombie_write_is_never_adopted_and_the_zombie_stops(kafka_39):
     assert b.owner_epoch > a.owner_epoch
     await b.read_one(key, leader_epoch=b.owner_epoch)
     await b.write(key, _state(200, b.owner_epoch), b.owner_epoch)
+
+    # A still believes it owns the key: its write lands after B's owner record, and A's watch
+    # refuses to confirm it (or A already stopped): it is never answered as durable.
+    with pytest.raises(PersistError):
+        await a.write(key, _state(60, a.owner_epoch), a.owner_epoch)
 
     # A's late plain write lands after B's owner record (A was paused; the backend cannot refuse it).
     zombie = StoredPartition(_state(50, a.owner_epoch), assignment_epoch=a.owner_epoch)

@@ -1,0 +1,136 @@
+"""Acknowledgement bookkeeping of one share consumer (pure: no I/O, unit-tested).
+
+Why it is separate from the asyncio layer: what may be acknowledged, what is sent and how it is
+packed into AcknowledgementBatches are rules, and rules are easiest to get right (and to test)
+without sockets. The consumer keeps one :class:`PartitionInFlight` per share-partition; it holds
+the offsets this member acquired from one node (acks go back to the node that served them, or
+the broker answers NOT_LEADER_OR_FOLLOWER), the ones handed to the application, and the acks
+waiting to be sent (piggybacked on the next ShareFetch, or sent by ShareAcknowledge).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from .errors import AckStateError
+
+
+class AcknowledgeType(IntEnum):
+    """KIP-932 acknowledgement types as they go on the wire."""
+
+    GAP = 0  # no data record at this offset (control record, compaction hole): archive it
+    ACCEPT = 1
+    RELEASE = 2  # make it available again; delivery count is kept, so redelivery counts up
+    REJECT = 3  # archive it: never delivered again
+    RENEW = 4  # (v2) restart the acquisition lock; the record stays acquired
+
+
+@dataclass(frozen=True, slots=True)
+class AckBatch:
+    """One AcknowledgementBatch: an inclusive offset range and either one type for all of it or
+    one type per offset (the two shapes the protocol allows)."""
+
+    first_offset: int
+    last_offset: int
+    types: tuple[int, ...]
+
+
+def ack_batches(acks: Mapping[int, int]) -> list[AckBatch]:
+    """Pack ``offset -> type`` into batches: a batch per run of contiguous offsets (a missing
+    offset ends a batch: it is not ours to acknowledge), one type when the run is uniform, else
+    one type per offset. Sorted by offset."""
+    out: list[AckBatch] = []
+    run: list[int] = []
+    start = prev = None
+    for offset in sorted(acks):
+        if prev is not None and offset == prev + 1:
+            run.append(acks[offset])
+        else:
+            if run:
+                out.append(_batch(start, prev, run))
+            start, run = offset, [acks[offset]]
+        prev = offset
+    if run:
+        out.append(_batch(start, prev, run))
+    return out
+
+
+def _batch(first: int | None, last: int | None, types: list[int]) -> AckBatch:
+    assert first is not None and last is not None
+    uniform = all(t == types[0] for t in types)
+    return AckBatch(first, last, (int(types[0]),) if uniform else tuple(int(t) for t in types))
+
+
+@dataclass
+class PartitionInFlight:
+    """Offsets of one share-partition acquired from ``node`` and not yet acknowledged."""
+
+    node: int
+    acquired: dict[int, int] = field(default_factory=dict)  # offset -> delivery count
+    delivered: set[int] = field(default_factory=set)  # handed to the application, no ack yet
+    pending: dict[int, int] = field(default_factory=dict)  # offset -> type, not yet sent
+
+    def add_acquired(self, ranges: Iterable[tuple[int, int, int]], record_offsets: Iterable[int]) -> list[int]:
+        """Take the broker's AcquiredRecords ``(first, last, delivery_count)``; offsets in them
+        without a data record are queued as GAP at once. Returns the record offsets that are
+        acquired (records outside every acquired range belong to someone else: drop them)."""
+        present = set(record_offsets)
+        kept = []
+        for first, last, count in ranges:
+            for offset in range(first, last + 1):
+                if offset in present:
+                    self.acquired[offset] = count
+                    self.delivered.discard(offset)
+                    self.pending.pop(offset, None)
+                    kept.append(offset)
+                else:
+                    self.pending[offset] = AcknowledgeType.GAP
+        kept.sort()
+        return kept
+
+    def deliver(self, offset: int) -> None:
+        if offset in self.acquired:
+            self.delivered.add(offset)
+
+    def acknowledge(self, offset: int, ack_type: int) -> None:
+        """Queue an ack; a later ack of the same record before it is sent replaces the earlier."""
+        if ack_type not in (AcknowledgeType.ACCEPT, AcknowledgeType.RELEASE, AcknowledgeType.REJECT):
+            raise ValueError(f"cannot acknowledge with {ack_type!r}; use ACCEPT, RELEASE or REJECT")
+        if offset not in self.acquired:
+            raise AckStateError(f"offset {offset} is not acquired by this consumer")
+        self.pending[offset] = int(ack_type)
+        self.delivered.discard(offset)
+
+    def accept_delivered(self, skip: Iterable[int] = ()) -> None:
+        """Implicit mode: every record handed out and not acknowledged explicitly is accepted
+        (except ``skip``: handed out but not seen by the application yet)."""
+        keep = self.delivered & set(skip)
+        for offset in self.delivered - keep:
+            self.pending.setdefault(offset, AcknowledgeType.ACCEPT)
+        self.delivered = keep
+
+    def take_pending(self) -> list[AckBatch]:
+        """The queued acks as batches; they leave the books (sent means settled, whatever the
+        answer: a failed ack is not retried, as in Kafka's and librdkafka's clients)."""
+        if not self.pending:
+            return []
+        batches = ack_batches(self.pending)
+        for offset in self.pending:
+            self.acquired.pop(offset, None)
+        self.pending.clear()
+        return batches
+
+    def drop(self) -> int:
+        """The share session ended (the broker released the records): forget everything.
+        Returns how many acks were lost."""
+        lost = len(self.pending)
+        self.acquired.clear()
+        self.delivered.clear()
+        self.pending.clear()
+        return lost
+
+    @property
+    def empty(self) -> bool:
+        return not (self.acquired or self.pending)
