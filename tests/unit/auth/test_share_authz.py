@@ -174,3 +174,18 @@ async def test_find_coordinator_needs_describe():
         ("g", ErrorCode.none), ("other", ErrorCode.group_authorization_failed)]
     body = await _roundtrip(dispatcher, FindCoordinatorRequest(key_type=1, coordinator_keys=("txn",)))
     assert body.coordinators[0].error_code == ErrorCode.transactional_id_authorization_failed
+
+
+async def test_metadata_auto_creation_needs_create():
+    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+
+    def ask(*acls):
+        dispatcher = Dispatcher(build_registry(InMemoryTopicCatalog()), NODE, authorizer=FixedAuthorizer(*acls))
+        return _roundtrip(dispatcher, MetadataRequest(topics=(MetadataRequestTopic(name="new", topic_id=None),),
+                                                      allow_auto_topic_creation=True,
+                                                      include_topic_authorized_operations=False))
+
+    body = await ask(allow(Res.TOPIC, "new", Op.DESCRIBE))
+    assert body.topics[0].error_code == ErrorCode.topic_authorization_failed  # no CREATE: never created
+    body = await ask(allow(Res.TOPIC, "new", Op.DESCRIBE), allow(Res.CLUSTER, "kafka-cluster", Op.CREATE))
+    assert body.topics[0].error_code == ErrorCode.unknown_topic_or_partition  # left to the backend
