@@ -231,6 +231,14 @@ def test_same_acls_same_outcomes_kshare_and_native(brokers, kshare, certs):
     print("\n" + table)
     for user in groups:
         assert results[("kshare", user)] == results[("native", user)] == expected[user], table
+    # an ACL added at the backend applies within authorizer.cache.ms (refreshed in the background)
+    for broker in (b39, b4):
+        _grant(broker, ca, [_acl(ResourceType.TOPIC, topic, "dave", AclOperation.READ)])
+    time.sleep(2.5)
+    with ThreadPoolExecutor(2) as pool:
+        later = [pool.submit(outcome, bootstrap, groups["dave"], topic, scram("dave", ca))
+                 for bootstrap in (kshare.sasl_bootstrap, b4.ssl_bootstrap)]
+        assert [f.result() for f in later] == [f"consumed {RECORDS}"] * 2
     log = kshare.log_path.read_text(errors="replace")
     assert "Traceback" not in log and "UNKNOWN_SERVER_ERROR" not in log
     assert not any(pw in log for pw in USERS.values())
