@@ -189,3 +189,35 @@ async def test_metadata_auto_creation_needs_create():
     assert body.topics[0].error_code == ErrorCode.topic_authorization_failed  # no CREATE: never created
     body = await ask(allow(Res.TOPIC, "new", Op.DESCRIBE), allow(Res.CLUSTER, "kafka-cluster", Op.CREATE))
     assert body.topics[0].error_code == ErrorCode.unknown_topic_or_partition  # left to the backend
+
+
+async def test_backend_config_resources_are_checked_before_asking_the_backend():
+    """Describe/IncrementalAlterConfigs for TOPIC / BROKER resources go to the backend as the
+    sidecar: Kafka's DESCRIBE_CONFIGS / ALTER_CONFIGS checks for the client happen first."""
+    from kio.schema.describe_configs.v4 import request as d4
+
+    from kshare_sidecar.api.context import NodeIdentity, RequestContext
+    from kshare_sidecar.forward import mixed
+
+    class Pool:
+        asked: list = []
+
+        def version(self, api_key, highest):
+            return highest
+
+        async def call(self, node, request):
+            self.asked.append(request)
+            raise AssertionError("nothing may reach the backend")
+
+    ctx = RequestContext(conn_id=1, client_id="t", client_host="h", client_port=1, node=NodeIdentity(1, "h", 1),
+                         api_key=32, api_version=4, correlation_id=1,
+                         authorizer=FixedAuthorizer(allow(Res.TOPIC, "t", Op.READ)))
+    handler = mixed.configs(None, Pool(), 32, "results", lambda: 1)
+    req = d4.DescribeConfigsRequest(resources=(
+        d4.DescribeConfigsResource(resource_type=2, resource_name="t", configuration_keys=None),
+        d4.DescribeConfigsResource(resource_type=4, resource_name="1", configuration_keys=None)),
+        include_synonyms=False, include_documentation=False)
+    out = await handler(ctx, None, req)
+    assert [r["error_code"] for r in out["results"]] == [ErrorCode.topic_authorization_failed,
+                                                         ErrorCode.cluster_authorization_failed]
+    assert not Pool.asked
