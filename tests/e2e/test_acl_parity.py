@@ -275,6 +275,8 @@ def _admin_outcomes(bootstrap: str, extra: dict, group: str, classic: str, topic
     out["delete"] = code(admin.delete_consumer_groups([group])[group])
     resource = ConfigResource(ResourceType.GROUP, group)
     out["describe_configs"] = code(next(iter(admin.describe_configs([resource]).values())))
+    topic_resource = ConfigResource(ResourceType.TOPIC, topic)  # a backend resource: asked as the sidecar
+    out["topic_configs"] = code(next(iter(admin.describe_configs([topic_resource]).values())))
     entry = ConfigEntry("share.delivery.count.limit", "4", incremental_operation=AlterConfigOpType.SET)
     altered = admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, group, incremental_configs=[entry])])
     out["alter_configs"] = code(next(iter(altered.values())))
@@ -313,11 +315,13 @@ def test_admin_apis_same_outcomes_kshare_and_native(brokers, kshare, certs):
     assert results[("kshare", "alice")] == {"listed": "False", "topic_listed": "False",
                                             "delete": "GROUP_AUTHORIZATION_FAILED",
                                             "describe_configs": "GROUP_AUTHORIZATION_FAILED",
-                                            "alter_configs": "GROUP_AUTHORIZATION_FAILED"}, table
+                                            "alter_configs": "GROUP_AUTHORIZATION_FAILED",
+                                            "topic_configs": "TOPIC_AUTHORIZATION_FAILED"}, table
     assert results[("kshare", "carol")] == {"listed": "True", "topic_listed": "True",
                                             "delete": "GROUP_AUTHORIZATION_FAILED",
                                             "describe_configs": "GROUP_AUTHORIZATION_FAILED",
-                                            "alter_configs": "GROUP_AUTHORIZATION_FAILED"}, table
+                                            "alter_configs": "GROUP_AUTHORIZATION_FAILED",
+                                            "topic_configs": "TOPIC_AUTHORIZATION_FAILED"}, table
 
 
 def _produce_outcome(bootstrap: str, topic: str, extra: dict) -> str:
