@@ -188,6 +188,18 @@ SETTINGS: tuple[Setting, ...] = (
        "delegate)."),
     _S("sasl.credentials.file", "", str, "static authenticator: file of user:password or "
        "user:SCRAM-SHA-nnn:salt=...,stored_key=...,server_key=...,iterations=N lines."),
+    # -- authorization against the backend's ACLs (docs/security.md, "Authorization")
+    _S("authorizer.class.name", "", str, "'' : no authorization; 'backend': share-group APIs are authorized with "
+       "the backend's ACLs for the client's principal (Kafka's rules and error codes).", choices=("", "backend")),
+    _S("authorizer.cache.ms", 5000, int, "How long a principal's ACLs read from the backend are used before a "
+       "background refresh.", 100, 3_600_000),
+    _S("super.users", "", str, "Principals allowed everything without ACLs, ';'-separated as in Kafka "
+       "(User:admin;User:kshare); the backend's super.users cannot be read over the protocol."),
+    _S("authorizer.allow.plaintext.anonymous", True, bool, "User:ANONYMOUS on PLAINTEXT listeners (health checks "
+       "on loopback) is not checked; false: checked against its ACLs, as Kafka does."),
+    _S("passthrough.credentials", "sidecar", str, "Whose credentials forwarded requests use at the backend: "
+       "'sidecar' (the backend.sasl.* user) or 'client' (a SASL PLAIN client's own user and password, so the "
+       "backend authorizes the client; other clients cannot use pass-through).", choices=("sidecar", "client")),
     _S("node.id", 1, int, "Node id the sidecar presents as coordinator and partition leader.", 0, 2**31 - 1),
     _S("cluster.id", "kshare", str, "Cluster id reported in Metadata."),
     _S("socket.request.max.bytes", 100 * 1024 * 1024, int, "Largest request frame accepted.", 1024, 2**31 - 1),

@@ -12,26 +12,57 @@
 
 Handlers return version-neutral dicts; the dispatcher converts them to the negotiated version.
 See docs/admin.md for the rules.
+
+Authorization (``authorizer.class.name = backend``) follows Kafka's KafkaApis, codes and all:
+ListGroups lists only groups with DESCRIBE (all with DESCRIBE on CLUSTER); ShareGroupDescribe
+needs DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED) and DESCRIBE on every assigned topic
+(else the group is TOPIC_AUTHORIZATION_FAILED); DescribeShareGroupOffsets DESCRIBE on the group,
+topics without DESCRIBE are left out (all topics) or TOPIC_AUTHORIZATION_FAILED (named topics);
+AlterShareGroupOffsets READ on the group and READ per topic; DeleteShareGroupOffsets DELETE on
+the group and READ per topic; DeleteGroups DELETE per group.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ..auth.acls import CLUSTER_NAME, Decider, Op, Res
 from ..log.errors import BackendError, UnknownTopicError
 from ..service.admin import AdminError, AdminService, GroupDescription
-from .context import KafkaError, RequestContext
+from .context import KafkaError, RequestContext, acl_of
 from .registry import ApiRegistry
 
 log = logging.getLogger("kshare.api.admin")
 
+_ZERO_UUID = uuid.UUID(int=0)
 #: AuthorizedOperations "not provided" (Kafka's INT32_MIN default).
 _NO_OPS = -(2**31)
 _LATEST, _EARLIEST, _MAX_TIMESTAMP, _EARLIEST_LOCAL, _LATEST_TIERED = -1, -2, -3, -4, -5
+#: Kafka's default messages (Errors.java) where KafkaApis sends them.
+TOPIC_AUTH_MESSAGE = "Topic authorization failed."
+GROUP_AUTH_MESSAGE = "Group authorization failed."
+
+
+#: Kafka's AclEntry.supportedOperations(GROUP): what AuthorizedOperations reports on.
+_GROUP_OPS = (Op.READ, Op.DESCRIBE, Op.DELETE, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS)
+
+
+def authorized_operations(acl: Decider, group_id: str) -> int:
+    """IncludeAuthorizedOperations: the allowed GROUP operations as Kafka's bit field (1 << code);
+    all of them when authorization is off, as a broker without an authorizer answers."""
+    return sum(1 << int(op) for op in _GROUP_OPS if acl.allows(op, Res.GROUP, group_id))
+
+
+def visible_groups(acl: Decider, groups: list) -> list:
+    """ListGroups' filter: everything with DESCRIBE on CLUSTER, else groups with DESCRIBE."""
+    if acl.unrestricted or acl.allows(Op.DESCRIBE, Res.CLUSTER, CLUSTER_NAME):
+        return list(groups)
+    return [g for g in groups if acl.allows(Op.DESCRIBE, Res.GROUP, g["group_id"])]
 
 
 def _raise(exc: AdminError) -> None:
@@ -46,9 +77,9 @@ def make_list_groups(admin: AdminService):
                                          types=getattr(req, "types_filter", ()) or ())
         except AdminError as exc:
             return {"throttle_time": 0, "error_code": exc.code, "groups": ()}
-        return {"throttle_time": 0, "error_code": ErrorCode.none, "groups": tuple(
+        return {"throttle_time": 0, "error_code": ErrorCode.none, "groups": tuple(visible_groups(await acl_of(ctx), [
             {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state,
-             "group_type": g.group_type} for g in listings)}
+             "group_type": g.group_type} for g in listings]))}
 
     return list_groups
 
@@ -70,12 +101,24 @@ def _described(d) -> dict[str, Any]:
 
 def make_share_group_describe(admin: AdminService):
     async def share_group_describe(ctx: RequestContext, header, req) -> dict[str, Any]:
+        acl = await acl_of(ctx)
         groups = []
         for group_id in req.group_ids:
+            if not acl.allows(Op.DESCRIBE, Res.GROUP, group_id):
+                groups.append(_described(GroupDescription(group_id, ErrorCode.group_authorization_failed)))
+                continue
             try:
-                groups.append(_described(admin.describe_group(group_id)))
+                d = admin.describe_group(group_id)
             except AdminError as exc:
-                groups.append(_described(GroupDescription(group_id, exc.code, exc.message)))
+                d = GroupDescription(group_id, exc.code, exc.message)
+            topics = {name for m in d.members for _, name, _ in m.assignment}
+            if len(acl.allowed(Op.DESCRIBE, Res.TOPIC, topics)) < len(topics):
+                d = GroupDescription(group_id, ErrorCode.topic_authorization_failed, "The group has described "
+                                     "topic(s) that the client is not authorized to describe.")
+            described = _described(d)
+            if getattr(req, "include_authorized_operations", False) and d.error == ErrorCode.none:
+                described["authorized_operations"] = authorized_operations(acl, group_id)
+            groups.append(described)
         return {"throttle_time": 0, "groups": tuple(groups)}
 
     return share_group_describe
@@ -97,16 +140,33 @@ def _offsets_topic(t) -> dict[str, Any]:
 
 def make_describe_offsets(admin: AdminService):
     async def describe_share_group_offsets(ctx: RequestContext, header, req) -> dict[str, Any]:
+        acl = await acl_of(ctx)
         groups = []
         for g in req.groups:
+            if not acl.allows(Op.DESCRIBE, Res.GROUP, g.group_id):
+                groups.append({"group_id": g.group_id, "topics": (), "error_code": ErrorCode.group_authorization_failed,
+                               "error_message": None})
+                continue
             topics = None if g.topics is None else {t.topic_name: list(t.partitions) for t in g.topics}
+            denied: dict[str, list[int]] = {}
+            if topics is not None:
+                allowed = acl.allowed(Op.DESCRIBE, Res.TOPIC, topics)
+                denied = {n: ps for n, ps in topics.items() if n not in allowed}
+                topics = {n: ps for n, ps in topics.items() if n in allowed}
             try:
-                result = await admin.describe_offsets(g.group_id, topics)
+                result = await admin.describe_offsets(g.group_id, topics) if topics or topics is None else []
             except AdminError as exc:
                 groups.append({"group_id": g.group_id, "topics": (), "error_code": exc.code,
                                "error_message": exc.message})
                 continue
-            groups.append({"group_id": g.group_id, "topics": tuple(_offsets_topic(t) for t in result),
+            if g.topics is None:  # all topics: those without DESCRIBE are left out
+                allowed = acl.allowed(Op.DESCRIBE, Res.TOPIC, {t.name for t in result})
+                result = [t for t in result if t.name in allowed]
+            groups.append({"group_id": g.group_id, "topics": tuple(_offsets_topic(t) for t in result) + tuple(
+                {"topic_name": n, "topic_id": _ZERO_UUID, "partitions": tuple(
+                    {"partition_index": p, "start_offset": -1, "leader_epoch": -1, "lag": -1,
+                     "error_code": ErrorCode.topic_authorization_failed, "error_message": TOPIC_AUTH_MESSAGE}
+                    for p in ps)} for n, ps in denied.items()),
                            "error_code": ErrorCode.none, "error_message": None})
         return {"throttle_time": 0, "groups": tuple(groups)}
 
@@ -121,19 +181,28 @@ def _describe_offsets_error(ctx, req, code: ErrorCode, message: str | None) -> d
 # -- AlterShareGroupOffsets (91) ---------------------------------------------------------------
 def make_alter_offsets(admin: AdminService):
     async def alter_share_group_offsets(ctx: RequestContext, header, req) -> dict[str, Any]:
+        acl = await acl_of(ctx)
+        if not acl.allows(Op.READ, Res.GROUP, req.group_id):
+            raise KafkaError(ErrorCode.group_authorization_failed)
         topics: dict[str, dict[int, int]] = {}
         for t in req.topics:
             parts = topics.setdefault(t.topic_name, {})
             for p in t.partitions:
                 parts[p.partition_index] = p.start_offset
+        readable = acl.allowed(Op.READ, Res.TOPIC, topics)
+        denied = {n: ps for n, ps in topics.items() if n not in readable}
         try:
-            result = await admin.alter_offsets(req.group_id, topics)
+            result = await admin.alter_offsets(req.group_id, {n: ps for n, ps in topics.items() if n in readable})
         except AdminError as exc:
             _raise(exc)
+        ids = await _topic_ids(admin, denied)
         return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "responses": tuple(
             {"topic_name": t.name, "topic_id": t.topic_id, "partitions": tuple(
                 {"partition_index": p.partition, "error_code": p.error, "error_message": p.message}
-                for p in t.partitions)} for t in result)}
+                for p in t.partitions)} for t in result) + tuple(
+            {"topic_name": n, "topic_id": ids.get(n, _ZERO_UUID), "partitions": tuple(
+                {"partition_index": p, "error_code": ErrorCode.topic_authorization_failed,
+                 "error_message": TOPIC_AUTH_MESSAGE} for p in sorted(ps))} for n, ps in denied.items())}
 
     return alter_share_group_offsets
 
@@ -141,11 +210,18 @@ def make_alter_offsets(admin: AdminService):
 # -- DeleteShareGroupOffsets (92) --------------------------------------------------------------
 def make_delete_offsets(admin: AdminService):
     async def delete_share_group_offsets(ctx: RequestContext, header, req) -> dict[str, Any]:
+        acl = await acl_of(ctx)
+        if not acl.allows(Op.DELETE, Res.GROUP, req.group_id):
+            raise KafkaError(ErrorCode.group_authorization_failed)
+        names = [t.topic_name for t in req.topics]
+        readable = acl.allowed(Op.READ, Res.TOPIC, names)
         try:
-            result = await admin.delete_offsets(req.group_id, [t.topic_name for t in req.topics])
+            result = await admin.delete_offsets(req.group_id, [n for n in names if n in readable])
         except AdminError as exc:
             _raise(exc)
         return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "responses": tuple(
+            {"topic_name": n, "topic_id": _ZERO_UUID, "error_code": ErrorCode.topic_authorization_failed,
+             "error_message": TOPIC_AUTH_MESSAGE} for n in dict.fromkeys(names) if n not in readable) + tuple(
             {"topic_name": t.name, "topic_id": t.topic_id, "error_code": t.error, "error_message": t.message}
             for t in result)}
 
@@ -155,10 +231,14 @@ def make_delete_offsets(admin: AdminService):
 # -- DeleteGroups (42) -------------------------------------------------------------------------
 def make_delete_groups(admin: AdminService):
     async def delete_groups(ctx: RequestContext, header, req) -> dict[str, Any]:
+        acl = await acl_of(ctx)
+        names = list(dict.fromkeys(req.groups_names))
+        allowed = acl.allowed(Op.DELETE, Res.GROUP, names)
         try:
-            result = await admin.delete_groups(list(dict.fromkeys(req.groups_names)))
+            result = await admin.delete_groups([g for g in names if g in allowed]) if allowed else []
         except AdminError as exc:
-            result = [(g, exc.code) for g in req.groups_names]
+            result = [(g, exc.code) for g in names if g in allowed]
+        result = list(result) + [(g, ErrorCode.group_authorization_failed) for g in names if g not in allowed]
         return {"throttle_time": 0, "results": tuple({"group_id": g, "error_code": code} for g, code in result)}
 
     return delete_groups
@@ -166,6 +246,16 @@ def make_delete_groups(admin: AdminService):
 
 def _delete_groups_error(ctx, req, code: ErrorCode, message: str | None) -> dict[str, Any]:
     return {"throttle_time": 0, "results": tuple({"group_id": g, "error_code": code} for g in req.groups_names)}
+
+
+async def _topic_ids(admin: AdminService, names) -> dict:
+    """Topic ids for answers about topics the principal may not use (Kafka names the real id)."""
+    if not names:
+        return {}
+    try:
+        return {n: t.topic_id for n, t in (await admin.backend.describe_topics(list(names))).items()}
+    except BackendError:
+        return {}
 
 
 # -- ListOffsets (2) ---------------------------------------------------------------------------

@@ -4,6 +4,9 @@ The sidecar holds per-group ``share.*`` configs (resource type GROUP = 32 on the
 ``ConfigResource.Type``; librdkafka maps its ``ResourceType.GROUP`` to 32 as well). Other
 resource types belong to the backend cluster: each such resource is answered with
 INVALID_REQUEST and a message saying where to ask. A failed resource never affects another one.
+With ``authorizer.class.name = backend`` a GROUP resource needs DESCRIBE_CONFIGS (describe) or
+ALTER_CONFIGS (alter) on the group, else GROUP_AUTHORIZATION_FAILED, as Kafka's ConfigHelper and
+ControllerApis answer.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from ..service.admin import (
     AdminService,
 )
 from ..config import GROUP_CONFIGS
-from .context import RequestContext
+from ..auth.acls import Op, Res
+from .context import RequestContext, acl_of
 from .registry import ApiRegistry
 
 _TYPE_NAMES = {0: "UNKNOWN", 2: "TOPIC", 4: "BROKER", 8: "BROKER_LOGGER", 16: "CLIENT_METRICS", 32: "GROUP"}
@@ -37,12 +41,16 @@ def make_describe_configs(admin: AdminService):
     async def describe_configs(ctx: RequestContext, header, req) -> dict[str, Any]:
         synonyms = bool(getattr(req, "include_synonyms", False))
         docs = bool(getattr(req, "include_documentation", False))
+        acl = await acl_of(ctx)
         results = []
         for r in req.resources:
             res = {"error_code": ErrorCode.none, "error_message": None, "resource_type": r.resource_type,
                    "resource_name": r.resource_name, "configs": ()}
             if r.resource_type != RESOURCE_GROUP:
                 res["error_code"], res["error_message"] = ErrorCode.invalid_request, _not_served(r.resource_type)
+            elif not acl.allows(Op.DESCRIBE_CONFIGS, Res.GROUP, r.resource_name):
+                res["error_code"], res["error_message"] = ErrorCode.group_authorization_failed, \
+                    "Group authorization failed."
             elif not r.resource_name:
                 res["error_code"], res["error_message"] = ErrorCode.invalid_group_id, "the group id must not be empty"
             else:
@@ -79,12 +87,15 @@ def _describe_error(ctx, req, code: ErrorCode, message: str | None) -> dict[str,
 
 def make_incremental_alter_configs(admin: AdminService):
     async def incremental_alter_configs(ctx: RequestContext, header, req) -> dict[str, Any]:
+        acl = await acl_of(ctx)
         responses = []
         for r in req.resources:
             code, message = ErrorCode.none, None
             try:
                 if r.resource_type != RESOURCE_GROUP:
                     raise AdminError(ErrorCode.invalid_request, _not_served(r.resource_type))
+                if not acl.allows(Op.ALTER_CONFIGS, Res.GROUP, r.resource_name):
+                    raise AdminError(ErrorCode.group_authorization_failed, None)
                 if not r.resource_name:
                     raise AdminError(ErrorCode.invalid_group_id, "the group id must not be empty")
                 changes = admin.check_config_ops((c.name, c.config_operation, c.value) for c in r.configs)

@@ -13,6 +13,8 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from ..auth.acls import ALLOW_ALL, Decider
+
 
 @dataclass(frozen=True, slots=True)
 class NodeIdentity:
@@ -82,6 +84,17 @@ class RequestContext:
     principal: str = "User:ANONYMOUS"
     #: Name of the listener the request came in on (``PLAINTEXT``, ``SASL_SSL``, ...).
     listener: str = "PLAINTEXT"
+    #: Security protocol of that listener (the anonymous-on-PLAINTEXT exemption needs it).
+    security_protocol: str = "PLAINTEXT"
+    #: ``authorizer.class.name = backend``: the :class:`~kshare_sidecar.auth.authorizer.BackendAuthorizer`;
+    #: ``None``: authorization is off and every check passes.
+    authorizer: Any = None
+
+    async def acl(self) -> Decider:
+        """The ACL decisions for this request's principal and client host (:func:`authorize`)."""
+        if self.authorizer is None:
+            return ALLOW_ALL
+        return await self.authorizer.decider(self.principal, self.client_host, self.security_protocol)
 
     def release_ordering(self) -> None:
         """Let the next request on this connection start processing before this one answers.
@@ -97,3 +110,8 @@ class RequestContext:
         if self.connection is None:
             raise RuntimeError("request has no connection (pure unit test?)")
         self.connection.add_close_callback(callback)
+
+
+async def acl_of(ctx: RequestContext | None) -> Decider:
+    """``ctx.acl()``, and every check passes for a context-less call (pure unit tests)."""
+    return ALLOW_ALL if ctx is None else await ctx.acl()

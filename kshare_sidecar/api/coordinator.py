@@ -11,6 +11,10 @@ from v4). Key types, following Kafka's semantics:
   from v6); kshare keeps share state elsewhere and exposes no such coordinator ->
   COORDINATOR_NOT_AVAILABLE on v6, INVALID_REQUEST before v6 (the type did not exist).
 - anything else: INVALID_REQUEST, as Kafka does for an unknown coordinator type.
+
+With ``authorizer.class.name = backend``, as Kafka's getCoordinator: DESCRIBE on the GROUP
+(GROUP_AUTHORIZATION_FAILED), DESCRIBE on the TRANSACTIONAL_ID (TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+CLUSTER_ACTION on the CLUSTER for SHARE keys (CLUSTER_AUTHORIZATION_FAILED) — before anything else.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from .context import RequestContext
+from ..auth.acls import CLUSTER_NAME, Decider, Op, Res
+from .context import RequestContext, acl_of
 from .registry import ApiRegistry
 
 API_KEY = 10
@@ -48,6 +53,17 @@ def _coordinator(ctx: RequestContext, key: str, key_type: int, transactions: boo
     return _failed(key, ErrorCode.invalid_request, f"unknown coordinator type {key_type}")
 
 
+def _denied(acl: Decider, key: str, key_type: int) -> dict[str, Any] | None:
+    if key_type == GROUP and not acl.allows(Op.DESCRIBE, Res.GROUP, key):
+        return _failed(key, ErrorCode.group_authorization_failed, "Group authorization failed.")
+    if key_type == TRANSACTION and not acl.allows(Op.DESCRIBE, Res.TRANSACTIONAL_ID, key):
+        return _failed(key, ErrorCode.transactional_id_authorization_failed,
+                       "Transactional Id authorization failed.")
+    if key_type == SHARE and not acl.allows(Op.CLUSTER_ACTION, Res.CLUSTER, CLUSTER_NAME):
+        return _failed(key, ErrorCode.cluster_authorization_failed, "Cluster authorization failed.")
+    return None
+
+
 def _failed(key: str, code: ErrorCode, message: str | None) -> dict[str, Any]:
     return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": code, "error_message": message}
 
@@ -69,7 +85,8 @@ def _keys(ctx: RequestContext, request: Any) -> tuple[list[str], int]:
 
 async def find_coordinator(ctx: RequestContext, header: Any, request: Any) -> dict[str, Any]:
     keys, key_type = _keys(ctx, request)
-    return _shape(ctx, [_coordinator(ctx, key, key_type) for key in keys])
+    acl = await acl_of(ctx)
+    return _shape(ctx, [_denied(acl, key, key_type) or _coordinator(ctx, key, key_type) for key in keys])
 
 
 def forwarding(check):
@@ -81,8 +98,13 @@ def forwarding(check):
 
     async def find_coordinator(ctx: RequestContext, header: Any, request: Any) -> dict[str, Any]:
         keys, key_type = _keys(ctx, request)
+        acl = await acl_of(ctx)
         out = []
         for key in keys:
+            denied = _denied(acl, key, key_type)
+            if denied is not None:
+                out.append(denied)
+                continue
             problem = await check(key_type, key) if key_type in (GROUP, TRANSACTION) else None
             out.append(_failed(key, *problem) if problem else _coordinator(ctx, key, key_type, transactions=True))
         return _shape(ctx, out)

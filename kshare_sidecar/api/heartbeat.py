@@ -1,4 +1,10 @@
-"""ShareGroupHeartbeat (key 76, v1): message <-> GroupService."""
+"""ShareGroupHeartbeat (key 76, v1): message <-> GroupService.
+
+Authorization (``authorizer.class.name = backend``), as Kafka's KafkaApis: READ on the GROUP, else
+GROUP_AUTHORIZATION_FAILED; then, when SubscribedTopicNames is sent, DESCRIBE on every one of
+them, else TOPIC_AUTHORIZATION_FAILED (no message, the heartbeat is not applied — clients treat it
+as non-fatal and report it to the application).
+"""
 
 from __future__ import annotations
 
@@ -6,11 +12,21 @@ import datetime
 
 from kio.schema.share_group_heartbeat.v1 import response as r1
 
-from .context import RequestContext
+from kio.schema.errors import ErrorCode
+
+from ..auth.acls import Op, Res
+from .context import RequestContext, acl_of
 
 
 def make_handler(groups):
     async def share_group_heartbeat(ctx: RequestContext, header, req):
+        acl = await acl_of(ctx)
+        if not acl.allows(Op.READ, Res.GROUP, req.group_id):
+            return _error(ErrorCode.group_authorization_failed)
+        if req.subscribed_topic_names:
+            wanted = set(req.subscribed_topic_names)
+            if len(acl.allowed(Op.DESCRIBE, Res.TOPIC, wanted)) < len(wanted):
+                return _error(ErrorCode.topic_authorization_failed)
         result = await groups.heartbeat(
             group_id=req.group_id, member_id=req.member_id, member_epoch=req.member_epoch, rack_id=req.rack_id,
             subscribed_topic_names=list(req.subscribed_topic_names) if req.subscribed_topic_names is not None
@@ -21,15 +37,19 @@ def make_handler(groups):
                 r1.TopicPartitions(topic_id=tid, partitions=tuple(sorted(ps)))
                 for tid, ps in sorted(result.assignment.items())))
         if result.error:  # Kafka's error response: the code and message, every other field at its default
-            return r1.ShareGroupHeartbeatResponse(
-                throttle_time=datetime.timedelta(0), error_code=result.error, error_message=result.message,
-                member_id=None, member_epoch=0, heartbeat_interval=datetime.timedelta(0), assignment=None)
+            return _error(result.error, result.message)
         return r1.ShareGroupHeartbeatResponse(
             throttle_time=datetime.timedelta(0), error_code=result.error, error_message=result.message,
             member_id=result.member_id, member_epoch=result.member_epoch,
             heartbeat_interval=datetime.timedelta(milliseconds=result.heartbeat_interval_ms), assignment=assignment)
 
     return share_group_heartbeat
+
+
+def _error(code, message: str | None = None):
+    return r1.ShareGroupHeartbeatResponse(
+        throttle_time=datetime.timedelta(0), error_code=code, error_message=message,
+        member_id=None, member_epoch=0, heartbeat_interval=datetime.timedelta(0), assignment=None)
 
 
 def register(registry, groups) -> None:

@@ -16,9 +16,10 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v13 import response as v13
 
+from ..auth.acls import CLUSTER_NAME, Decider, Op, Res
 from ..log.types import TopicInfo
 from .catalog import TopicCatalog
-from .context import KafkaError, RequestContext
+from .context import KafkaError, RequestContext, acl_of
 from .registry import ApiRegistry
 
 API_KEY = 3
@@ -39,6 +40,9 @@ class MetadataHandler:
 
     async def __call__(self, ctx: RequestContext, header: Any, request: Any) -> Any:
         topics = await self._topics(ctx, request)
+        acl = await acl_of(ctx)
+        if not acl.unrestricted:
+            topics = _authorized(acl, ctx, request, topics)
         if self._backend is not None:
             topics = await self._from_backend(ctx, request, topics)
         return _response(ctx, topics)
@@ -47,7 +51,8 @@ class MetadataHandler:
                             topics: list[v13.MetadataResponseTopic]) -> list[v13.MetadataResponseTopic]:
         """Epochs, leaderless partitions and auto-creation from the backend's own answer."""
         auto = bool(getattr(request, "allow_auto_topic_creation", False))
-        names = [t.name for t in topics if t.name is not None and (t.error_code == ErrorCode.none or auto)]
+        names = [t.name for t in topics if t.name is not None and (
+            t.error_code == ErrorCode.none or (auto and t.error_code == ErrorCode.unknown_topic_or_partition))]
         if not names:
             return topics
         answer = await self._backend.metadata(names, auto_create=auto)
@@ -117,6 +122,38 @@ class MetadataHandler:
                     info = await self._catalog.topic_by_id(value)
                 out.append(_topic(info, node) if info else _unknown_id(value))
         return out
+
+
+def _authorized(acl: Decider, ctx: RequestContext, request: Any,
+                topics: list[v13.MetadataResponseTopic]) -> list[v13.MetadataResponseTopic]:
+    """Kafka's Metadata rules for the principal (authorizer.class.name = backend): all topics —
+    only those with DESCRIBE; named topics without DESCRIBE — TOPIC_AUTHORIZATION_FAILED, no id
+    (existence not disclosed); by id — TOPIC_AUTHORIZATION_FAILED with the id, no name; a missing
+    topic to auto-create without CREATE on the cluster or the topic — TOPIC_AUTHORIZATION_FAILED
+    (so the sidecar's own credentials never create it)."""
+    requested = request.topics
+    if requested is None or (ctx.api_version == 0 and not requested):
+        return [t for t in topics if t.name is None or acl.allows(Op.DESCRIBE, Res.TOPIC, t.name)]
+    # _topics answers each distinct (name | id) entry once, in request order: pair them up again
+    kinds = list(dict.fromkeys(("name", e.name) if e.name is not None else ("id", getattr(e, "topic_id", None))
+                               for e in requested))
+    auto = bool(getattr(request, "allow_auto_topic_creation", False))
+    may_create_all = auto and acl.allows(Op.CREATE, Res.CLUSTER, CLUSTER_NAME)
+    out = []
+    for (kind, _), t in zip(kinds, topics, strict=True):
+        if t.name is None:
+            out.append(t)
+        elif not acl.allows(Op.DESCRIBE, Res.TOPIC, t.name):
+            if kind == "name":
+                out.append(_unknown_name(t.name, ErrorCode.topic_authorization_failed))
+            else:
+                out.append(_unknown_id(t.topic_id, ErrorCode.topic_authorization_failed))
+        elif auto and t.error_code == ErrorCode.unknown_topic_or_partition and not may_create_all \
+                and not acl.allows(Op.CREATE, Res.TOPIC, t.name):
+            out.append(_unknown_name(t.name, ErrorCode.topic_authorization_failed))
+        else:
+            out.append(t)
+    return out
 
 
 def _with_backend(p: v13.MetadataResponsePartition, backend: tuple[int, int, ErrorCode] | None,

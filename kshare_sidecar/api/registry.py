@@ -167,9 +167,11 @@ class Dispatcher:
     after binding.
     """
 
-    def __init__(self, registry: ApiRegistry, node: NodeIdentity) -> None:
+    def __init__(self, registry: ApiRegistry, node: NodeIdentity, authorizer: Any = None) -> None:
         self.registry = registry
         self.node = node
+        #: ``authorizer.class.name = backend``: reaches handlers as ``ctx.authorizer`` (``ctx.acl()``).
+        self.authorizer = authorizer
 
     async def __call__(
         self, conn: ConnectionHandle, frame: bytes, release: Callable[[], None]
@@ -220,6 +222,8 @@ class Dispatcher:
             _release=release or (lambda: None),
             principal=getattr(conn, "principal", "User:ANONYMOUS"),
             listener=getattr(conn, "listener", "PLAINTEXT"),
+            security_protocol=getattr(conn, "security_protocol", "PLAINTEXT"),
+            authorizer=self.authorizer,
         )
         response = await self._invoke(entry, ctx, decoded)
         if response is None:

@@ -78,6 +78,9 @@ class Exchange:
         self.mechanism = mechanism
         self.authenticator = authenticator
         self.username: str | None = None
+        #: PLAIN only, after success: the client's password, kept for passthrough.credentials =
+        #: client (never logged, dropped with the exchange unless the listener keeps it)
+        self.password: str | None = None
         self._scram = ScramServer(mechanism) if mechanism in HASHES else None
         self._generic = (f"Authentication failed during authentication due to invalid credentials with SASL "
                          f"mechanism {mechanism}")
@@ -119,6 +122,7 @@ class Exchange:
         if authzid and authzid != username:
             message = "Authentication failed: Client requested an authorization id that is different from username"
             raise AuthFailed(message, message)
+        self.password = password
         return b""
 
 
@@ -144,7 +148,8 @@ class ListenerHandler:
 
     def __init__(self, dispatcher: Dispatcher, *, listener: str = "PLAINTEXT",
                  mechanisms: tuple[str, ...] = (), authenticator: Authenticator | None = None,
-                 sasl: bool = False, failure_delay_s: float = 0.0, reauth_ms: int = 0) -> None:
+                 sasl: bool = False, failure_delay_s: float = 0.0, reauth_ms: int = 0,
+                 keep_plain_credentials: bool = False) -> None:
         if sasl and (not mechanisms or authenticator is None):
             raise ValueError("a SASL listener needs mechanisms and an authenticator")
         self.dispatcher = dispatcher
@@ -159,6 +164,9 @@ class ListenerHandler:
         #: lifetime (SessionLifetimeMs); clients re-authenticate on the connection before it ends,
         #: and a request on an expired session closes the connection. 0: sessions never end.
         self.reauth_ms = reauth_ms
+        #: passthrough.credentials = client: a PLAIN client's user and password stay on its
+        #: connection (``conn.backend_credentials``) so pass-through authenticates to the backend as it
+        self.keep_plain_credentials = keep_plain_credentials
         self._sessions: weakref.WeakKeyDictionary[Any, _Session] = weakref.WeakKeyDictionary()
 
     async def __call__(self, conn: ConnectionHandle, frame: bytes, release: Callable[[], None]) -> bytes | None:
@@ -280,6 +288,12 @@ class ListenerHandler:
             _count(STATS.authentications, self.listener)
             principal = f"User:{exchange.username}"
             _set_principal(conn, principal)
+            if self.keep_plain_credentials:
+                keep = (exchange.username, exchange.password) if exchange.password is not None else None
+                try:
+                    conn.backend_credentials = keep  # type: ignore[attr-defined]
+                except AttributeError:
+                    pass
             lift = getattr(conn, "lift_frame_limit", None)
             if lift is not None:  # sasl.server.max.receive.size applied until now
                 lift()

@@ -2,6 +2,7 @@
 
 Responses are built in the v2 shape and converted by the registry for v1 clients. Every
 partition that carried acknowledgements is answered, and `Records` is never null.
+Authorization (``authorizer.class.name = backend``): see :func:`_authorize`.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from kio.schema.errors import ErrorCode
 from kio.schema.share_acknowledge.v2 import response as a2
 from kio.schema.share_fetch.v2 import response as f2
 
+from ..auth.acls import Op, Res
 from ..service.shares import FetchParams, ShareOut
 from ..share.types import AckBatch
-from .context import KafkaError, RequestContext
+from .context import KafkaError, RequestContext, acl_of
 
 _ZERO = datetime.timedelta(0)
 
@@ -42,6 +44,18 @@ def _topics(req_topics) -> list:
     return [(_id(t.topic_id), p.partition_index,
              [AckBatch(b.first_offset, b.last_offset, tuple(b.acknowledge_types)) for b in p.acknowledgement_batches])
             for t in req_topics for p in t.partitions]
+
+
+async def _authorize(ctx: RequestContext, group_id: str):
+    """Kafka's rules: READ on the GROUP or the whole request is GROUP_AUTHORIZATION_FAILED; READ on
+    each TOPIC, else that topic's partitions are TOPIC_AUTHORIZATION_FAILED (the returned
+    ``readable`` predicate; ``None`` when nothing is restricted)."""
+    acl = await acl_of(ctx)
+    if acl.unrestricted:
+        return None
+    if not acl.allows(Op.READ, Res.GROUP, group_id):
+        raise KafkaError(ErrorCode.group_authorization_failed)
+    return lambda topic: acl.allows(Op.READ, Res.TOPIC, topic)
 
 
 def _leader(ctx: RequestContext, mod):
@@ -77,6 +91,7 @@ def make_fetch_handler(shares):
 
     async def share_fetch(ctx: RequestContext, header, req):
         _check_ids(req)
+        readable = await _authorize(ctx, req.group_id)
         _watch_connection(ctx, shares, watched)
         params = FetchParams(
             max_wait_ms=int(req.max_wait.total_seconds() * 1000), min_bytes=req.min_bytes,
@@ -86,7 +101,7 @@ def make_fetch_handler(shares):
             conn_id=ctx.conn_id, group_id=req.group_id, member_id=req.member_id, epoch=req.share_session_epoch,
             params=params, topics=_topics(req.topics),
             forgotten=[(_id(t.topic_id), p) for t in req.forgotten_topics_data for p in t.partitions],
-            is_renew=bool(getattr(req, "is_renew_ack", False)), on_park=ctx.release_ordering)
+            is_renew=bool(getattr(req, "is_renew_ack", False)), on_park=ctx.release_ordering, readable=readable)
         responses = tuple(
             f2.ShareFetchableTopicResponse(topic_id=topic_id, partitions=tuple(
                 f2.PartitionData(
@@ -108,9 +123,10 @@ def make_fetch_handler(shares):
 def make_ack_handler(shares):
     async def share_acknowledge(ctx: RequestContext, header, req):
         _check_ids(req)
+        readable = await _authorize(ctx, req.group_id)
         out = await shares.share_acknowledge(
             conn_id=ctx.conn_id, group_id=req.group_id, member_id=req.member_id, epoch=req.share_session_epoch,
-            topics=_topics(req.topics), is_renew=bool(getattr(req, "is_renew_ack", False)))
+            topics=_topics(req.topics), is_renew=bool(getattr(req, "is_renew_ack", False)), readable=readable)
         responses = tuple(
             a2.ShareAcknowledgeTopicResponse(topic_id=topic_id, partitions=tuple(
                 a2.PartitionData(partition_index=p.partition, error_code=p.error, error_message=p.message,

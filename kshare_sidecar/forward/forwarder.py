@@ -76,6 +76,9 @@ class Forwarder:
         #: (client connection or None) -> the sidecar's NodeIdentity on that connection's listener:
         #: leader hints are rewritten to it
         self.node = node
+        #: passthrough.credentials = client: forward only for clients whose PLAIN credentials the
+        #: listener kept (``conn.backend_credentials``); others get their connection closed
+        self.client_credentials = False
         self._upstreams: dict[int, Upstream] = {}
 
     # -- entry point -----------------------------------------------------------------------------
@@ -99,7 +102,14 @@ class Forwarder:
         conn_id = getattr(conn, "conn_id", 0)
         upstream = self._upstreams.get(conn_id)
         if upstream is None:
-            upstream = self._upstreams[conn_id] = self.pool.upstream()
+            credentials = getattr(conn, "backend_credentials", None)
+            if self.client_credentials and credentials is None:
+                principal = getattr(conn, "principal", "User:ANONYMOUS")
+                failures.log("no-client-credentials", logging.WARNING, "conn %d: pass-through refused for %s: "
+                             "passthrough.credentials = client needs a client authenticated with SASL PLAIN",
+                             conn_id, principal)
+                raise CloseConnection(f"pass-through needs the client's PLAIN credentials ({principal})")
+            upstream = self._upstreams[conn_id] = self.pool.upstream(credentials)
             if conn is not None:
                 conn.add_close_callback(lambda _c: self._closed(conn_id))
         return upstream

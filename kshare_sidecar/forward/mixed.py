@@ -19,7 +19,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ..api.context import KafkaError, RequestContext
+from ..api.admin import visible_groups
+from ..api.context import KafkaError, RequestContext, acl_of
+from ..auth.acls import CLUSTER_NAME, Op, Res
 from ..api.registry import ApiRegistry
 from .pool import GROUP_KEY, BackendPool, BackendUnavailable, CoordinatorError, make
 
@@ -59,6 +61,7 @@ def list_groups(local: LocalHandler, pool: BackendPool) -> LocalHandler:
             raise _unavailable(exc) from exc
         groups = list(mine["groups"])
         seen = {g["group_id"] for g in groups}
+        acl = await acl_of(ctx)  # the backend answered the sidecar's principal: filter for the client's
         wanted = {t.lower() for t in backend_types}
         for answer in answers:
             if answer.error_code != ErrorCode.none:
@@ -70,7 +73,7 @@ def list_groups(local: LocalHandler, pool: BackendPool) -> LocalHandler:
                 seen.add(g.group_id)
                 groups.append({"group_id": g.group_id, "protocol_type": g.protocol_type,
                                "group_state": getattr(g, "group_state", ""), "group_type": group_type})
-        return {**mine, "groups": tuple(groups)}
+        return {**mine, "groups": tuple(visible_groups(acl, groups))}
 
     return handler
 
@@ -79,8 +82,10 @@ def list_groups(local: LocalHandler, pool: BackendPool) -> LocalHandler:
 def delete_groups(local: LocalHandler, pool: BackendPool, is_share_group: Callable[[str], bool]) -> LocalHandler:
     async def handler(ctx: RequestContext, header: Any, req: Any) -> Any:
         names = list(dict.fromkeys(req.groups_names))
-        ours = [g for g in names if is_share_group(g)]
-        results: dict[str, Any] = {}
+        acl = await acl_of(ctx)  # the backend would be asked as the sidecar: Kafka's DELETE check here
+        results: dict[str, Any] = {g: ErrorCode.group_authorization_failed for g in names
+                                   if not acl.allows(Op.DELETE, Res.GROUP, g)}
+        ours = [g for g in names if is_share_group(g) and g not in results]
         if ours:
             answer = await local(ctx, header, dataclasses.replace(req, groups_names=tuple(ours)))
             results |= {r["group_id"]: r["error_code"] for r in answer["results"]}
@@ -125,8 +130,14 @@ def configs(local: LocalHandler, pool: BackendPool, api_key: int, out_list: str,
             mine = await local(ctx, header, dataclasses.replace(req, resources=tuple(resources[i] for i in ours)))
             answers |= dict(zip(ours, mine[out_list]))
         routed: dict[int, list[tuple[int, Any, str | None]]] = {}
+        acl = await acl_of(ctx)  # the backend is asked as the sidecar: Kafka's checks for the client here
         for i, r in enumerate(resources):
             if i in answers:
+                continue
+            denied = _config_denied(acl, api_key, r)
+            if denied is not None:
+                answers[i] = {"error_code": denied[0], "error_message": denied[1], "resource_type": r.resource_type,
+                              "resource_name": r.resource_name, **({"configs": ()} if api_key == 32 else {})}
                 continue
             if r.resource_type == RESOURCE_TOPIC and r.resource_name in hidden:  # kshare's state topic
                 answers[i] = {"error_code": ErrorCode.unknown_topic_or_partition, "error_message": None,
@@ -156,6 +167,21 @@ def configs(local: LocalHandler, pool: BackendPool, api_key: int, out_list: str,
         return {"throttle_time": 0, out_list: tuple(answers[i] for i in range(len(resources)))}
 
     return handler
+
+
+_CLUSTER_CONFIG_TYPES = (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, 16)  # 16: CLIENT_METRICS
+
+
+def _config_denied(acl: Any, api_key: int, resource: Any) -> tuple[ErrorCode, str | None] | None:
+    """Kafka's ConfigHelper / ControllerApis rules for backend resources: DESCRIBE_CONFIGS (32) or
+    ALTER_CONFIGS (44) on the TOPIC, or on the CLUSTER for broker, broker-logger and client-metrics
+    resources."""
+    op = Op.DESCRIBE_CONFIGS if api_key == 32 else Op.ALTER_CONFIGS
+    if resource.resource_type == RESOURCE_TOPIC and not acl.allows(op, Res.TOPIC, resource.resource_name):
+        return ErrorCode.topic_authorization_failed, "Topic authorization failed." if api_key == 32 else None
+    if resource.resource_type in _CLUSTER_CONFIG_TYPES and not acl.allows(op, Res.CLUSTER, CLUSTER_NAME):
+        return ErrorCode.cluster_authorization_failed, "Cluster authorization failed." if api_key == 32 else None
+    return None
 
 
 def _entity_dict_shallow(entity: Any) -> dict[str, Any]:
@@ -205,9 +231,16 @@ def describe_topic_partitions(pool: BackendPool, hidden: set[str]) -> LocalHandl
             raise KafkaError(ErrorCode.request_timed_out, str(exc)) from exc
         me = ctx.node.node_id
         one = lambda ids: (me,) if ids else ()  # noqa: E731
+        acl = await acl_of(ctx)  # asked as the sidecar: Kafka's DESCRIBE rule for the client here
+        named = bool(getattr(req, "topics", None))
         topics = []
         for t in answer.topics:
             if t.name in hidden:
+                continue
+            if not acl.allows(Op.DESCRIBE, Res.TOPIC, t.name):
+                if named:  # asked by name: TOPIC_AUTHORIZATION_FAILED, nothing else disclosed
+                    topics.append(dataclasses.replace(t, error_code=ErrorCode.topic_authorization_failed,
+                                                      topic_id=None, is_internal=False, partitions=()))
                 continue
             parts = tuple(dataclasses.replace(
                 p, leader_id=me if p.leader_id >= 0 else -1, replica_nodes=one(p.replica_nodes),

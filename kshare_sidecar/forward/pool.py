@@ -267,8 +267,10 @@ class BackendPool:
     def forget_coordinator(self, key_type: int, key: str) -> None:
         self._coordinators.pop((key_type, key), None)
 
-    def upstream(self) -> Upstream:
-        return Upstream(self)
+    def upstream(self, credentials: tuple[str, str] | None = None) -> Upstream:
+        """A client connection's upstream; with ``credentials`` (passthrough.credentials = client)
+        its backend connections authenticate as that user instead of as the sidecar."""
+        return Upstream(self, principal=credentials[0] if credentials else None, credentials=credentials)
 
 
 class CoordinatorError(Exception):
@@ -281,9 +283,12 @@ class CoordinatorError(Exception):
 class Upstream:
     """One client connection's connections to the backend brokers (see module docstring)."""
 
-    def __init__(self, pool: BackendPool, principal: Any = None) -> None:
+    def __init__(self, pool: BackendPool, principal: Any = None,
+                 credentials: tuple[str, str] | None = None) -> None:
         self.pool = pool
         self.principal = principal
+        self.security = pool.security if credentials is None or pool.security is None else dataclasses.replace(
+            pool.security, username=credentials[0], password=credentials[1], token_file=None)
         self._conns: dict[int, BrokerConn] = {}
 
     def conn(self, node: int) -> BrokerConn:
@@ -295,7 +300,7 @@ class Upstream:
             if conn is not None:
                 conn.drop("broker address changed")
             conn = self._conns[node] = BrokerConn(*address, node_id=node, principal=self.principal,
-                                                  security=self.pool.security)
+                                                  security=self.security)
         return conn
 
     async def close(self) -> None:

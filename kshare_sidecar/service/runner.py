@@ -19,6 +19,7 @@ from ..api import configs as configs_api
 from ..api import heartbeat as heartbeat_api
 from ..api import shares as shares_api
 from ..api.sasl import ListenerHandler
+from ..auth.authorizer import AuthorizerError, backend_authorizer
 from ..auth.tls import server_ssl_context
 from ..config import ConfigError, ListenerSpec, SidecarConfig
 from ..group.assign import assign_with
@@ -109,6 +110,21 @@ class Sidecar:
                 raise ConfigError(f"sasl.enabled.mechanisms = {cfg['sasl.enabled.mechanisms']!r}: the "
                                   f"{cfg['sasl.authenticator']} authenticator does not serve {', '.join(missing)} "
                                   f"(allowed values: {', '.join(sorted(self.authenticator.mechanisms))})")
+        if cfg["passthrough.credentials"] == "client" and not (
+                self.security.sasl and self.security.mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")):
+            raise ConfigError("passthrough.credentials = 'client' needs a SASL backend with a password mechanism: "
+                              "backend.security.protocol SASL_PLAINTEXT or SASL_SSL, backend.sasl.mechanism PLAIN or "
+                              "SCRAM-SHA-256/512")
+        self.authorizer = backend_authorizer(cfg, self.security)
+        if self.authorizer is not None:  # no backend authorizer: one clear line, before anything else starts
+            try:
+                await self.authorizer.start()
+            except AuthorizerError as exc:
+                await self.authorizer.close()
+                self.authorizer = None
+                raise ConfigError(str(exc)) from None
+            log.info("authorization: the backend's ACLs (cache %d ms, super.users %s)", cfg["authorizer.cache.ms"],
+                     ", ".join(sorted(self.authorizer.super_users)) or "none")
         self.persister = self._persister or plugins.get_persister(cfg["persister"],
                                                                   **_persister_options(cfg, self.security))
         await self.persister.start()
@@ -175,11 +191,12 @@ class Sidecar:
         cfg = self.config
         node = NodeIdentity(node_id=cfg["node.id"], host=spec.advertised_host, port=spec.advertised_port or 0,
                             cluster_id=cfg["cluster.id"])
-        dispatcher = Dispatcher(registry, node)
+        dispatcher = Dispatcher(registry, node, authorizer=getattr(self, "authorizer", None))
         handler = ListenerHandler(dispatcher, listener=spec.name, mechanisms=cfg.sasl_mechanisms,
                                   authenticator=getattr(self, "authenticator", None), sasl=spec.sasl,
                                   failure_delay_s=cfg["connection.failed.authentication.delay.ms"] / 1000,
-                                  reauth_ms=cfg["connections.max.reauth.ms"])
+                                  reauth_ms=cfg["connections.max.reauth.ms"],
+                                  keep_plain_credentials=cfg["passthrough.credentials"] == "client")
         listener = Listener(handler, spec.host, spec.port, max_frame_bytes=cfg["socket.request.max.bytes"],
                             max_inflight=cfg["max.inflight.requests.per.connection"],
                             idle_timeout_s=cfg["connections.max.idle.ms"] / 1000,
@@ -210,6 +227,7 @@ class Sidecar:
         reserved = Reserved(frozenset(hidden), (f"{txn_prefix}-",))
         self.forwarder = install(registry, self.pool, replaceable={0, 1, 2}, reserved=reserved,
                                  node=self.node_for)
+        self.forwarder.client_credentials = self.config["passthrough.credentials"] == "client"
         mixed.register(registry, self.pool, is_share_group=lambda g: g in self.coordinator.groups,
                        node_id=lambda: self.node.node_id, hidden=hidden)
 
@@ -234,7 +252,8 @@ class Sidecar:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for name in ("forwarder", "pool", "shares", "partitions", "backend", "persister", "authenticator"):
+        for name in ("forwarder", "pool", "shares", "partitions", "backend", "persister", "authenticator",
+                     "authorizer"):
             part = getattr(self, name, None)
             if part is not None:
                 try:

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
@@ -30,6 +30,8 @@ log = logging.getLogger("kshare.shares")
 _backend_failures = backend_failures(log)  # one line a minute: the outage itself is logged once (log/health.py)
 
 TopicPartition = tuple[uuid.UUID, int]
+#: ``readable(topic_name) -> bool``: may the requesting principal READ the topic (authorization on)
+Readable = Callable[[str], bool]
 
 
 @dataclass
@@ -77,7 +79,7 @@ class ShareService:
     # -- entry points ------------------------------------------------------------------------
     async def share_fetch(self, *, conn_id: int, group_id: str, member_id: str, epoch: int, params: FetchParams,
                           topics: list[tuple[uuid.UUID, int, list]], forgotten: list[TopicPartition],
-                          is_renew: bool = False, on_park=None) -> ShareOut:
+                          is_renew: bool = False, on_park=None, readable: Readable | None = None) -> ShareOut:
         _METRICS.share_fetch_requests += 1  # metrics (issue 7)
         key = (group_id, member_id)
         lock_ms = int(self.group_config(group_id)["share.record.lock.duration.ms"])
@@ -98,27 +100,36 @@ class ShareService:
             return ShareOut(exc.code, str(exc))
         for topic_id, p, _ in topics:
             session.partitions.add((topic_id, p))
+        for tp in forgotten:
+            session.partitions.discard(tp)
+        # Kafka keeps partitions of topics the principal may not READ in the session and answers
+        # them TOPIC_AUTHORIZATION_FAILED on every fetch; their acks are not applied.
+        denied = await self._denied(readable, set(session.partitions) | set(acks))
         out: dict[TopicPartition, PartitionOut] = {}
         t0 = time.monotonic()
         # The durable write of the piggybacked acks and the acquisition of new records run side by
         # side: the response waits for both, so a fetch costs max(write, read), not their sum.
-        ack_task = asyncio.ensure_future(self._acknowledge(group_id, member_id, acks, allow_renew=is_renew)) \
-            if acks else None
-        for tp in forgotten:
-            session.partitions.discard(tp)
+        allowed_acks = {tp: b for tp, b in acks.items() if tp not in denied}
+        ack_task = asyncio.ensure_future(self._acknowledge(group_id, member_id, allowed_acks,
+                                                           allow_renew=is_renew)) if allowed_acks else None
         fetched: dict[TopicPartition, PartitionOut] = {}
         try:
             if epoch != -1 and not is_renew and params.max_records > 0 and params.max_bytes > 0 \
-                    and session.partitions:
-                fetched = await self._fetch(session, group_id, member_id, params, on_park)
+                    and session.partitions - denied:
+                fetched = await self._fetch(session, group_id, member_id, params, on_park, skip=denied)
         finally:
             ack_results = await ack_task if ack_task is not None else {}
         t1 = time.monotonic()
         for tp, code in ack_results.items():
             out[tp] = PartitionOut(tp[0], tp[1], ack_error=code)
+        for tp in denied & set(acks):
+            out[tp] = PartitionOut(tp[0], tp[1], ack_error=ErrorCode.topic_authorization_failed)
         if epoch == -1:
             self._close(session)
             return ShareOut(lock_timeout_ms=lock_ms, partitions=list(out.values()))
+        if not is_renew:
+            for tp in denied & session.partitions:
+                fetched[tp] = PartitionOut(tp[0], tp[1], error=ErrorCode.topic_authorization_failed)
         for tp, part in fetched.items():
             if tp in out:
                 part.ack_error = out[tp].ack_error
@@ -130,7 +141,8 @@ class ShareService:
         return ShareOut(lock_timeout_ms=lock_ms, partitions=list(out.values()))
 
     async def share_acknowledge(self, *, conn_id: int, group_id: str, member_id: str, epoch: int,
-                                topics: list[tuple[uuid.UUID, int, list]], is_renew: bool = False) -> ShareOut:
+                                topics: list[tuple[uuid.UUID, int, list]], is_renew: bool = False,
+                                readable: Readable | None = None) -> ShareOut:
         _METRICS.share_ack_requests += 1  # metrics (issue 7)
         key = (group_id, member_id)
         lock_ms = int(self.group_config(group_id)["share.record.lock.duration.ms"])
@@ -143,7 +155,10 @@ class ShareService:
             _METRICS.share_ack_failed += 1  # metrics (issue 7)
             return ShareOut(exc.code, str(exc))
         acks = _merge_acks(topics)
-        results = await self._acknowledge(group_id, member_id, acks, allow_renew=is_renew) if acks else {}
+        denied = await self._denied(readable, set(acks))
+        allowed = {tp: b for tp, b in acks.items() if tp not in denied}
+        results = await self._acknowledge(group_id, member_id, allowed, allow_renew=is_renew) if allowed else {}
+        results |= {tp: ErrorCode.topic_authorization_failed for tp in denied}
         if epoch == -1:
             self._close(session)
         return ShareOut(lock_timeout_ms=lock_ms,
@@ -156,6 +171,18 @@ class ShareService:
             released = self.partitions.release_member(session.key[0], session.key[1], session.partitions)
             log.info("connection %d closed: share session of group=%s member=%s released %d records",
                      conn_id, session.key[0], session.key[1], released)
+
+    async def _denied(self, readable: Readable | None, tps: set[TopicPartition]) -> set[TopicPartition]:
+        """The partitions whose topic the principal may not READ (unknown ids are left to the
+        UNKNOWN_TOPIC_ID answer, as Kafka does)."""
+        if readable is None or not tps:
+            return set()
+        denied: set[TopicPartition] = set()
+        for topic_id in {t for t, _ in tps}:
+            info = await self.backend.resolve_topic_id(topic_id)
+            if info is not None and not readable(info.name):
+                denied |= {tp for tp in tps if tp[0] == topic_id}
+        return denied
 
     # -- sessions ----------------------------------------------------------------------------
     async def _open(self, key, conn_id: int, max_wait_ms: int) -> ShareSession:
@@ -214,13 +241,14 @@ class ShareService:
 
     # -- fetching ----------------------------------------------------------------------------
     async def _fetch(self, session: ShareSession, group_id: str, member_id: str,
-                     params: FetchParams, on_park=None) -> dict[TopicPartition, PartitionOut]:
+                     params: FetchParams, on_park=None, skip: set[TopicPartition] = frozenset()
+                     ) -> dict[TopicPartition, PartitionOut]:
         deadline = time.monotonic() + params.max_wait_ms / 1000
         out: dict[TopicPartition, PartitionOut] = {}
         budget = _Budget(params.max_records, params.max_bytes)
         read_committed = self.group_config(group_id)["share.isolation.level"] == "read_committed"
         while True:
-            slots = await self._session_slots(session, group_id, out)
+            slots = await self._session_slots(session, group_id, out, skip)
             for slot in slots:
                 if budget.records <= 0 or budget.bytes <= 0:
                     break
@@ -246,9 +274,10 @@ class ShareService:
             await self._wait(slots, remaining, read_committed)
 
     async def _session_slots(self, session: ShareSession, group_id: str,
-                             out: dict[TopicPartition, PartitionOut]) -> list[Slot]:
+                             out: dict[TopicPartition, PartitionOut],
+                             skip: set[TopicPartition] = frozenset()) -> list[Slot]:
         """The session's share-partitions, rotated so every partition gets its turn first."""
-        tps = sorted(session.partitions)
+        tps = sorted(session.partitions - skip)
         if not tps:
             return []
         start = self._rotation.get(session.key, 0) % len(tps)

@@ -346,3 +346,13 @@ def test_any_frame_sequence_is_answered_or_closes(handler, frames):
             assert out is None or int.from_bytes(out[:4], "big") == len(out) - 4
 
     asyncio.run(run())
+
+
+async def test_plain_credentials_stay_on_the_connection_only_when_asked(handler):
+    """passthrough.credentials = client: a PLAIN client's user and password go with its connection
+    (pass-through authenticates to the backend as it); otherwise nothing is kept."""
+    conn, _ = await _authenticated(handler)
+    assert getattr(conn, "backend_credentials", None) is None
+    handler.keep_plain_credentials = True
+    conn, _ = await _authenticated(handler)
+    assert conn.backend_credentials == ("alice", "alice-pw")

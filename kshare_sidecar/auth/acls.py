@@ -1,0 +1,178 @@
+"""Kafka's ACL semantics, sans-I/O: is principal P on host H allowed operation O on resource R?
+
+The sidecar does not keep ACLs of its own: it evaluates *the backend's* ACLs (fetched with
+DescribeAcls by :mod:`.authorizer`) with the rules of Kafka's ``StandardAuthorizer``, so a share
+group behind kshare is guarded exactly as a native one would be by the same ACLs:
+
+- an ACL applies when its principal is P or ``User:*``, its host is ``*`` or H, and its resource
+  pattern matches R: LITERAL with R's name or the wildcard ``*``, or PREFIXED with a prefix of
+  R's name (same resource type);
+- an operation is allowed when an applicable ALLOW ACL names it or ``ALL`` — or an operation that
+  implies it: READ, WRITE, DELETE and ALTER imply DESCRIBE; ALTER_CONFIGS implies
+  DESCRIBE_CONFIGS (Kafka's implication applies to ALLOW only);
+- any applicable DENY ACL naming the operation or ``ALL`` wins over every ALLOW;
+- super users are allowed everything; nothing else is allowed (``allow.everyone.if.no.acl.found``
+  is Kafka's default false; docs/security.md says why it is not offered).
+
+Codes are Kafka's wire values (``AclOperation``, ``ResourceType``, ``PatternType``,
+``AclPermissionType`` in Kafka's clients) so DescribeAcls answers map straight in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import IntEnum
+
+
+class Op(IntEnum):
+    """Kafka's ``AclOperation`` codes."""
+
+    ANY = 1
+    ALL = 2
+    READ = 3
+    WRITE = 4
+    CREATE = 5
+    DELETE = 6
+    ALTER = 7
+    DESCRIBE = 8
+    CLUSTER_ACTION = 9
+    DESCRIBE_CONFIGS = 10
+    ALTER_CONFIGS = 11
+    IDEMPOTENT_WRITE = 12
+    CREATE_TOKENS = 13
+    DESCRIBE_TOKENS = 14
+    TWO_PHASE_COMMIT = 15
+
+
+class Res(IntEnum):
+    """Kafka's ``ResourceType`` codes."""
+
+    ANY = 1
+    TOPIC = 2
+    GROUP = 3
+    CLUSTER = 4
+    TRANSACTIONAL_ID = 5
+    DELEGATION_TOKEN = 6
+    USER = 7
+
+
+class Pattern(IntEnum):
+    """Kafka's ``PatternType`` codes (ANY and MATCH are filter-only)."""
+
+    ANY = 1
+    MATCH = 2
+    LITERAL = 3
+    PREFIXED = 4
+
+
+class Permission(IntEnum):
+    ANY = 1
+    DENY = 2
+    ALLOW = 3
+
+
+WILDCARD_PRINCIPAL = "User:*"
+WILDCARD_RESOURCE = "*"
+WILDCARD_HOST = "*"
+CLUSTER_NAME = "kafka-cluster"
+
+#: ALLOW on any of these also allows the key (Kafka's ``AclEntry.supportedOperations`` implication).
+IMPLIED_BY: dict[Op, frozenset[Op]] = {
+    Op.DESCRIBE: frozenset({Op.DESCRIBE, Op.READ, Op.WRITE, Op.DELETE, Op.ALTER}),
+    Op.DESCRIBE_CONFIGS: frozenset({Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS}),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Acl:
+    """One ACL binding as DescribeAcls returns it."""
+
+    resource_type: int
+    name: str
+    pattern: int
+    principal: str
+    host: str
+    operation: int
+    permission: int
+
+    def matches_resource(self, resource_type: int, name: str) -> bool:
+        if self.resource_type != resource_type:
+            return False
+        if self.pattern == Pattern.LITERAL:
+            return self.name == name or self.name == WILDCARD_RESOURCE
+        if self.pattern == Pattern.PREFIXED:
+            return name.startswith(self.name)
+        return False  # UNKNOWN patterns never match (Kafka skips them too)
+
+    def applies_to(self, principal: str, host: str) -> bool:
+        return self.principal in (principal, WILDCARD_PRINCIPAL) and self.host in (WILDCARD_HOST, host)
+
+
+def _allows(acl_op: int, op: Op) -> bool:
+    return acl_op == Op.ALL or acl_op == op or acl_op in IMPLIED_BY.get(op, ())
+
+
+def _denies(acl_op: int, op: Op) -> bool:
+    return acl_op == Op.ALL or acl_op == op
+
+
+class AclSet:
+    """The ACLs that may apply to one principal, indexed by resource type, and the decision rule.
+
+    Immutable once built: the authorizer swaps whole sets on refresh, so a request evaluates
+    against one consistent snapshot.
+    """
+
+    __slots__ = ("_by_type", "super_user")
+
+    def __init__(self, acls: Iterable[Acl] = (), *, super_user: bool = False) -> None:
+        by_type: dict[int, list[Acl]] = {}
+        for acl in acls:
+            by_type.setdefault(acl.resource_type, []).append(acl)
+        self._by_type = {k: tuple(v) for k, v in by_type.items()}
+        self.super_user = super_user
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self._by_type.values())
+
+    def authorize(self, principal: str, host: str, op: Op, resource_type: Res, name: str) -> bool:
+        """Kafka's decision for one (principal, host, operation, resource)."""
+        if self.super_user:
+            return True
+        allowed = False
+        for acl in self._by_type.get(resource_type, ()):
+            if not acl.applies_to(principal, host) or not acl.matches_resource(resource_type, name):
+                continue
+            if acl.permission == Permission.DENY and _denies(acl.operation, op):
+                return False
+            if acl.permission == Permission.ALLOW and _allows(acl.operation, op):
+                allowed = True
+        return allowed
+
+
+ALLOW_EVERYTHING = AclSet(super_user=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Decider:
+    """An :class:`AclSet` bound to one request's principal and client host: what handlers ask."""
+
+    acls: AclSet
+    principal: str
+    host: str
+
+    def allows(self, op: Op, resource_type: Res, name: str) -> bool:
+        return self.acls.authorize(self.principal, self.host, op, resource_type, name)
+
+    def allowed(self, op: Op, resource_type: Res, names: Iterable[str]) -> set[str]:
+        """The subset of ``names`` allowed (Kafka's ``filterByAuthorized``)."""
+        return {n for n in set(names) if self.allows(op, resource_type, n)}
+
+    @property
+    def unrestricted(self) -> bool:
+        return self.acls.super_user
+
+
+#: Handlers use this when authorization is off: every check passes.
+ALLOW_ALL = Decider(ALLOW_EVERYTHING, "User:ANONYMOUS", "")

@@ -1,0 +1,234 @@
+"""``authorizer.class.name = backend``: the backend's ACLs, fetched per principal and cached.
+
+Why the backend's: a share group served by kshare should be guarded by the same ACLs an operator
+already keeps in the cluster (``kafka-acls.sh``, AdminClient.create_acls) — kshare has no ACL store
+of its own, and an ACL changed at the backend applies to the sidecar within ``authorizer.cache.ms``.
+
+How: for a principal seen for the first time, two DescribeAcls (api key 29) requests to a backend
+broker — the principal's own ACLs and ``User:*``'s — with the sidecar's backend credentials
+(which need DESCRIBE on CLUSTER). The pair becomes one immutable :class:`~.acls.AclSet`. After
+``authorizer.cache.ms`` a set is refreshed in the background while requests keep using the old one;
+principals not seen for a while are dropped. If refreshing keeps failing, a set older than
+:data:`STALE_FACTOR` × cache.ms is no longer trusted: requests fail with a retriable error until
+the backend answers again (fail closed, never open).
+
+Evaluation itself is :mod:`.acls` (sans-I/O); this module is only the I/O and the cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..config import ConfigError
+from ..log.brokerconn import BrokerConn, BrokerConnError
+from ..log.errors import BackendUnavailableError
+from ..ratelog import RateLimitedLog
+from ..wire import codec
+from .acls import WILDCARD_PRINCIPAL, Acl, AclSet, Decider, Pattern, Permission, Res
+
+log = logging.getLogger("kshare.authorizer")
+_failures = RateLimitedLog(log)
+
+SECURITY_DISABLED = 54
+CLUSTER_AUTHORIZATION_FAILED = 31
+COORDINATOR_NOT_AVAILABLE = 15
+_DESCRIBE_ACLS = 29
+_ANY = 1  # ResourceType.ANY / PatternType.ANY / AclOperation.ANY / AclPermissionType.ANY
+#: A set not refreshed for this many cache periods is not used any more (fail closed).
+STALE_FACTOR = 10
+#: Principals not asked about for this many cache periods are forgotten (no refresh for them).
+IDLE_FACTOR = 60
+
+
+class AuthorizerError(Exception):
+    """The backend cannot serve ACLs (no authorizer, or the sidecar may not describe them)."""
+
+
+class AclsUnavailable(BackendUnavailableError):
+    """No fresh enough ACLs for a principal: COORDINATOR_NOT_AVAILABLE, retriable — group clients
+    retry it (an authorization error would be fatal to them); nothing is allowed meanwhile."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(COORDINATOR_NOT_AVAILABLE, message)
+
+    @property
+    def retriable(self) -> bool:
+        return True
+
+
+@dataclass
+class _Entry:
+    acls: AclSet
+    fetched: float
+    used: float
+
+
+def acls_from_response(response: Any) -> list[Acl]:
+    """DescribeAcls resources → :class:`Acl` bindings (filter-only patterns dropped)."""
+    out = []
+    for resource in response.resources:
+        pattern = int(getattr(resource, "pattern_type", Pattern.LITERAL))
+        for a in resource.acls:
+            out.append(Acl(int(resource.resource_type), resource.resource_name, pattern, a.principal, a.host,
+                           int(a.operation), int(a.permission_type)))
+    return out
+
+
+class BackendAuthorizer:
+    """Per-principal ACL cache over DescribeAcls (see module docstring)."""
+
+    def __init__(self, bootstrap_servers: str, security: Any, *, cache_ms: int = 5000,
+                 super_users: frozenset[str] = frozenset(), plaintext_anonymous: bool = True,
+                 clock: Callable[[], float] = time.monotonic, timeout_s: float = 10.0) -> None:
+        self._conns = [BrokerConn(host, int(port), security=security, connect_timeout_s=timeout_s)
+                       for host, _, port in (s.strip().rpartition(":") for s in bootstrap_servers.split(",")
+                                             if s.strip())]
+        self.cache_s = cache_ms / 1000
+        self.super_users = super_users
+        self.plaintext_anonymous = plaintext_anonymous
+        self._clock = clock
+        self._timeout = timeout_s
+        self._entries: dict[str, _Entry] = {}
+        self._inflight: dict[str, asyncio.Future[AclSet]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._wildcard: tuple[float, list[Acl]] | None = None
+        self.fetches = 0
+
+    def __repr__(self) -> str:
+        return f"BackendAuthorizer(cache {self.cache_s * 1000:.0f} ms, {len(self._entries)} principals)"
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Check once that the backend serves ACLs to us; raise :class:`AuthorizerError` if not."""
+        try:
+            await self._describe(WILDCARD_PRINCIPAL)
+        except AuthorizerError:
+            raise
+        except (BrokerConnError, TimeoutError, OSError) as exc:
+            raise AuthorizerError(f"authorizer.class.name = 'backend': the backend did not answer DescribeAcls: "
+                                  f"{exc}") from exc
+        self._task = asyncio.create_task(self._refresher(), name="kshare-acl-refresh")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        for conn in self._conns:
+            await conn.close()
+
+    # -- what handlers ask ---------------------------------------------------------------------
+    def exempt(self, principal: str, security_protocol: str) -> bool:
+        """Super users, and ``User:ANONYMOUS`` on PLAINTEXT listeners unless configured otherwise."""
+        return principal in self.super_users or (
+            self.plaintext_anonymous and principal == "User:ANONYMOUS" and security_protocol == "PLAINTEXT")
+
+    async def decider(self, principal: str, host: str, security_protocol: str = "PLAINTEXT") -> Decider:
+        if self.exempt(principal, security_protocol):
+            return Decider(AclSet(super_user=True), principal, host)
+        return Decider(await self.acls(principal), principal, host)
+
+    async def acls(self, principal: str) -> AclSet:
+        now = self._clock()
+        entry = self._entries.get(principal)
+        if entry is not None:
+            entry.used = now
+            if now - entry.fetched <= self.cache_s * STALE_FACTOR:
+                return entry.acls
+        try:
+            return await self._load(principal)
+        except (BrokerConnError, TimeoutError, OSError, AuthorizerError) as exc:
+            _failures.log("acls", logging.WARNING, "ACLs of %s could not be read from the backend: %s", principal, exc)
+            raise AclsUnavailable(f"ACLs could not be read from the backend: {exc}") from exc
+
+    # -- internals -----------------------------------------------------------------------------
+    async def _load(self, principal: str) -> AclSet:
+        """One DescribeAcls pair per principal at a time (concurrent requests share it)."""
+        pending = self._inflight.get(principal)
+        if pending is None:
+            pending = self._inflight[principal] = asyncio.ensure_future(self._fetch(principal))
+            pending.add_done_callback(lambda _f: self._inflight.pop(principal, None))
+        return await asyncio.shield(pending)
+
+    async def _fetch(self, principal: str) -> AclSet:
+        own, wildcard = await asyncio.gather(self._describe(principal), self._wildcard_acls())
+        acls = AclSet([*own, *wildcard] if principal != WILDCARD_PRINCIPAL else own)
+        now = self._clock()
+        old = self._entries.get(principal)
+        self._entries[principal] = _Entry(acls, now, old.used if old is not None else now)
+        self.fetches += 1
+        log.debug("ACLs of %s: %d bindings", principal, len(acls))
+        return acls
+
+    async def _wildcard_acls(self) -> list[Acl]:
+        """``User:*``'s ACLs, shared by every principal's refresh within half a cache period (N
+        principals cost N + 1 DescribeAcls per period, not 2N)."""
+        now = self._clock()
+        if self._wildcard is not None and now - self._wildcard[0] < self.cache_s / 2:
+            return self._wildcard[1]
+        acls = await self._describe(WILDCARD_PRINCIPAL)
+        self._wildcard = (now, acls)
+        return acls
+
+    async def _describe(self, principal: str) -> list[Acl]:
+        request = codec.request_class(_DESCRIBE_ACLS, 1)(
+            resource_type_filter=_ANY, resource_name_filter=None, pattern_type_filter=_ANY,
+            principal_filter=principal, host_filter=None, operation=_ANY, permission_type=_ANY)
+        payload = codec.encode_request(request, 0, "kshare-authorizer")[4:]
+        last: Exception | None = None
+        for conn in self._conns:
+            try:
+                answer = await conn.request(payload, timeout_s=self._timeout)
+            except (BrokerConnError, TimeoutError) as exc:
+                last = exc
+                continue
+            _, response = codec.decode_response(answer, codec.response_class(_DESCRIBE_ACLS, 1))
+            code = int(response.error_code)
+            if code == SECURITY_DISABLED:
+                raise AuthorizerError("authorizer.class.name = 'backend' but the backend has no authorizer "
+                                      "(DescribeAcls: SECURITY_DISABLED); set authorizer.class.name on the "
+                                      "brokers, or authorizer.class.name = '' here")
+            if code == CLUSTER_AUTHORIZATION_FAILED:
+                raise AuthorizerError("authorizer.class.name = 'backend': the sidecar's backend principal may not "
+                                      "describe ACLs (CLUSTER_AUTHORIZATION_FAILED): grant it DESCRIBE on CLUSTER")
+            if code != 0:
+                raise AuthorizerError(f"DescribeAcls failed with error code {code}: {response.error_message}")
+            return acls_from_response(response)
+        raise BrokerConnError(f"no backend broker answered DescribeAcls: {last}")
+
+    async def _refresher(self) -> None:
+        """Every cache period: refresh the sets that are due, forget idle principals."""
+        while True:
+            await asyncio.sleep(max(self.cache_s / 2, 0.05))
+            now = self._clock()
+            for principal, entry in list(self._entries.items()):
+                if now - entry.used > self.cache_s * IDLE_FACTOR:
+                    del self._entries[principal]
+                elif now - entry.fetched >= self.cache_s:
+                    try:
+                        await self._load(principal)
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception as exc:  # keep the old set (until STALE_FACTOR); say so once a while
+                        _failures.log("refresh", logging.WARNING, "refreshing the ACLs of %s failed: %s",
+                                      principal, exc)
+
+
+def backend_authorizer(config: Any, security: Any) -> BackendAuthorizer | None:
+    """The configured authorizer, or ``None`` when ``authorizer.class.name`` is empty."""
+    name = config["authorizer.class.name"]
+    if not name:
+        return None
+    if name != "backend":
+        raise ConfigError(f"authorizer.class.name = {name!r}: allowed values are '' and 'backend'")
+    supers = frozenset(p.strip() for p in config["super.users"].split(";") if p.strip())
+    return BackendAuthorizer(config["bootstrap.servers"], security, cache_ms=config["authorizer.cache.ms"],
+                             super_users=supers,
+                             plaintext_anonymous=config["authorizer.allow.plaintext.anonymous"])
+
+
+__all__ = ["AclsUnavailable", "AuthorizerError", "BackendAuthorizer", "Permission", "Res", "backend_authorizer"]
