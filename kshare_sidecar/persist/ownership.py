@@ -80,7 +80,8 @@ def replay_sink(entities: dict[EntityKey, Any], stats: RecoveryStats, owners: di
             return
         if kind == KIND_PARTITION:
             seen = entities.get((kind, ident))
-            if rule == "owner" and entity.state.leader_epoch < owners.get(partition, NO_EPOCH):
+            # an initialization record carries no writer epoch yet (NO_EPOCH): the key rule judges it
+            if rule == "owner" and NO_EPOCH < entity.state.leader_epoch < owners.get(partition, NO_EPOCH):
                 stats.stale_ignored += 1
                 stats.stale_keys.add((kind, ident))
                 log.warning("stale state record ignored: partition %d offset %d: %s/%s/%d written at owner epoch %d "

@@ -106,7 +106,7 @@ class StateWatchMixin:
         if kind == KIND_OWNER and entity is not None and entity > own:
             self._newer_owner_at.setdefault(partition, offset)
             self._supersede(partition, entity)
-        elif kind == KIND_PARTITION and entity is not None and entity.state.leader_epoch < own:
+        elif kind == KIND_PARTITION and entity is not None and 0 <= entity.state.leader_epoch < own:
             log.warning("state partition %d offset %d: a record written at older owner epoch %d (ours %d); "
                         "ignored by replay, rewriting the key", partition, offset, entity.state.leader_epoch, own)
             stale.add((kind, ident))

@@ -157,3 +157,19 @@ def test_stale_records_are_decided_by_position_not_by_key():
         assert entities[(KIND_PARTITION, key)].state.start_offset == expected
         assert stats.stale_ignored == (1 if rule == "owner" else 0)
         assert dataclasses.is_dataclass(entities[(KIND_PARTITION, key)])
+
+
+def test_an_initialization_record_is_not_taken_for_a_zombie():
+    """Share-partitions are initialized before any owner epoch is stamped on them (NO_EPOCH): the
+    owner rule must not ignore those records (a 1M benchmark run in idempotent mode logged every
+    initialization as a zombie write)."""
+    from kshare_sidecar.persist.ownership import replay_sink
+    from kshare_sidecar.persist.records import NO_EPOCH, RecoveryStats
+
+    key = SharePartitionKey("g", TID, 0)
+    entities: dict = {}
+    stats = RecoveryStats()
+    sink = replay_sink(entities, stats, {}, "owner")
+    sink(0, 0, *codec.encode(KIND_OWNER, 0, 4))
+    sink(0, 1, *codec.encode(KIND_PARTITION, key, StoredPartition(_state(7, NO_EPOCH))))
+    assert entities[(KIND_PARTITION, key)].state.start_offset == 7 and stats.stale_ignored == 0
