@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-fast test-spark bench fuzz test-fencing test-parity clean
+.PHONY: demo test test-fast test-spark bench fuzz test-fencing test-parity test-cluster-faults clean
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "java not found: install a Java 17+ runtime"; exit 2; }
@@ -46,6 +46,10 @@ test-fencing: $(STAMP)
 PARITY_EXAMPLES ?= 1000
 test-parity: $(STAMP)
 	KSHARE_PARITY_EXPLORE=1 KSHARE_PARITY_EXAMPLES=$(PARITY_EXAMPLES) $(PY) -m pytest -q -rfEs tests/e2e/parity
+
+# A 3-broker backend: partition and state-topic leaders restarted under a 200k share-consume; opt-in.
+test-cluster-faults: $(STAMP)
+	KSHARE_CLUSTER_FAULTS=1 $(PY) -m pytest -q -rfEs tests/e2e/test_cluster3_failover.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
