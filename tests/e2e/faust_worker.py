@@ -2,7 +2,8 @@
 
 Environment: KS_BROKER (kshare://host:port), KS_TOPIC, KS_GROUP (the app id = share group),
 KS_OUT (JSON lines: one per processed or failed event), KS_FAIL_EVERY (raise on the first
-delivery of every record whose value is a multiple of it; 0 = never).
+delivery of every record whose number — the value's digits after its last "-" — is a multiple of
+it; 0 = never), KS_PRODUCER (optional: ``broker_producer``, e.g. kafka://backend:9092).
 """
 
 import json
@@ -13,8 +14,11 @@ import sys
 import faust
 
 FAIL_EVERY = int(os.environ.get("KS_FAIL_EVERY", "0"))
-app = faust.App(os.environ["KS_GROUP"], broker=os.environ["KS_BROKER"], web_enabled=False,
-                topic_disable_leader=True, broker_commit_interval=0.5)
+brokers = {"broker": os.environ["KS_BROKER"]}
+if os.environ.get("KS_PRODUCER"):
+    brokers = {"broker_consumer": os.environ["KS_BROKER"], "broker_producer": os.environ["KS_PRODUCER"]}
+app = faust.App(os.environ["KS_GROUP"], **brokers, web_enabled=False, topic_disable_leader=True,
+                broker_commit_interval=0.5, datadir=os.environ.get("KS_DATADIR", "faust-data"))
 topic = app.topic(os.environ["KS_TOPIC"], key_type=bytes, value_type=bytes, value_serializer="raw",
                   key_serializer="raw")
 out = open(os.environ["KS_OUT"], "a", buffering=1)
@@ -23,7 +27,7 @@ out = open(os.environ["KS_OUT"], "a", buffering=1)
 @app.agent(topic)
 async def process(stream):
     async for value in stream:
-        n = int(value)
+        n = int(value.rsplit(b"-", 1)[-1])
         count = faust.current_event().message.delivery_count
         if FAIL_EVERY and n % FAIL_EVERY == 0 and count == 1:
             out.write(json.dumps({"ev": "fail", "n": n, "dc": count, "pid": os.getpid(), "t": round(time.time(), 3)}) + "\n")
@@ -32,5 +36,5 @@ async def process(stream):
 
 
 if __name__ == "__main__":
-    sys.argv = [sys.argv[0], "worker", "--loglevel", os.environ.get("KS_LOGLEVEL", "warning")]
+    sys.argv = [sys.argv[0], "worker", "--without-web", "--loglevel", os.environ.get("KS_LOGLEVEL", "warn")]
     app.main()
