@@ -12,7 +12,7 @@ itself, imports no Faust.
 
 from typing import Any
 
-__all__ = ["Consumer", "ShareMessage", "Transport"]
+__all__ = ["Consumer", "ShareMessage", "Transport", "release_on_error"]
 
 
 def __getattr__(name: str) -> Any:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -375,6 +376,30 @@ class Consumer(_FaustConsumer):
 
     async def create_topic(self, topic: str, partitions: int, replication: int, **kwargs: Any) -> None:
         await self.app.producer.create_topic(topic, partitions, replication, **kwargs)
+
+
+@contextlib.contextmanager
+def release_on_error() -> Any:
+    """RELEASE the current event if the block raises, *without* crashing the agent::
+
+        async for order in stream:
+            with release_on_error():
+                await process(order)
+
+    Why: an exception leaving the agent crashes its actor and Faust's supervisor restarts it —
+    at most 100 restarts a second (mode's limit, fixed by Faust), beyond which the worker gives
+    up. Where failures can come in bursts, catch them here: the exception is logged, the event is
+    marked failed and is RELEASEd (or REJECTed, ``reject_after``) when the stream moves on.
+    Outside a share-group event the exception propagates unchanged."""
+    try:
+        yield
+    except Exception as exc:
+        message = getattr(current_event(), "message", None)
+        if not isinstance(message, ShareMessage) or message.settled:
+            raise
+        message.outcome.failed = True
+        logger.warning("kshare: %s-%s@%s (delivery %s) failed, released: %r", message.topic, message.partition,
+                       message.offset, message.delivery_count, exc)
 
 
 def _nudge_supervisor(agent: Any) -> None:

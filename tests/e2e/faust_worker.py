@@ -3,7 +3,8 @@
 Environment: KS_BROKER (kshare://host:port), KS_TOPIC, KS_GROUP (the app id = share group),
 KS_OUT (JSON lines: one per processed or failed event), KS_FAIL_EVERY (raise on the first
 delivery of every record whose number — the value's digits after its last "-" — is a multiple of
-it; 0 = never), KS_PRODUCER (optional: ``broker_producer``, e.g. kafka://backend:9092).
+it; 0 = never; KS_ON_ERROR=context: inside ``release_on_error()`` instead of letting the
+exception crash the agent), KS_PRODUCER (optional: ``broker_producer``, e.g. kafka://backend:9092).
 """
 
 import json
@@ -13,7 +14,10 @@ import sys
 
 import faust
 
+from kshare_sidecar.faust import release_on_error
+
 FAIL_EVERY = int(os.environ.get("KS_FAIL_EVERY", "0"))
+CONTEXT = os.environ.get("KS_ON_ERROR") == "context"
 brokers = {"broker": os.environ["KS_BROKER"]}
 if os.environ.get("KS_PRODUCER"):
     brokers = {"broker_consumer": os.environ["KS_BROKER"], "broker_producer": os.environ["KS_PRODUCER"]}
@@ -31,6 +35,10 @@ async def process(stream):
         count = faust.current_event().message.delivery_count
         if FAIL_EVERY and n % FAIL_EVERY == 0 and count == 1:
             out.write(json.dumps({"ev": "fail", "n": n, "dc": count, "pid": os.getpid(), "t": round(time.time(), 3)}) + "\n")
+            if CONTEXT:
+                with release_on_error():
+                    raise RuntimeError(f"record {n} fails (first delivery), handled")
+                continue
             raise RuntimeError(f"agent fails on record {n} (first delivery)")
         out.write(json.dumps({"ev": "rec", "n": n, "dc": count, "pid": os.getpid(), "t": round(time.time(), 3)}) + "\n")
 

@@ -16,7 +16,7 @@ from faust.streams import _current_event, current_event  # noqa: E402
 from faust.types import TP  # noqa: E402
 
 from kshare_sidecar.client import AckStateError, AcknowledgeType, ShareRecord  # noqa: E402
-from kshare_sidecar.faust import Consumer, ShareMessage, Transport  # noqa: E402
+from kshare_sidecar.faust import Consumer, ShareMessage, Transport, release_on_error  # noqa: E402
 
 TOPIC = "orders"
 
@@ -203,3 +203,26 @@ def test_tables_are_refused(app, consumer):
     app.Table("counts", default=int)
     with pytest.raises(faust.exceptions.ImproperlyConfigured, match="stateless agents only"):
         consumer._check_no_tables()
+
+
+def test_release_on_error_marks_the_event_without_raising(consumer, app):
+    app.sensors.add(consumer.sensor)
+    m = deliver(consumer, 8)
+    event = event_for(app, m)
+    consumer.sensor.on_stream_event_in(m.tp, m.offset, None, event)
+    token = _current_event.set(weakref.ref(event))
+    try:
+        with release_on_error():
+            raise ValueError("handled: the agent keeps running")
+    finally:
+        _current_event.reset(token)
+    assert consumer._share.acks == []  # sent when the stream moves on
+    if event.ack():
+        app.sensors.on_message_out(m.tp, m.offset, m)
+    assert consumer._share.acks == [(8, AcknowledgeType.RELEASE)]
+
+
+def test_release_on_error_outside_a_share_event_propagates():
+    with pytest.raises(KeyError):
+        with release_on_error():
+            raise KeyError("no event")
