@@ -44,7 +44,7 @@ def decide(outcome: EventOutcome, reject_after: int = 0) -> AcknowledgeType:
 
 def parse_options(query: dict[str, str]) -> dict[str, int | str]:
     """Driver options from the broker URL's query (``kshare://host:9192?reject_after=3``)."""
-    known = {"reject_after": int, "max_share_version": int, "share_acquire_mode": str}
+    known = {"reject_after": int, "max_in_flight": int, "max_share_version": int, "share_acquire_mode": str}
     out: dict[str, int | str] = {}
     for key, value in query.items():
         if key not in known:
@@ -53,6 +53,7 @@ def parse_options(query: dict[str, str]) -> dict[str, int | str]:
             out[key] = known[key](value)
         except ValueError:
             raise ValueError(f"kshare transport option {key}={value!r} is not a {known[key].__name__}") from None
-    if int(out.get("reject_after", 0)) < 0:
-        raise ValueError("reject_after must be >= 0")
+    for key in ("reject_after", "max_in_flight"):
+        if int(out.get(key, 0)) < 0:
+            raise ValueError(f"{key} must be >= 0")
     return out

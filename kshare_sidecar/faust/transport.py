@@ -105,6 +105,10 @@ class Consumer(_FaustConsumer):
         self._read_offset = _NoReadOffsets()
         options = dict(getattr(self.transport, "options", {}))
         self.reject_after = int(options.pop("reject_after", 0))
+        #: records handed to Faust and not yet acknowledged, at most (see _getmany)
+        self.max_in_flight = int(options.pop("max_in_flight", 0)) or (self.app.conf.broker_max_poll_records or 500)
+        self._in_flight = 0
+        self._room = asyncio.Event()
         self._share_options = options
         self._share: ShareConsumer | None = None
         self._topics: set[str] = set()
@@ -217,6 +221,15 @@ class Consumer(_FaustConsumer):
         allowed = set(active_partitions or ()) | self._buffered_partitions
         self._take_leftovers(allowed)
         out: dict[TP, list] = {}
+        if not self._held and self._in_flight >= self.max_in_flight:
+            # Faust would buffer thousands of records per partition (stream_buffer_maxsize); every
+            # one is acquired, its lock ticking, and denied to the other workers. Fetch again only
+            # when what Faust holds has been processed.
+            self._room.clear()
+            try:
+                await asyncio.wait_for(self._room.wait(), timeout)
+            except TimeoutError:
+                return {}
         if self._held:
             for tp, record in self._held:
                 out.setdefault(tp, []).append(record)
@@ -256,6 +269,8 @@ class Consumer(_FaustConsumer):
             # an acks=False topic: Faust never acks its messages, so they are accepted as delivered
             message.settled = True
             self._acknowledge(record, AcknowledgeType.ACCEPT)
+        else:
+            self._in_flight += 1
         return message
 
     # -- acknowledging ---------------------------------------------------------------------------
@@ -264,6 +279,9 @@ class Consumer(_FaustConsumer):
         if message.settled:
             return
         message.settled = True
+        self._in_flight -= 1
+        if self._in_flight < self.max_in_flight:
+            self._room.set()
         self._acknowledge(message.share_record, decide(message.outcome, self.reject_after))
         # Faust's offset bookkeeping means nothing here; forget the offset so that a redelivery
         # of the same offset is acked again (Faust's ack skips offsets already in the index)

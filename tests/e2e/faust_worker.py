@@ -7,6 +7,7 @@ it; 0 = never; KS_ON_ERROR=context: inside ``release_on_error()`` instead of let
 exception crash the agent), KS_PRODUCER (optional: ``broker_producer``, e.g. kafka://backend:9092).
 """
 
+import asyncio
 import json
 import time
 import os
@@ -18,6 +19,7 @@ from kshare_sidecar.faust import release_on_error
 
 FAIL_EVERY = int(os.environ.get("KS_FAIL_EVERY", "0"))
 CONTEXT = os.environ.get("KS_ON_ERROR") == "context"
+SLOW_S = float(os.environ.get("KS_SLOW_MS", "0")) / 1000
 brokers = {"broker": os.environ["KS_BROKER"]}
 if os.environ.get("KS_PRODUCER"):
     brokers = {"broker_consumer": os.environ["KS_BROKER"], "broker_producer": os.environ["KS_PRODUCER"]}
@@ -26,6 +28,11 @@ app = faust.App(os.environ["KS_GROUP"], **brokers, web_enabled=False, topic_disa
 topic = app.topic(os.environ["KS_TOPIC"], key_type=bytes, value_type=bytes, value_serializer="raw",
                   key_serializer="raw")
 out = open(os.environ["KS_OUT"], "a", buffering=1)
+
+
+@app.task
+async def started():
+    out.write(json.dumps({"ev": "start", "pid": os.getpid()}) + "\n")
 
 
 @app.agent(topic)
@@ -40,6 +47,8 @@ async def process(stream):
                     raise RuntimeError(f"record {n} fails (first delivery), handled")
                 continue
             raise RuntimeError(f"agent fails on record {n} (first delivery)")
+        if SLOW_S:
+            await asyncio.sleep(SLOW_S)
         out.write(json.dumps({"ev": "rec", "n": n, "dc": count, "pid": os.getpid(), "t": round(time.time(), 3)}) + "\n")
 
 

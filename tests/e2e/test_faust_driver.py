@@ -38,18 +38,28 @@ def _events(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip().endswith("}")]
 
 
+def _wait(predicate, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    return predicate()
+
+
 def test_faust_agents_share_a_group(target, tmp_path):
     topic, group = unique("faust"), unique("fapp")
     create_topic(target.backend, topic, 3)
     # the lock outlasts a worker's start-up hiccups; earliest: the records exist before the group
     set_group_config(target.bootstrap, group, {"share.auto.offset.reset": "earliest",
                                                "share.record.lock.duration.ms": "15000"})
-    produce(target.backend, topic, TOTAL, partitions=3)
     out = tmp_path / "events.jsonl"
     procs = []
     for i in range(2):
         env = {**os.environ, "KS_BROKER": f"kshare://{target.bootstrap}", "KS_TOPIC": topic, "KS_GROUP": group,
-               "KS_OUT": str(out), "KS_FAIL_EVERY": str(FAIL_EVERY), "KS_DATADIR": str(tmp_path / f"data{i}")}
+               "KS_OUT": str(out), "KS_FAIL_EVERY": str(FAIL_EVERY), "KS_DATADIR": str(tmp_path / f"data{i}"),
+               # 2 ms a record: one worker alone cannot drain 3,000 before the other has joined
+               "KS_SLOW_MS": "2" if TOTAL <= 10_000 else "0"}
         if i == 1 or TOTAL > 10_000:
             # beyond ~100 crashes a second mode's supervisor gives up on the agent: at the full size
             # both workers catch failures with release_on_error(); by default worker 0 crashes
@@ -60,6 +70,9 @@ def test_faust_agents_share_a_group(target, tmp_path):
         procs.append(subprocess.Popen([sys.executable, WORKER], env=env, stdout=log, stderr=subprocess.STDOUT,
                                       cwd=tmp_path))
     try:
+        # both apps running (joined or joining the group) before the records exist
+        assert _wait(lambda: sum(e["ev"] == "start" for e in _events(out)) >= 2, 30), "workers did not start"
+        produce(target.backend, topic, TOTAL, partitions=3)
         deadline = time.monotonic() + 60 + TOTAL / 500
         while time.monotonic() < deadline:
             if len({e["n"] for e in _events(out) if e["ev"] == "rec"}) >= TOTAL:

@@ -226,3 +226,22 @@ def test_release_on_error_outside_a_share_event_propagates():
     with pytest.raises(KeyError):
         with release_on_error():
             raise KeyError("no event")
+
+
+async def test_no_fetch_while_faust_holds_max_in_flight(consumer, app):
+    """Records handed to Faust stay acquired: past max_in_flight the driver stops fetching (a
+    worker must not hoard what the others could process before the locks expire)."""
+    app.sensors.add(consumer.sensor)
+    consumer.max_in_flight = 2
+    share = consumer._share
+    share.batches = [[rec(20), rec(21)], [rec(22)]]
+    tp = TP(TOPIC, 0)
+    first = await consumer._getmany({tp}, 0.01)
+    messages = [consumer._to_message(tp, r) for r in first[tp]]
+    for m in messages:
+        m.incref()
+    assert await consumer._getmany({tp}, 0.01) == {}  # 2 in flight: no fetch
+    assert share.batches == [[rec(22)]]
+    stream_done(consumer, app, messages[0])
+    again = await consumer._getmany({tp}, 0.01)
+    assert [r.offset for r in again[tp]] == [22]
