@@ -41,6 +41,7 @@ from faust.types.tuples import ack_lock
 from mode import Service, get_logger
 
 from kshare_sidecar.client import AcknowledgeType, ConsumerStoppedError, ShareConsumer, ShareConsumerError
+from kshare_sidecar.client.cluster import TRANSPORT_ERRORS
 
 from .acking import EventOutcome, decide, parse_options
 
@@ -183,7 +184,7 @@ class Consumer(_FaustConsumer):
             return not self._topics
         try:
             await share.refresh_metadata()
-        except (OSError, TimeoutError, ShareConsumerError) as exc:
+        except (*TRANSPORT_ERRORS, ShareConsumerError) as exc:
             logger.warning("kshare: metadata refresh failed: %s", exc)
             return False
         known = {t: share.partitions_for_topic(t) for t in self._topics}

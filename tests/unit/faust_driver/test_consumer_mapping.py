@@ -245,3 +245,28 @@ async def test_no_fetch_while_faust_holds_max_in_flight(consumer, app):
     stream_done(consumer, app, messages[0])
     again = await consumer._getmany({tp}, 0.01)
     assert [r.offset for r in again[tp]] == [22]
+
+
+async def test_later_subscription_change_widens_the_assignment_without_a_rebalance(consumer, app, monkeypatch):
+    """After the one synthetic rebalance, new partitions are added to Faust's routing silently (a
+    second rebalance would suspend flow and clear the agents' buffers)."""
+
+    async def refresh():
+        return None
+
+    consumer._share.refresh_metadata = refresh
+    routed = []
+
+    async def on_partitions_assigned(assigned):
+        routed.append(set(assigned))
+
+    monkeypatch.setattr(app.topics, "on_partitions_assigned", on_partitions_assigned)
+    monkeypatch.setattr(app, "on_rebalance_start", lambda: pytest.fail("no second rebalance"))
+    consumer._rebalanced = True
+    consumer._topics = {TOPIC}
+    consumer._assignment = {TP(TOPIC, 0)}
+    consumer._active_partitions = {TP(TOPIC, 0)}
+    assert await consumer._apply_subscription() is True
+    assert consumer.assignment() == {TP(TOPIC, 0), TP(TOPIC, 1)}  # FakeShare: partitions {0, 1}
+    assert consumer._active_partitions == {TP(TOPIC, 0), TP(TOPIC, 1)}
+    assert routed == [{TP(TOPIC, 0), TP(TOPIC, 1)}]
