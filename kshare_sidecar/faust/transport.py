@@ -88,7 +88,6 @@ class OutcomeSensor(Sensor):
         message = event.message
         if isinstance(message, ShareMessage):
             message.outcome.entered = True
-        return None
 
     def on_message_out(self, tp: TP, offset: int, message: Any) -> None:
         if isinstance(message, ShareMessage):

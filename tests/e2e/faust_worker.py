@@ -9,9 +9,9 @@ exception crash the agent), KS_PRODUCER (optional: ``broker_producer``, e.g. kaf
 
 import asyncio
 import json
-import time
 import os
 import sys
+import time
 
 import faust
 

@@ -10,13 +10,13 @@ import pytest
 
 faust = pytest.importorskip("faust", reason="faust-streaming is not installed")
 
-from aiokafka.structs import TopicPartition  # noqa: E402
-from faust.events import Event  # noqa: E402
-from faust.streams import _current_event, current_event  # noqa: E402
-from faust.types import TP  # noqa: E402
+from aiokafka.structs import TopicPartition
+from faust.events import Event
+from faust.streams import _current_event, current_event
+from faust.types import TP
 
-from kshare_sidecar.client import AckStateError, AcknowledgeType, ShareRecord  # noqa: E402
-from kshare_sidecar.faust import Consumer, ShareMessage, Transport, release_on_error  # noqa: E402
+from kshare_sidecar.client import AcknowledgeType, AckStateError, ShareRecord
+from kshare_sidecar.faust import Consumer, ShareMessage, Transport, release_on_error
 
 TOPIC = "orders"
 
@@ -223,9 +223,8 @@ def test_release_on_error_marks_the_event_without_raising(consumer, app):
 
 
 def test_release_on_error_outside_a_share_event_propagates():
-    with pytest.raises(KeyError):
-        with release_on_error():
-            raise KeyError("no event")
+    with pytest.raises(KeyError), release_on_error():
+        raise KeyError("no event")
 
 
 async def test_no_fetch_while_faust_holds_max_in_flight(consumer, app):

@@ -7,10 +7,10 @@ import io
 import tarfile
 
 import pytest
-
 import testcontainers.core.container as tc_container
-from kshare_sidecar.testing.containers import KShareContainer, NetworkedRedpandaContainer, setting_env
 from testcontainers.community.kafka import KafkaContainer, RedpandaContainer
+
+from kshare_sidecar.testing.containers import KShareContainer, NetworkedRedpandaContainer, setting_env
 
 
 class FakeDockerClient:
