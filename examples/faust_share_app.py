@@ -21,9 +21,10 @@ import os
 import faust
 
 BROKER = os.environ.get("KSHARE_BROKER", "kshare://127.0.0.1:9192")
-brokers = {"broker": f"{BROKER}?reject_after=3"}
+CONSUMER = BROKER + ("&" if "?" in BROKER else "?") + "reject_after=3"  # REJECT from the 3rd failing delivery
+brokers = {"broker": CONSUMER}
 if os.environ.get("KSHARE_PRODUCER"):
-    brokers = {"broker_consumer": f"{BROKER}?reject_after=3", "broker_producer": os.environ["KSHARE_PRODUCER"]}
+    brokers = {"broker_consumer": CONSUMER, "broker_producer": os.environ["KSHARE_PRODUCER"]}
 
 # topic_disable_leader: Faust's leader election is for consumer-group assignors; share groups
 # have no use for it. No tables: share topics are not partition-local (see docs/faust.md).
