@@ -28,20 +28,24 @@ How the sidecar reaches the backend (inside Docker, never through the host's map
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import tarfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from io import BytesIO
 from typing import Any
 
 from testcontainers.community.kafka import KafkaContainer, RedpandaContainer
 from testcontainers.core.container import DockerContainer
+from testcontainers.core.network import Network
 
 from .probe import broker_ready
 
 DEFAULT_IMAGE = "kshare-sidecar:dev"
+#: Confluent Platform 7.9 = Apache Kafka 3.9, the backend line kshare is tested on
+DEFAULT_KAFKA_IMAGE = "confluentinc/cp-kafka:7.9.0"
 START_SCRIPT = "/tmp/kshare-start.sh"
 
 
@@ -185,3 +189,14 @@ class KShareContainer(DockerContainer):
                 tar.addfile(info, BytesIO(content))
             archive.seek(0)
             self.get_wrapped_container().put_archive(directory, archive)
+
+
+@contextlib.contextmanager
+def kafka_with_kshare(kafka_image: str = DEFAULT_KAFKA_IMAGE, image: str | None = None,
+                      settings: dict[str, Any] | None = None) -> Iterator[KShareContainer]:
+    """A network, a KRaft Kafka container (alias ``kafka``) and a sidecar in front of it; yields
+    the started :class:`KShareContainer`. What the ``kshare_container`` pytest fixture uses."""
+    with Network() as network:
+        kafka = KafkaContainer(kafka_image).with_kraft().with_network(network).with_network_aliases("kafka")
+        with kafka, KShareContainer(kafka, image=image, settings=settings) as kshare:
+            yield kshare

@@ -172,3 +172,41 @@ def test_wait_ready_times_out():
 
     with pytest.raises(TimeoutError, match="not ready in 2 s"):
         c.wait_ready("localhost", 1, probe=lambda *a, **k: False, clock=lambda: now[0], sleep=sleep)
+
+
+def test_kafka_with_kshare_wires_network_alias_and_sidecar(monkeypatch):
+    import testcontainers.core.network as tc_network
+
+    from kshare_sidecar.testing.containers import kafka_with_kshare
+
+    events = []
+
+    class FakeNet:
+        name = "net-x"
+
+        def __init__(self, *a, **k):
+            pass
+
+        def __enter__(self):
+            events.append("network")
+            return self
+
+        def __exit__(self, *exc):
+            events.append("network removed")
+
+    monkeypatch.setattr(kc_module(), "Network", FakeNet)
+    monkeypatch.setattr(tc_network, "Network", FakeNet)
+    monkeypatch.setattr(KafkaContainer, "start", lambda self, timeout=30: events.append(("kafka", self.image)) or self)
+    monkeypatch.setattr(KShareContainer, "start", lambda self: events.append(("kshare", self.backend_bootstrap())) or self)
+    monkeypatch.setattr(tc_container.DockerContainer, "stop", lambda self, **k: events.append(("stop", self.image)))
+    with kafka_with_kshare(image="kshare:test") as kshare:
+        assert isinstance(kshare, KShareContainer) and kshare.image == "kshare:test"
+        assert kshare._network is kshare.backend._network
+    assert events == ["network", ("kafka", "confluentinc/cp-kafka:7.9.0"), ("kshare", "kafka:9092"),
+                      ("stop", "kshare:test"), ("stop", "confluentinc/cp-kafka:7.9.0"), "network removed"]
+
+
+def kc_module():
+    import kshare_sidecar.testing.containers as module
+
+    return module
