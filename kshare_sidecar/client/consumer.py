@@ -166,6 +166,18 @@ class ShareConsumer:
     def member_id(self) -> str:
         return self._membership.member_id
 
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        """Partitions of ``topic`` in the metadata this consumer holds (``None`` if unknown), as
+        aiokafka's: the Faust driver presents every partition of a subscribed topic as assigned."""
+        topic_id = self._cluster.ids.get(topic)
+        if topic_id is None:
+            return None
+        return {p for t, p in self._cluster.leaders if t == topic_id}
+
+    async def refresh_metadata(self) -> None:
+        """Metadata for the subscribed topics now (otherwise refreshed before the next fetch)."""
+        await self._cluster.refresh(self._membership.subscription)
+
     # -- consuming -------------------------------------------------------------------------------
     async def getmany(self, timeout_ms: int = 0, max_records: int | None = None
                       ) -> dict[TopicPartition, list[ShareRecord]]:

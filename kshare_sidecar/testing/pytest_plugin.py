@@ -2,7 +2,8 @@
 
 Any project with kshare-sidecar installed gets ``kafka_39`` (a backend without share groups),
 ``kafka_4`` (native KIP-932 share groups) and ``redpanda`` (Docker only) as session fixtures, and
-``kafka_39_cluster3`` (three 3.9 brokers, module-scoped) for multi-broker routing.
+``kafka_39_cluster3`` (three 3.9 brokers, module-scoped) for multi-broker routing, and
+``kshare_container`` (Docker only: a sidecar container in front of a Kafka container).
 Start-up times are printed in the terminal summary.
 """
 
@@ -68,6 +69,21 @@ def redpanda() -> Iterator[Cluster]:
     if not docker_engine_available():
         pytest.skip("no Docker engine answers a ping (Redpanda runs only in a container)")
     yield from _provide(redpanda_cluster)
+
+
+@pytest.fixture(scope="session")
+def kshare_container():
+    """A kshare sidecar container in front of a Kafka 3.9 container (testcontainers;
+    :func:`~.containers.kafka_with_kshare`): ``kshare_container.get_bootstrap_server()``.
+    Skipped when no Docker engine answers a ping. Image: ``KSHARE_IMAGE`` or kshare-sidecar:dev."""
+    from .cluster import docker_engine_available
+
+    if not docker_engine_available():
+        pytest.skip("no Docker engine answers a ping (KShareContainer runs the sidecar in a container)")
+    from .containers import kafka_with_kshare
+
+    with kafka_with_kshare() as kshare:
+        yield kshare
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

@@ -260,3 +260,16 @@ async def test_unsubscribe_leaves_the_group(broker):
         c.subscribe(["t"])
         await _until(lambda: c.assignment())
         assert broker.requests("ShareGroupHeartbeatRequest")[-1].member_epoch in (0, 2)
+
+
+def test_partitions_for_topic_from_held_metadata():
+    import uuid
+
+    from kshare_sidecar.client import ShareConsumer
+
+    c = ShareConsumer("t", bootstrap_servers="127.0.0.1:1", group_id="g")
+    assert c.partitions_for_topic("t") is None
+    tid, other = uuid.uuid4(), uuid.uuid4()
+    c._cluster.ids["t"] = tid
+    c._cluster.leaders.update({(tid, 0): 1, (tid, 2): 1, (other, 5): 1})
+    assert c.partitions_for_topic("t") == {0, 2}

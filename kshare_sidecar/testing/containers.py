@@ -1,0 +1,202 @@
+"""``KShareContainer``: a kshare sidecar in Docker, in front of a Kafka or Redpanda testcontainer.
+
+For users' own pytest suites that already use ``testcontainers`` (the embedded harness fixtures —
+``kafka_39``, ``kafka_4`` — need Java and Maven instead). The sidecar runs from the image built
+by the repo's Dockerfile (``docker build -t kshare-sidecar:dev .``; override with ``image=`` or
+``KSHARE_IMAGE``)::
+
+    with Network() as net, \\
+         KafkaContainer("confluentinc/cp-kafka:7.9.0").with_kraft().with_network(net) \\
+             .with_network_aliases("kafka") as kafka, \\
+         KShareContainer(kafka) as kshare:
+        bootstrap = kshare.get_bootstrap_server()   # share groups here, everything else passed through
+
+Why the start script: clients must be told the *host's* address of the sidecar
+(``KSHARE_ADVERTISED_LISTENER``), and Docker picks the mapped port only when the container starts
+— the same reason testcontainers' own KafkaContainer and RedpandaContainer write theirs after
+start. The container waits for the script, which exports the settings and execs
+``kshare sidecar run``. Ready means: the sidecar answers a Kafka Metadata request from the host.
+
+How the sidecar reaches the backend (inside Docker, never through the host's mapped port):
+
+- ``KafkaContainer``: its BROKER listener, port 9092, advertised as the container's own IP —
+  ``alias:9092`` on a user-defined network, else the container IP on the default bridge.
+- ``RedpandaContainer`` advertises its internal listener as 127.0.0.1, which no other container can
+  use: use :class:`NetworkedRedpandaContainer` (same image and API) on a network with an alias.
+- a string: a ``host:port`` list the sidecar container can reach as it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import tarfile
+import time
+from collections.abc import Callable, Iterator
+from io import BytesIO
+from typing import Any
+
+from testcontainers.community.kafka import KafkaContainer, RedpandaContainer
+from testcontainers.core.container import DockerContainer
+from testcontainers.core.network import Network
+
+from .probe import broker_ready
+
+DEFAULT_IMAGE = "kshare-sidecar:dev"
+#: Confluent Platform 7.9 = Apache Kafka 3.9, the backend line kshare is tested on
+DEFAULT_KAFKA_IMAGE = "confluentinc/cp-kafka:7.9.0"
+START_SCRIPT = "/tmp/kshare-start.sh"
+
+
+def setting_env(key: str) -> str:
+    """``share.auto.offset.reset`` -> ``KSHARE_SHARE_AUTO_OFFSET_RESET`` (env names pass through)."""
+    if key.startswith("KSHARE_"):
+        return key
+    return "KSHARE_" + key.upper().replace(".", "_").replace("-", "_")
+
+
+class NetworkedRedpandaContainer(RedpandaContainer):
+    """Redpanda whose internal listener (29092) is advertised under its network alias, so that
+    other containers on the network — the sidecar — can use it."""
+
+    def tc_start(self) -> None:
+        alias = _alias(self)
+        if alias is None:
+            raise ValueError("NetworkedRedpandaContainer needs with_network(...) and with_network_aliases(...)")
+        host, port = self.get_container_host_ip(), self.get_exposed_port(self.redpanda_port)
+        script = (
+            "/usr/bin/rpk redpanda start --mode dev-container --smp 1 --memory 1G "
+            "--kafka-addr PLAINTEXT://0.0.0.0:29092,OUTSIDE://0.0.0.0:9092 "
+            f"--advertise-kafka-addr PLAINTEXT://{alias}:29092,OUTSIDE://{host}:{port}")
+        self.create_file(script.encode(), RedpandaContainer.TC_START_SCRIPT)
+
+
+def _alias(container: DockerContainer) -> str | None:
+    if getattr(container, "_network", None) is None:
+        return None
+    aliases = getattr(container, "_network_aliases", None) or []
+    return aliases[0] if aliases else None
+
+
+class KShareContainer(DockerContainer):
+    """A kshare sidecar container serving share groups for ``backend``; see the module doc."""
+
+    def __init__(self, backend: KafkaContainer | RedpandaContainer | str, image: str | None = None,
+                 port: int = 9192, settings: dict[str, Any] | None = None, startup_timeout: float = 60,
+                 **kwargs: Any) -> None:
+        kwargs.setdefault("entrypoint", "sh")
+        super().__init__(image or os.environ.get("KSHARE_IMAGE", DEFAULT_IMAGE), **kwargs)
+        if isinstance(backend, RedpandaContainer) and not isinstance(backend, NetworkedRedpandaContainer):
+            raise TypeError("RedpandaContainer advertises 127.0.0.1 to other containers; "
+                            "use kshare_sidecar.testing.containers.NetworkedRedpandaContainer")
+        self.backend = backend
+        self.port = port
+        self.startup_timeout = startup_timeout
+        self.settings: dict[str, str] = {}
+        for key, value in (settings or {}).items():
+            self.with_setting(key, value)
+        self.with_exposed_ports(port)
+        network = getattr(backend, "_network", None)
+        if network is not None:
+            self.with_network(network)
+        self.with_command(self.command())
+
+    def with_setting(self, key: str, value: Any) -> KShareContainer:
+        """Any sidecar setting, as ``share.record.lock.duration.ms`` or its ``KSHARE_*`` name."""
+        self.settings[setting_env(key)] = str(value)
+        return self
+
+    # -- what it starts with (pure: unit-tested without Docker) -------------------------------------
+    def command(self) -> str:
+        """Wait for the start script (written once the mapped port is known), then run it."""
+        return f'-c "while [ ! -f {START_SCRIPT} ]; do sleep 0.1; done; . {START_SCRIPT}"'
+
+    def backend_bootstrap(self) -> str:
+        """The backend's address as the sidecar container sees it."""
+        backend = self.backend
+        if isinstance(backend, str):
+            return backend
+        alias = _alias(backend)
+        if isinstance(backend, NetworkedRedpandaContainer):
+            if alias is None:
+                raise ValueError("the Redpanda backend needs a network and an alias")
+            return f"{alias}:29092"
+        if isinstance(backend, KafkaContainer):
+            if alias is not None:
+                return f"{alias}:9092"
+            attrs = backend.get_wrapped_container().attrs  # started, default bridge: its own IP
+            return f"{attrs['NetworkSettings']['IPAddress']}:9092"
+        raise TypeError(f"unsupported backend {type(backend).__name__}: a KafkaContainer, "
+                        "NetworkedRedpandaContainer or 'host:port' string")
+
+    def environment(self, advertised: str) -> dict[str, str]:
+        """The sidecar's settings: backend, listener on all interfaces, the host's address."""
+        return {"KSHARE_BOOTSTRAP_SERVERS": self.backend_bootstrap(), "KSHARE_LISTEN": f"0.0.0.0:{self.port}",
+                "KSHARE_ADVERTISED_LISTENER": advertised, **self.settings}
+
+    def start_script(self, advertised: str) -> bytes:
+        lines = [f"export {k}={shlex.quote(v)}" for k, v in self.environment(advertised).items()]
+        return ("\n".join([*lines, "exec kshare sidecar run"]) + "\n").encode()
+
+    # -- Docker ----------------------------------------------------------------------------------
+    def start(self) -> KShareContainer:
+        super().start()
+        host, port = self.get_container_host_ip(), int(self.get_exposed_port(self.port))
+        self._put_file(self.start_script(f"{host}:{port}"), START_SCRIPT)
+        self.wait_ready(host, port)
+        return self
+
+    def get_bootstrap_server(self) -> str:
+        """``host:port`` for clients on the host: share groups and every other API."""
+        return f"{self.get_container_host_ip()}:{self.get_exposed_port(self.port)}"
+
+    def wait_ready(self, host: str, port: int, *, probe: Callable[..., bool] = broker_ready,
+                   clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
+        """Until the sidecar answers Metadata from the host; fail early when the container exited."""
+        deadline = clock() + self.startup_timeout
+        while True:
+            if probe(host, port, timeout=1):
+                return
+            if self._exited():
+                raise RuntimeError(f"kshare container exited before it was ready:\n{self._logs_tail()}")
+            if clock() >= deadline:
+                raise TimeoutError(f"kshare container at {host}:{port} not ready in {self.startup_timeout} s:\n"
+                                   f"{self._logs_tail()}")
+            sleep(0.5)
+
+    def _exited(self) -> bool:
+        container = self.get_wrapped_container()
+        if container is None:
+            return False
+        container.reload()
+        return container.status in ("exited", "dead")
+
+    def _logs_tail(self, lines: int = 30) -> str:
+        try:
+            stdout, stderr = self.get_logs()
+        except Exception as exc:  # the logs are a diagnostic only
+            return f"(no logs: {exc})"
+        text = (stdout or b"").decode(errors="replace") + (stderr or b"").decode(errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+    def _put_file(self, content: bytes, path: str) -> None:
+        directory, name = os.path.split(path)
+        with BytesIO() as archive:
+            with tarfile.TarFile(fileobj=archive, mode="w") as tar:
+                info = tarfile.TarInfo(name=name)
+                info.size, info.mtime, info.mode = len(content), int(time.time()), 0o644
+                tar.addfile(info, BytesIO(content))
+            archive.seek(0)
+            self.get_wrapped_container().put_archive(directory, archive)
+
+
+@contextlib.contextmanager
+def kafka_with_kshare(kafka_image: str = DEFAULT_KAFKA_IMAGE, image: str | None = None,
+                      settings: dict[str, Any] | None = None) -> Iterator[KShareContainer]:
+    """A network, a KRaft Kafka container (alias ``kafka``) and a sidecar in front of it; yields
+    the started :class:`KShareContainer`. What the ``kshare_container`` pytest fixture uses."""
+    with Network() as network:
+        kafka = KafkaContainer(kafka_image).with_kraft().with_network(network).with_network_aliases("kafka")
+        with kafka, KShareContainer(kafka, image=image, settings=settings) as kshare:
+            yield kshare
