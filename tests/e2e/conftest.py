@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,9 @@ class SidecarProcess:
         self.backend = backend
         self.port = port or free_port()  # with `listeners`: its PLAINTEXT port (the readiness probe's)
         self.env = dict(env or {})  # extra KSHARE_* settings
+        # Its own state topic unless told otherwise: two sidecars on one backend and one state topic
+        # are a takeover (issue 11) — a test's extra sidecar would supersede the session's.
+        self.env.setdefault("KSHARE_STATE_TOPIC", f"__kshare_state_t{uuid.uuid4().hex[:10]}")
         self.listeners = listeners
         self.args = list(args or [])  # extra command-line arguments (--log-level DEBUG)
         self.log_path = log_path
@@ -112,7 +116,8 @@ def native_kafka() -> Iterator:
 
 @pytest.fixture(scope="session")
 def sidecar(kafka_39, tmp_path_factory) -> Iterator[SidecarProcess]:
-    sc = SidecarProcess(kafka_39.bootstrap, tmp_path_factory.mktemp("sidecar") / "sidecar.log").start()
+    sc = SidecarProcess(kafka_39.bootstrap, tmp_path_factory.mktemp("sidecar") / "sidecar.log",
+                        env={"KSHARE_STATE_TOPIC": "__kshare_state"}).start()
     yield sc
     sc.stop()
 

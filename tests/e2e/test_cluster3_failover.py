@@ -62,7 +62,7 @@ def test_broker_restarts_under_a_share_consume_lose_nothing(cluster, tmp_path):
     assert producer.flush(60) == 0
 
     sc = SidecarProcess(cluster.bootstrap, tmp_path / "sidecar.log",
-                        env={"KSHARE_STATE_TOPIC_REPLICATION_FACTOR": "3"}).start()
+                        env={"KSHARE_STATE_TOPIC_REPLICATION_FACTOR": "3", "KSHARE_STATE_TOPIC": STATE_TOPIC}).start()
     workers = []
     try:
         target = Target("kshare", sc.bootstrap, cluster.bootstrap)
