@@ -35,7 +35,8 @@ from ..log.brokerconn import BrokerConn, BrokerConnError
 from ..ratelog import backend_failures
 from ..wire import codec
 from ..wire.errors import CloseConnection
-from . import leaders, produce
+from . import leaders as leader_hints
+from . import produce
 from . import reserved as reserved_keys
 from . import routes
 from .reserved import Reserved
@@ -136,7 +137,7 @@ class Forwarder:
         node = single if single is not None else self.pool.any_node()
         expect = not (api_key == _PRODUCE and produce.acks(frame, version) == 0)
         answer = await self._raw(up.conn(node), frame, release, expect=expect)
-        if answer is not None and leaders.hinted(api_key, version):
+        if answer is not None and leader_hints.hinted(api_key, version):
             return self._own_leader_hints_raw(answer, api_key, version)
         return answer
 
@@ -144,7 +145,7 @@ class Forwarder:
         """A raw answer whose leader hints could name a backend broker, rewritten to name the
         sidecar (:mod:`.leaders`); left as bytes when it cannot."""
         hosts = tuple(host.encode() for host, _ in self.pool.brokers.values())
-        if self.node is None or not leaders.may_name_backend(answer, hosts):
+        if self.node is None or not leader_hints.may_name_backend(answer, hosts):
             return answer
         header, body = codec.decode_response(bytes(memoryview(answer)[4:]), codec.response_class(api_key, version))
         rewritten = self._own_leader_hints(body)
@@ -156,7 +157,7 @@ class Forwarder:
         if self.node is None:
             return body
         n = self.node(_CLIENT.get())
-        return leaders.point_at_sidecar(body, n.node_id, n.host, n.port, n.rack)
+        return leader_hints.point_at_sidecar(body, n.node_id, n.host, n.port, n.rack)
 
     async def _raw(self, conn: BrokerConn, frame: bytes, release: Callable[[], None], *,
                    expect: bool = True) -> bytes | None:
@@ -245,7 +246,7 @@ class Forwarder:
         merged = routes.merge_partitions(responses, spec)
         if any(code in _RETRY_LEADER for code in routes.error_codes(merged)):
             self.pool.forget_leaders()
-        if leaders.hinted(api_key, version):
+        if leader_hints.hinted(api_key, version):
             merged = self._own_leader_hints(merged)
         return codec.encode_response(merged, decoded.correlation_id)
 

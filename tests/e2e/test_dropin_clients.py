@@ -99,7 +99,11 @@ def test_admin_client_topics_configs_records(sidecar):
     assert configs["retention.ms"].value == "3600000"
     assert configs["cleanup.policy"].value == "delete"
 
-    _produce(sidecar.bootstrap, topic, [b"r%d" % i for i in range(10)], partitioner="murmur2_random")
+    # to partition 0 explicitly: keyless records go to one sticky random partition of the four
+    producer = Producer({"bootstrap.servers": sidecar.bootstrap})
+    for i in range(10):
+        producer.produce(topic, b"r%d" % i, partition=0)
+    assert producer.flush(60) == 0
     tp = TopicPartition(topic, 0)
     (latest,) = _wait(admin.list_offsets({tp: OffsetSpec.latest()})).values()
     assert latest.offset > 0
