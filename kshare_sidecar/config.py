@@ -44,6 +44,12 @@ class Setting:
                 if isinstance(raw, bool):
                     raise ValueError
                 value = int(raw)
+            elif self.kind is float:
+                if isinstance(raw, bool):
+                    raise ValueError
+                value = float(raw)
+                if value != value or value in (float("inf"), float("-inf")):
+                    raise ValueError
             else:
                 value = str(raw)
         except (TypeError, ValueError):
@@ -87,6 +93,20 @@ def _offset_reset(value: str) -> str | None:
             return str(exc)
         return None
     return "allowed values are latest, earliest, by_duration:<ISO-8601 duration> (e.g. by_duration:PT1H)"
+
+
+_TOPIC_CHARS = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+
+def _dlq_topic(value: str) -> str | None:
+    """Kafka's topic-name rules, and no internal name (KIP-1191: a DLQ topic is a user topic)."""
+    if value == "":
+        return None
+    if value in (".", "..") or len(value) > 249 or not _TOPIC_CHARS.match(value):
+        return "not a legal topic name (1-249 of a-z A-Z 0-9 . _ -, not . or ..)"
+    if value.startswith("__"):
+        return "names starting with __ are reserved for internal topics"
+    return None
 
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -282,6 +302,25 @@ SETTINGS: tuple[Setting, ...] = (
        check=_offset_reset),
     _S("share.isolation.level", "read_uncommitted", str, "Default isolation level for share groups.",
        choices=("read_uncommitted", "read_committed")),
+    # -- kshare's extensions (docs/extensions.md): dead-letter topic with KIP-1191's names
+    _S("errors.deadletterqueue.topic.name", "", str, "Default dead-letter topic of share groups ('' = none): "
+       "rejected records and records archived at the delivery count limit are written there (KIP-1191's name).",
+       check=_dlq_topic),
+    _S("errors.deadletterqueue.copy.record.enable", True, bool, "Copy the record (key, value, headers) onto the "
+       "dead-letter topic, not only the __dlq.errors.* headers (KIP-1191's name; kshare's default is true, "
+       "Kafka's false)."),
+    _S("errors.deadletterqueue.topic.name.prefix", "dlq.", str, "Prefix every dead-letter topic name must have "
+       "(KIP-1191's broker setting; '' = any name)."),
+    _S("errors.deadletterqueue.auto.create.topics.enable", False, bool, "Create a missing dead-letter topic at "
+       "its first write (KIP-1191's broker setting); otherwise the write waits, retried, until it exists."),
+    # -- kshare's own extensions (no Kafka equivalent; docs/extensions.md)
+    _S("share.release.backoff.ms", 0, int, "kshare: delay before a released (or lock-expired) record is available "
+       "again, after its first delivery (0 = at once, as Kafka).", 0, 3600000),
+    _S("share.release.backoff.multiplier", 2.0, float, "kshare: factor applied to the backoff per further "
+       "delivery.", 1, 100),
+    _S("share.release.backoff.max.ms", 60000, int, "kshare: longest release backoff.", 0, 3600000),
+    _S("share.key.ordering", False, bool, "kshare: at most one in-flight delivery per record key per "
+       "share-partition, in offset order."),
 )
 BY_KEY = {s.key: s for s in SETTINGS}
 
@@ -297,13 +336,23 @@ GROUP_CONFIGS: dict[str, str] = {
     "share.assignment.interval.ms": "group.share.assignment.interval.ms",
     "share.renew.acknowledge.enable": "group.share.renew.acknowledge.enable",
     "share.assignor": "assignor",
+    "errors.deadletterqueue.topic.name": "errors.deadletterqueue.topic.name",
+    "errors.deadletterqueue.copy.record.enable": "errors.deadletterqueue.copy.record.enable",
+    "share.release.backoff.ms": "share.release.backoff.ms",
+    "share.release.backoff.multiplier": "share.release.backoff.multiplier",
+    "share.release.backoff.max.ms": "share.release.backoff.max.ms",
+    "share.key.ordering": "share.key.ordering",
 }
 
 #: GROUP configs of kshare's own, unknown to Kafka. A describe of all configs lists one only when
 #: the group sets it, so a group without kshare extras is described exactly as Kafka 4.3.1
 #: describes it (the differential parity tests compare those answers); asked for by name, it is
 #: always described.
-KSHARE_GROUP_CONFIGS: frozenset[str] = frozenset({"share.assignor"})
+KSHARE_GROUP_CONFIGS: frozenset[str] = frozenset({
+    "share.assignor", "share.release.backoff.ms", "share.release.backoff.multiplier", "share.release.backoff.max.ms",
+    "share.key.ordering",
+    # KIP-1191's (Kafka 4.4) names: unknown to Kafka 4.3.1, the parity reference
+    "errors.deadletterqueue.topic.name", "errors.deadletterqueue.copy.record.enable"})
 
 #: Per-group bounds of the share.* configs (Kafka 4.3.1 GroupConfig): sidecar setting names or
 #: constants; a group may set any value in them (not only lower the sidecar's default).
@@ -400,6 +449,16 @@ class SidecarConfig:
         choices = setting.choices
         if key == "share.assignor" and assignors is not None:
             choices = tuple(sorted(assignors))
+        if key == "errors.deadletterqueue.topic.name":
+            name = str(raw)
+            prefix = self.values["errors.deadletterqueue.topic.name.prefix"]
+            if name and (problem := _dlq_topic(name)):
+                raise ConfigError(f"{key} (from group config) = {name!r}: {problem}")
+            if name and not name.startswith(prefix):
+                raise ConfigError(f"{key} (from group config) = {name!r}: must start with {prefix!r} "
+                                  "(errors.deadletterqueue.topic.name.prefix)")
+            if name == self.values["state.topic"]:
+                raise ConfigError(f"{key} (from group config) = {name!r}: that is kshare's state topic")
         return Setting(key, None, setting.kind, setting.doc, low, high, choices,
                        setting.check).coerce(raw, "group config")
 
@@ -442,6 +501,12 @@ def load_config(path: str | Path | None = None, *, env: Mapping[str, str] | None
     if values["group.share.min.record.lock.duration.ms"] > values["group.share.max.record.lock.duration.ms"]:
         raise ConfigError("group.share.min.record.lock.duration.ms must not exceed "
                           "group.share.max.record.lock.duration.ms")
+    dlq, prefix = values["errors.deadletterqueue.topic.name"], values["errors.deadletterqueue.topic.name.prefix"]
+    if dlq and not dlq.startswith(prefix):
+        raise ConfigError(f"errors.deadletterqueue.topic.name = {dlq!r} must start with "
+                          f"errors.deadletterqueue.topic.name.prefix = {prefix!r}")
+    if values["share.release.backoff.max.ms"] < values["share.release.backoff.ms"]:
+        raise ConfigError("share.release.backoff.max.ms must not be below share.release.backoff.ms")
     return SidecarConfig(values, frozenset(explicit))
 
 

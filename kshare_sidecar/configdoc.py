@@ -34,6 +34,8 @@ _CHECKS = {
     "_listeners": "`NAME://host:port[,...]`",
     "_protocol_map": "`NAME:PROTOCOL[,...]`; protocols `PLAINTEXT`, `SSL`, `SASL_PLAINTEXT`, `SASL_SSL`",
     "_mechanisms": "comma-separated `PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512`",
+    "_dlq_topic": "`\"\"` or a legal topic name not starting with `__` (and, per group, starting with "
+                  "`errors.deadletterqueue.topic.name.prefix`)",
 }
 
 
@@ -78,9 +80,13 @@ def settings_table() -> str:
 def group_table() -> str:
     rows = ["| Group config | Default taken from |", "|---|---|"]
     for key in GROUP_CONFIG_NAMES:
-        if key in KSHARE_GROUP_CONFIGS:
+        if key == "share.assignor":
             rows.append(f"| `{key}` | `{GROUP_CONFIGS[key]}` (kshare's own key, not Kafka's: allowed values are the "
                         "registered assignor names; listed by a describe of all configs only when set) |")
+        elif key in KSHARE_GROUP_CONFIGS:
+            whose = "KIP-1191's name (Kafka 4.4)" if key.startswith("errors.") else "kshare's own key, not Kafka's"
+            rows.append(f"| `{key}` | `{GROUP_CONFIGS[key]}` ({whose}: docs/extensions.md; listed by a describe of "
+                        "all configs only when set) |")
         elif key in GROUP_CONFIGS:
             rows.append(f"| `{key}` | `{GROUP_CONFIGS[key]}` |")
         else:

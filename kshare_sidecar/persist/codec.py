@@ -84,8 +84,23 @@ def encode_partition(stored: StoredPartition) -> bytes:
         "le": s.leader_epoch,
         "ae": stored.assignment_epoch,
         "so": s.start_offset,
-        "b": [[b.first_offset, b.last_offset, int(b.delivery_state), b.delivery_count] for b in s.state_batches],
+        "b": [_encode_batch(b) for b in s.state_batches],
     })
+
+
+def _encode_batch(b: StateBatch) -> list:
+    """[first, last, state, count], plus a fifth element only for kshare's extensions (a backoff
+    deadline ``at``, a pending dead-letter write ``dlq``): records of groups without them keep the
+    four-element form older builds read."""
+    out: list = [b.first_offset, b.last_offset, int(b.delivery_state), b.delivery_count]
+    if b.available_at is not None or b.dead_letter is not None:
+        ext: dict = {}
+        if b.available_at is not None:
+            ext["at"] = b.available_at
+        if b.dead_letter is not None:
+            ext["dlq"] = b.dead_letter
+        out.append(ext)
+    return out
 
 
 def encode_group(record: GroupRecord) -> bytes:
@@ -134,10 +149,21 @@ def decode_partition(raw: bytes) -> StoredPartition:
         raise CodecError("field 'b' is not a list")
     batches = []
     try:
-        for first, last, state, count in batches_raw:
+        for raw in batches_raw:
+            first, last, state, count = raw[:4]
             if not all(type(x) is int for x in (first, last, state, count)):
                 raise CodecError("state batch fields must be integers")
-            batches.append(StateBatch(first, last, DeliveryState(state), count))
+            at = dlq = None
+            if len(raw) == 5:
+                ext = raw[4]
+                if not isinstance(ext, dict):
+                    raise CodecError("state batch extension is not an object")
+                at, dlq = ext.get("at"), ext.get("dlq")
+                if at is not None and type(at) is not int or dlq is not None and not isinstance(dlq, str):
+                    raise CodecError("state batch extension has a bad 'at' or 'dlq'")
+            elif len(raw) != 4:
+                raise CodecError(f"state batch has {len(raw)} fields")
+            batches.append(StateBatch(first, last, DeliveryState(state), count, at, dlq))
     except (TypeError, ValueError) as exc:
         if isinstance(exc, CodecError):
             raise

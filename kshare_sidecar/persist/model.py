@@ -26,12 +26,22 @@ PERSISTED_STATES = frozenset({DeliveryState.AVAILABLE, DeliveryState.ACKNOWLEDGE
 
 @dataclass(frozen=True, slots=True)
 class StateBatch:
-    """A run of offsets [first_offset, last_offset] sharing one state and delivery count."""
+    """A run of offsets [first_offset, last_offset] sharing one state and delivery count.
+
+    kshare's extensions (docs/extensions.md), both unset for a group that uses none, so such a
+    group's records are byte for byte what they were before: ``available_at`` (wall-clock ms) —
+    the AVAILABLE records are backing off after a failed delivery and may be delivered again only
+    from then on (share.release.backoff.ms); ``dead_letter`` — the records are on their way to the
+    group's dead-letter topic (``"r"`` rejected, ``"l"`` delivery count limit): they are written
+    there and then archived, so a restart finishes the job instead of redelivering them.
+    """
 
     first_offset: int
     last_offset: int
     delivery_state: DeliveryState
     delivery_count: int
+    available_at: int | None = None
+    dead_letter: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

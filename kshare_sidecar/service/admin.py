@@ -46,7 +46,7 @@ RESOURCE_CLIENT_METRICS, RESOURCE_GROUP = 16, 32
 #: DescribeConfigs ConfigSource values.
 SOURCE_GROUP_CONFIG, SOURCE_DEFAULT_CONFIG, SOURCE_STATIC_BROKER_CONFIG = 8, 5, 4
 #: DescribeConfigs ConfigType values.
-TYPE_BOOLEAN, TYPE_STRING, TYPE_INT = 1, 2, 3
+TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_DOUBLE = 1, 2, 3, 6
 #: IncrementalAlterConfigs operations.
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
@@ -407,7 +407,8 @@ class AdminService:
                 value, source = default, SOURCE_STATIC_BROKER_CONFIG
             else:
                 value, source = default, SOURCE_DEFAULT_CONFIG
-            kind = TYPE_INT if base.kind is int else TYPE_BOOLEAN if base.kind is bool else TYPE_STRING
+            kind = TYPE_INT if base.kind is int else TYPE_BOOLEAN if base.kind is bool else \
+                TYPE_DOUBLE if base.kind is float else TYPE_STRING
             out.append(ConfigValue(name, value, source, kind, base.doc, default))
         return out
 
@@ -456,6 +457,10 @@ class AdminService:
                 raise AdminError(ErrorCode.invalid_config,
                                  f"{kind}.session.timeout.ms ({session}) must be greater than "
                                  f"{kind}.heartbeat.interval.ms ({heartbeat})")
+        base, cap = int(effective["share.release.backoff.ms"]), int(effective["share.release.backoff.max.ms"])
+        if cap < base:
+            raise AdminError(ErrorCode.invalid_config, f"share.release.backoff.max.ms ({cap}) must not be below "
+                             f"share.release.backoff.ms ({base})")
 
     async def alter_configs(self, group_id: str, changes: Mapping[str, object | None]) -> None:
         """Apply validated changes to a group's overrides and persist them.

@@ -29,11 +29,18 @@ from ..metrics import WRITE_LATENCY as _WRITE_LATENCY  # kshare metrics (issue 7
 from ..persist.errors import PersistError, UnknownSharePartitionError
 from ..persist.model import SharePartitionKey
 from ..persist.records import UNSET_OFFSET, WriteItem
-from ..share.config import ShareConfig
+from ..share.config import Extensions, ShareConfig
+from ..share.extended import ExtendedSharePartition
 from ..share.partition import SharePartition
 from ..timeutil import parse_iso_duration_ms
 
 log = logging.getLogger("kshare.partitions")
+
+
+def wall_ms() -> int:
+    """Wall-clock milliseconds: what persisted backoff deadlines are written in (the engine's clock
+    is monotonic and does not survive a restart)."""
+    return int(time.time() * 1000)
 
 
 def owner_epoch() -> int:
@@ -88,6 +95,9 @@ class SharePartitionManager:
         self._rearm = asyncio.Event()
         self._timer: asyncio.Task | None = None
         self._background: set[asyncio.Task] = set()
+        #: called after a share-partition changed (acks, expiry, release, load): the dead-letter
+        #: service drains new dead-letter holds from here (service/deadletter.py)
+        self.on_change: Callable[[Slot], None] | None = None
         if hasattr(persister, "reload_listeners"):
             persister.reload_listeners.append(self.retire)
             persister.superseded_listeners.append(lambda _reason: self.retire(list(self.slots)))
@@ -134,6 +144,19 @@ class SharePartitionManager:
                            delivery_count_limit=int(cfg["share.delivery.count.limit"]),
                            max_record_locks=int(cfg["share.partition.max.record.locks"]))
 
+    def extensions(self, group_id: str) -> Extensions:
+        """kshare's extensions the group opted into (docs/extensions.md)."""
+        cfg = self.group_config(group_id)
+        return Extensions(dead_letter=bool(cfg["errors.deadletterqueue.topic.name"]),
+                          backoff_ms=int(cfg["share.release.backoff.ms"]),
+                          backoff_multiplier=float(cfg["share.release.backoff.multiplier"]),
+                          backoff_max_ms=int(cfg["share.release.backoff.max.ms"]),
+                          key_ordering=bool(cfg["share.key.ordering"]))
+
+    def _changed(self, slot: Slot) -> None:
+        if self.on_change is not None:
+            self.on_change(slot)
+
     async def initial_offset(self, group_id: str, topic: str, partition: int) -> int:
         """Resolve the first SPSO from ``share.auto.offset.reset`` (latest, earliest, by_duration)."""
         reset = str(self.group_config(group_id)["share.auto.offset.reset"])
@@ -172,13 +195,19 @@ class SharePartitionManager:
                 await self.persister.initialize(key, 0, start)
                 state = await self.persister.read_one(key, leader_epoch=self.epoch)
             config = self.share_config(key.group_id)
+            ext = self.extensions(key.group_id)
             if state.start_offset == UNSET_OFFSET:
                 start = await self.initial_offset(key.group_id, topic, key.partition)
-                sp = SharePartition(config, self.clock, start_offset=start, state_epoch=state.state_epoch,
-                                    leader_epoch=self.epoch)
+                if ext.enabled:  # groups without extensions keep the plain engine (docs/extensions.md)
+                    sp = ExtendedSharePartition(config, self.clock, ext=ext, wall=wall_ms, start_offset=start,
+                                                state_epoch=state.state_epoch, leader_epoch=self.epoch)
+                else:
+                    sp = SharePartition(config, self.clock, start_offset=start, state_epoch=state.state_epoch,
+                                        leader_epoch=self.epoch)
                 await self.persister.write(key, sp.snapshot(), self.epoch)
             else:
-                sp = SharePartition.restore(state, self.clock, config)
+                sp = ExtendedSharePartition.restore_with(state, self.clock, config, ext, wall_ms) if ext.enabled \
+                    else SharePartition.restore(state, self.clock, config)
                 sp.leader_epoch = self.epoch
         except PersistError as exc:
             code = ErrorCode.not_leader_or_follower if exc.error_code == ErrorCode.not_coordinator else exc.error_code
@@ -186,6 +215,8 @@ class SharePartitionManager:
         slot = self.slots[key] = Slot(key, topic, sp)
         _LOAD_TIME.observe(time.perf_counter() - started)  # metrics (issue 7)
         log.info("loaded share-partition %s: SPSO %d, state epoch %d", _name(key, topic), sp.spso, sp.state_epoch)
+        self.track(slot)  # restored holds (release backoff) have deadlines
+        self._changed(slot)  # restored dead-letter holds are written now
         return slot
 
     def unload_group(self, group_id: str) -> list[Slot]:
@@ -234,6 +265,7 @@ class SharePartitionManager:
                 _METRICS.count_acks(plan.runs)
         slot.wake()
         self.track(slot)
+        self._changed(slot)
         return slot.key, code
 
     def persist_soon(self, slot: Slot) -> None:
@@ -292,6 +324,7 @@ class SharePartitionManager:
                 log.debug("acquisition locks expired on %s", _name(key, slot.topic))
                 slot.wake()
                 self.persist_soon(slot)
+                self._changed(slot)
             self.track(slot)
 
     def release_member(self, group_id: str, member_id: str, partitions: Iterable[tuple[uuid.UUID, int]]) -> int:
@@ -306,6 +339,8 @@ class SharePartitionManager:
                 released += n
                 slot.wake()
                 self.persist_soon(slot)
+                self.track(slot)  # holds made by the release (backoff) have deadlines
+                self._changed(slot)
         return released
 
 

@@ -29,6 +29,7 @@ from ..log.security import BackendSecurity
 from ..share.sessions import ShareSessionCache
 from ..wire.server import Listener
 from .admin import AdminService
+from .deadletter import DeadLetterService, DeadLetterWriter
 from .groups import GroupService
 from .partitions import SharePartitionManager
 from .shares import ShareService
@@ -145,6 +146,13 @@ class Sidecar:
         self.partitions = SharePartitionManager(persister=self.persister, backend=self.backend, clock=monotonic_ms,
                                                 group_config=self.group_config)
         self.partitions.start()
+        self.deadletter = DeadLetterService(partitions=self.partitions, group_config=self.group_config,
+                                            writer=DeadLetterWriter(
+                                                self.backend, bootstrap_servers=cfg["bootstrap.servers"],
+                                                client_options=self.security.aiokafka_options(),
+                                                auto_create=cfg["errors.deadletterqueue.auto.create.topics.enable"],
+                                                prefix=cfg["errors.deadletterqueue.topic.name.prefix"]))
+        self.partitions.on_change = self.deadletter.kick  # dead-letter holds are drained (docs/extensions.md)
         self.groups = GroupService(coordinator=self.coordinator, partitions=self.partitions, backend=self.backend,
                                    persister=self.persister)
         restored = self.groups.restore()
@@ -252,7 +260,7 @@ class Sidecar:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for name in ("forwarder", "pool", "shares", "partitions", "backend", "persister", "authenticator",
+        for name in ("forwarder", "pool", "shares", "deadletter", "partitions", "backend", "persister", "authenticator",
                      "authorizer"):
             part = getattr(self, name, None)
             if part is not None:

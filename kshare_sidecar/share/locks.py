@@ -43,9 +43,10 @@ class LockTable:
         self._seq = 0
         self._live = 0
 
-    def new(self, member: str, deadline: int, first: int, last: int, live: int) -> Lock:
+    def new(self, member: str, deadline: int, first: int, last: int, live: int, kind: type[Lock] = Lock) -> Lock:
+        """A new live lock; ``kind`` may be a Lock subclass (share/holds.py: locks the sidecar holds)."""
         self._seq += 1
-        lock = Lock(member, deadline, first, last, live, self._seq)
+        lock = kind(member, deadline, first, last, live, self._seq)
         self._by_member.setdefault(member, {})[lock] = None
         self._live += 1
         heap = self._heap

@@ -1,0 +1,251 @@
+"""A share-partition with kshare's extensions: dead-letter topic, release backoff (docs/extensions.md).
+
+Why a subclass: groups that use none of the extensions keep the plain `SharePartition` and its
+hot path untouched; a group that opts in gets this class at load. It changes what happens to a
+record after an *unsuccessful* delivery, using holds (share/holds.py):
+
+* RELEASE, an expired acquisition lock or a member leaving, with attempts left and a backoff
+  configured: the record is held until ``now + backoff(delivery count)``, then AVAILABLE.
+* REJECT, or no attempts left (the delivery count limit), with a dead-letter topic: the record
+  is held for the dead-letter writer (service/deadletter.py), which writes it to the topic and
+  then acknowledges it as the holder — the state write that archives it comes after the
+  dead-letter write, and a failed write leaves the hold (and the record) in place to retry.
+
+Everything else is the engine's. Holds persist as AVAILABLE state batches carrying the backoff
+end (wall clock) or the dead-letter cause, so a restart keeps them. Pure: no I/O; time comes
+from the injected clocks (``clock`` monotonic for deadlines, ``wall`` for what is persisted).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kshare_sidecar.persist.model import DeliveryState, PartitionState, StateBatch
+from kshare_sidecar.share.acks import AckPlan, Run
+from kshare_sidecar.share.backoff import backoff_ms
+from kshare_sidecar.share.config import Extensions, ShareConfig
+from kshare_sidecar.share.holds import (
+    BACKOFF,
+    CAUSE_LIMIT,
+    CAUSE_REJECTED,
+    DEAD_LETTER,
+    HOLDERS,
+    Decision,
+    Hold,
+    held,
+    hold_available,
+    persisted_piece,
+    release_with,
+    transfer,
+)
+from kshare_sidecar.share.partition import SharePartition
+
+AV, AQ, AK, AR = 0, 1, 2, 4
+_GAP, _ACCEPT, _RELEASE, _REJECT, _RENEW = 0, 1, 2, 3, 4
+_STATES = {0: DeliveryState.AVAILABLE, 2: DeliveryState.ACKNOWLEDGED, 4: DeliveryState.ARCHIVED}
+
+
+class _Plan(AckPlan):
+    """An AckPlan whose persisted form includes the holds the acks create."""
+
+    __slots__ = ()
+
+    @property
+    def state(self) -> PartitionState:
+        if not self.ok:
+            raise ValueError(f"plan failed validation with {self.error!r}; nothing to persist")
+        if self._state is None or self.stale:
+            self._state = self.partition.persisted(self.member_id, self.runs)  # type: ignore[attr-defined]
+        return self._state
+
+
+class ExtendedSharePartition(SharePartition):
+    """`SharePartition` plus release backoff and dead-letter holds (see the module docstring)."""
+
+    def __init__(self, config: ShareConfig, clock: Callable[[], int], *, ext: Extensions | None = None,
+                 wall: Callable[[], int] | None = None, **kwargs: Any) -> None:
+        super().__init__(config, clock, **kwargs)
+        self.ext = ext or Extensions()
+        self._wall = wall or clock
+
+    # ------------------------------------------------------------------ decisions
+    def _after_failure(self, r) -> Decision | None:
+        """Where a record goes after an unsuccessful delivery (release, expiry, member gone)."""
+        if r.count >= self._limit:
+            return Decision(DEAD_LETTER, cause=CAUSE_LIMIT) if self.ext.dead_letter else None
+        if r.first < self._log_start:
+            return None  # gone from the log: the engine archives it
+        ext = self.ext
+        delay = backoff_ms(r.count, ext.backoff_ms, ext.backoff_multiplier, ext.backoff_max_ms)
+        if delay:
+            return Decision(BACKOFF, self._clock() + delay, self._wall() + delay)
+        return None
+
+    def _on_reject(self, r) -> Decision | None:
+        return Decision(DEAD_LETTER, cause=CAUSE_REJECTED) if self.ext.dead_letter else None
+
+    def _decide(self, member_id: str, t: int) -> Callable | None:
+        if member_id in HOLDERS:
+            return None
+        return self._after_failure if t == _RELEASE else self._on_reject if t == _REJECT else None
+
+    # ------------------------------------------------------------------ engine overrides
+    def prepare_acknowledge(self, member_id: str, batches: Iterable[Any], *, allow_renew: bool = True) -> AckPlan:
+        plan = super().prepare_acknowledge(member_id, batches, allow_renew=allow_renew)
+        return _Plan(plan.partition, plan.member_id, plan.runs, plan.error, plan.version)
+
+    def _apply_acks(self, member_id: str, runs: list[Run]) -> None:
+        engine_runs: list[Run] = []
+        for first, last, t in runs:
+            decide = self._decide(member_id, t)
+            if decide is None:
+                engine_runs.append((first, last, t))
+            else:
+                engine_runs.extend((a, b, t) for a, b in transfer(self, first, last, member_id, decide))
+        super()._apply_acks(member_id, engine_runs)
+
+    def _state_after(self, runs: list[Run]) -> PartitionState:  # pragma: no cover - plans use persisted()
+        raise NotImplementedError("ExtendedSharePartition plans compute their state with persisted(member, runs)")
+
+    def expire(self, now: int | None = None) -> int:
+        if now is None:
+            now = self._clock()
+        changed = 0
+        for lock in list(self._locks.pop_expired(now)):
+            changed += release_with(self, lock, self._after_failure)
+        if changed:
+            self.version += 1
+            self._advance()
+        return changed
+
+    def release_member(self, member_id: str) -> int:
+        locks = self._locks.member_locks(member_id)
+        if not locks:
+            return 0
+        locks.sort(key=lambda lk: lk.first)
+        changed = 0
+        for lock in locks:
+            changed += release_with(self, lock, self._after_failure)
+        self.version += 1
+        self._advance()
+        return changed
+
+    def snapshot(self) -> PartitionState:
+        return self.persisted("", [])
+
+    @classmethod
+    def restore_with(cls, state: PartitionState, clock: Callable[[], int], config: ShareConfig,
+                     ext: Extensions, wall: Callable[[], int]) -> ExtendedSharePartition:
+        """Restore, then re-create the persisted holds: a backoff not over yet (by the wall clock)
+        and pending dead-letter writes (when the group still has a dead-letter topic; without
+        one the records are simply available again)."""
+        sp = cls.restore(state, clock, config)
+        sp.ext, sp._wall = ext, wall
+        now, wall_now = clock(), wall()
+        for b in state.state_batches:
+            if b.delivery_state != DeliveryState.AVAILABLE:
+                continue
+            if b.dead_letter is not None and ext.dead_letter:
+                d = Decision(DEAD_LETTER, cause=b.dead_letter)
+            elif b.available_at is not None and b.available_at > wall_now:
+                d = Decision(BACKOFF, now + (b.available_at - wall_now), b.available_at)
+            else:
+                continue
+            hold_available(sp, b.first_offset, b.last_offset, lambda _r, d=d: d)
+        return sp
+
+    # ------------------------------------------------------------------ dead-letter writer API
+    def dead_letter_pending(self) -> list[tuple[int, int, int, str]]:
+        """Records waiting for the dead-letter write: (first, last, delivery count, cause), ascending."""
+        return [(r.first, r.last, r.count, h.cause or CAUSE_REJECTED) for r, h in held(self, DEAD_LETTER)]
+
+    # ------------------------------------------------------------------ persisted form
+    def persisted(self, member_id: str, runs: list[Run]) -> PartitionState:
+        """The persisted state after ``member_id``'s ``runs`` (validated) are applied; no mutation."""
+        out: list[list[Any]] = []  # [first, last, state, count, at, dlq]
+        spso: int | None = None
+
+        def emit(first: int, last: int, state: int, count: int, at: int | None = None,
+                 dlq: str | None = None) -> None:
+            nonlocal spso
+            if spso is None:
+                if state >= AK:
+                    return
+                spso = first
+            if state == AV and count <= 0 and at is None and dlq is None:
+                return
+            if out:
+                p = out[-1]
+                if p[1] + 1 == first and p[2:] == [state, count, at, dlq]:
+                    p[1] = last
+                    return
+            out.append([first, last, state, count, at, dlq])
+
+        def unchanged(r, a: int, b: int) -> None:
+            lk = r.lock
+            if r.state == AQ and isinstance(lk, Hold):
+                p = persisted_piece(a, b, r.count, lk.member, lk.wall_until, lk.cause)
+                emit(a, b, AV, p.delivery_count, p.available_at, p.dead_letter)
+            elif r.state == AQ:
+                emit(a, b, AV, r.count - 1)
+            else:
+                emit(a, b, r.state, r.count)
+
+        def acked(r, a: int, b: int, t: int) -> None:
+            if r.state != AQ or t == _RENEW:
+                unchanged(r, a, b)
+                return
+            decide = self._decide(member_id, t)
+            d = decide(r) if decide is not None else None
+            if d is not None:
+                p = persisted_piece(a, b, r.count + d.count_delta, d.holder, d.wall_until, d.cause)
+                emit(a, b, AV, p.delivery_count, p.available_at, p.dead_letter)
+            elif t == _ACCEPT:
+                emit(a, b, AK, r.count)
+            elif t == _RELEASE:
+                emit(a, b, self._release_state(r), r.count)
+            else:
+                emit(a, b, AR, r.count)
+
+        ri, nr = 0, len(runs)
+        for r in self._rs:
+            f, lst = r.first, r.last
+            while ri < nr and runs[ri][1] < f:
+                ri += 1
+            pos, k = f, ri
+            while k < nr and runs[k][0] <= lst:
+                a, b, t = runs[k]
+                if a > pos:
+                    unchanged(r, pos, a - 1)
+                    pos = a
+                hi = b if b < lst else lst
+                acked(r, pos, hi, t)
+                pos = hi + 1
+                if b > lst:
+                    break
+                k += 1
+            if pos <= lst:
+                unchanged(r, pos, lst)
+        return PartitionState(
+            state_epoch=self.state_epoch,
+            leader_epoch=self.leader_epoch,
+            start_offset=self._end if spso is None else spso,
+            state_batches=tuple(StateBatch(f, lst, _STATES[s], c, at, dlq) for f, lst, s, c, at, dlq in out),
+        )
+
+
+def ranges_of(sp: SharePartition, first: int, last: int) -> Iterator:
+    """The engine ranges overlapping [first, last] (for tests and the key-order layer)."""
+    i = max(0, bisect_right(sp._firsts, first) - 1)
+    for r in sp._rs[i:]:
+        if r.first > last:
+            break
+        if r.last >= first:
+            yield r
+
+
+__all__ = ["ExtendedSharePartition", "ErrorCode", "ranges_of"]
