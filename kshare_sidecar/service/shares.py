@@ -23,6 +23,7 @@ from ..metrics import STATS as _METRICS  # kshare metrics (issue 7)
 from ..ratelog import backend_failures
 from ..share.sessions import SessionError, ShareSession, ShareSessionCache
 from ..share.types import AcquiredRecords, AcquireMode
+from . import keyorder
 from .partitions import PartitionError, PendingAcks, SharePartitionManager, Slot
 from .readcache import BatchCache  # noqa: F401 - re-exported
 
@@ -331,6 +332,8 @@ class ShareService:
                                                b.is_control) for b in batches],
                                   budget.records, params.batch_size, mode=params.mode, fetch_offset=offset,
                                   aborted_transactions=result.aborted_transactions if read_committed else None)
+            if acquired and getattr(sp, "ext", None) is not None and sp.ext.key_ordering:
+                acquired = await keyorder.order(self.backend, slot, member_id, acquired, result, batches)
         if not acquired:
             return None
         self._read_ahead(slot, log_key, result, isolation)

@@ -34,6 +34,7 @@ from kshare_sidecar.share.holds import (
     CAUSE_REJECTED,
     DEAD_LETTER,
     HOLDERS,
+    KEY_ORDER,
     Decision,
     Hold,
     held,
@@ -41,8 +42,11 @@ from kshare_sidecar.share.holds import (
     persisted_piece,
     release_with,
     transfer,
+    under_lock,
 )
+from kshare_sidecar.share.keyorder import KeyIndex
 from kshare_sidecar.share.partition import SharePartition
+from kshare_sidecar.share.types import AcquiredRecords
 
 AV, AQ, AK, AR = 0, 1, 2, 4
 _GAP, _ACCEPT, _RELEASE, _REJECT, _RENEW = 0, 1, 2, 3, 4
@@ -71,6 +75,7 @@ class ExtendedSharePartition(SharePartition):
         super().__init__(config, clock, **kwargs)
         self.ext = ext or Extensions()
         self._wall = wall or clock
+        self.key_index = KeyIndex()  # used with ext.key_ordering only
 
     # ------------------------------------------------------------------ decisions
     def _after_failure(self, r) -> Decision | None:
@@ -107,6 +112,10 @@ class ExtendedSharePartition(SharePartition):
             else:
                 engine_runs.extend((a, b, t) for a, b in transfer(self, first, last, member_id, decide))
         super()._apply_acks(member_id, engine_runs)
+        if self.ext.key_ordering and runs:
+            idx = self.key_index
+            self._unblock({k for first, last, _t in runs for k in idx.keys_of(range(first, last + 1))})
+            idx.prune(self._spso)
 
     def _state_after(self, runs: list[Run]) -> PartitionState:  # pragma: no cover - plans use persisted()
         raise NotImplementedError("ExtendedSharePartition plans compute their state with persisted(member, runs)")
@@ -115,11 +124,14 @@ class ExtendedSharePartition(SharePartition):
         if now is None:
             now = self._clock()
         changed = 0
+        keys: set = set()
         for lock in list(self._locks.pop_expired(now)):
+            keys |= self._keys_under(lock)
             changed += release_with(self, lock, self._after_failure)
         if changed:
-            self.version += 1
             self._advance()
+            changed += self._unblock(keys)
+            self.version += 1
         return changed
 
     def release_member(self, member_id: str) -> int:
@@ -128,11 +140,90 @@ class ExtendedSharePartition(SharePartition):
             return 0
         locks.sort(key=lambda lk: lk.first)
         changed = 0
+        keys: set = set()
         for lock in locks:
+            keys |= self._keys_under(lock)
             changed += release_with(self, lock, self._after_failure)
-        self.version += 1
         self._advance()
+        changed += self._unblock(keys)
+        self.version += 1
         return changed
+
+    def move_log_start(self, offset: int) -> int:
+        archived = super().move_log_start(offset)
+        if archived and self.ext.key_ordering:
+            self._unblock(self.key_index.pending_keys())
+        return archived
+
+    # ------------------------------------------------------------------ key ordering
+    def _is_done(self, offset: int) -> bool:
+        if offset < self._spso:
+            return True
+        if offset >= self._end:
+            return False
+        return self._rs[bisect_right(self._firsts, offset) - 1].state >= AK
+
+    def order_by_key(self, member_id: str, acquired: list[AcquiredRecords],
+                     key_of: Callable[[int], bytes | None]) -> list[AcquiredRecords]:
+        """Keep only the acquired offsets at the head of their key (share/keyorder.py); the rest go
+        under key-order holds with the delivery taken back. Returns what ``member_id`` really got."""
+        idx = self.key_index
+        for a in acquired:  # learn every key first: two records of one key in one acquisition
+            for o in range(a.first_offset, a.last_offset + 1):
+                if not idx.knows(o):
+                    idx.learn(o, key_of(o))
+        out: list[AcquiredRecords] = []
+        blocked: list[int] = []
+        done = self._is_done
+        for a in acquired:
+            start = None
+            for o in range(a.first_offset, a.last_offset + 1):
+                if idx.deliverable(o, done):
+                    if start is None:
+                        start = o
+                    continue
+                if start is not None:
+                    out.append(AcquiredRecords(start, o - 1, a.delivery_count))
+                    start = None
+                blocked.append(o)
+            if start is not None:
+                out.append(AcquiredRecords(start, a.last_offset, a.delivery_count))
+        if blocked:
+            wait = Decision(KEY_ORDER, count_delta=-1)
+            for o in blocked:
+                transfer(self, o, o, member_id, lambda _r: wait)
+            self.version += 1
+        return out
+
+    def unindexed_holds(self) -> list[tuple[int, int]]:
+        """Held ranges whose keys are unknown (restored after a restart): their keys must be
+        learned before anything is ordered, or a later record could overtake them."""
+        idx = self.key_index
+        return [(r.first, r.last) for r, _h in held(self)
+                if not (idx.knows(r.first) and idx.knows(r.last))]
+
+    def _keys_under(self, lock) -> set:
+        """Keys of the records still under ``lock`` (key ordering only: they may be unblocked)."""
+        if not self.ext.key_ordering:
+            return set()
+        idx = self.key_index
+        return {k for r in under_lock(self, lock) for k in idx.keys_of(range(r.first, r.last + 1))}
+
+    def _unblock(self, keys) -> int:
+        """Release the key-order hold of each key's head, if it is waiting."""
+        released = 0
+        done = self._is_done
+        for k in keys:
+            h = self.key_index.head(k, done)
+            if h is None or h < self._spso or h >= self._end:
+                continue
+            r = self._rs[bisect_right(self._firsts, h) - 1]
+            lk = r.lock
+            if r.state == AQ and isinstance(lk, Hold) and lk.member == KEY_ORDER:
+                released += self._release_lock(lk)
+        if released:
+            self.version += 1
+        return released
 
     def snapshot(self) -> PartitionState:
         return self.persisted("", [])
