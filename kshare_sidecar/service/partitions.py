@@ -146,12 +146,12 @@ class SharePartitionManager:
 
     def extensions(self, group_id: str) -> Extensions:
         """kshare's extensions the group opted into (docs/extensions.md)."""
-        cfg = self.group_config(group_id)
-        return Extensions(dead_letter=bool(cfg["errors.deadletterqueue.topic.name"]),
-                          backoff_ms=int(cfg["share.release.backoff.ms"]),
-                          backoff_multiplier=float(cfg["share.release.backoff.multiplier"]),
-                          backoff_max_ms=int(cfg["share.release.backoff.max.ms"]),
-                          key_ordering=bool(cfg["share.key.ordering"]))
+        cfg = self.group_config(group_id)  # a partial mapping (tests, embedders) means: none of them
+        return Extensions(dead_letter=bool(cfg.get("errors.deadletterqueue.topic.name")),
+                          backoff_ms=int(cfg.get("share.release.backoff.ms", 0)),
+                          backoff_multiplier=float(cfg.get("share.release.backoff.multiplier", 2.0)),
+                          backoff_max_ms=int(cfg.get("share.release.backoff.max.ms", 60_000)),
+                          key_ordering=bool(cfg.get("share.key.ordering", False)))
 
     def _changed(self, slot: Slot) -> None:
         if self.on_change is not None:
