@@ -188,11 +188,15 @@ class DeadLetterService:
             cfg = self.group_config(group)
             dlq_topic = str(cfg["errors.deadletterqueue.topic.name"])
             try:
-                if not dlq_topic:
-                    raise DeadLetterError("the group no longer has a dead-letter topic")
-                n = await self.writer.write(group=group, topic=slot.topic, partition=slot.key.partition,
-                                            pending=pending, dlq_topic=dlq_topic,
-                                            copy_record=bool(cfg["errors.deadletterqueue.copy.record.enable"]))
+                if not dlq_topic:  # the group dropped its topic: archive, as without one
+                    log.info("group=%s partition=%s-%d: no dead-letter topic any more; archiving %d held "
+                             "record(s)", group, slot.topic, slot.key.partition,
+                             sum(last - first + 1 for first, last, _c, _cause in pending))
+                    n = 0
+                else:
+                    n = await self.writer.write(group=group, topic=slot.topic, partition=slot.key.partition,
+                                                pending=pending, dlq_topic=dlq_topic,
+                                                copy_record=bool(cfg["errors.deadletterqueue.copy.record.enable"]))
                 batches = [(first, last, [3]) for first, last, _c, _cause in pending]
                 codes = await self.partitions.persist_plans([(slot, PendingAcks(DEAD_LETTER, batches))])
                 code = codes[slot.key]

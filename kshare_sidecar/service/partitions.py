@@ -31,6 +31,7 @@ from ..persist.model import SharePartitionKey
 from ..persist.records import UNSET_OFFSET, WriteItem
 from ..share.config import Extensions, ShareConfig
 from ..share.extended import ExtendedSharePartition
+from ..share.holds import HOLDERS
 from ..share.partition import SharePartition
 from ..timeutil import parse_iso_duration_ms
 
@@ -261,7 +262,7 @@ class SharePartitionManager:
                             "durable state", _name(slot.key, slot.topic), code.name)
                 self.retire([slot.key])
                 code = ErrorCode.none
-            if is_ack and code == ErrorCode.none:  # metrics (issue 7)
+            if is_ack and code == ErrorCode.none and plan.member_id not in HOLDERS:  # metrics (issue 7)
                 _METRICS.count_acks(plan.runs)
         slot.wake()
         self.track(slot)
