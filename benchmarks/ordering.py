@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import SidecarProcess, base_parser, finish, loadavg, machine, pyplot  # noqa: E402
+from common import SidecarProcess, base_parser, finish, loadavg, machine, pyplot
 
 CONSUMERS = 16
 WORK_MAX_S = 0.005

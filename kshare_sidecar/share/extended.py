@@ -19,10 +19,8 @@ from the injected clocks (``clock`` monotonic for deadlines, ``wall`` for what i
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
-
-from kio.schema.errors import ErrorCode
 
 from kshare_sidecar.persist.model import DeliveryState, PartitionState, StateBatch
 from kshare_sidecar.share.acks import AckPlan, Run
@@ -313,7 +311,7 @@ class ExtendedSharePartition(SharePartition):
                 if a > pos:
                     unchanged(r, pos, a - 1)
                     pos = a
-                hi = b if b < lst else lst
+                hi = min(lst, b)
                 acked(r, pos, hi, t)
                 pos = hi + 1
                 if b > lst:
@@ -327,16 +325,3 @@ class ExtendedSharePartition(SharePartition):
             start_offset=self._end if spso is None else spso,
             state_batches=tuple(StateBatch(f, lst, _STATES[s], c, at, dlq) for f, lst, s, c, at, dlq in out),
         )
-
-
-def ranges_of(sp: SharePartition, first: int, last: int) -> Iterator:
-    """The engine ranges overlapping [first, last] (for tests and the key-order layer)."""
-    i = max(0, bisect_right(sp._firsts, first) - 1)
-    for r in sp._rs[i:]:
-        if r.first > last:
-            break
-        if r.last >= first:
-            yield r
-
-
-__all__ = ["ExtendedSharePartition", "ErrorCode", "ranges_of"]

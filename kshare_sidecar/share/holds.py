@@ -45,7 +45,7 @@ class Hold(Lock):
     """An acquisition lock the sidecar holds. ``wall_until``: a backoff's end in wall-clock ms
     (what is persisted: the engine's clock is monotonic); ``cause``: why a record is dead-lettered."""
 
-    __slots__ = ("wall_until", "cause")
+    __slots__ = ("cause", "wall_until")
 
     def __init__(self, member: str, deadline: int, first: int, last: int, live: int, seq: int) -> None:
         super().__init__(member, deadline, first, last, live, seq)
@@ -130,10 +130,9 @@ def hold_available(sp: SharePartition, first: int, last: int, decide: Decide) ->
 def under_lock(sp: SharePartition, lock: Lock) -> Iterator[_Range]:
     """The ranges still held under ``lock`` (a snapshot list: callers may re-hold them)."""
     rs = sp._rs
-    start = lock.first if lock.first > sp._spso else sp._spso
+    start = max(sp._spso, lock.first)
     i = bisect_right(sp._firsts, start) - 1
-    if i < 0:
-        i = 0
+    i = max(i, 0)
     out = []
     while i < len(rs):
         r = rs[i]

@@ -29,7 +29,7 @@ IsDone = Callable[[int], bool]
 class KeyIndex:
     """Keys of the window's records and, per key, its not-yet-done offsets."""
 
-    __slots__ = ("keys", "_pending")
+    __slots__ = ("_pending", "keys")
 
     def __init__(self) -> None:
         self.keys: dict[int, Key | None] = {}

@@ -19,6 +19,7 @@ from kshare_sidecar.share.keyorder import KeyIndex
 AV, AK, AR = DeliveryState.AVAILABLE, DeliveryState.ACKNOWLEDGED, DeliveryState.ARCHIVED
 
 
+@settings(deadline=None)
 @given(st.integers(1, 12), st.integers(0, 100_000), st.floats(1.0, 10.0), st.integers(0, 1_000_000))
 def test_backoff_is_min_of_exponential_and_cap(count, base, mult, cap):
     naive = 0 if base == 0 else int(min(base * mult ** (count - 1), cap))
@@ -72,7 +73,7 @@ def _per_offset(state: PartitionState, end: int) -> dict:
     return view
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(st.data())
 def test_overlay_matches_a_per_offset_model(data):
     state, end = data.draw(states())
@@ -104,14 +105,14 @@ def test_codec_round_trips_extensions_and_reads_old_records():
     assert decode_partition(old) == plain
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(st.sampled_from([b"a", b"b", b"c", None]), min_size=1, max_size=30), st.data())
 def test_key_index_head_is_the_lowest_not_done_offset_of_the_key(keys, data):
     idx = KeyIndex()
     for o, k in enumerate(keys):
         idx.learn(o, k)
     done = set(data.draw(st.lists(st.integers(0, len(keys) - 1), max_size=len(keys))))
-    for k in {b"a", b"b", b"c"}:
+    for k in (b"a", b"b", b"c"):
         naive = min((o for o, kk in enumerate(keys) if kk == k and o not in done), default=None)
         assert idx.head(k, done.__contains__) == naive
     for o, k in enumerate(keys):

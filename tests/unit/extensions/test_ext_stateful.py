@@ -77,7 +77,7 @@ class ExtendedVsNaive(RuleBasedStateMachine):
     def failed(self, offsets: list[int], before: dict) -> None:
         """Records that just failed a delivery (release, expiry, member gone)."""
         for o in offsets:
-            state, count, member, _ = before[o]
+            _state, count, _member, _ = before[o]
             if count >= self.cfg.delivery_count_limit:
                 if self.ext.dead_letter:
                     self.dead.add(o)
