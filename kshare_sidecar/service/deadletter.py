@@ -211,6 +211,11 @@ class DeadLetterService:
                               "(records stay held, retrying): %s", group, slot.topic, slot.key.partition, exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 30.0)
+            except Exception:  # a bug must not end the drain silently: the records would stay held
+                log.exception("dead-letter drain for group=%s partition=%s-%d failed; retrying", group, slot.topic,
+                              slot.key.partition)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
 
     async def close(self) -> None:
         tasks = list(self._tasks.values())
