@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from kio.schema.errors import ErrorCode
 
 from ..log.errors import BackendError, UnknownTopicError
+from ..log.batches import slice_batches
 from ..log.types import BatchInfo, FetchResult
 from ..metrics import STATS as _METRICS  # kshare metrics (issue 7)
 from ..ratelog import backend_failures
@@ -472,24 +473,15 @@ def _merge_acks(topics: Iterable[tuple[uuid.UUID, int, list]]) -> dict[TopicPart
 
 
 def _slice(records: bytes, batches: list[BatchInfo], acquired: list[AcquiredRecords]) -> bytes:
-    """The fetched bytes of exactly the log batches that overlap an acquired range, unchanged."""
+    """The fetched bytes of exactly the log batches that overlap an acquired range, unchanged
+    (never decoded: batches are forwarded as the backend wrote them)."""
     ranges = sorted((a.first_offset, a.last_offset) for a in acquired)
-    parts, i = [], 0
+    chosen, i = [], 0
     for b in batches:
         while i < len(ranges) and ranges[i][1] < b.base_offset:
             i += 1
         if i == len(ranges):
             break
         if ranges[i][0] <= b.last_offset:
-            parts.append((b.start, b.end))
-    if not parts:
-        return b""
-    view = memoryview(records)
-    # contiguous runs are joined without copying each batch separately
-    merged: list[list[int]] = []
-    for start, end in parts:
-        if merged and merged[-1][1] == start:
-            merged[-1][1] = end
-        else:
-            merged.append([start, end])
-    return b"".join(view[s:e] for s, e in merged)
+            chosen.append(b)
+    return slice_batches(records, chosen)
