@@ -169,3 +169,26 @@ def test_poison_record_is_redelivered_then_archived(spark, target, record_proper
     finally:
         consumer.close()
     assert poison not in late
+
+
+def test_through_the_sidecar_without_backend_servers(spark, target, record_property):
+    """Issue 19 (4): with only kafka.bootstrap.servers = the sidecar, the executors' plain consumers
+    read payloads through the sidecar's Fetch pass-through (it used to fail with INVALID_REQUEST
+    "Fetch from broker 1 failed"); kafka.backend.servers is an optimisation, not a requirement."""
+    if target.native:
+        pytest.skip("natively, kafka.bootstrap.servers is the backend anyway")
+    total = 3_000
+    topic, group = target.topic(2), target.group()
+    produce_keyed(target.backend, topic, total)
+    options = target.source_options(group, topic, maxRecordsPerTrigger="2000")
+    del options["kafka.backend.servers"]
+    out = tempfile.mkdtemp(prefix="kshare-spark-nobackend-")
+    query = (_stream(spark, options).writeStream.format("parquet").option("path", f"{out}/data")
+             .option("checkpointLocation", f"{out}/ck").trigger(processingTime="500 milliseconds").start())
+    try:
+        wait_for(lambda: len(parquet_keys(spark, f"{out}/data")) >= total, timeout_s=180,
+                 what=f"{total} records read through the sidecar alone", query=query)
+    finally:
+        query.stop()
+    seen = parquet_keys(spark, f"{out}/data")
+    assert set(seen) == expected_keys(total) and sum(seen.values()) == total
