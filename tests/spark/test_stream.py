@@ -192,3 +192,26 @@ def test_through_the_sidecar_without_backend_servers(spark, target, record_prope
         query.stop()
     seen = parquet_keys(spark, f"{out}/data")
     assert set(seen) == expected_keys(total) and sum(seen.values()) == total
+
+
+def test_batches_grow_with_the_groups_in_flight_window(spark, target, record_property):
+    """Issue 19 (6): a micro-batch is one poll, bounded by share.partition.max.record.locks per
+    partition (default 2000: 4,000-record batches through kshare on 2 partitions). A group that
+    raises it (here to 4000, the default group.share.max.partition.max.record.locks) gets
+    batches past 4,000 up to maxRecordsPerTrigger."""
+    total = 16_000
+    topic = target.topic(2)
+    group = target.group(**{"share.partition.max.record.locks": "4000"})
+    produce_keyed(target.backend, topic, total)
+    query = (_stream(spark, target.source_options(group, topic, maxRecordsPerTrigger="8000"))
+             .writeStream.format("noop").trigger(processingTime="200 milliseconds").start())
+    try:
+        wait_for(lambda: sum(p["numInputRows"] for p in query.recentProgress) >= total, timeout_s=180,
+                 every_s=0.5, what=f"{total} records", query=query)
+    finally:
+        query.stop()
+    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    record_property("batch_sizes", sizes)
+    print(f"[{target.name}] batch sizes with share.partition.max.record.locks=4000: {sizes}")
+    assert sum(sizes) == total
+    assert max(sizes) > 4_000, sizes
