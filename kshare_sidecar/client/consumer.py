@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import ssl
 from collections.abc import Callable
 from typing import Any, Self
 
@@ -33,13 +34,15 @@ from .cluster import Cluster, Tp, parse_bootstrap
 from .errors import (
     AcknowledgementError,
     AckStateError,
+    AuthenticationFailedError,
     ConsumerStoppedError,
-    GroupError,
+    ShareConsumerError,
     UnsupportedVersionError,
 )
 from .heartbeat import Heartbeat
 from .membership import Membership
 from .records import RecordDecodeError, ShareRecord, decode_batches
+from .security import client_security
 from .session import FINAL_EPOCH, SESSION_ERRORS, ShareSession
 
 log = logging.getLogger("kshare.client")
@@ -67,7 +70,10 @@ class ShareConsumer:
                  retry_backoff_ms: int = 100, key_deserializer: Callable[[bytes | None], Any] | None = None,
                  value_deserializer: Callable[[bytes | None], Any] | None = None,
                  check_crcs: bool = True, max_share_version: int = 2,
-                 share_acquire_mode: str = "batch_optimized") -> None:
+                 share_acquire_mode: str = "batch_optimized", security_protocol: str = "PLAINTEXT",
+                 ssl_context: ssl.SSLContext | None = None, sasl_mechanism: str | None = None,
+                 sasl_plain_username: str | None = None, sasl_plain_password: str | None = None,
+                 sasl_oauth_token_provider: Any = None) -> None:
         if acknowledgement_mode not in ("implicit", "explicit"):
             raise ValueError("acknowledgement_mode must be 'implicit' or 'explicit'")
         if share_acquire_mode not in ("batch_optimized", "record_limit"):
@@ -83,7 +89,10 @@ class ShareConsumer:
         self._membership = Membership()
         if topics:
             self._membership.subscribe(topics)
-        self._cluster = Cluster(parse_bootstrap(bootstrap_servers), client_id, self._timeout_s, max_share_version)
+        security = client_security(security_protocol, ssl_context, sasl_mechanism, sasl_plain_username,
+                                   sasl_plain_password, sasl_oauth_token_provider)  # see client/security.py
+        self._cluster = Cluster(parse_bootstrap(bootstrap_servers), client_id, self._timeout_s, max_share_version,
+                                security)
         self._heartbeat = Heartbeat(group_id, self._membership, self._cluster, backoff_s=self._backoff_s,
                                     timeout_s=self._timeout_s, on_assignment=self._apply_assignment,
                                     on_fatal=self._set_fatal)
@@ -137,7 +146,7 @@ class ShareConsumer:
                     try:
                         async with asyncio.timeout(self._timeout_s):
                             await self._send_acks(node, session, acks, epoch=FINAL_EPOCH)
-                    except _TRANSPORT as exc:
+                    except (*_TRANSPORT, ShareConsumerError) as exc:
                         log.debug("final ShareAcknowledge to node %s failed: %s", node, exc)
                 session.reset()
         await self._heartbeat.stop(leave=True)
@@ -516,7 +525,7 @@ class ShareConsumer:
         self._drop_node(node, ErrorCode.network_exception)
         self._cluster.stale = True
 
-    def _set_fatal(self, error: GroupError) -> None:
+    def _set_fatal(self, error: ShareConsumerError) -> None:
         self._fatal = error
         self._assignment_changed.set()
 
@@ -530,6 +539,9 @@ class ShareConsumer:
             except _TRANSPORT as exc:
                 log.debug("metadata refresh failed: %s", exc)
                 c.stale = True
+            except AuthenticationFailedError as exc:
+                self._set_fatal(exc)
+                return
         if tps != self._assigned:
             log.debug("share group %s: assignment %s", self.group_id, sorted(tps, key=str))
             self._assigned = tps

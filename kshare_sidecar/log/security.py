@@ -40,6 +40,9 @@ class BackendSecurity:
     password: str | None = field(default=None, repr=False)
     token_file: str | None = None
     ssl_context: ssl.SSLContext | None = field(default=None, repr=False)
+    #: OAUTHBEARER: an object with ``async token() -> str`` (aiokafka's AbstractTokenProvider
+    #: shape) used instead of ``token_file`` (the asyncio client's ``sasl_oauth_token_provider``)
+    token_provider: Any = field(default=None, repr=False, compare=False)
 
     @property
     def sasl(self) -> bool:
@@ -77,7 +80,7 @@ class BackendSecurity:
         if self.sasl:
             options["sasl_mechanism"] = self.mechanism
             if self.mechanism == "OAUTHBEARER":
-                options["sasl_oauth_token_provider"] = TokenFile(self.token_file or "")
+                options["sasl_oauth_token_provider"] = self._token_provider()
             else:
                 options["sasl_plain_username"] = self.username
                 options["sasl_plain_password"] = self.password
@@ -97,7 +100,10 @@ class BackendSecurity:
         if self.mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
             return ScramAuthenticator(loop=loop, sasl_plain_username=self.username,
                                       sasl_plain_password=self.password, sasl_mechanism=self.mechanism)
-        return OAuthAuthenticator(sasl_oauth_token_provider=TokenFile(self.token_file or ""))
+        return OAuthAuthenticator(sasl_oauth_token_provider=self._token_provider())
+
+    def _token_provider(self) -> Any:
+        return self.token_provider if self.token_provider is not None else TokenFile(self.token_file or "")
 
     def describe(self) -> str:
         """For log lines: protocol, mechanism and user — never a secret."""
