@@ -46,14 +46,22 @@ class SecuredNative(SaslBroker):
     certificate signed by the test CA, with the e2e suite's short share-group intervals."""
 
     mtls_port = 0
+    oauth_port = 0
     truststore: Path | None = None
 
     def _properties(self) -> dict[str, str]:
         props = super()._properties()
         self.mtls_port = self.mtls_port or free_port()
-        props["listeners"] += f",MTLS://127.0.0.1:{self.mtls_port}"
-        props["advertised.listeners"] += f",MTLS://127.0.0.1:{self.mtls_port}"
-        props["listener.security.protocol.map"] += ",MTLS:SSL"
+        self.oauth_port = self.oauth_port or free_port()
+        extra = f",MTLS://127.0.0.1:{self.mtls_port},OAUTH://127.0.0.1:{self.oauth_port}"
+        props["listeners"] += extra
+        props["advertised.listeners"] += extra
+        props["listener.security.protocol.map"] += ",MTLS:SSL,OAUTH:SASL_PLAINTEXT"
+        # OAUTHBEARER with Kafka's unsecured JWS validator (the broker default; for tests)
+        props["listener.name.oauth.sasl.enabled.mechanisms"] = "OAUTHBEARER"
+        props["listener.name.oauth.oauthbearer.sasl.jaas.config"] = (
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+            'unsecuredLoginStringClaim_sub="broker";')
         props["listener.name.mtls.ssl.keystore.type"] = "PEM"
         props["listener.name.mtls.ssl.keystore.location"] = str(self.keystore)
         props["listener.name.mtls.ssl.truststore.type"] = "PEM"
@@ -225,3 +233,36 @@ async def test_an_untrusted_broker_certificate_fails_start(secured):
     await c.close()
     assert "CERTIFICATE_VERIFY_FAILED" in str(err.value)
     assert SCRAM_PW not in str(err.value)
+
+
+class Tokens:
+    """An OAUTHBEARER token provider (aiokafka's AbstractTokenProvider shape): unsigned JWTs."""
+
+    def __init__(self, lifetime_s: float) -> None:
+        self.lifetime_s, self.calls = lifetime_s, 0
+
+    async def token(self) -> str:
+        from tests.e2e.test_backend_mtls_oauth import unsecured_jwt
+
+        self.calls += 1
+        return unsecured_jwt("aio-user", self.lifetime_s)
+
+
+async def test_oauthbearer_token_provider_on_native_kafka(native_secured):
+    """Native only: the sidecar's listeners offer PLAIN and SCRAM, not OAUTHBEARER (docs/security.md).
+    A good token consumes; an expired one is AuthenticationFailedError with the broker's reason
+    (Kafka answers RFC 7628's error challenge, which log/sasl.py completes with kvsep)."""
+    t = SecuredTarget("native", native_secured.bootstrap, native_secured.bootstrap)
+    topic, group, values = _setup(t, 10)
+    bootstrap = f"127.0.0.1:{native_secured.oauth_port}"
+    tokens = Tokens(3600)
+    async with ShareConsumer(topic, bootstrap_servers=bootstrap, group_id=group, acknowledgement_mode="explicit",
+                             security_protocol="SASL_PLAINTEXT", sasl_mechanism="OAUTHBEARER",
+                             sasl_oauth_token_provider=tokens) as c:
+        got = await _consume_all(c, len(values))
+    assert sorted(r.value for r in got) == sorted(values) and tokens.calls >= 1
+    c = ShareConsumer(topic, bootstrap_servers=bootstrap, group_id=group, security_protocol="SASL_PLAINTEXT",
+                      sasl_mechanism="OAUTHBEARER", sasl_oauth_token_provider=Tokens(-30))
+    with pytest.raises(AuthenticationFailedError, match="invalid_token"):
+        await c.start()
+    await c.close()
