@@ -120,6 +120,11 @@ class ShareService:
                 fetched = await self._fetch(session, group_id, member_id, params, on_park, skip=denied)
         finally:
             ack_results = await ack_task if ack_task is not None else {}
+        if fetched and self.sessions.get(key) is None:
+            # The connection closed while this fetch was acquiring (between its awaits): nobody
+            # will receive these records, and connection_closed has already released the member's
+            # others. Release them too, or a delivery would be counted that never happened.
+            self.partitions.release_member(group_id, member_id, fetched)
         t1 = time.monotonic()
         for tp, code in ack_results.items():
             out[tp] = PartitionOut(tp[0], tp[1], ack_error=code)
@@ -249,6 +254,8 @@ class ShareService:
         budget = _Budget(params.max_records, params.max_bytes)
         read_committed = self.group_config(group_id)["share.isolation.level"] == "read_committed"
         while True:
+            if self.sessions.get(session.key) is not session:
+                return out  # closed while parked (TCP disconnect, epoch -1): acquire nothing for it
             slots = await self._session_slots(session, group_id, out, skip)
             for slot in slots:
                 if budget.records <= 0 or budget.bytes <= 0:
