@@ -6,21 +6,22 @@ Scenarios, each a fresh streaming query in one local[2] SparkSession writing to 
   (b) kshare-native the kshare data source on native Kafka 4.x share groups
   (c) kshare-sidecar the kshare data source through a kshare sidecar on Kafka 3.9 (--no-sidecar skips it)
 All use the same per-trigger cap (--per-trigger, maxOffsetsPerTrigger / maxRecordsPerTrigger) and
-the default trigger (next batch as soon as the previous ends). Share groups keep their default
-in-flight cap (share.partition.max.record.locks, 2000 per partition; a group may not raise it
-above the broker's setting), but records are acquired in whole log batches, so micro-batches
-of the kshare source are usually larger than 2 x 2000: "mean_batch" shows what they were. The clock runs from the first
-micro-batch that read records to the moment N records were read (query start-up and group join
-are excluded alike). Each scenario first runs once over --warmup records (default 20k, a fresh
-query and group, not measured), so no source pays for the JVM's first query alone. Brokers,
-sidecar and Spark share the machine, so figures are relative.
+the default trigger (next batch as soon as the previous ends). A kshare micro-batch is one poll,
+bounded by the group's in-flight window (share.partition.max.record.locks per partition, default
+2000): --record-locks (default 10000) raises it on the benchmark's groups, and the brokers' and
+sidecar's group.share.max.partition.max.record.locks with it, as docs/spark.md ("Sizing") tells
+users to; --record-locks 0 keeps the defaults. "mean_batch" shows what the batches were. The clock
+runs from the first micro-batch that read records to the moment N records were read (query
+start-up and group join are excluded alike). Each scenario first runs once over --warmup records
+(default 20k, a fresh query and group, not measured), so no source pays for the JVM's first query
+alone. Brokers, sidecar and Spark share the machine, so figures are relative.
 
-spark-sql-kafka must match the running Spark release exactly. Maven Central had no 4.3.0 (and
-4.1.x/4.2.0 lack spark-token-provider-kafka there), so on PySpark 4.3 Spark's Kafka source cannot
-run. ``--baseline-python PY`` runs it under another interpreter instead -- e.g. a venv with
-``pyspark[sql]==4.0.0`` and this project installed, where the 4.0.0 connector matches -- against
-the same broker and topic, in the same run: that process runs (a) and (b) on its Spark, then
-this one runs (b) (and (c)) on its own Spark. The JSON says which Spark ran what.
+spark-sql-kafka should match the running Spark release. Maven Central has no 4.3.0; the 4.2.0
+connector (--kafka-jar-version, the fallback) runs on PySpark 4.3.0, so (a) and (b) run on the same
+Spark. ``--baseline-python PY`` instead runs (a) and (b) under another interpreter -- e.g. a venv
+with ``pyspark[sql]==4.0.0`` and this project installed, where the 4.0.0 connector matches --
+against the same broker and topic, in the same run; then this one runs (b) (and (c)) on its own
+Spark. The JSON says which Spark and connector ran what.
 
 Prints one line per scenario, then one JSON object as the LAST line.
 Usage: python benchmarks/spark_source.py [--quick] [--records N] [--no-sidecar]
@@ -83,8 +84,13 @@ def spark_kafka_jars(version: str) -> Path:
     return resolve_artifacts(name, [("org.apache.spark", "spark-sql-kafka-0-10_2.13", version)])
 
 
-def set_group(bootstrap: str, group: str) -> dict[str, str]:
-    """Per-group configs (IncrementalAlterConfigs on a GROUP: Kafka 4.x and the kshare sidecar)."""
+def set_group(bootstrap: str, group: str, record_locks: int = 0) -> dict[str, str]:
+    """Per-group configs (IncrementalAlterConfigs on a GROUP: Kafka 4.x and the kshare sidecar).
+
+    ``record_locks`` raises the group's in-flight cap per share-partition
+    (``share.partition.max.record.locks``, default 2000): a micro-batch is one poll, and one
+    poll cannot hold more than the cap times the partitions.
+    """
     from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -96,6 +102,8 @@ def set_group(bootstrap: str, group: str) -> dict[str, str]:
             f.result(30)
 
     applied = {"share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": "60000"}
+    if record_locks:
+        applied["share.partition.max.record.locks"] = str(record_locks)
     alter(applied)
     return applied
 
@@ -140,14 +148,22 @@ def _ts(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
+def broker_limits(record_locks: int) -> dict[str, str]:
+    """Broker (and sidecar) settings that let a group raise share.partition.max.record.locks that far."""
+    if record_locks <= 4000:  # Kafka's and kshare's default group.share.max.partition.max.record.locks
+        return {}
+    return {"group.share.max.partition.max.record.locks": str(record_locks)}
+
+
 class SidecarThread:
-    def __init__(self, backend: str) -> None:
+    def __init__(self, backend: str, record_locks: int = 0) -> None:
         from kshare_sidecar.config import load_config
         from kshare_sidecar.service.runner import Sidecar
 
         self.sidecar = Sidecar(load_config(env={}, overrides={
             "bootstrap.servers": backend, "listen": "127.0.0.1:0", "share.auto.offset.reset": "earliest",
-            "state.topic.replication.factor": 1}))
+            "state.topic.replication.factor": 1,
+            **{k: int(v) for k, v in broker_limits(record_locks).items()}}))
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
 
@@ -179,6 +195,7 @@ def kafka_jar_list(spark_version: str, fallback: str) -> tuple[str, str]:
 
 
 def session(jars: str | None):
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers: this interpreter, not PATH's python3
     from pyspark.sql import SparkSession
 
     from kshare_sidecar.spark import register
@@ -218,7 +235,7 @@ def bench_kshare(spark, share: str, backend: str, topic: str, args, n: int) -> d
     import pyspark
 
     group = f"bench-{uuid.uuid4().hex[:6]}"
-    configs = set_group(share, group)
+    configs = set_group(share, group, args.record_locks)
     df = (spark.readStream.format("kshare").option("kafka.bootstrap.servers", share)
           .option("kafka.backend.servers", backend)
           .option("group", group).option("subscribe", topic)
@@ -246,7 +263,7 @@ def worker(args) -> None:
 def run_baseline(python: str, bootstrap: str, topic: str, n: int, args) -> dict:
     cmd = [python, str(Path(__file__).resolve()), "--worker", "--bootstrap", bootstrap, "--topic", topic,
            "--records", str(n), "--per-trigger", str(args.per_trigger), "--timeout", str(args.timeout),
-           "--warmup", str(args.warmup),
+           "--warmup", str(args.warmup), "--record-locks", str(args.record_locks),
            "--kafka-jar-version", args.kafka_jar_version]
     # The other interpreter must not pick up this one's PySpark (SPARK_HOME, PYTHONPATH).
     env = {k: v for k, v in os.environ.items() if k not in ("SPARK_HOME", "PYTHONPATH", "PYSPARK_PYTHON")}
@@ -268,8 +285,11 @@ def main() -> None:
     ap.add_argument("--per-trigger", type=int, default=20_000)
     ap.add_argument("--no-sidecar", action="store_true")
     ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--record-locks", type=int, default=10_000,
+                    help="the kshare groups' share.partition.max.record.locks (brokers and sidecar get the matching "
+                         "group.share.max.partition.max.record.locks); 0 leaves the defaults (2000)")
     ap.add_argument("--warmup", type=int, default=20_000, help="unmeasured records per scenario first (0: none)")
-    ap.add_argument("--kafka-jar-version", default="4.0.0",
+    ap.add_argument("--kafka-jar-version", default="4.2.0",
                     help="spark-sql-kafka version to use when the running Spark's own is not on Maven Central")
     ap.add_argument("--baseline-python", default=None,
                     help="run Spark's Kafka source (and the kshare source) under this interpreter, whose PySpark "
@@ -290,7 +310,8 @@ def main() -> None:
 
     spark_version = pyspark.__version__
     results: dict[str, dict] = {}
-    with KafkaBroker("4") as k4:
+    limits = broker_limits(args.record_locks)
+    with KafkaBroker("4", extra_config=limits) as k4:
         topic = f"bench-spark-{uuid.uuid4().hex[:6]}"
         produce(k4.bootstrap, topic, n, args.value_size, 2)
         if args.baseline_python:
@@ -311,7 +332,7 @@ def main() -> None:
         if not args.no_sidecar:
             with KafkaBroker("3.9") as k39:
                 produce(k39.bootstrap, topic, n, args.value_size, 2)
-                with SidecarThread(k39.bootstrap) as share:
+                with SidecarThread(k39.bootstrap, args.record_locks) as share:
                     results["kshare-sidecar"] = warm(bench_kshare, spark, share, k39.bootstrap, topic, args, n,
                                                      args=args)
                     print(f"kshare-sidecar {results['kshare-sidecar']}", flush=True)
@@ -328,7 +349,7 @@ def main() -> None:
                 ratios[f"{key}/spark-kafka"] = round(rate(key) / base_rate, 3)
     print(json.dumps({"benchmark": "spark_source", "spark": spark_version, "records": n,
                       "value_size": args.value_size, "partitions": 2, "per_trigger": args.per_trigger,
-                      "warmup": args.warmup,
+                      "warmup": args.warmup, "record_locks": args.record_locks,
                       "cores": "local[2]", "loadavg_1m_at_end": round(os.getloadavg()[0], 2),
                       "results": results, "ratios": ratios}))
 

@@ -5,13 +5,17 @@
   (b) confluent-kafka ShareConsumer via kshare on Kafka 4.x
   (c) confluent-kafka ShareConsumer on native Kafka 4.x share groups
   (d) confluent-kafka Consumer (plain consumer group) on the Kafka 4.x topic
-Share consumers use implicit acknowledgement. The clock runs from the first record any consumer
+Share consumers use implicit acknowledgement. The client axis (``--client``): (a)-(c) with
+confluent-kafka's ShareConsumer (librdkafka, synchronous), with kshare's asyncio ShareConsumer
+(``kshare_sidecar.client``, one event loop per process, ``getmany``), or both on the same topic
+(each client its own fresh group), reported as ``<scenario>`` and ``<scenario>_asyncio`` with
+the asyncio÷confluent ratio per target. The clock runs from the first record any consumer
 receives to the moment the last of the N records is received (group join time is excluded for
 every scenario alike). Everything (brokers, sidecar, consumers) shares one machine.
 
 Prints one line per scenario, then one JSON object as the LAST line; writes throughput.png
 (matplotlib, if importable) and throughput.json into --out (default: $TMPDIR/kshare-bench).
-Usage: python benchmarks/throughput.py [--quick] [--records N] [--out DIR]
+Usage: python benchmarks/throughput.py [--quick] [--records N] [--out DIR] [--client confluent|asyncio|both]
 """
 
 from __future__ import annotations
@@ -31,8 +35,38 @@ CONSUMERS = 4
 
 
 # -- consumer processes ------------------------------------------------------------------------
+def _count(n: int, total, first_ts, stop, target: int) -> None:
+    now = time.monotonic()
+    with total.get_lock():
+        if first_ts.value == 0.0:
+            first_ts.value = now
+        total.value += n
+        if total.value >= target:
+            stop.set()
+
+
+def _asyncio_worker(bootstrap: str, group: str, topic: str, total, first_ts, stop, target: int, ready) -> None:
+    """kshare's asyncio ShareConsumer, implicit mode: each getmany accepts the previous batch."""
+    import asyncio
+
+    from kshare_sidecar.client import ShareConsumer
+
+    async def run() -> None:
+        async with ShareConsumer(topic, bootstrap_servers=bootstrap, group_id=group, acknowledgement_mode="implicit",
+                                 max_poll_records=500, client_id="kshare-bench") as consumer:
+            ready.release()
+            while not stop.is_set():
+                n = sum(len(records) for records in (await consumer.getmany(timeout_ms=500)).values())
+                if n:
+                    _count(n, total, first_ts, stop, target)
+
+    asyncio.run(run())
+
+
 def _worker(kind: str, bootstrap: str, group: str, topic: str, total, first_ts, stop, target: int,
             ready) -> None:
+    if kind == "asyncio":
+        return _asyncio_worker(bootstrap, group, topic, total, first_ts, stop, target, ready)
     from confluent_kafka import Consumer, ShareConsumer
 
     if kind == "share":
@@ -46,21 +80,15 @@ def _worker(kind: str, bootstrap: str, group: str, topic: str, total, first_ts, 
         while not stop.is_set():
             msgs = consumer.poll(0.5) if kind == "share" else consumer.consume(1000, 0.5)
             n = sum(1 for m in msgs if not m.error())
-            if not n:
-                continue
-            now = time.monotonic()
-            with total.get_lock():
-                if first_ts.value == 0.0:
-                    first_ts.value = now
-                total.value += n
-                if total.value >= target:
-                    stop.set()
+            if n:
+                _count(n, total, first_ts, stop, target)
     finally:
         consumer.close()
 
 
 def consume(kind: str, bootstrap: str, group: str, topic: str, target: int, timeout_s: float) -> dict:
     ctx = mp.get_context("spawn")
+    load = loadavg()
     total, first_ts, stop, ready = ctx.Value("q", 0), ctx.Value("d", 0.0), ctx.Event(), ctx.Semaphore(0)
     procs = [ctx.Process(target=_worker, args=(kind, bootstrap, group, topic, total, first_ts, stop, target, ready),
                          daemon=True) for _ in range(CONSUMERS)]
@@ -83,15 +111,17 @@ def consume(kind: str, bootstrap: str, group: str, topic: str, target: int, time
     elapsed = max(end - first_ts.value, 1e-9) if first_ts.value else float("nan")
     rps = got / elapsed
     return {"records": got, "seconds": round(elapsed, 3), "records_per_s": round(rps, 1),
-            "mb_per_s": round(rps * RECORD_BYTES / 1e6, 2), "complete": got >= target}
+            "mb_per_s": round(rps * RECORD_BYTES / 1e6, 2), "complete": got >= target,
+            "loadavg_before": load}
 
 
-def kshare_consume(sc: SidecarProcess, group: str, topic: str, target: int, timeout_s: float) -> dict:
+def kshare_consume(sc: SidecarProcess, group: str, topic: str, target: int, timeout_s: float,
+                   kind: str = "share") -> dict:
     """:func:`consume` through a kshare sidecar, plus its read-path figures (metrics scraped
     before and after: read amplification, CPU seconds per 1M records, peak RSS)."""
     before = sc.samples()
     load = loadavg()
-    result = consume("share", sc.bootstrap, group, topic, target, timeout_s)
+    result = consume(kind, sc.bootstrap, group, topic, target, timeout_s)
     result["sidecar"] = read_path_figures(before, sc.samples())
     result["sidecar"]["loadavg_before"] = load
     return result
@@ -108,9 +138,12 @@ def plot(results: dict, path: Path) -> bool:
         return False
     labels = list(results)
     values = [results[k]["records_per_s"] for k in labels]
-    fig, ax = plt.subplots(figsize=(8, 4))
-    bars = ax.bar(labels, values, color=["#1f77b4", "#4c9bd6", "#ff7f0e", "#7f7f7f"][:len(labels)])
+    fig, ax = plt.subplots(figsize=(max(8, 1.4 * len(labels)), 4.5))
+    palette = {"kshare_on_kafka_3_9": "#1f77b4", "kshare_on_kafka_4": "#4c9bd6", "native_kafka_4": "#ff7f0e"}
+    colors = ["#2ca02c" if k.endswith("_asyncio") else palette.get(k, "#7f7f7f") for k in labels]
+    bars = ax.bar(labels, values, color=colors)  # green: kshare's asyncio client
     ax.bar_label(bars, labels=[f"{v:,.0f}" for v in values])
+    ax.tick_params(axis="x", labelrotation=20, labelsize=8)
     ax.set_ylabel("records/s (1 KiB)")
     ax.set_title(f"Consume throughput, {PARTITIONS} partitions, {CONSUMERS} consumers")
     fig.tight_layout()
@@ -125,7 +158,10 @@ def main() -> None:
     ap.add_argument("--only", default="a,b,c,d", help="scenarios to run, e.g. a,c")
     ap.add_argument("--profile", help="run the kshare sidecar of scenario (a) under pyinstrument, text to FILE")
     ap.add_argument("--metrics", action="store_true", help="scrape scenario (a)'s sidecar /metrics into --out")
+    ap.add_argument("--client", choices=["confluent", "asyncio", "both"], default="confluent",
+                    help="share consumer of (a)-(c): confluent-kafka's, kshare's asyncio one, or both")
     args = ap.parse_args()
+    kinds = {"confluent": ["share"], "asyncio": ["asyncio"], "both": ["share", "asyncio"]}[args.client]
     n = args.records or (100_000 if args.quick else 1_000_000)
     timeout = args.timeout or (120 if args.quick else 900)
     only = set(args.only.split(","))
@@ -137,9 +173,11 @@ def main() -> None:
     results: dict[str, dict] = {}
     names = {"a": "kshare_on_kafka_3_9", "b": "kshare_on_kafka_4", "c": "native_kafka_4", "d": "plain_consumer_kafka_4"}
 
-    def report(key: str, r: dict) -> None:
-        results[names[key]] = r
-        print(f"({key}) {names[key]:<24} {r['records']:>9} records in {r['seconds']:>8.2f} s  "
+    def report(key: str, r: dict, kind: str = "share") -> None:
+        name = names[key] + ("_asyncio" if kind == "asyncio" else "")
+        r["client"] = "kshare asyncio" if kind == "asyncio" else "confluent-kafka"
+        results[name] = r
+        print(f"({key}) {name:<32} {r['records']:>9} records in {r['seconds']:>8.2f} s  "
               f"{r['records_per_s']:>10,.0f} rec/s  {r['mb_per_s']:>7.2f} MB/s"
               + ("" if r["complete"] else "  INCOMPLETE (timed out)"), flush=True)
         if "sidecar" in r:
@@ -154,7 +192,8 @@ def main() -> None:
             prepare_topic(b39.bootstrap, topic, n)
             sc = SidecarProcess(b39.bootstrap, profile=args.profile, metrics_port=free_port())
             try:
-                report("a", kshare_consume(sc, unique("kshare-g"), topic, n, timeout))
+                for kind in kinds:
+                    report("a", kshare_consume(sc, unique("kshare-g"), topic, n, timeout, kind), kind)
                 if args.metrics:
                     sc.scrape(args.out / "kshare_metrics_a.txt")
             finally:
@@ -166,13 +205,15 @@ def main() -> None:
             if "b" in only:
                 sc = SidecarProcess(b4.bootstrap, metrics_port=free_port())
                 try:
-                    report("b", kshare_consume(sc, unique("kshare-g"), topic, n, timeout))
+                    for kind in kinds:
+                        report("b", kshare_consume(sc, unique("kshare-g"), topic, n, timeout, kind), kind)
                 finally:
                     sc.stop()
             if "c" in only:
-                group = unique("native-g")
-                set_group_config(b4.bootstrap, group, {"share.auto.offset.reset": "earliest"})
-                report("c", consume("share", b4.bootstrap, group, topic, n, timeout))
+                for kind in kinds:
+                    group = unique("native-g")
+                    set_group_config(b4.bootstrap, group, {"share.auto.offset.reset": "earliest"})
+                    report("c", consume(kind, b4.bootstrap, group, topic, n, timeout), kind)
             if "d" in only:
                 report("d", consume("plain", b4.bootstrap, unique("plain-g"), topic, n, timeout))
 
@@ -189,6 +230,10 @@ def main() -> None:
         "ratio_kshare_to_plain_consumer": ratio(names["a"], names["d"]),
         "ratio_kshare_on_4_to_native": ratio(names["b"], names["c"]),
     }
+    if "asyncio" in kinds:
+        summary["ratio_asyncio_kshare_to_native_asyncio"] = ratio(names["a"] + "_asyncio", names["c"] + "_asyncio")
+        summary["ratio_asyncio_to_confluent"] = {
+            names[k]: ratio(names[k] + "_asyncio", names[k]) for k in "abc" if names[k] in results}
     finish(summary, args.out, "throughput", lambda png: plot(results, png))
 
 

@@ -7,13 +7,16 @@ Runs with plain ``python`` (local[*]) or ``spark-submit``:
     spark-submit examples/spark_pipeline.py --bootstrap sidecar:9092 --backend kafka:9092 ...
 
 ``--bootstrap`` serves the share group (Kafka 4.x, or a kshare sidecar); ``--backend`` is the
-cluster executors read payloads from (the backend behind the sidecar; default: --bootstrap).
+cluster executors read payloads from (optional: a sidecar passes Fetch through, so by default
+executors read via --bootstrap; naming the backend behind the sidecar saves a hop).
 Several copies of this job (and plain Python share consumers) can share the same group.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -52,19 +55,24 @@ def main() -> None:
     if args.earliest:
         start_from_earliest(args.bootstrap, args.group)
 
+    # Run with plain `python`, Spark (local mode) starts its Python workers with the `python3` on
+    # PATH unless PYSPARK_PYTHON says otherwise: use this interpreter, where kshare is installed.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
     spark = SparkSession.builder.appName("kshare-share-group-pipeline").getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     register(spark)
 
-    records = (
+    reader = (
         spark.readStream.format("kshare")
         .option("kafka.bootstrap.servers", args.bootstrap)
-        .option("kafka.backend.servers", args.backend or args.bootstrap)
         .option("group", args.group)
         .option("subscribe", args.topic)
         .option("maxRecordsPerTrigger", args.max_records)
-        .load()
     )
+    if args.backend:
+        reader = reader.option("kafka.backend.servers", args.backend)
+    records = reader.load()
 
     # The transformation: decode, derive a few columns, keep the coordinates for deduplication.
     enriched = records.select(

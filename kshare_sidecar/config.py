@@ -215,6 +215,9 @@ SETTINGS: tuple[Setting, ...] = (
        "background refresh.", 100, 3_600_000),
     _S("super.users", "", str, "Principals allowed everything without ACLs, ';'-separated as in Kafka "
        "(User:admin;User:kshare); the backend's super.users cannot be read over the protocol."),
+    _S("allow.everyone.if.no.acl.found", False, bool, "As Kafka's StandardAuthorizer: when no ACL at all (for any "
+       "principal) matches a resource, everyone is allowed on it; false (Kafka's default): only what an ACL "
+       "allows. On, each refresh also reads every principal's ACLs (one unfiltered DescribeAcls)."),
     _S("authorizer.allow.plaintext.anonymous", True, bool, "User:ANONYMOUS on PLAINTEXT listeners (health checks "
        "on loopback) is not checked; false: checked against its ACLs, as Kafka does."),
     _S("passthrough.credentials", "sidecar", str, "Whose credentials forwarded requests use at the backend: "

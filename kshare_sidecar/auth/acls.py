@@ -11,8 +11,11 @@ group behind kshare is guarded exactly as a native one would be by the same ACLs
   implies it: READ, WRITE, DELETE and ALTER imply DESCRIBE; ALTER_CONFIGS implies
   DESCRIBE_CONFIGS (Kafka's implication applies to ALLOW only);
 - any applicable DENY ACL naming the operation or ``ALL`` wins over every ALLOW;
-- super users are allowed everything; nothing else is allowed (``allow.everyone.if.no.acl.found``
-  is Kafka's default false; docs/security.md says why it is not offered).
+- super users are allowed everything; nothing else is allowed — unless
+  ``allow.everyone.if.no.acl.found`` is on and *no ACL at all* (any principal, host, operation or
+  permission) matches the resource: then everyone is allowed, as StandardAuthorizer's
+  ``noAclRule`` does. Knowing that needs every principal's ACLs (``resource_acls``), not only the
+  requesting principal's.
 
 Codes are Kafka's wire values (``AclOperation``, ``ResourceType``, ``PatternType``,
 ``AclPermissionType`` in Kafka's clients) so DescribeAcls answers map straight in.
@@ -124,17 +127,21 @@ class AclSet:
     against one consistent snapshot.
     """
 
-    __slots__ = ("_by_type", "super_user")
+    __slots__ = ("_by_type", "_resources", "super_user")
 
-    def __init__(self, acls: Iterable[Acl] = (), *, super_user: bool = False) -> None:
-        by_type: dict[int, list[Acl]] = {}
-        for acl in acls:
-            by_type.setdefault(acl.resource_type, []).append(acl)
-        self._by_type = {k: tuple(v) for k, v in by_type.items()}
+    def __init__(self, acls: Iterable[Acl] = (), *, super_user: bool = False,
+                 resource_acls: Iterable[Acl] | None = None) -> None:
+        self._by_type = _by_type(acls)
         self.super_user = super_user
+        #: allow.everyone.if.no.acl.found: every ACL of the cluster (any principal); None = off
+        self._resources = None if resource_acls is None else _by_type(resource_acls)
 
     def __len__(self) -> int:
         return sum(len(v) for v in self._by_type.values())
+
+    @property
+    def allow_if_no_acl(self) -> bool:
+        return self._resources is not None
 
     def authorize(self, principal: str, host: str, op: Op, resource_type: Res, name: str) -> bool:
         """Kafka's decision for one (principal, host, operation, resource)."""
@@ -148,7 +155,19 @@ class AclSet:
                 return False
             if acl.permission == Permission.ALLOW and _allows(acl.operation, op):
                 allowed = True
-        return allowed
+        if allowed or self._resources is None:
+            return allowed
+        # allow.everyone.if.no.acl.found: allowed when no ACL of anyone matches the resource
+        # (the principal's own are checked too, in case the two reads were not simultaneous)
+        return not any(acl.matches_resource(resource_type, name)
+                       for acls in (self._by_type, self._resources) for acl in acls.get(resource_type, ()))
+
+
+def _by_type(acls: Iterable[Acl]) -> dict[int, tuple[Acl, ...]]:
+    by_type: dict[int, list[Acl]] = {}
+    for acl in acls:
+        by_type.setdefault(acl.resource_type, []).append(acl)
+    return {k: tuple(v) for k, v in by_type.items()}
 
 
 ALLOW_EVERYTHING = AclSet(super_user=True)

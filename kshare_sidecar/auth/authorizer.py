@@ -8,7 +8,9 @@ How: for a principal seen for the first time, two DescribeAcls (api key 29) requ
 broker — the principal's own ACLs and ``User:*``'s — with the sidecar's backend credentials
 (which need DESCRIBE on CLUSTER). The pair becomes one immutable :class:`~.acls.AclSet`. After
 ``authorizer.cache.ms`` a set is refreshed in the background while requests keep using the old one;
-principals not seen for a while are dropped. If refreshing keeps failing, a set older than
+principals not seen for a while are dropped. With ``allow.everyone.if.no.acl.found`` a third,
+unfiltered DescribeAcls (every principal's ACLs, shared by all principals' refreshes like
+``User:*``'s) tells whether *any* ACL matches a resource, which Kafka's rule needs. If refreshing keeps failing, a set older than
 :data:`STALE_FACTOR` × cache.ms is no longer trusted: requests fail with a retriable error until
 the backend answers again (fail closed, never open).
 
@@ -84,6 +86,7 @@ class BackendAuthorizer:
 
     def __init__(self, bootstrap_servers: str, security: Any, *, cache_ms: int = 5000,
                  super_users: frozenset[str] = frozenset(), plaintext_anonymous: bool = True,
+                 allow_everyone_if_no_acl_found: bool = False,
                  clock: Callable[[], float] = time.monotonic, timeout_s: float = 10.0) -> None:
         self._conns = [BrokerConn(host, int(port), security=security, connect_timeout_s=timeout_s)
                        for host, _, port in (s.strip().rpartition(":") for s in bootstrap_servers.split(",")
@@ -97,6 +100,8 @@ class BackendAuthorizer:
         self._inflight: dict[str, asyncio.Future[AclSet]] = {}
         self._task: asyncio.Task[None] | None = None
         self._wildcard: tuple[float, list[Acl]] | None = None
+        self.allow_everyone = allow_everyone_if_no_acl_found
+        self._everyone: tuple[float, list[Acl]] | None = None  # every ACL (allow_everyone only)
         self.fetches = 0
 
     def __repr__(self) -> str:
@@ -155,8 +160,9 @@ class BackendAuthorizer:
         return await asyncio.shield(pending)
 
     async def _fetch(self, principal: str) -> AclSet:
-        own, wildcard = await asyncio.gather(self._describe(principal), self._wildcard_acls())
-        acls = AclSet([*own, *wildcard] if principal != WILDCARD_PRINCIPAL else own)
+        own, wildcard, every = await asyncio.gather(self._describe(principal), self._wildcard_acls(),
+                                                    self._all_acls())
+        acls = AclSet([*own, *wildcard] if principal != WILDCARD_PRINCIPAL else own, resource_acls=every)
         now = self._clock()
         old = self._entries.get(principal)
         self._entries[principal] = _Entry(acls, now, old.used if old is not None else now)
@@ -174,7 +180,19 @@ class BackendAuthorizer:
         self._wildcard = (now, acls)
         return acls
 
-    async def _describe(self, principal: str) -> list[Acl]:
+    async def _all_acls(self) -> list[Acl] | None:
+        """Every ACL of the backend (no principal filter), for allow.everyone.if.no.acl.found;
+        ``None`` when that is off. Shared within half a cache period, as ``User:*``'s."""
+        if not self.allow_everyone:
+            return None
+        now = self._clock()
+        if self._everyone is not None and now - self._everyone[0] < self.cache_s / 2:
+            return self._everyone[1]
+        acls = await self._describe(None)
+        self._everyone = (now, acls)
+        return acls
+
+    async def _describe(self, principal: str | None) -> list[Acl]:
         request = codec.request_class(_DESCRIBE_ACLS, 1)(
             resource_type_filter=_ANY, resource_name_filter=None, pattern_type_filter=_ANY,
             principal_filter=principal, host_filter=None, operation=_ANY, permission_type=_ANY)
@@ -228,7 +246,8 @@ def backend_authorizer(config: Any, security: Any) -> BackendAuthorizer | None:
     supers = frozenset(p.strip() for p in config["super.users"].split(";") if p.strip())
     return BackendAuthorizer(config["bootstrap.servers"], security, cache_ms=config["authorizer.cache.ms"],
                              super_users=supers,
-                             plaintext_anonymous=config["authorizer.allow.plaintext.anonymous"])
+                             plaintext_anonymous=config["authorizer.allow.plaintext.anonymous"],
+                             allow_everyone_if_no_acl_found=config["allow.everyone.if.no.acl.found"])
 
 
 __all__ = ["AclsUnavailable", "AuthorizerError", "BackendAuthorizer", "Permission", "Res", "backend_authorizer"]

@@ -53,7 +53,16 @@ async def _serve(cfg) -> int:
     try:
         await sidecar.start()
     except Exception as exc:
-        logging.getLogger("kshare.sidecar").error("start-up failed: %s", exc)
+        from ..log.security import diagnose
+
+        reason = None
+        security = getattr(sidecar, "security", None)
+        if security is not None:  # aiokafka hides some refusals: name the real cause
+            try:
+                reason = await diagnose(cfg["bootstrap.servers"], security)
+            except Exception:  # noqa: BLE001 - the diagnosis is best effort; the original error stands
+                reason = None
+        logging.getLogger("kshare.sidecar").error("start-up failed: %s", reason or exc)
         await sidecar.stop()
         return 1
     where = f"{sidecar.node.host}:{sidecar.node.port}"

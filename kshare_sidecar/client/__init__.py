@@ -14,6 +14,7 @@ from .consumer import ShareConsumer
 from .errors import (
                      AcknowledgementError,
                      AckStateError,
+                     AuthenticationFailedError,
                      ConsumerStoppedError,
                      GroupError,
                      ShareConsumerError,
@@ -25,6 +26,7 @@ __all__ = [
                      "AckStateError",
                      "AcknowledgeType",
                      "AcknowledgementError",
+                     "AuthenticationFailedError",
                      "ConsumerStoppedError",
                      "GroupError",
                      "ShareConsumer",

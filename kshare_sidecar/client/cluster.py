@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from . import protocol
 from .conn import BrokerConnError, NodeConn
+
+if TYPE_CHECKING:
+    from kshare_sidecar.log.security import BackendSecurity
 
 log = logging.getLogger("kshare.client")
 
@@ -39,8 +42,9 @@ def parse_bootstrap(servers: str | list[str]) -> list[tuple[str, int]]:
 
 class Cluster:
     def __init__(self, bootstrap: list[tuple[str, int]], client_id: str, timeout_s: float,
-                 max_share_version: int | None) -> None:
+                 max_share_version: int | None, security: BackendSecurity | None = None) -> None:
         self._bootstrap = bootstrap
+        self._security = security
         self._client_id, self._timeout_s, self._cap = client_id, timeout_s, max_share_version
         self.nodes: dict[int, tuple[str, int]] = {}
         self._conns: dict[int, NodeConn] = {}
@@ -51,7 +55,8 @@ class Cluster:
         self.stale = True  # refresh Metadata before the next fetch
 
     def _new(self, node: int, host: str, port: int) -> NodeConn:
-        return NodeConn(node, host, port, self._client_id, timeout_s=self._timeout_s, max_share_version=self._cap)
+        return NodeConn(node, host, port, self._client_id, timeout_s=self._timeout_s, max_share_version=self._cap,
+                        security=self._security)
 
     def conn(self, node: int) -> NodeConn:
         host, port = self.nodes[node]

@@ -6,6 +6,9 @@ lazy reconnect) so the client shares the sidecar's tested transport. What this a
 - kio encoding/decoding of requests and responses;
 - ApiVersions once per TCP connection, so the consumer knows whether ShareFetch /
   ShareAcknowledge v2 (RENEW) is available at this node;
+- TLS and SASL (``security``: the sidecar's own ``BackendSecurity``, see ``client/security.py``)
+  before ApiVersions; credentials the broker refuses raise :class:`AuthenticationFailedError`
+  (not a transport error: retrying cannot help);
 - ``generation``, bumped whenever a request finds the connection down: a broker closes a
   connection's share sessions when it drops, so a session opened on an older generation is gone
   and the consumer must reopen it with epoch 0 instead of sending a stale epoch.
@@ -16,18 +19,21 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from kshare_sidecar.log.brokerconn import BrokerConn, BrokerConnError
+from kshare_sidecar.log.brokerconn import BrokerAuthError, BrokerConn, BrokerConnError
+from kshare_sidecar.log.security import BackendSecurity
 
 from . import protocol
+from .errors import AuthenticationFailedError
 
 
 class NodeConn:
     def __init__(self, node_id: int, host: str, port: int, client_id: str, *, timeout_s: float = 30.0,
-                 max_share_version: int | None = None) -> None:
+                 max_share_version: int | None = None, security: BackendSecurity | None = None) -> None:
         self.node_id, self.host, self.port = node_id, host, port
         self.client_id = client_id
         self.timeout_s = timeout_s
-        self._conn = BrokerConn(host, port, node_id=node_id, connect_timeout_s=min(10.0, timeout_s))
+        self._conn = BrokerConn(host, port, node_id=node_id, connect_timeout_s=min(10.0, timeout_s),
+                                security=security)
         self.generation = 0
         self.versions: dict[int, int] = {}
         self.ranges: dict[int, tuple[int, int]] = {}
@@ -46,7 +52,10 @@ class NodeConn:
                 return
             self.generation += 1
             req = protocol.api_versions()
-            payload = await self._conn.request(protocol.encode(req, self.client_id), timeout_s=self.timeout_s)
+            try:
+                payload = await self._conn.request(protocol.encode(req, self.client_id), timeout_s=self.timeout_s)
+            except BrokerAuthError as exc:
+                raise AuthenticationFailedError(str(exc)) from None
             resp = protocol.decode(req, payload)
             ranges = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in resp.api_keys}
             self.ranges, self.versions = ranges, {}
@@ -56,8 +65,11 @@ class NodeConn:
         """Send one request and decode its answer. Raises BrokerConnError / TimeoutError (the
         connection is then dropped; the next call reconnects)."""
         await self.ensure()
-        payload = await self._conn.request(protocol.encode(request, self.client_id),
-                                           timeout_s=timeout_s or self.timeout_s)
+        try:
+            payload = await self._conn.request(protocol.encode(request, self.client_id),
+                                               timeout_s=timeout_s or self.timeout_s)
+        except BrokerAuthError as exc:  # reconnected and re-authenticated in between, and refused
+            raise AuthenticationFailedError(str(exc)) from None
         return protocol.decode(request, payload)
 
     async def close(self) -> None:

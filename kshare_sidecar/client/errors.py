@@ -32,6 +32,11 @@ class AcknowledgementError(ShareConsumerError):
         self.code = code
 
 
+class AuthenticationFailedError(ShareConsumerError):
+    """The broker refused this consumer's SASL credentials (SASL_AUTHENTICATION_FAILED) — not
+    retried, as in Kafka's clients: ``start()`` raises it, or (later) the next ``getmany``."""
+
+
 class UnsupportedVersionError(ShareConsumerError):
     """The broker does not offer the API version a call needs (RENEW needs ShareAcknowledge v2)."""
 

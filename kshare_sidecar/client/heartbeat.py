@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 
 from . import protocol
 from .cluster import TRANSPORT_ERRORS, Cluster
-from .errors import GroupError
+from .errors import AuthenticationFailedError, GroupError, ShareConsumerError
 from .membership import Membership, Outcome
 
 log = logging.getLogger("kshare.client")
@@ -26,7 +26,7 @@ log = logging.getLogger("kshare.client")
 class Heartbeat:
     def __init__(self, group_id: str, membership: Membership, cluster: Cluster, *, backoff_s: float,
                  timeout_s: float, on_assignment: Callable[[], Awaitable[None]],
-                 on_fatal: Callable[[GroupError], None]) -> None:
+                 on_fatal: Callable[[ShareConsumerError], None]) -> None:
         self.group_id, self.m, self.cluster = group_id, membership, cluster
         self._backoff_s, self._timeout_s = backoff_s, timeout_s
         self._on_assignment, self._on_fatal = on_assignment, on_fatal
@@ -60,7 +60,7 @@ class Heartbeat:
             try:
                 await self.cluster.conn(self.coordinator).call(protocol.heartbeat(
                     self.group_id, fields.member_id, fields.member_epoch, None), timeout_s=self._timeout_s)
-            except TRANSPORT_ERRORS as exc:
+            except (*TRANSPORT_ERRORS, ShareConsumerError) as exc:
                 log.debug("leave heartbeat failed: %s", exc)
         self.m.left()
 
@@ -80,6 +80,10 @@ class Heartbeat:
                 resp = await self.cluster.conn(self.coordinator).call(protocol.heartbeat(
                     self.group_id, fields.member_id, fields.member_epoch, fields.subscribed_topic_names),
                     timeout_s=self._timeout_s)
+            except AuthenticationFailedError as exc:  # retrying cannot help (Kafka's clients: fatal)
+                log.error("share group %s: %s", self.group_id, exc)
+                self._on_fatal(exc)
+                return
             except TRANSPORT_ERRORS as exc:
                 log.debug("heartbeat failed: %s", exc)
                 self.coordinator = None

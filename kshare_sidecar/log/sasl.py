@@ -73,4 +73,13 @@ async def sasl_authenticate(conn: BrokerConn, security: BackendSecurity) -> None
                             int(answer.error_code))
         if not expects_answer:
             return
+        if mechanism == "OAUTHBEARER" and answer.auth_bytes:
+            # RFC 7628 3.2.2: a non-empty server answer is an error ({"status": "invalid_token"...});
+            # the client sends kvsep (0x01) and the broker then fails the exchange with its reason.
+            # (aiokafka's authenticator takes the error for success and goes on unauthenticated.)
+            final = _answer(SaslAuthenticateResponse,
+                            await conn.request(_payload(SaslAuthenticateRequest(auth_bytes=b"\x01")), _raw=True))
+            status = bytes(answer.auth_bytes).decode("utf-8", "replace")  # e.g. {"status":"invalid_token"}
+            raise SaslError(f"SASL_AUTHENTICATION_FAILED: OAUTHBEARER token refused: {final.error_message or status}",
+                            58)
         server_token = answer.auth_bytes

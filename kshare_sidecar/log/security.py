@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aiokafka.abc import AbstractTokenProvider
+
 from ..config import ConfigError
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -40,6 +42,9 @@ class BackendSecurity:
     password: str | None = field(default=None, repr=False)
     token_file: str | None = None
     ssl_context: ssl.SSLContext | None = field(default=None, repr=False)
+    #: OAUTHBEARER: an object with ``async token() -> str`` (aiokafka's AbstractTokenProvider
+    #: shape) used instead of ``token_file`` (the asyncio client's ``sasl_oauth_token_provider``)
+    token_provider: Any = field(default=None, repr=False, compare=False)
 
     @property
     def sasl(self) -> bool:
@@ -77,7 +82,7 @@ class BackendSecurity:
         if self.sasl:
             options["sasl_mechanism"] = self.mechanism
             if self.mechanism == "OAUTHBEARER":
-                options["sasl_oauth_token_provider"] = TokenFile(self.token_file or "")
+                options["sasl_oauth_token_provider"] = self._token_provider()
             else:
                 options["sasl_plain_username"] = self.username
                 options["sasl_plain_password"] = self.password
@@ -97,7 +102,10 @@ class BackendSecurity:
         if self.mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
             return ScramAuthenticator(loop=loop, sasl_plain_username=self.username,
                                       sasl_plain_password=self.password, sasl_mechanism=self.mechanism)
-        return OAuthAuthenticator(sasl_oauth_token_provider=TokenFile(self.token_file or ""))
+        return OAuthAuthenticator(sasl_oauth_token_provider=self._token_provider())
+
+    def _token_provider(self) -> Any:
+        return self.token_provider if self.token_provider is not None else TokenFile(self.token_file or "")
 
     def describe(self) -> str:
         """For log lines: protocol, mechanism and user — never a secret."""
@@ -107,8 +115,9 @@ class BackendSecurity:
         return " ".join(parts)
 
 
-class TokenFile:
-    """An OAUTHBEARER token provider reading a file (re-read each time: tokens rotate)."""
+class TokenFile(AbstractTokenProvider):
+    """An OAUTHBEARER token provider reading a file (re-read each time: tokens rotate). An
+    ``AbstractTokenProvider``: aiokafka's clients refuse any other (isinstance check)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -174,3 +183,36 @@ def _ssl_context(cfg: Any) -> ssl.SSLContext:
                                       f"client certificate chain and key, or wrong backend.ssl.key.password "
                                       f"({type(exc).__name__})") from None
     return context
+
+
+async def diagnose(bootstrap_servers: str, security: BackendSecurity, timeout_s: float = 10.0) -> str | None:
+    """Why a secured backend refuses the sidecar, in one line — or ``None`` if it does not.
+
+    Why: start-up fails inside aiokafka's clients, which report a refused OAUTHBEARER token as
+    "NodeNotReadyError" and a missing client certificate (TLS 1.3 checks it after the handshake)
+    as "Unable to bootstrap". One raw connection with the same settings (TLS, then SASL, then
+    ApiVersions) names the real cause: the broker's SASL error message or the TLS alert.
+    """
+    from kio.schema.api_versions.v3.request import ApiVersionsRequest
+
+    from ..wire import codec
+    from .brokerconn import BrokerAuthError, BrokerConn, BrokerConnError
+
+    if security.protocol == "PLAINTEXT":
+        return None
+    host, _, port = bootstrap_servers.split(",")[0].strip().rpartition(":")
+    conn = BrokerConn(host.strip("[]"), int(port), security=security, connect_timeout_s=timeout_s)
+    payload = codec.encode_request(ApiVersionsRequest(client_software_name="kshare",
+                                                      client_software_version="0"), 0, "kshare")[4:]
+    try:
+        await conn.request(payload, timeout_s=timeout_s)
+    except BrokerAuthError as exc:
+        return f"the backend refused the sidecar's credentials ({security.describe()}): {exc}"
+    except (BrokerConnError, TimeoutError, OSError) as exc:
+        text = str(exc)
+        if "SSL" in text or "CERTIFICATE" in text.upper() or "TLS" in text:
+            return f"TLS with the backend failed ({security.describe()}): {text}"
+        return None
+    finally:
+        await conn.close()
+    return None

@@ -9,16 +9,31 @@ deliveryCount)`` is kept, compressed into ranges. Acknowledgements go by offset
 librdkafka refuses a second ``poll`` while records of the previous one are unacknowledged,
 so each micro-batch is exactly one poll: the batch is planned only after everything before
 it was acknowledged (which Spark guarantees, see ``source.py``).
+
+Every librdkafka call runs inside ``lifecycle.consumer_call()`` so that a SIGTERM arriving in
+the middle of one unwinds instead of closing the client under it (``lifecycle.py``). The share
+consumer reports statistics (assignment and join state) so that ``Trigger.AvailableNow`` can
+tell "nothing acquirable" from "not assigned yet" (``wait_assigned``).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
 
+from . import lifecycle
 from . import ranges as R
 from .options import SourceOptions
+
+#: librdkafka statistics interval (assignment / join state; cheap at a few partitions).
+STATS_INTERVAL_MS = 500
+#: Trigger.AvailableNow: how long a member may take to be assigned partitions before the run
+#: ends as "nothing acquirable" (Kafka's default heartbeat interval is 5 s).
+ASSIGN_TIMEOUT_S = 30.0
+#: Trigger.AvailableNow: empty polls (after assignment) that make "nothing acquirable".
+IDLE_S = 2.0
 
 log = logging.getLogger("kshare.spark")
 
@@ -32,28 +47,90 @@ class Acquirer:
         self.outstanding: dict[int, dict[str, list[R.Range]]] = {}
         self._acquired_at: dict[int, float] = {}
         self.stats = {"acquired": 0, "acknowledged": 0, "ack_failed": 0, "released": 0, "polls": 0}
+        #: from librdkafka's statistics: partitions assigned and whether the member is in the group.
+        self.assigned = 0
+        self.joined = False
 
     # -- client ------------------------------------------------------------------------
     def consumer(self):
         if self._consumer is None:
             from confluent_kafka import ShareConsumer
 
-            consumer = ShareConsumer(self.opts.share_consumer_config())
-            consumer.subscribe(list(self.opts.topics))
+            config = self.opts.share_consumer_config()
+            config.setdefault("statistics.interval.ms", STATS_INTERVAL_MS)
+            config["stats_cb"] = self._on_stats
+            with lifecycle.consumer_call():
+                consumer = ShareConsumer(config)
+                consumer.subscribe(list(self.opts.topics))
             self._consumer = consumer
         return self._consumer
 
+    def _on_stats(self, text: str) -> None:
+        try:
+            cgrp = json.loads(text).get("cgrp") or {}
+        except ValueError:
+            return
+        self.assigned = int(cgrp.get("assignment_size") or 0)
+        self.joined = cgrp.get("join_state") == "steady"
+
+    def end_offsets(self) -> dict[str, int]:
+        """``{"topic:partition": log end offset}`` of the subscribed topics now (Trigger.AvailableNow's target)."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer(self.opts.plain_consumer_config())
+        try:
+            out: dict[str, int] = {}
+            meta = consumer.list_topics(timeout=30)
+            for topic in self.opts.topics:
+                info = meta.topics.get(topic)
+                if info is None or info.error is not None:
+                    continue  # not there yet: everything in it is "later"
+                for partition in info.partitions:
+                    _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
+                    out[R.tp_key(topic, partition)] = high
+            return out
+        finally:
+            consumer.close()
+
     # -- acquisition -------------------------------------------------------------------
-    def acquire(self, seq: int, timeout_s: float) -> dict[str, list[R.Range]]:
-        """One poll; returns (and remembers under ``seq``) the acquired ranges, maybe empty."""
+    def acquire(self, seq: int, timeout_s: float, *, wait_assigned: bool = False) -> dict[str, list[R.Range]]:
+        """One poll; returns (and remembers under ``seq``) the acquired ranges, maybe empty.
+
+        ``wait_assigned`` (Trigger.AvailableNow) keeps polling while the member has no
+        assignment yet, and until empty polls add up to ``IDLE_S``: an empty result then means
+        the group has nothing acquirable for this member, not that it has not joined yet.
+        """
         if self.outstanding:
             raise RuntimeError(f"kshare source: cannot acquire batch {seq} while batches "
                                f"{sorted(self.outstanding)} are unacknowledged")
+        consumer = self.consumer()
+        msgs = self._poll(consumer, timeout_s)
+        if wait_assigned and not len(msgs):
+            started = time.monotonic()
+            idle_since = started if self.joined and self.assigned else None
+            while not len(msgs):
+                now = time.monotonic()
+                if idle_since is None and self.joined and self.assigned:
+                    idle_since = now
+                if idle_since is not None and now - idle_since >= max(IDLE_S, timeout_s):
+                    break
+                if idle_since is None and now - started > ASSIGN_TIMEOUT_S:
+                    log.warning("kshare source: no partitions assigned to this member of group %s after %.0f s; "
+                                "ending the Trigger.AvailableNow run with nothing acquired", self.opts.group,
+                                ASSIGN_TIMEOUT_S)
+                    break
+                msgs = self._poll(consumer, min(timeout_s, 0.5) or 0.5)
+        return self._take(seq, msgs)
+
+    def _poll(self, consumer, timeout_s: float):
+        with lifecycle.consumer_call():
+            msgs = consumer.poll(timeout_s)
+        self.stats["polls"] += 1
+        return msgs
+
+    def _take(self, seq: int, msgs) -> dict[str, list[R.Range]]:
         from confluent_kafka import KafkaError, KafkaException
 
-        consumer = self.consumer()
-        msgs = consumer.poll(timeout_s)
-        self.stats["polls"] += 1
         got: list[tuple[str, int, int, int]] = []
         for msg in msgs:
             err = msg.error()
@@ -96,14 +173,16 @@ class Acquirer:
                     "before they are polled, and may have been redelivered. Raise the group's "
                     "share.record.lock.duration.ms or lower maxRecordsPerTrigger / the trigger interval.",
                     s, held_ms, self.opts.lock_ms)
-            for topic, partition, offset in R.offsets(self.outstanding.pop(s)):
-                try:
-                    consumer.acknowledge_offset(topic, partition, offset, ack_type)
-                    done += 1
-                except Exception:  # not in flight any more (lock lapsed, session reset): redelivered
-                    failed += 1
+            with lifecycle.consumer_call():
+                for topic, partition, offset in R.offsets(self.outstanding.pop(s)):
+                    try:
+                        consumer.acknowledge_offset(topic, partition, offset, ack_type)
+                        done += 1
+                    except Exception:  # not in flight any more (lock lapsed, session reset): redelivered
+                        failed += 1
         try:
-            results = consumer.commit_sync(30.0) or {}
+            with lifecycle.consumer_call():
+                results = consumer.commit_sync(30.0) or {}
         except Exception as exc:
             log.warning("kshare source: flushing acknowledgements failed (%s); unacknowledged records are "
                         "redelivered after their lock expires", exc)
@@ -129,6 +208,7 @@ class Acquirer:
         finally:
             self.outstanding.clear()
             try:
-                consumer.close()
+                with lifecycle.consumer_call():
+                    consumer.close()
             except Exception as exc:  # already closed / broker gone
                 log.debug("kshare source: closing the share consumer: %s", exc)

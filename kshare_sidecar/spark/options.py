@@ -1,15 +1,24 @@
 """Options of the ``kshare`` streaming source, parsed and validated on the driver before any I/O.
 
-Spark hands a data source a case-insensitive dict of strings. Everything here is pure so the
-checks run (and are unit-tested) without a SparkSession or a broker.
+Spark hands a data source a case-insensitive dict whose keys are already lower-cased, so the
+messages here name known options in their documented case (``maxRecordsPerTrigger``) and
+suggest the closest known name for a typo. Everything in :func:`parse_options` is pure, so the
+checks run (and are unit-tested) without a SparkSession or a broker; the librdkafka settings
+are checked by :mod:`.clientconf` at ``load()`` too.
+
+Two different Kafka clients take settings: the driver's share consumer and the executors'
+plain consumers. ``kafka.<setting>`` goes to both, ``kafka.share.<setting>`` only to the share
+consumer and ``kafka.read.<setting>`` only to the readers (a more specific prefix wins), so a
+setting that only one of them accepts (``isolation.level``) can still be given.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 #: Kafka's default acquisition lock (``group.share.record.lock.duration.ms``).
 DEFAULT_LOCK_MS = 30_000
@@ -17,40 +26,68 @@ DEFAULT_MAX_RECORDS = 10_000
 DEFAULT_POLL_TIMEOUT_MS = 1_000
 DEFAULT_READ_TIMEOUT_MS = 120_000
 
-#: option name (lower case) -> one-line description, for error messages and docs.
+#: option name (documented case) -> one-line description, for error messages and docs.
 KNOWN_OPTIONS: dict[str, str] = {
     "kafka.bootstrap.servers": "where the share group is served: a Kafka 4.x cluster or a kshare sidecar (required)",
-    "kafka.backend.servers": "where executors read record payloads with a plain consumer "
-                             "(default: kafka.bootstrap.servers; set it to the backend cluster behind a kshare sidecar)",
+    "kafka.backend.servers": "where executors read record payloads with a plain consumer (default: "
+                             "kafka.bootstrap.servers, which a kshare sidecar serves too; set it to the backend "
+                             "cluster to read payloads without the extra hop)",
     "group": "the share group id (required)",
     "subscribe": "comma-separated topic names (required)",
-    "maxrecordspertrigger": f"records acquired per micro-batch, a soft limit (default {DEFAULT_MAX_RECORDS})",
-    "polltimeoutms": f"how long one trigger waits for records (default {DEFAULT_POLL_TIMEOUT_MS})",
-    "lockdurationms": f"the group's acquisition lock, share.record.lock.duration.ms (default {DEFAULT_LOCK_MS})",
-    "triggerintervalms": "the query's trigger interval, to check it against the lock (optional)",
-    "readtimeoutms": f"executor deadline to read one partition's ranges (default {DEFAULT_READ_TIMEOUT_MS})",
+    "maxRecordsPerTrigger": f"records acquired per micro-batch, a soft limit (default {DEFAULT_MAX_RECORDS})",
+    "pollTimeoutMs": f"how long one trigger waits for records (default {DEFAULT_POLL_TIMEOUT_MS})",
+    "lockDurationMs": f"the group's acquisition lock, share.record.lock.duration.ms (default {DEFAULT_LOCK_MS})",
+    "triggerIntervalMs": "the query's trigger interval, to check it against the lock (optional)",
+    "readTimeoutMs": f"executor deadline to read one partition's ranges (default {DEFAULT_READ_TIMEOUT_MS})",
 }
+#: lower case (as Spark hands it over) -> documented case.
+CANONICAL: dict[str, str] = {k.lower(): k for k in KNOWN_OPTIONS}
 
 #: Options of Spark's own Kafka source that mean nothing for a share group, with the reason.
 _KAFKA_SOURCE_ONLY = {
-    "subscribepattern": "share groups subscribe by topic name: list them in 'subscribe'",
+    "subscribePattern": "share groups subscribe by topic name: list them in 'subscribe'",
     "assign": "a share group assigns partitions itself: use 'subscribe'",
-    "startingoffsets": "the share group decides where to start (share.auto.offset.reset on the group)",
-    "endingoffsets": "a share group is a queue: there is no ending offset",
-    "maxoffsetspertrigger": "use 'maxRecordsPerTrigger'",
-    "failondataloss": "records lost to retention are archived by the share group",
+    "startingOffsets": "the share group decides where to start (share.auto.offset.reset on the group)",
+    "endingOffsets": "a share group is a queue: there is no ending offset",
+    "maxOffsetsPerTrigger": "use 'maxRecordsPerTrigger'",
+    "failOnDataLoss": "records lost to retention are archived by the share group",
     "kafka.group.id": "use 'group'",
 }
+_KAFKA_SOURCE_ONLY_LC = {k.lower(): (k, why) for k, why in _KAFKA_SOURCE_ONLY.items()}
 
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
-#: Client settings the source owns; a ``kafka.`` pass-through must not override them.
-_RESERVED_CLIENT_KEYS = {"group.id", "share.acknowledgement.mode", "max.poll.records", "enable.auto.commit",
-                         "enable.partition.eof"}
+#: Client prefixes, most specific first: (prefix, which client(s)).
+PREFIX_SHARE = "kafka.share."
+PREFIX_READ = "kafka.read."
+PREFIX_BOTH = "kafka."
+
+#: librdkafka settings the source sets itself, per client, with what to use instead.
+_RESERVED_SHARE = {
+    "bootstrap.servers": "use 'kafka.bootstrap.servers'",
+    "group.id": "use 'group'",
+    "share.acknowledgement.mode": "the source acknowledges explicitly, per micro-batch",
+    "max.poll.records": "use 'maxRecordsPerTrigger'",
+}
+_RESERVED_READ = {
+    "bootstrap.servers": "use 'kafka.backend.servers'",
+    "group.id": "the readers never join a group",
+    "enable.auto.commit": "the readers never commit",
+    "enable.partition.eof": "the readers need end-of-partition events",
+}
 
 
 class OptionError(ValueError):
     """An invalid option; the message says which and how to fix it."""
+
+
+@dataclass(frozen=True)
+class ClientSetting:
+    """One ``kafka.*`` option: the librdkafka ``name``/``value`` and the option it came from."""
+
+    option: str
+    name: str
+    value: str
 
 
 @dataclass(frozen=True)
@@ -64,41 +101,82 @@ class SourceOptions:
     lock_ms: int = DEFAULT_LOCK_MS
     trigger_ms: int | None = None
     read_timeout_ms: int = DEFAULT_READ_TIMEOUT_MS
-    #: ``kafka.<librdkafka setting>`` pass-through (security, client.id, ...), for both clients.
-    client: dict[str, str] = field(default_factory=dict)
+    #: ``kafka.<setting>``: both clients; ``kafka.share.<setting>`` / ``kafka.read.<setting>``: one.
+    client: tuple[ClientSetting, ...] = ()
+    share_client: tuple[ClientSetting, ...] = ()
+    read_client: tuple[ClientSetting, ...] = ()
+    #: whether kafka.backend.servers was given (else executors read through kafka.bootstrap.servers).
+    backend_given: bool = field(default=False, compare=False)
 
-    def share_consumer_config(self) -> dict[str, object]:
-        return {
-            **self.client,
-            "bootstrap.servers": self.bootstrap,
-            "group.id": self.group,
-            "share.acknowledgement.mode": "explicit",
-            "max.poll.records": self.max_records,
-        }
+    def share_settings(self) -> dict[str, ClientSetting]:
+        """The share consumer's pass-through settings by librdkafka name (kafka.share.* wins)."""
+        return {s.name: s for s in (*self.client, *self.share_client)}
 
-    def plain_consumer_config(self) -> dict[str, object]:
-        return {
-            **self.client,
-            "bootstrap.servers": self.backend,
+    def read_settings(self) -> dict[str, ClientSetting]:
+        return {s.name: s for s in (*self.client, *self.read_client)}
+
+    def share_consumer_config(self, *, with_bootstrap: bool = True) -> dict[str, object]:
+        cfg: dict[str, object] = {name: s.value for name, s in self.share_settings().items()}
+        cfg.update({"group.id": self.group, "share.acknowledgement.mode": "explicit",
+                    "max.poll.records": self.max_records})
+        if with_bootstrap:
+            cfg["bootstrap.servers"] = self.bootstrap
+        return cfg
+
+    def plain_consumer_config(self, *, with_bootstrap: bool = True) -> dict[str, object]:
+        cfg: dict[str, object] = {"fetch.wait.max.ms": 100}  # defaults a kafka.read.* may override
+        cfg.update({name: s.value for name, s in self.read_settings().items()})
+        cfg.update({
             # librdkafka wants a group id even for assign(); nothing is ever committed to it.
             "group.id": f"kshare-spark-reader-{self.group}",
             "enable.auto.commit": False,
             "enable.partition.eof": True,
-            "fetch.wait.max.ms": 100,
-        }
+        })
+        if with_bootstrap:
+            cfg["bootstrap.servers"] = self.backend
+        return cfg
 
 
-def _int(opts: Mapping[str, str], key: str, default: int | None, *, minimum: int) -> int | None:
-    raw = opts.get(key)
+def did_you_mean(key: str) -> str:
+    """`` (did you mean 'maxRecordsPerTrigger'?)`` for a near miss of a known option, else ''."""
+    candidates = list(CANONICAL) + list(_KAFKA_SOURCE_ONLY_LC)
+    close = difflib.get_close_matches(key.lower(), candidates, n=1, cutoff=0.75)
+    if not close:
+        return ""
+    name = CANONICAL.get(close[0]) or _KAFKA_SOURCE_ONLY_LC[close[0]][0]
+    return f" (did you mean '{name}'?)"
+
+
+def _int(opts: Mapping[str, str], name: str, default: int | None, *, minimum: int) -> int | None:
+    raw = opts.get(name.lower())
     if raw is None or str(raw).strip() == "":
         return default
     try:
         value = int(str(raw).strip())
     except ValueError:
-        raise OptionError(f"option '{key}' must be an integer, got {raw!r}") from None
+        raise OptionError(f"option '{name}' must be an integer, got {raw!r}") from None
     if value < minimum:
-        raise OptionError(f"option '{key}' must be >= {minimum}, got {value}")
+        raise OptionError(f"option '{name}' must be >= {minimum}, got {value}")
     return value
+
+
+def _client_setting(key: str, value: str) -> tuple[str, ClientSetting]:
+    """``kafka.[share.|read.]<name>`` -> (which client(s), setting); reserved names raise."""
+    for prefix, which in ((PREFIX_SHARE, "share"), (PREFIX_READ, "read"), (PREFIX_BOTH, "both")):
+        if key.startswith(prefix):
+            name = key[len(prefix):]
+            break
+    if not name:
+        raise OptionError(f"option '{key}' names no client setting")
+    reserved = []
+    if which in ("share", "both"):
+        reserved += [_RESERVED_SHARE.get(name), _RESERVED_SHARE.get(f"share.{name}") if which == "share" else None]
+    if which in ("read", "both"):
+        reserved.append(_RESERVED_READ.get(name))
+    hint = next((r for r in reserved if r), None)
+    if hint:
+        raise OptionError(f"option '{key}' is set by the kshare source itself and cannot be overridden: {hint}")
+    return which, ClientSetting(key, name, value)
 
 
 def parse_options(options: Mapping[str, str]) -> SourceOptions:
@@ -107,25 +185,25 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     # Spark may add a 'path' for load(path); the source has no use for one.
     opts.pop("path", None)
 
-    client: dict[str, str] = {}
+    settings: dict[str, list[ClientSetting]] = {"both": [], "share": [], "read": []}
     unknown: list[str] = []
-    for key in list(opts):
-        if key in KNOWN_OPTIONS:
+    for key in sorted(opts):
+        if key in CANONICAL:
             continue
-        if key in _KAFKA_SOURCE_ONLY:
-            raise OptionError(f"option '{key}' is not supported by the kshare source: {_KAFKA_SOURCE_ONLY[key]}")
-        if key.startswith("kafka."):
-            name = key[len("kafka."):]
-            if name in _RESERVED_CLIENT_KEYS:
-                raise OptionError(f"option '{key}' is set by the kshare source itself and cannot be overridden")
-            client[name] = opts[key]
+        if key in _KAFKA_SOURCE_ONLY_LC:
+            name, why = _KAFKA_SOURCE_ONLY_LC[key]
+            raise OptionError(f"option '{name}' is not supported by the kshare source: {why}")
+        if key.startswith(PREFIX_BOTH):
+            which, setting = _client_setting(key, opts[key])
+            settings[which].append(setting)
             continue
         unknown.append(key)
     if unknown:
-        known = ", ".join(sorted(KNOWN_OPTIONS))
+        listed = "; ".join(f"'{k}'{did_you_mean(k)}" for k in unknown)
         raise OptionError(
-            f"unknown option(s) {', '.join(sorted(unknown))} for the kshare source; known options: {known}, "
-            "plus kafka.<librdkafka setting> pass-throughs"
+            f"unknown option(s) for the kshare source: {listed}. Known options: {', '.join(KNOWN_OPTIONS)}, plus "
+            "librdkafka settings as kafka.<setting> (both clients), kafka.share.<setting> (the driver's share "
+            "consumer) or kafka.read.<setting> (the executors' readers)"
         )
 
     bootstrap = opts.get("kafka.bootstrap.servers", "").strip()
@@ -143,17 +221,21 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     if bad:
         raise OptionError(f"option 'subscribe' has invalid topic name(s): {', '.join(bad)}")
 
+    backend = opts.get("kafka.backend.servers", "").strip()
     parsed = SourceOptions(
         bootstrap=bootstrap,
-        backend=opts.get("kafka.backend.servers", "").strip() or bootstrap,
+        backend=backend or bootstrap,
         group=group,
         topics=topics,
-        max_records=_int(opts, "maxrecordspertrigger", DEFAULT_MAX_RECORDS, minimum=1),
-        poll_timeout_ms=_int(opts, "polltimeoutms", DEFAULT_POLL_TIMEOUT_MS, minimum=0),
-        lock_ms=_int(opts, "lockdurationms", DEFAULT_LOCK_MS, minimum=1),
-        trigger_ms=_int(opts, "triggerintervalms", None, minimum=0),
-        read_timeout_ms=_int(opts, "readtimeoutms", DEFAULT_READ_TIMEOUT_MS, minimum=1),
-        client=client,
+        max_records=_int(opts, "maxRecordsPerTrigger", DEFAULT_MAX_RECORDS, minimum=1),
+        poll_timeout_ms=_int(opts, "pollTimeoutMs", DEFAULT_POLL_TIMEOUT_MS, minimum=0),
+        lock_ms=_int(opts, "lockDurationMs", DEFAULT_LOCK_MS, minimum=1),
+        trigger_ms=_int(opts, "triggerIntervalMs", None, minimum=0),
+        read_timeout_ms=_int(opts, "readTimeoutMs", DEFAULT_READ_TIMEOUT_MS, minimum=1),
+        client=tuple(settings["both"]),
+        share_client=tuple(settings["share"]),
+        read_client=tuple(settings["read"]),
+        backend_given=bool(backend),
     )
     for message in lock_warnings(parsed):
         warnings.warn(message, LockDurationWarning, stacklevel=2)

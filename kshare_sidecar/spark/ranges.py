@@ -2,7 +2,9 @@
 
 An offset of the source is ``{"seq": n, "sid": session, "ranges": {"topic:partition":
 [[first, last, deliveryCount], ...]}}``: the records acquired for micro-batch ``n`` by the
-driver's share session ``sid``. Runs of consecutive offsets with one delivery count collapse
+driver's share session ``sid``. ``n`` is Spark's batchId: the initial offset has -1 and every
+batch this source offers is the next batchId (it differs only when the query runs batches
+without new data from this source: unions with other sources, stateful no-data batches). Runs of consecutive offsets with one delivery count collapse
 into one range, so a 10k-record batch usually needs a handful of numbers.
 """
 
@@ -14,7 +16,7 @@ Range = list[int]  # [first, last, delivery_count], inclusive
 
 
 def initial_offset() -> dict:
-    return {"seq": 0, "sid": "", "ranges": {}}
+    return {"seq": -1, "sid": "", "ranges": {}}
 
 
 def tp_key(topic: str, partition: int) -> str:

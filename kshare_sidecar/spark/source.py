@@ -9,7 +9,13 @@ Design (see docs/spark.md):
 - ``partitions(start, end)`` turns the ranges into one input partition per topic-partition;
   ``read`` on the **executors** fetches exactly those offsets from the backend (``read.py``).
 - ``commit(end)`` acknowledges too (idempotent backup); ``stop()`` releases what is still
-  acquired and closes the share session.
+  acquired and closes the share session. Spark ends the source process with SIGTERM, which
+  would skip ``stop()``; ``lifecycle.py`` runs it from a SIGTERM handler.
+- ``Trigger.AvailableNow`` (``SupportsTriggerAvailableNow``): the target is the log end offsets
+  when the trigger starts; batches are acquired and acknowledged as usual until nothing is
+  acquirable or a batch holds only records written after the trigger started.
+- An offset's ``seq`` is Spark's batchId of the batch it ends (the initial offset has -1), so
+  driver log lines name Spark's batch; executors take the batchId from the task.
 - A batch planned by an earlier session (a restarted query replaying its last uncommitted
   batch) is **not** re-read: that session is gone, its records were released or their locks
   lapse, and the share group redelivers them with a higher delivery count. Replaying them too
@@ -25,12 +31,17 @@ from collections.abc import Iterator
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 try:  # PySpark 4.2+: admission control (latestOffset(start, limit), getDefaultReadLimit)
-    from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
+    from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 except ImportError:  # PySpark < 4.2 calls latestOffset() without arguments; see latestOffset
     ReadLimit = ReadMaxRows = None
 
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]  # never consulted before 4.2
+        pass
+
+from . import lifecycle
 from . import ranges as R
 from .acquire import Acquirer
+from .clientconf import validate_clients
 from .options import SourceOptions, parse_options
 from .read import read_ranges
 
@@ -47,8 +58,10 @@ class ShareGroupDataSource(DataSource):
 
     def __init__(self, options) -> None:
         super().__init__(options)
-        # Validate up front so that load() fails with a clear message before any I/O.
+        # Validate up front so that load() fails with a clear message before any I/O: the
+        # source's own options, then the kafka.* settings by librdkafka itself.
         self.parsed: SourceOptions = parse_options(options)
+        validate_clients(self.parsed)
 
     @classmethod
     def name(cls) -> str:
@@ -74,22 +87,32 @@ class ShareGroupPartition(InputPartition):
         return f"ShareGroupPartition({self.topic}[{self.partition}], {len(self.ranges)} ranges)"
 
 
-class ShareGroupStreamReader(DataSourceStreamReader):
+class ShareGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
         self.sid = uuid.uuid4().hex[:12]
         self._acquirer: Acquirer | None = None
         self._offered: dict | None = None  # the last offset handed to Spark
+        #: Trigger.AvailableNow: log end offsets when the trigger started; None otherwise.
+        self._target: dict[str, int] | None = None
+        self._target_reached = False
 
     # -- driver ------------------------------------------------------------------------
     @property
     def acquirer(self) -> Acquirer:
         if self._acquirer is None:
             self._acquirer = Acquirer(self.opts, self.sid)
+            lifecycle.watch(self)  # only the driver's source process gets here
         return self._acquirer
 
     def initialOffset(self) -> dict:
         return R.initial_offset()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Remember what "available now" means: the log end offsets at this moment."""
+        self._target = self.acquirer.end_offsets()
+        self._target_reached = False
+        log.info("kshare source: Trigger.AvailableNow for group %s up to %s", self.opts.group, self._target)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         # Only called by PySpark 4.2+, where ReadMaxRows exists.
@@ -100,7 +123,7 @@ class ShareGroupStreamReader(DataSourceStreamReader):
         # synchronous progress tracking is also planned, run and committed by the time Spark asks
         # again. The batch size comes from max.poll.records (= maxRecordsPerTrigger) either way.
         start = start if start is not None else (self._offered or R.initial_offset())
-        seq = int(start.get("seq", 0))
+        seq = int(start.get("seq", -1))
         acq = self.acquirer
         # Everything up to `start` is processed: Spark plans the next batch only after the
         # previous one finished and was recorded in the commit log.
@@ -112,14 +135,30 @@ class ShareGroupStreamReader(DataSourceStreamReader):
                 return self._offered
             log.warning("kshare source: releasing batches %s that Spark never planned", sorted(acq.outstanding))
             acq._settle(sorted(acq.outstanding), accept=False)
-        got = acq.acquire(seq + 1, self.opts.poll_timeout_ms / 1000)
-        if not got:
+        available_now = self._target is not None
+        if available_now and self._target_reached:
+            log.info("kshare source: Trigger.AvailableNow done after batch %d (records written after the trigger "
+                     "started come next time)", seq)
             return start
+        got = acq.acquire(seq + 1, self.opts.poll_timeout_ms / 1000, wait_assigned=available_now)
+        if not got:
+            if available_now:
+                log.info("kshare source: Trigger.AvailableNow done after batch %d: nothing acquirable", seq)
+            return start
+        if available_now and not self._below_target(got):
+            # Only records written after the trigger started: process this batch, then end.
+            self._target_reached = True
+        log.debug("kshare source: batch %d acquired %d records", seq + 1, R.count(got))
         self._offered = {"seq": seq + 1, "sid": self.sid, "ranges": got}
         return self._offered
 
+    def _below_target(self, got: dict[str, list[list[int]]]) -> bool:
+        """Whether any acquired record was in the log when Trigger.AvailableNow started."""
+        target = self._target or {}
+        return any(rs and rs[0][0] < target.get(key, 0) for key, rs in got.items())
+
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        if int(end.get("seq", 0)) == int(start.get("seq", 0)) or not end.get("ranges"):
+        if int(end.get("seq", -1)) == int(start.get("seq", -1)) or not end.get("ranges"):
             return []
         if end.get("sid") != self.sid:
             n = R.count(end["ranges"])
@@ -135,13 +174,15 @@ class ShareGroupStreamReader(DataSourceStreamReader):
         return out
 
     def commit(self, end: dict) -> None:
-        self.acquirer.acknowledge_through(int(end.get("seq", 0)))
+        if self._acquirer is not None:  # nothing acquired in this session: nothing to acknowledge
+            self._acquirer.acknowledge_through(int(end.get("seq", -1)))
 
     def stop(self) -> None:
-        if self._acquirer is not None:
-            log.info("kshare source: stopping, stats %s", self._acquirer.stats)
-            self._acquirer.close(release=True)
-            self._acquirer = None
+        acquirer, self._acquirer = self._acquirer, None
+        lifecycle.unwatch(self)
+        if acquirer is not None:
+            log.info("kshare source: stopping, stats %s", acquirer.stats)
+            acquirer.close(release=True)
 
     # -- executors ---------------------------------------------------------------------
     def read(self, partition: ShareGroupPartition) -> Iterator:

@@ -4,9 +4,13 @@ on Kafka 3.9, side by side, with the same assertions on both targets."""
 from __future__ import annotations
 
 import asyncio
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +20,7 @@ from kshare_sidecar.client import (
     ShareConsumer,
     UnsupportedVersionError,
 )
+from tests.e2e.conftest import LOCK_MS, Worker, wait_until
 from tests.support import create_topic, produce, set_group_config, unique
 
 pytestmark = pytest.mark.kafka
@@ -247,6 +252,74 @@ async def test_record_released_every_time_is_archived_at_the_delivery_limit(targ
                 c.acknowledge(r, AcknowledgeType.RELEASE)
             assert len(counts) <= 10, "never archived"
     assert counts == [1, 2, 3, 4, 5]  # group.share.delivery.count.limit = 5
+
+
+class AioWorker(Worker):
+    """tests/e2e/asyncio_worker.py (this client in its own process, share_worker.py's arguments)."""
+
+    def __init__(self, target, group: str, topic: str, out: Path, **opts) -> None:
+        self.out = out
+        args = [sys.executable, str(Path(__file__).with_name("asyncio_worker.py")), "--bootstrap", target.bootstrap,
+                "--group", group, "--topic", topic, "--out", str(out)]
+        for k, v in opts.items():
+            args += [f"--{k.replace('_', '-')}", str(v)]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+async def test_sigkilled_consumer_process_records_go_to_another_member(target, tmp_path):
+    """Crash: a consumer process holding 20 records (explicit mode, never acknowledging) is
+    SIGKILLed; the broker releases them as its connection drops (not when the 6 s lock runs
+    out) and another member gets each of them with delivery count 2."""
+    topic, group, _ = _setup(target, records=20)
+    holder = AioWorker(target, group, topic, tmp_path / "holder.jsonl", mode="explicit", ack="none", max_s=120)
+    try:
+        assert await asyncio.to_thread(wait_until, lambda: len(holder.records()) >= 20, 40), holder.events()
+    finally:
+        holder.proc.send_signal(signal.SIGKILL)
+        holder.wait(10)
+    killed_at = time.monotonic()
+    assert {r["dc"] for r in holder.records()} == {1}
+    async with _consumer(target, group, topic) as taker:
+        taken = await _take(taker, 20, timeout=LOCK_MS / 1000 + 10)
+        recovered_in = time.monotonic() - killed_at
+        assert sorted((r.offset, r.delivery_count) for r in taken) == [(o, 2) for o in range(20)]
+        for r in taken:
+            taker.acknowledge(r)
+        assert all(exc is None for exc in (await taker.commit()).values())
+    print(f"\n[{target.name}] records of a SIGKILLed asyncio consumer redelivered {recovered_in:.1f} s after the kill")
+    assert recovered_in < LOCK_MS / 1000, "released by the lock timeout, not by the dropped connection"
+
+
+async def test_slow_consumers_on_one_partition_all_get_work(target):
+    """Slow: four consumers on ONE partition, 5 records per poll, 20 ms of work per record. Each
+    gets a share of the work (share groups' point), every record is accepted exactly once and
+    nothing is redelivered (no lock runs out)."""
+    from confluent_kafka import Producer
+
+    topic, group, _ = _setup(target, records=0)
+    producer = Producer({"bootstrap.servers": target.backend, "linger.ms": 0, "batch.num.messages": 5})
+    for i in range(400):
+        producer.produce(topic, f"job-{i}".encode())
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    per_consumer: list[list[tuple[int, int]]] = [[] for _ in range(4)]
+
+    async def run(i: int) -> None:
+        async with _consumer(target, group, topic, mode="implicit", max_poll_records=5) as c:
+            idle_since = time.monotonic()
+            while time.monotonic() - idle_since < 4:
+                for recs in (await c.getmany(timeout_ms=300)).values():
+                    idle_since = time.monotonic()
+                    for r in recs:
+                        per_consumer[i].append((r.offset, r.delivery_count))
+                        await asyncio.sleep(0.02)  # the slow part
+
+    await asyncio.wait_for(asyncio.gather(*(run(i) for i in range(4))), 120)
+    every = [o for recs in per_consumer for o, _ in recs]
+    assert sorted(every) == list(range(400)), f"{len(every)} deliveries, {len(set(every))} distinct"
+    assert {dc for recs in per_consumer for _, dc in recs} == {1}
+    assert all(recs for recs in per_consumer), [len(recs) for recs in per_consumer]
+    print(f"\n[{target.name}] records per slow consumer: {[len(recs) for recs in per_consumer]}")
 
 
 async def test_sidecar_restart_mid_run_reconnects_and_finishes(kafka_39, tmp_path):

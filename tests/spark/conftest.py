@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,6 +21,11 @@ import pytest
 import pyspark  # noqa: E402,F401
 
 from tests.support import create_topic, set_group_config, unique  # noqa: E402
+
+# Spark starts its Python workers (the source's driver-side process, executors, planners) with
+# PYSPARK_PYTHON, else whatever `python3` is on PATH, which need not be this venv's (it then
+# lacks pyarrow / confluent-kafka). Subprocesses started by the tests inherit this too.
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 FULL = os.environ.get("KSHARE_SPARK_FULL") == "1"
 #: Records in the drain and kill/restart scenarios.

@@ -2,23 +2,29 @@
 
 from __future__ import annotations
 
+import sys
+import tomllib
 import warnings
+from pathlib import Path
 
 import pytest
 
 from kshare_sidecar.spark import LockDurationWarning, OptionError, parse_options
 from kshare_sidecar.spark import ranges as R
+from kshare_sidecar.spark.clientconf import validate_clients
 
 BASE = {"kafka.bootstrap.servers": "h:9092", "group": "g", "subscribe": "a, b,a"}
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_minimal_options_and_defaults():
     opts = parse_options(BASE)
     assert opts.topics == ("a", "b")
-    assert opts.backend == "h:9092"
+    assert opts.backend == "h:9092" and not opts.backend_given
     assert opts.max_records == 10_000
     cfg = opts.share_consumer_config()
     assert cfg["share.acknowledgement.mode"] == "explicit" and cfg["group.id"] == "g"
+    validate_clients(opts)
 
 
 def test_case_insensitive_and_passthrough():
@@ -26,7 +32,35 @@ def test_case_insensitive_and_passthrough():
                           "kafka.client.id": "x"})
     assert opts.max_records == 7 and opts.backend == "b:1"
     assert opts.plain_consumer_config()["client.id"] == "x"
+    assert opts.share_consumer_config()["client.id"] == "x"
     assert opts.plain_consumer_config()["bootstrap.servers"] == "b:1"
+
+
+def test_prefixes_give_a_setting_to_one_client():
+    """Issue 19 (5): kafka.share.* -> the driver's share consumer, kafka.read.* -> the readers,
+    kafka.* -> both, the more specific prefix winning; a reader-only setting becomes possible."""
+    opts = parse_options({**BASE, "kafka.client.id": "both", "kafka.share.client.id": "driver",
+                          "kafka.read.isolation.level": "read_committed", "kafka.read.fetch.wait.max.ms": "5"})
+    share, read = opts.share_consumer_config(), opts.plain_consumer_config()
+    assert share["client.id"] == "driver" and read["client.id"] == "both"
+    assert read["isolation.level"] == "read_committed" and "isolation.level" not in share
+    assert read["fetch.wait.max.ms"] == "5"
+    validate_clients(opts)  # valid for both clients as split
+
+
+@pytest.mark.parametrize("extra, message", [
+    # kafka.* goes to both: isolation.level is not a share-consumer setting -> say which prefix works
+    ({"kafka.isolation.level": "read_committed"},
+     r"option 'kafka.isolation.level' is not valid for the driver's share consumer.*'kafka.read.isolation.level'"),
+    ({"kafka.share.no.such.thing": "1"}, r"option 'kafka.share.no.such.thing' is not valid.*no.such.thing"),
+    ({"kafka.read.isolation.level": "sometimes"}, r"option 'kafka.read.isolation.level' is not valid for the "
+                                                  r"executors' readers.*Invalid value"),
+    ({"kafka.fetch.wait.max.ms": "soon"}, r"option 'kafka.fetch.wait.max.ms' is not valid"),
+])
+def test_client_settings_are_checked_at_load(extra, message):
+    """Issue 19 (5): kafka.* settings used to be checked only at the first trigger."""
+    with pytest.raises(OptionError, match=message):
+        validate_clients(parse_options({**BASE, **extra}))
 
 
 @pytest.mark.parametrize("drop, message", [
@@ -40,15 +74,23 @@ def test_missing_required(drop, message):
 
 
 @pytest.mark.parametrize("extra, message", [
-    ({"subscribePattern": "a.*"}, "share groups subscribe by topic name"),
+    ({"subscribePattern": "a.*"}, "option 'subscribePattern' is not supported.*subscribe by topic name"),
     ({"assign": '{"a":[0]}'}, "a share group assigns partitions itself"),
-    ({"startingOffsets": "earliest"}, "share.auto.offset.reset"),
+    ({"startingoffsets": "earliest"}, "option 'startingOffsets' is not supported.*share.auto.offset.reset"),
     ({"maxOffsetsPerTrigger": "5"}, "maxRecordsPerTrigger"),
-    ({"grup": "x"}, r"unknown option\(s\) grup"),
-    ({"maxRecordsPerTrigger": "lots"}, "must be an integer"),
-    ({"maxRecordsPerTrigger": "0"}, "must be >= 1"),
+    ({"grup": "x"}, r"unknown option\(s\) for the kshare source: 'grup' \(did you mean 'group'\?\)"),
+    # Issue 19 (5): Spark lower-cases option names; the message names the option as documented.
+    ({"maxrecordpertrigger": "7"}, r"'maxrecordpertrigger' \(did you mean 'maxRecordsPerTrigger'\?\)"),
+    ({"polltimeout": "7"}, r"did you mean 'pollTimeoutMs'"),
+    ({"maxrecordspertrigger": "lots"}, "option 'maxRecordsPerTrigger' must be an integer"),
+    ({"maxRecordsPerTrigger": "0"}, "option 'maxRecordsPerTrigger' must be >= 1"),
+    ({"readtimeoutms": "-5"}, "option 'readTimeoutMs' must be >= 1"),
     ({"kafka.group.id": "x"}, "use 'group'"),
     ({"kafka.share.acknowledgement.mode": "implicit"}, "set by the kshare source itself"),
+    ({"kafka.share.share.acknowledgement.mode": "implicit"}, "set by the kshare source itself"),
+    ({"kafka.max.poll.records": "5"}, "use 'maxRecordsPerTrigger'"),
+    ({"kafka.read.bootstrap.servers": "x:1"}, "use 'kafka.backend.servers'"),
+    ({"kafka.read.enable.auto.commit": "true"}, "never commit"),
     ({"subscribe": "bad topic"}, "invalid topic name"),
 ])
 def test_rejected(extra, message):
@@ -73,10 +115,31 @@ def test_ranges_compress_and_count():
     assert R.split_key("my.topic-1:12") == ("my.topic-1", 12)
 
 
+def test_spark_extra_installs_what_the_source_imports():
+    """Issue 19 (1): `pip install kshare-sidecar[spark]` must bring confluent-kafka (the driver's
+    ShareConsumer and the executors' readers) and a PySpark with admission control."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    names = {dep.split("[")[0].split(">")[0].split("<")[0].split("=")[0].strip() for dep in extras["spark"]}
+    assert {"pyspark", "confluent-kafka", "pandas"} <= names, extras["spark"]
+    assert any(dep.startswith("pyspark[sql]>=4.2") for dep in extras["spark"])
+
+
+def test_missing_confluent_kafka_fails_at_load_with_the_install_hint(monkeypatch):
+    """Issue 19 (1): without confluent-kafka, load() fails with the fix instead of the query dying
+    at its first trigger with ModuleNotFoundError."""
+    monkeypatch.setitem(sys.modules, "confluent_kafka", None)  # makes `import confluent_kafka` fail
+    with pytest.raises(OptionError, match=r"needs confluent-kafka.*pip install 'kshare-sidecar\[spark\]'"):
+        validate_clients(parse_options(BASE))
+
+
 def test_load_reports_bad_options(spark):
     reader = spark.readStream.format("kshare").option("kafka.bootstrap.servers", "127.0.0.1:1")
     with pytest.raises(Exception, match="option 'group' is required"):
         reader.option("subscribe", "t").load()
-    with pytest.raises(Exception, match=r"unknown option\(s\) subscrib"):
+    with pytest.raises(Exception, match=r"'subscrib' \(did you mean 'subscribe'\?\)"):
         spark.readStream.format("kshare").option("kafka.bootstrap.servers", "h:1").option("group", "g") \
             .option("subscribe", "t").option("subscrib", "t").load()
+    # kafka.* settings are checked by load() now, not at the first trigger.
+    with pytest.raises(Exception, match=r"'kafka.isolation.level' is not valid for the driver's share consumer"):
+        spark.readStream.format("kshare").option("kafka.bootstrap.servers", "h:1").option("group", "g") \
+            .option("subscribe", "t").option("kafka.isolation.level", "read_committed").load()

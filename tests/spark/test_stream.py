@@ -169,3 +169,49 @@ def test_poison_record_is_redelivered_then_archived(spark, target, record_proper
     finally:
         consumer.close()
     assert poison not in late
+
+
+def test_through_the_sidecar_without_backend_servers(spark, target, record_property):
+    """Issue 19 (4): with only kafka.bootstrap.servers = the sidecar, the executors' plain consumers
+    read payloads through the sidecar's Fetch pass-through (it used to fail with INVALID_REQUEST
+    "Fetch from broker 1 failed"); kafka.backend.servers is an optimisation, not a requirement."""
+    if target.native:
+        pytest.skip("natively, kafka.bootstrap.servers is the backend anyway")
+    total = 3_000
+    topic, group = target.topic(2), target.group()
+    produce_keyed(target.backend, topic, total)
+    options = target.source_options(group, topic, maxRecordsPerTrigger="2000")
+    del options["kafka.backend.servers"]
+    out = tempfile.mkdtemp(prefix="kshare-spark-nobackend-")
+    query = (_stream(spark, options).writeStream.format("parquet").option("path", f"{out}/data")
+             .option("checkpointLocation", f"{out}/ck").trigger(processingTime="500 milliseconds").start())
+    try:
+        wait_for(lambda: len(parquet_keys(spark, f"{out}/data")) >= total, timeout_s=180,
+                 what=f"{total} records read through the sidecar alone", query=query)
+    finally:
+        query.stop()
+    seen = parquet_keys(spark, f"{out}/data")
+    assert set(seen) == expected_keys(total) and sum(seen.values()) == total
+
+
+def test_batches_grow_with_the_groups_in_flight_window(spark, target, record_property):
+    """Issue 19 (6): a micro-batch is one poll, bounded by share.partition.max.record.locks per
+    partition (default 2000: 4,000-record batches through kshare on 2 partitions). A group that
+    raises it (here to 4000, the default group.share.max.partition.max.record.locks) gets
+    batches past 4,000 up to maxRecordsPerTrigger."""
+    total = 16_000
+    topic = target.topic(2)
+    group = target.group(**{"share.partition.max.record.locks": "4000"})
+    produce_keyed(target.backend, topic, total)
+    query = (_stream(spark, target.source_options(group, topic, maxRecordsPerTrigger="8000"))
+             .writeStream.format("noop").trigger(processingTime="200 milliseconds").start())
+    try:
+        wait_for(lambda: sum(p["numInputRows"] for p in query.recentProgress) >= total, timeout_s=180,
+                 every_s=0.5, what=f"{total} records", query=query)
+    finally:
+        query.stop()
+    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    record_property("batch_sizes", sizes)
+    print(f"[{target.name}] batch sizes with share.partition.max.record.locks=4000: {sizes}")
+    assert sum(sizes) == total
+    assert max(sizes) > 4_000, sizes

@@ -20,6 +20,24 @@ def allows(acls, op, rtype=Res.GROUP, name="g", principal=ALICE, host="10.0.0.1"
     return AclSet(acls).authorize(principal, host, op, rtype, name)
 
 
+def test_allow_everyone_if_no_acl_found_applies_only_where_nobody_has_an_acl():
+    bob_g = acl(name="g", principal="User:bob")
+    bob_deny = acl(rtype=Res.TOPIC, name="t", principal="User:bob", op=Op.WRITE, permission=Permission.DENY)
+    team = acl(name="team-", pattern=Pattern.PREFIXED, principal="User:bob", host="10.9.9.9")
+    every = [bob_g, bob_deny, team]
+    on = AclSet([], resource_acls=every)  # alice has no ACL of her own
+    assert on.allow_if_no_acl and not AclSet([]).allow_if_no_acl
+    assert on.authorize(ALICE, "10.0.0.1", Op.READ, Res.GROUP, "other")  # no ACL of anyone: allowed
+    assert on.authorize(ALICE, "10.0.0.1", Op.ALTER_CONFIGS, Res.TOPIC, "t2")
+    assert not on.authorize(ALICE, "10.0.0.1", Op.READ, Res.GROUP, "g"), "bob's ACL on g: the rule is off there"
+    assert not on.authorize(ALICE, "10.0.0.1", Op.READ, Res.TOPIC, "t"), "any ACL counts, a DENY of WRITE too"
+    assert not on.authorize(ALICE, "10.0.0.1", Op.READ, Res.GROUP, "team-x"), "a PREFIXED ACL for another host"
+    own = AclSet([acl(name="mine", op=Op.DESCRIBE)], resource_acls=[])  # own ACL read, the full read older
+    assert not own.authorize(ALICE, "10.0.0.1", Op.READ, Res.GROUP, "mine")
+    assert AclSet([], resource_acls=[acl(name="*")]).authorize(ALICE, "h", Op.READ, Res.TOPIC, "x")
+    assert not AclSet([], resource_acls=[acl(name="*")]).authorize(ALICE, "h", Op.READ, Res.GROUP, "x")
+
+
 def test_nothing_is_allowed_without_an_acl():
     assert not allows([], Op.READ)
     assert not allows([], Op.DESCRIBE)
@@ -107,3 +125,22 @@ acls_strategy = st.lists(st.builds(
        st.sampled_from(["g", "g1", "team-a", "t", "kafka-cluster"]))
 def test_evaluator_agrees_with_the_naive_model(acls, principal, host, op, rtype, name):
     assert AclSet(acls).authorize(principal, host, op, rtype, name) == naive(acls, principal, host, op, rtype, name)
+
+
+def naive_everyone(acls, principal, host, op, rtype, name) -> bool:
+    """StandardAuthorizer with allow.everyone.if.no.acl.found=true: the naive rule, or — when no
+    ACL of any principal, host, operation or permission matches the resource — allowed."""
+    def on_resource(a):
+        return a.resource_type == rtype and ((a.pattern == Pattern.LITERAL and a.name in (name, "*")) or
+                                             (a.pattern == Pattern.PREFIXED and name[:len(a.name)] == a.name))
+    return naive(acls, principal, host, op, rtype, name) or not any(on_resource(a) for a in acls)
+
+
+@settings(max_examples=400, deadline=None)
+@given(acls_strategy, st.sampled_from([ALICE, "User:bob", "User:carol"]), st.sampled_from(["10.0.0.1", "10.0.0.2"]),
+       st.sampled_from(OPS[1:]), st.sampled_from([Res.GROUP, Res.TOPIC, Res.CLUSTER]),
+       st.sampled_from(["g", "g1", "team-a", "t", "kafka-cluster"]))
+def test_allow_everyone_agrees_with_the_naive_model(acls, principal, host, op, rtype, name):
+    own = [a for a in acls if a.principal in (principal, "User:*")]  # what the authorizer reads per principal
+    evaluated = AclSet(own, resource_acls=acls).authorize(principal, host, op, rtype, name)
+    assert evaluated == naive_everyone(acls, principal, host, op, rtype, name)

@@ -126,3 +126,35 @@ def test_describe_acls_answers_become_bindings():
         assert d.allows(Op.READ, Res.GROUP, "team-x") and not d.allows(Op.READ, Res.GROUP, "other")
 
     asyncio.run(run())
+
+
+def test_allow_everyone_if_no_acl_found_reads_every_principals_acls_once_per_period():
+    """allow.everyone.if.no.acl.found: a third, unfiltered DescribeAcls (principal None) says
+    whether anyone has an ACL on a resource; it is shared by all principals like User:*'s."""
+    clock = Clock()
+    everyone = [read("User:alice"), read("User:bob", "bobs-group")]  # unfiltered: everyone's
+    az, calls = make({"User:alice": [read("User:alice")], None: everyone}, clock,
+                     allow_everyone_if_no_acl_found=True)
+
+    async def run():
+        alice = await az.decider("User:alice", "10.0.0.1", "SASL_SSL")
+        carol = await az.decider("User:carol", "10.0.0.1", "SASL_SSL")
+        assert alice.allows(Op.READ, Res.GROUP, "g")
+        assert alice.allows(Op.READ, Res.GROUP, "nobodys-group") and carol.allows(Op.DELETE, Res.TOPIC, "t")
+        assert not alice.allows(Op.READ, Res.GROUP, "bobs-group"), "bob's ACL exists: the rule does not apply"
+        assert not carol.allows(Op.READ, Res.GROUP, "g"), "alice's ACL exists: the rule does not apply"
+        assert calls.count(None) == 1
+
+    asyncio.run(run())
+
+
+def test_allow_everyone_is_off_by_default_and_then_reads_nothing_more():
+    clock = Clock()
+    az, calls = make({"User:alice": [read("User:alice")]}, clock)
+
+    async def run():
+        d = await az.decider("User:alice", "10.0.0.1", "SASL_SSL")
+        assert not d.allows(Op.READ, Res.GROUP, "nobodys-group")
+        assert None not in calls
+
+    asyncio.run(run())

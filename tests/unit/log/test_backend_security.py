@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from kshare_sidecar.config import ConfigError, load_config
@@ -65,3 +67,24 @@ def test_a_bad_secret_is_not_echoed():
         load_config(env={}, overrides={"bootstrap.servers": "a:1", "backend.ssl.key.password": SECRET,
                                        "backend.ssl.endpoint.identification.algorithm": "bogus"})
     assert SECRET not in str(exc.value)
+
+
+def test_the_token_file_provider_is_one_aiokafka_accepts(tmp_path):
+    """aiokafka's clients (reads, state writers, admin) refuse an OAUTHBEARER provider that is not
+    an AbstractTokenProvider; the e2e found the plain class refused at start-up."""
+    from aiokafka.abc import AbstractTokenProvider
+
+    token = tmp_path / "token"
+    token.write_text("a.b.\n")
+    security, _ = _security(**{"backend.security.protocol": "SASL_PLAINTEXT", "backend.sasl.mechanism": "OAUTHBEARER",
+                               "backend.sasl.oauthbearer.token.file": str(token)})
+    options = security.aiokafka_options()
+    assert isinstance(options["sasl_oauth_token_provider"], AbstractTokenProvider)
+
+    async def construct():  # aiokafka's connection is where the check is (no I/O at construction)
+        from aiokafka.conn import AIOKafkaConnection
+
+        AIOKafkaConnection("127.0.0.1", 9, **{k: v for k, v in options.items() if k != "security_protocol"})
+        return await options["sasl_oauth_token_provider"].token()
+
+    assert asyncio.run(construct()) == "a.b."

@@ -140,6 +140,37 @@ async def test_close_and_disconnect_release_records_keeping_counts(svc):
     assert [a.delivery_count for a in out.partitions[0].acquired] == [3]
 
 
+async def test_a_parked_fetch_of_a_closed_connection_acquires_nothing(svc):
+    """A consumer process dies while its ShareFetch waits (long poll) and holds records: the
+    disconnect releases them and wakes the parked fetch, which must not acquire them again for
+    the dead session (the next member would see delivery count 3, not 2)."""
+    await fetch(svc, "dead", 0, conn=1)  # holds 0..29
+    parked = asyncio.create_task(fetch(svc, "dead", 1, conn=1, max_wait_ms=2000))
+    await asyncio.sleep(0.05)
+    svc.connection_closed(1)
+    out = await parked
+    assert all(not p.acquired for p in out.partitions)
+    taken = await fetch(svc, "next", 0, conn=2)
+    assert [(a.first_offset, a.last_offset, a.delivery_count) for a in taken.partitions[0].acquired] == [(0, 29, 2)]
+
+
+async def test_records_acquired_while_the_connection_closed_are_released(svc):
+    """The disconnect lands while the fetch reads the log (an await inside the acquisition):
+    what it acquires for the gone session goes back at once, not at lock expiry (the acquisition
+    happened, so it counts as a delivery attempt, as a release at session close does)."""
+    real_fetch = svc.backend.fetch
+
+    async def slow_fetch(*args, **kwargs):
+        svc.connection_closed(1)  # the consumer dies during the backend read
+        return await real_fetch(*args, **kwargs)
+
+    svc.backend.fetch = slow_fetch
+    await fetch(svc, "dead", 0, conn=1)
+    svc.backend.fetch = real_fetch
+    taken = await fetch(svc, "next", 0, conn=2)
+    assert [(a.first_offset, a.last_offset, a.delivery_count) for a in taken.partitions[0].acquired] == [(0, 29, 2)]
+
+
 async def test_failed_state_write_rolls_the_ack_back(svc):
     await fetch(svc, "m1", 0)
 
