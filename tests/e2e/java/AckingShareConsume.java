@@ -1,6 +1,6 @@
 // A Java KafkaShareConsumer (kafka-clients 4.x) that accepts every record explicitly and reports
 // each acknowledgement's outcome, for the cluster-of-sidecars e2e test (issue 15).
-// Usage: AckingShareConsume <bootstrap> <group> <topic> <idleMs> <maxMs>
+// Usage: AckingShareConsume <bootstrap> <group> <topic> <idleMs> <maxMs> [workMicrosPerRecord]
 // Prints "rec <partition> <offset> <deliveryCount> <epochMillis>" per record and
 // "ack <partition> <offset> <deliveryCount> <ok 0|1> <epochMillis>" per acknowledgement, then "DONE".
 // Stops after idleMs without records (once it has received some, or after 30 s without any), or maxMs.
@@ -18,7 +18,7 @@ import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.TopicIdPartition;
 
 public class AckingShareConsume {
-    public static void main(String[] args) {
+    public static void main(String[] args) throws InterruptedException {
         Properties props = new Properties();
         props.put("bootstrap.servers", args[0]);
         props.put("group.id", args[1]);
@@ -29,6 +29,7 @@ public class AckingShareConsume {
         long start = System.currentTimeMillis();
         long deadline = start + Long.parseLong(args[4]);
         long last = start + 30_000 - idleMs;
+        long workNanos = args.length > 5 ? Long.parseLong(args[5]) * 1000 : 0;
         try (KafkaShareConsumer<byte[], byte[]> consumer = new KafkaShareConsumer<>(props)) {
             consumer.subscribe(List.of(args[2]));
             while (System.currentTimeMillis() < deadline && System.currentTimeMillis() - last < idleMs) {
@@ -37,6 +38,9 @@ public class AckingShareConsume {
                 for (ConsumerRecord<byte[], byte[]> r : records) {
                     System.out.println("rec " + r.partition() + " " + r.offset() + " "
                             + r.deliveryCount().orElse((short) -1) + " " + System.currentTimeMillis());
+                    if (workNanos > 0) {
+                        Thread.sleep(workNanos / 1_000_000, (int) (workNanos % 1_000_000));
+                    }
                     consumer.acknowledge(r, AcknowledgeType.ACCEPT);
                     batch.add(r);
                 }
