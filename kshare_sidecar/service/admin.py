@@ -137,6 +137,8 @@ class AdminService:
         self.persister = persister
         self.backend = backend
         self._locks: dict[str, asyncio.Lock] = {}
+        #: a cluster of sidecars: per-group configs of groups coordinated elsewhere (service/cluster.py)
+        self.remote_group_configs: dict[str, dict[str, str]] | None = None
 
     # -- which groups exist ------------------------------------------------------------------
     def _group(self, group_id: str) -> ShareGroup | None:
@@ -157,6 +159,15 @@ class AdminService:
     def _ready(self) -> None:
         if not self.persister.ready:
             raise AdminError(ErrorCode.coordinator_load_in_progress, "share state is still loading")
+
+    def _coordinating(self, group_id: str) -> None:
+        """In a cluster of sidecars (issue 15), group administration happens at the group's
+        coordinator: elsewhere NOT_COORDINATOR (COORDINATOR_LOAD_IN_PROGRESS while it is taken
+        over here), as a broker that is not the coordinator answers; admin clients look it up."""
+        coordinates = getattr(self.groups, "coordinates", None)
+        code = coordinates(group_id) if coordinates is not None else ErrorCode.none
+        if code != ErrorCode.none:
+            raise AdminError(code, f"this sidecar does not coordinate share group {group_id}")
 
     def _lock(self, group_id: str) -> asyncio.Lock:
         return self._locks.setdefault(group_id, asyncio.Lock())
@@ -182,6 +193,10 @@ class AdminService:
 
     def describe_group(self, group_id: str) -> GroupDescription:
         self._ready()
+        try:
+            self._coordinating(group_id)
+        except AdminError as exc:
+            return GroupDescription(group_id, exc.code, str(exc))
         group = self._group(group_id)
         if group is None:
             return GroupDescription(group_id, ErrorCode.group_id_not_found, f"Group {group_id} not found.")
@@ -212,6 +227,7 @@ class AdminService:
         state: no topics when all are asked for, StartOffset -1 / Lag -1 for named partitions.
         Partitions without state get StartOffset -1 (clients show "-")."""
         self._ready()
+        self._coordinating(group_id)
         wanted: list[tuple[TopicOffsets, str | None]] = []  # (result, topic name known to the backend)
         if topics is None:
             by_topic: dict[str, list[int]] = {}
@@ -276,6 +292,7 @@ class AdminService:
         self._ready()
         if not group_id:
             raise AdminError(ErrorCode.invalid_group_id, "the group id must not be empty")
+        self._coordinating(group_id)
         async with self._lock(group_id):
             group = self.coordinator.groups.get(group_id)
             if group is not None and group.members:
@@ -324,6 +341,7 @@ class AdminService:
     # -- DeleteShareGroupOffsets -------------------------------------------------------------
     async def delete_offsets(self, group_id: str, topics: Iterable[str]) -> list[TopicOffsets]:
         self._ready()
+        self._coordinating(group_id)
         async with self._lock(group_id):
             group = self._group(group_id)
             if group is None:
@@ -392,6 +410,8 @@ class AdminService:
         them: Kafka does not know them, and a default group must be described as Kafka does."""
         group = self.coordinator.groups.get(group_id)
         overrides = dict(group.configs) if group is not None else {}
+        if group is None and self.remote_group_configs is not None:  # coordinated by another sidecar
+            overrides = dict(self.remote_group_configs.get(group_id, {}))
         if names is None:
             wanted = [n for n in GROUP_CONFIG_NAMES if n not in KSHARE_GROUP_CONFIGS or n in overrides]
         else:
@@ -470,6 +490,7 @@ class AdminService:
         self._ready()
         if not group_id:
             raise AdminError(ErrorCode.invalid_group_id, "the group id must not be empty")
+        self._coordinating(group_id)
         async with self._lock(group_id):
             group = self.coordinator.ensure_group(group_id)
             for name, value in changes.items():

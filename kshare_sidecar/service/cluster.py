@@ -222,3 +222,70 @@ class ClusterMembership(ConsumerRebalanceListener):
 
 
 __all__ = ["ClusterMembership", "ClusterMap", "StickyOwnerAssignor"]
+
+
+class GroupConfigTail:
+    """Every share group's per-group configs, read-only, for a sidecar that leads share-partitions of
+    groups another sidecar coordinates: the lock duration, delivery count limit, offset reset and
+    isolation level of a group apply on every sidecar, not only at its coordinator.
+
+    Tails the group records (``["g", ...]`` keys) of every state partition, read_committed; a
+    share-partition snapshot is skipped by its key's first bytes without being decoded."""
+
+    PREFIX = b'["g",'
+
+    def __init__(self, *, bootstrap_servers, topic: str, partitions: int, client_options: dict) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.topic = topic
+        self.partitions = partitions
+        self.client_options = client_options
+        self.configs: dict[str, dict[str, str]] = {}
+        self._consumer: AIOKafkaConsumer | None = None
+        self._task: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        from aiokafka import TopicPartition
+
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap_servers, group_id=None, enable_auto_commit=False,
+            isolation_level="read_committed", auto_offset_reset="earliest", client_id="kshare-cluster-groups",
+            **self.client_options)
+        await self._consumer.start()
+        tps = [TopicPartition(self.topic, p) for p in range(self.partitions)]
+        self._consumer.assign(tps)
+        await self._consumer.seek_to_beginning(*tps)
+        self._task = asyncio.create_task(self._tail(), name="kshare-cluster-group-configs")
+
+    async def _tail(self) -> None:
+        from ..persist import codec
+
+        assert self._consumer is not None
+        while True:
+            try:
+                batches = await self._consumer.getmany(timeout_ms=1000, max_records=10_000)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - keep tailing through backend trouble
+                log.warning("cluster: reading group records failed: %r", exc)
+                await asyncio.sleep(1)
+                continue
+            for messages in batches.values():
+                for m in messages:
+                    if m.key is None or not m.key.startswith(self.PREFIX):
+                        continue
+                    try:
+                        _kind, group_id, record = codec.decode(m.key, m.value)
+                    except codec.CodecError:
+                        continue  # logged by the owner's replay
+                    if record is None:
+                        self.configs.pop(group_id, None)
+                    else:
+                        self.configs[group_id] = dict(record.configs)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self._consumer is not None:
+            await self._consumer.stop()
+            self._consumer = None

@@ -91,6 +91,8 @@ class Sidecar:
 
     def group_config(self, group_id: str) -> dict:
         group = self.coordinator.groups.get(group_id)
+        if group is None and getattr(self, "group_configs", None) is not None:  # coordinated by another sidecar
+            return self.config.group_config(self.group_configs.configs.get(group_id))
         return self.config.group_config(group.configs if group is not None else None)
 
     async def start(self) -> None:
@@ -246,7 +248,7 @@ class Sidecar:
         the listener opens once the first assignment is taken over (or after a bounded wait)."""
         from ..api import coordinator as coordinator_api
         from ..api import metadata as metadata_api
-        from .cluster import ClusterMembership
+        from .cluster import ClusterMembership, GroupConfigTail
 
         cfg = self.config
         pool = getattr(self, "pool", None)
@@ -258,6 +260,11 @@ class Sidecar:
             bootstrap_servers=cfg["bootstrap.servers"], client_options=self.security.aiokafka_options(),
             session_timeout_ms=cfg["cluster.session.timeout.ms"],
             heartbeat_interval_ms=cfg["cluster.heartbeat.interval.ms"])
+        self.group_configs = GroupConfigTail(bootstrap_servers=cfg["bootstrap.servers"], topic=self.persister.topic,
+                                             partitions=self.persister.partitions,
+                                             client_options=self.security.aiokafka_options())
+        await self.group_configs.start()
+        self.admin.remote_group_configs = self.group_configs.configs
         await self.membership.start(wait_s=3 * cfg["cluster.session.timeout.ms"] / 1000)
         log.info("cluster %s: node %d owns state partitions %s", cfg["cluster.name"], cfg["node.id"],
                  sorted(self.persister.owned))
@@ -283,7 +290,7 @@ class Sidecar:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for name in ("forwarder", "pool", "shares", "partitions", "membership", "backend", "persister",
+        for name in ("forwarder", "pool", "shares", "partitions", "membership", "group_configs", "backend", "persister",
                      "authenticator", "authorizer"):
             part = getattr(self, name, None)
             if part is not None:
