@@ -139,6 +139,9 @@ class AdminService:
         self._locks: dict[str, asyncio.Lock] = {}
         #: a cluster of sidecars: per-group configs of groups coordinated elsewhere (service/cluster.py)
         self.remote_group_configs: dict[str, dict[str, str]] | None = None
+        self.remote_state = None  # the GroupConfigTail: share-partition snapshots of other sidecars
+        #: a cluster of sidecars: forwards config changes to the group's coordinator (service/cluster.py)
+        self.peer_configs = None
 
     # -- which groups exist ------------------------------------------------------------------
     def _group(self, group_id: str) -> ShareGroup | None:
@@ -152,9 +155,25 @@ class AdminService:
 
     def _state_keys(self, group_id: str) -> list[SharePartitionKey]:
         try:
-            return self.persister.keys(group_id)
+            keys = self.persister.keys(group_id)
         except PersistError:
-            return []
+            keys = []
+        if self.remote_state is not None:  # a cluster: share-partitions led by other sidecars too
+            keys = sorted(set(keys) | set(self.remote_state.snapshots.get(group_id, {})),
+                          key=lambda k: (k.group_id, k.topic_id, k.partition))
+        return keys
+
+    def _remote_summary(self, key: SharePartitionKey):
+        """A share-partition led by another sidecar: its newest snapshot as read from the state topic."""
+        raw = self.remote_state.snapshots.get(key.group_id, {}).get(key) if self.remote_state is not None else None
+        if raw is None:
+            return None
+        from ..persist.codec import CodecError, decode_partition
+        from ..persist.records import summarize
+        try:
+            return summarize(decode_partition(raw).state)
+        except CodecError:
+            return None
 
     def _ready(self) -> None:
         if not self.persister.ready:
@@ -259,6 +278,9 @@ class AdminService:
         keys = {SharePartitionKey(group_id, str(t.topic_id), po.partition): (t, name, po)
                 for t, name in wanted for po in t.partitions if po.error == ErrorCode.none}
         summaries = await self.persister.read_summary(list(keys)) if keys else {}
+        for key, summary in list(summaries.items()):
+            if isinstance(summary, PersistError) and (remote := self._remote_summary(key)) is not None:
+                summaries[key] = remote
 
         async def fill(key: SharePartitionKey) -> None:
             topic, name, po = keys[key]
@@ -477,7 +499,8 @@ class AdminService:
                                  f"{kind}.session.timeout.ms ({session}) must be greater than "
                                  f"{kind}.heartbeat.interval.ms ({heartbeat})")
 
-    async def alter_configs(self, group_id: str, changes: Mapping[str, object | None]) -> None:
+    async def alter_configs(self, group_id: str, changes: Mapping[str, object | None], *,
+                            forwarded: bool = False) -> None:
         """Apply validated changes to a group's overrides and persist them.
 
         The group need not exist yet (configs may be set before the first member joins).
@@ -490,6 +513,12 @@ class AdminService:
         self._ready()
         if not group_id:
             raise AdminError(ErrorCode.invalid_group_id, "the group id must not be empty")
+        if self.peer_configs is not None and not forwarded and \
+                self.groups.coordinates(group_id) == ErrorCode.not_coordinator:
+            code, message = await self.peer_configs.alter(group_id, changes, _text)
+            if code:
+                raise AdminError(ErrorCode(code), message)
+            return
         self._coordinating(group_id)
         async with self._lock(group_id):
             group = self.coordinator.ensure_group(group_id)

@@ -229,10 +229,12 @@ class GroupConfigTail:
     groups another sidecar coordinates: the lock duration, delivery count limit, offset reset and
     isolation level of a group apply on every sidecar, not only at its coordinator.
 
-    Tails the group records (``["g", ...]`` keys) of every state partition, read_committed; a
-    share-partition snapshot is skipped by its key's first bytes without being decoded."""
+    Tails the group records (``["g", ...]`` keys) of every state partition, read_committed, and
+    keeps the newest share-partition snapshot of every key undecoded (``snapshots``), so the group's
+    coordinator can describe the offsets of share-partitions other sidecars lead."""
 
     PREFIX = b'["g",'
+    SNAPSHOT_PREFIX = b'["p",'
 
     def __init__(self, *, bootstrap_servers, topic: str, partitions: int, client_options: dict) -> None:
         self.bootstrap_servers = bootstrap_servers
@@ -240,6 +242,7 @@ class GroupConfigTail:
         self.partitions = partitions
         self.client_options = client_options
         self.configs: dict[str, dict[str, str]] = {}
+        self.snapshots: dict[str, dict] = {}  # group id -> {SharePartitionKey: raw value}
         self._consumer: AIOKafkaConsumer | None = None
         self._task: asyncio.Task | None = None
 
@@ -271,6 +274,16 @@ class GroupConfigTail:
                 continue
             for messages in batches.values():
                 for m in messages:
+                    if m.key is not None and m.key.startswith(self.SNAPSHOT_PREFIX):
+                        try:
+                            _kind, key = codec.decode_key(m.key)
+                        except codec.CodecError:
+                            continue
+                        if m.value is None:
+                            self.snapshots.get(key.group_id, {}).pop(key, None)
+                        else:
+                            self.snapshots.setdefault(key.group_id, {})[key] = m.value
+                        continue
                     if m.key is None or not m.key.startswith(self.PREFIX):
                         continue
                     try:
@@ -289,3 +302,46 @@ class GroupConfigTail:
         if self._consumer is not None:
             await self._consumer.stop()
             self._consumer = None
+
+
+#: client.id of one sidecar's requests to another (a forwarded request is never forwarded again)
+PEER_CLIENT_ID = "kshare-cluster-peer"
+
+
+class PeerConfigs:
+    """Per-group config changes made at a sidecar that does not coordinate the group go to the one
+    that does: admin clients send IncrementalAlterConfigs for GROUP resources to any broker
+    (Kafka keeps group configs in its cluster metadata), while kshare keeps them in the group's
+    record, which only its coordinator writes. Sent over the coordinator's listener named
+    ``listener`` (a PLAINTEXT one: the sidecars do not authenticate to each other)."""
+
+    def __init__(self, view: ClusterView, listener: str | None) -> None:
+        self.view = view
+        self.listener = listener
+
+    async def alter(self, group_id: str, changes: Mapping[str, object | None], text) -> tuple[int, str | None]:
+        from kio.schema.incremental_alter_configs.v0 import request as alter_req
+
+        from ..client import protocol
+        from ..log.brokerconn import BrokerConn
+
+        owner = self.view.coordinator(group_id)
+        node = self.view.node(owner, self.listener) if owner is not None and self.listener else None
+        if node is None or owner == self.view.node_id:
+            return 15, "the group's coordinator is not known yet; retry"  # COORDINATOR_NOT_AVAILABLE
+        request = alter_req.IncrementalAlterConfigsRequest(resources=(alter_req.AlterConfigsResource(
+            resource_type=32, resource_name=group_id, configs=tuple(
+                alter_req.AlterableConfig(name=k, config_operation=1 if v is None else 0,
+                                          value=None if v is None else text(v)) for k, v in changes.items())),),
+            validate_only=False)
+        conn = BrokerConn(node.host, node.port, node_id=node.node_id, connect_timeout_s=5)
+        try:
+            payload = await conn.request(protocol.encode(request, PEER_CLIENT_ID), timeout_s=15)
+        except Exception as exc:  # noqa: BLE001 - the caller answers a retriable error
+            return 15, f"the group's coordinator (node {owner}) did not answer: {exc!r}"
+        finally:
+            await conn.close()
+        (answer,) = protocol.decode(request, payload).responses
+        log.info("share group %s: config change forwarded to its coordinator, node %d: %s", group_id, owner,
+                 getattr(answer.error_code, "name", answer.error_code))
+        return int(answer.error_code), answer.error_message

@@ -100,7 +100,7 @@ class Sidecar:
         plugins.load_plugins(load=_names(cfg["plugins.load"]) if cfg["plugins.load"] else None,
                              disable=_names(cfg["plugins.disable"]) or None)
         self.security = BackendSecurity.from_config(cfg)
-        specs = cfg.listener_specs()
+        specs = self._specs_all = cfg.listener_specs()
         tls = {"SSL": server_ssl_context(cfg) if any(spec.protocol == "SSL" for spec in specs) else None,
                "SASL_SSL": server_ssl_context(cfg, sasl=True) if any(spec.protocol == "SASL_SSL" for spec in specs)
                else None}
@@ -248,7 +248,7 @@ class Sidecar:
         the listener opens once the first assignment is taken over (or after a bounded wait)."""
         from ..api import coordinator as coordinator_api
         from ..api import metadata as metadata_api
-        from .cluster import ClusterMembership, GroupConfigTail
+        from .cluster import ClusterMembership, GroupConfigTail, PeerConfigs
 
         cfg = self.config
         pool = getattr(self, "pool", None)
@@ -265,6 +265,9 @@ class Sidecar:
                                              client_options=self.security.aiokafka_options())
         await self.group_configs.start()
         self.admin.remote_group_configs = self.group_configs.configs
+        self.admin.remote_state = self.group_configs
+        plaintext = next((spec.name for spec in self._specs_all if spec.protocol == "PLAINTEXT"), None)
+        self.admin.peer_configs = PeerConfigs(self.cluster_view, plaintext)
         await self.membership.start(wait_s=3 * cfg["cluster.session.timeout.ms"] / 1000)
         log.info("cluster %s: node %d owns state partitions %s", cfg["cluster.name"], cfg["node.id"],
                  sorted(self.persister.owned))
