@@ -119,16 +119,7 @@ class BasePersister(ClusterOwnershipMixin, OwnershipMixin):
         #: how long a fenced writer that is still the newest owner waits before taking its
         #: partition back (a starting sidecar fences first and records its epoch just after)
         self.takeover_grace_s = 0.0
-        #: where share-partition records go (ownership.PLACEMENTS); "topic-partition" in a cluster
-        self.placement = "key"
-        #: cluster mode (issue 15): this instance owns only the state partitions the sidecars'
-        #: group assigned it (``acquire``/``release``, persist/cluster.py), each at its own epoch
-        self.cluster = False
-        self.owned: set[int] = set()
-        self._own_epochs: dict[int, int] = {}
-        self._idle: dict[int, asyncio.Event] = {}
-        self.acquired_listeners: list[Callable[[int, set[EntityKey]], None]] = []
-        self.released_listeners: list[Callable[[int, set[EntityKey]], None]] = []
+        self._init_cluster()  # placement and per-partition ownership (persist/cluster.py)
 
     # ------------------------------------------------------------------------------ backend
     async def _open(self) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from kshare_sidecar.persist import codec
@@ -38,6 +39,18 @@ log = logging.getLogger("kshare_sidecar.persist")
 
 class ClusterOwnershipMixin:
     """acquire / release of single state partitions (only used when ``self.cluster``)."""
+
+    def _init_cluster(self) -> None:
+        #: where share-partition records go (ownership.PLACEMENTS); "topic-partition" in a cluster
+        self.placement = "key"
+        #: cluster mode: this instance owns only the state partitions the sidecars' group assigned
+        #: it, each at its own owner epoch
+        self.cluster = False
+        self.owned: set[int] = set()
+        self._own_epochs: dict[int, int] = {}
+        self._idle: dict[int, asyncio.Event] = {}  # per partition: set while no batch is in flight
+        self.acquired_listeners: list[Callable[[int, set], None]] = []
+        self.released_listeners: list[Callable[[int, set], None]] = []
 
     def enable_cluster(self) -> None:
         """Before ``start()``: own nothing until assigned; place share-partitions by topic-partition."""

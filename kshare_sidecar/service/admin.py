@@ -164,16 +164,8 @@ class AdminService:
         return keys
 
     def _remote_summary(self, key: SharePartitionKey):
-        """A share-partition led by another sidecar: its newest snapshot as read from the state topic."""
-        raw = self.remote_state.snapshots.get(key.group_id, {}).get(key) if self.remote_state is not None else None
-        if raw is None:
-            return None
-        from ..persist.codec import CodecError, decode_partition
-        from ..persist.records import summarize
-        try:
-            return summarize(decode_partition(raw).state)
-        except CodecError:
-            return None
+        """A share-partition led by another sidecar: its newest snapshot read from the state topic."""
+        return self.remote_state.summary(key) if self.remote_state is not None else None
 
     def _ready(self) -> None:
         if not self.persister.ready:

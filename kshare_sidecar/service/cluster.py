@@ -295,6 +295,17 @@ class GroupConfigTail:
                     else:
                         self.configs[group_id] = dict(record.configs)
 
+    def summary(self, key):
+        """The newest snapshot of ``key`` as a StateSummary (None: none read)."""
+        from ..persist.codec import CodecError, decode_partition
+        from ..persist.records import summarize
+
+        raw = self.snapshots.get(key.group_id, {}).get(key)
+        try:
+            return summarize(decode_partition(raw).state) if raw is not None else None
+        except CodecError:
+            return None
+
     async def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
