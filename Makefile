@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-fast test-spark bench fuzz test-fencing test-parity test-cluster-faults clean
+.PHONY: demo test test-fast test-spark bench fuzz test-fencing test-parity test-cluster-faults test-sidecar-cluster clean
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "java not found: install a Java 17+ runtime"; exit 2; }
@@ -50,6 +50,10 @@ test-parity: $(STAMP)
 # A 3-broker backend: partition and state-topic leaders restarted under a 200k share-consume; opt-in.
 test-cluster-faults: $(STAMP)
 	KSHARE_CLUSTER_FAULTS=1 $(PY) -m pytest -q -rfEs tests/e2e/test_cluster3_failover.py
+
+# A cluster of sidecars (issue 15): kill -9 / a fourth joining under 200k records, rolling restart; opt-in.
+test-sidecar-cluster: $(STAMP)
+	KSHARE_SIDECAR_CLUSTER=1 $(PY) -m pytest -q -rfEs -s tests/e2e/test_sidecar_cluster.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

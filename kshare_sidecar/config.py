@@ -225,6 +225,16 @@ SETTINGS: tuple[Setting, ...] = (
        "backend authorizes the client; other clients cannot use pass-through).", choices=("sidecar", "client")),
     _S("node.id", 1, int, "Node id the sidecar presents as coordinator and partition leader.", 0, 2**31 - 1),
     _S("cluster.id", "kshare", str, "Cluster id reported in Metadata."),
+    # -- a cluster of sidecars (issue 15; docs/deployment.md, "Running N sidecars")
+    _S("cluster.name", "", str, "Name of the cluster of sidecars this one belongs to ('' = a single sidecar). "
+       "Sidecars with the same name and state.topic share the share groups: the backend's consumer group "
+       "kshare-cluster-<name> spreads the state partitions over them. Each needs its own node.id and advertised "
+       "address; the state topic must be a fresh one (share-partitions are placed by topic-partition)."),
+    _S("cluster.session.timeout.ms", 10000, int, "How long a sidecar of the cluster may go silent before the backend "
+       "gives its state partitions to the others (the failover gap after a crash; a clean stop hands over at "
+       "once).", 1000, 1800000),
+    _S("cluster.heartbeat.interval.ms", 1000, int, "Heartbeat interval of the sidecars' group (how soon the others "
+       "notice a rebalance).", 100, 600000),
     _S("socket.request.max.bytes", 100 * 1024 * 1024, int, "Largest request frame accepted.", 1024, 2**31 - 1),
     # -- the backend's security (Kafka's client setting names under backend.; docs/security.md)
     _S("backend.security.protocol", "PLAINTEXT", str, "How the sidecar connects to the backend.",

@@ -24,6 +24,7 @@ from ..service.admin import (
     AdminService,
 )
 from ..config import GROUP_CONFIGS
+from ..service.cluster import PEER_CLIENT_ID
 from ..auth.acls import Op, Res
 from .context import RequestContext, acl_of
 from .registry import ApiRegistry
@@ -101,7 +102,8 @@ def make_incremental_alter_configs(admin: AdminService):
                 changes = admin.check_config_ops((c.name, c.config_operation, c.value) for c in r.configs)
                 admin.check_group_consistency(r.resource_name, changes)
                 if not req.validate_only and changes:
-                    await admin.alter_configs(r.resource_name, changes)
+                    # a cluster of sidecars: another sidecar's forward is applied here, never forwarded again
+                    await admin.alter_configs(r.resource_name, changes, forwarded=getattr(ctx, "client_id", None) == PEER_CLIENT_ID)
             except AdminError as exc:
                 code, message = exc.code, exc.message
             responses.append({"error_code": code, "error_message": message, "resource_type": r.resource_type,

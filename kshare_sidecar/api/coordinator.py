@@ -35,7 +35,18 @@ _FIRST_SHARE_KEY_VERSION = 6
 GROUP, TRANSACTION, SHARE = 0, 1, 2
 
 
-def _coordinator(ctx: RequestContext, key: str, key_type: int, transactions: bool = False) -> dict[str, Any]:
+def _coordinator(ctx: RequestContext, key: str, key_type: int, transactions: bool = False,
+                 cluster: Any = None) -> dict[str, Any]:
+    if key_type == GROUP and cluster is not None:
+        # a cluster of sidecars (issue 15): the sidecar owning the group record's state partition
+        owner = cluster.coordinator(key)
+        found = cluster.node(owner, ctx.listener) if owner is not None else None
+        if owner == ctx.node.node_id:
+            found = ctx.node
+        if found is None:
+            return _failed(key, ErrorCode.coordinator_not_available, "the group's sidecar is being elected")
+        return {"key": key, "node_id": found.node_id, "host": found.host, "port": found.port,
+                "error_code": ErrorCode.none, "error_message": None}
     if key_type == GROUP or (key_type == TRANSACTION and transactions):
         node = ctx.node
         return {
@@ -83,13 +94,19 @@ def _keys(ctx: RequestContext, request: Any) -> tuple[list[str], int]:
     return [request.key], key_type
 
 
-async def find_coordinator(ctx: RequestContext, header: Any, request: Any) -> dict[str, Any]:
-    keys, key_type = _keys(ctx, request)
-    acl = await acl_of(ctx)
-    return _shape(ctx, [_denied(acl, key, key_type) or _coordinator(ctx, key, key_type) for key in keys])
+def local(cluster: Any = None):
+    async def find_coordinator(ctx: RequestContext, header: Any, request: Any) -> dict[str, Any]:
+        keys, key_type = _keys(ctx, request)
+        acl = await acl_of(ctx)
+        return _shape(ctx, [_denied(acl, key, key_type) or _coordinator(ctx, key, key_type, cluster=cluster)
+                            for key in keys])
+    return find_coordinator
 
 
-def forwarding(check):
+find_coordinator = local()
+
+
+def forwarding(check, cluster: Any = None):
     """Pass-through FindCoordinator: transactional ids are coordinated here too (requests are
     forwarded), and every group / transaction key is first looked up on the backend with
     ``await check(key_type, key) -> (ErrorCode, message) | None`` — that lookup is what makes a
@@ -106,7 +123,8 @@ def forwarding(check):
                 out.append(denied)
                 continue
             problem = await check(key_type, key) if key_type in (GROUP, TRANSACTION) else None
-            out.append(_failed(key, *problem) if problem else _coordinator(ctx, key, key_type, transactions=True))
+            out.append(_failed(key, *problem) if problem else _coordinator(ctx, key, key_type, transactions=True,
+                                                                           cluster=cluster))
         return _shape(ctx, out)
 
     return find_coordinator
@@ -120,9 +138,11 @@ def coordinator_error_response(
     return _shape(ctx, [_failed(key, code, message) for key in keys])
 
 
-def register(registry: ApiRegistry, *, check=None) -> None:
-    """``check``: the pass-through backend lookup (see :func:`forwarding`)."""
+def register(registry: ApiRegistry, *, check=None, cluster: Any = None) -> None:
+    """``check``: the pass-through backend lookup (see :func:`forwarding`); ``cluster``: a
+    ``ClusterView`` — group keys are coordinated by the sidecar owning the group (issue 15)."""
     registry.register(
-        API_KEY, MIN_VERSION, MAX_VERSION, forwarding(check) if check is not None else find_coordinator,
-        error_response=coordinator_error_response, replace=check is not None,
+        API_KEY, MIN_VERSION, MAX_VERSION,
+        forwarding(check, cluster) if check is not None else local(cluster),
+        error_response=coordinator_error_response, replace=check is not None or cluster is not None,
     )

@@ -34,9 +34,12 @@ class MetadataHandler:
     send them back on forwarded Fetch/Produce, where a made-up epoch would be FENCED) and
     ``allow_auto_topic_creation`` reaches the backend; topic ids stay the catalog's."""
 
-    def __init__(self, catalog: TopicCatalog, backend: Any = None) -> None:
+    def __init__(self, catalog: TopicCatalog, backend: Any = None, cluster: Any = None) -> None:
         self._catalog = catalog
         self._backend = backend
+        #: a cluster of sidecars (issue 15): a ``ClusterView`` — every live sidecar is a broker and
+        #: each partition's leader is the sidecar leading its share-partitions
+        self._cluster = cluster
 
     async def __call__(self, ctx: RequestContext, header: Any, request: Any) -> Any:
         topics = await self._topics(ctx, request)
@@ -45,6 +48,9 @@ class MetadataHandler:
             topics = _authorized(acl, ctx, request, topics)
         if self._backend is not None:
             topics = await self._from_backend(ctx, request, topics)
+        if self._cluster is not None:
+            return _response(ctx, [_led_by(self._cluster, t) for t in topics],
+                             brokers=self._cluster.nodes(ctx.listener))
         return _response(ctx, topics)
 
     async def _from_backend(self, ctx: RequestContext, request: Any,
@@ -167,6 +173,20 @@ def _with_backend(p: v13.MetadataResponsePartition, backend: tuple[int, int, Err
     return dataclasses.replace(p, leader_epoch=epoch)
 
 
+def _led_by(cluster: Any, topic: v13.MetadataResponseTopic) -> v13.MetadataResponseTopic:
+    """Each partition led by the sidecar owning its share-partitions' state partition."""
+    if topic.topic_id is None or not topic.partitions:
+        return topic
+    parts = []
+    for p in topic.partitions:
+        if p.leader_id < 0:
+            parts.append(p)
+            continue
+        leader = cluster.leader(str(topic.topic_id), p.partition_index)
+        parts.append(dataclasses.replace(p, leader_id=leader, replica_nodes=(leader,), isr_nodes=(leader,)))
+    return dataclasses.replace(topic, partitions=tuple(parts))
+
+
 def _topic(info: TopicInfo, node: int) -> v13.MetadataResponseTopic:
     replicas = (node,)
     return v13.MetadataResponseTopic(
@@ -201,13 +221,16 @@ def _unknown_id(
     return v13.MetadataResponseTopic(error_code=code, name=None, topic_id=topic_id, partitions=())
 
 
-def _response(ctx: RequestContext, topics: list[v13.MetadataResponseTopic]) -> v13.MetadataResponse:
+def _response(ctx: RequestContext, topics: list[v13.MetadataResponseTopic],
+              brokers: list | None = None) -> v13.MetadataResponse:
     node = ctx.node
+    listed = (v13.MetadataResponseBroker(node_id=node.node_id, host=node.host, port=node.port, rack=node.rack),)
+    if brokers:
+        listed += tuple(v13.MetadataResponseBroker(node_id=b.node_id, host=b.host, port=b.port, rack=None)
+                        for b in brokers if b.node_id != node.node_id)
     return v13.MetadataResponse(
         throttle_time=datetime.timedelta(0),
-        brokers=(
-            v13.MetadataResponseBroker(node_id=node.node_id, host=node.host, port=node.port, rack=node.rack),
-        ),
+        brokers=listed,
         cluster_id=node.cluster_id,
         controller_id=node.effective_controller_id,
         topics=tuple(topics),
@@ -237,8 +260,8 @@ def metadata_error_response(ctx: RequestContext, request: Any, code: ErrorCode, 
     return _response(ctx, topics)
 
 
-def register(registry: ApiRegistry, catalog: TopicCatalog, backend: Any = None) -> None:
+def register(registry: ApiRegistry, catalog: TopicCatalog, backend: Any = None, cluster: Any = None) -> None:
     registry.register(
-        API_KEY, MIN_VERSION, MAX_VERSION, MetadataHandler(catalog, backend),
-        error_response=metadata_error_response, replace=backend is not None,
+        API_KEY, MIN_VERSION, MAX_VERSION, MetadataHandler(catalog, backend, cluster),
+        error_response=metadata_error_response, replace=backend is not None or cluster is not None,
     )

@@ -58,13 +58,21 @@ async def _authorize(ctx: RequestContext, group_id: str):
     return lambda topic: acl.allows(Op.READ, Res.TOPIC, topic)
 
 
-def _leader(ctx: RequestContext, mod):
+def _leader(ctx: RequestContext, mod, cluster=None, topic_id=None, partition: int = 0):
+    """The partition's leader: this sidecar, or in a cluster (issue 15) the sidecar leading it —
+    a NOT_LEADER_OR_FOLLOWER answer then names where to go, as a broker's does (KIP-951)."""
+    if cluster is not None and topic_id is not None:
+        return mod.LeaderIdAndEpoch(leader_id=cluster.leader(str(topic_id), partition), leader_epoch=0)
     return mod.LeaderIdAndEpoch(leader_id=ctx.node.node_id, leader_epoch=0)
 
 
-def _endpoints(ctx: RequestContext, mod):
+def _endpoints(ctx: RequestContext, mod, cluster=None):
     n = ctx.node
-    return (mod.NodeEndpoint(node_id=n.node_id, host=n.host, port=n.port, rack=n.rack),)
+    out = [mod.NodeEndpoint(node_id=n.node_id, host=n.host, port=n.port, rack=n.rack)]
+    if cluster is not None:
+        out += [mod.NodeEndpoint(node_id=b.node_id, host=b.host, port=b.port, rack=None)
+                for b in cluster.nodes(ctx.listener) if b.node_id != n.node_id]
+    return tuple(out)
 
 
 def _by_topic(out: ShareOut) -> dict:
@@ -86,7 +94,7 @@ def _watch_connection(ctx: RequestContext, shares, watched: set[int]) -> None:
         ctx.on_close(closed)
 
 
-def make_fetch_handler(shares):
+def make_fetch_handler(shares, cluster=None):
     watched: set[int] = set()
 
     async def share_fetch(ctx: RequestContext, header, req):
@@ -107,7 +115,7 @@ def make_fetch_handler(shares):
                 f2.PartitionData(
                     partition_index=p.partition, error_code=p.error, error_message=p.message,
                     acknowledge_error_code=int(p.ack_error or 0), acknowledge_error_message=p.ack_message,
-                    current_leader=_leader(ctx, f2), records=p.records,
+                    current_leader=_leader(ctx, f2, cluster, topic_id, p.partition), records=p.records,
                     acquired_records=tuple(f2.AcquiredRecords(first_offset=a.first_offset, last_offset=a.last_offset,
                                                               delivery_count=a.delivery_count) for a in p.acquired))
                 for p in parts))
@@ -115,12 +123,12 @@ def make_fetch_handler(shares):
         return f2.ShareFetchResponse(
             throttle_time=_ZERO, error_code=out.error, error_message=out.message,
             acquisition_lock_timeout=datetime.timedelta(milliseconds=out.lock_timeout_ms),
-            responses=responses if not out.error else (), node_endpoints=_endpoints(ctx, f2))
+            responses=responses if not out.error else (), node_endpoints=_endpoints(ctx, f2, cluster))
 
     return share_fetch
 
 
-def make_ack_handler(shares):
+def make_ack_handler(shares, cluster=None):
     async def share_acknowledge(ctx: RequestContext, header, req):
         _check_ids(req)
         readable = await _authorize(ctx, req.group_id)
@@ -130,17 +138,17 @@ def make_ack_handler(shares):
         responses = tuple(
             a2.ShareAcknowledgeTopicResponse(topic_id=topic_id, partitions=tuple(
                 a2.PartitionData(partition_index=p.partition, error_code=p.error, error_message=p.message,
-                                 current_leader=_leader(ctx, a2))
+                                 current_leader=_leader(ctx, a2, cluster, topic_id, p.partition))
                 for p in parts))
             for topic_id, parts in _by_topic(out).items())
         return a2.ShareAcknowledgeResponse(
             throttle_time=_ZERO, error_code=out.error, error_message=out.message,
             acquisition_lock_timeout=datetime.timedelta(milliseconds=out.lock_timeout_ms),
-            responses=responses if not out.error else (), node_endpoints=_endpoints(ctx, a2))
+            responses=responses if not out.error else (), node_endpoints=_endpoints(ctx, a2, cluster))
 
     return share_acknowledge
 
 
-def register(registry, shares) -> None:
-    registry.register(78, 1, 2, make_fetch_handler(shares))
-    registry.register(79, 1, 2, make_ack_handler(shares))
+def register(registry, shares, cluster=None) -> None:
+    registry.register(78, 1, 2, make_fetch_handler(shares, cluster))
+    registry.register(79, 1, 2, make_ack_handler(shares, cluster))

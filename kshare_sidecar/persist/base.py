@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kshare_sidecar.persist import codec, fencing
+from kshare_sidecar.persist.cluster import ClusterOwnershipMixin
 from kshare_sidecar.persist.codec import KIND_GROUP, KIND_PARTITION, KIND_TOPIC_ID
 from kshare_sidecar.persist.errors import (
     BackendWriteError,
@@ -80,7 +81,7 @@ class _Op:
     future: asyncio.Future = field(repr=False)
 
 
-class BasePersister(OwnershipMixin):
+class BasePersister(ClusterOwnershipMixin, OwnershipMixin):
     """Shared implementation of the :class:`~kshare_sidecar.persist.protocol.Persister` protocol."""
 
     name = "base"
@@ -118,6 +119,7 @@ class BasePersister(OwnershipMixin):
         #: how long a fenced writer that is still the newest owner waits before taking its
         #: partition back (a starting sidecar fences first and records its epoch just after)
         self.takeover_grace_s = 0.0
+        self._init_cluster()  # placement and per-partition ownership (persist/cluster.py)
 
     # ------------------------------------------------------------------------------ backend
     async def _open(self) -> None:
@@ -165,6 +167,10 @@ class BasePersister(OwnershipMixin):
             raise PersisterClosedError(f"{self.name} persister is closed")
         self._started = True
         await self._open()
+        if self.cluster:  # nothing is owned until the sidecars' group assigns it (persist/cluster.py)
+            self._start_writers(blocked="unowned")
+            self._ready = True
+            return
         await self.recover()
         await self._take_ownership()
         if self.replay_rule == "owner":
@@ -174,14 +180,21 @@ class BasePersister(OwnershipMixin):
             owner_epoch = self.owner_epoch
             await self.recover()
             self.owner_epoch = owner_epoch
+        self._start_writers()
+        self._ready = True
+        if self.recovery_stats.stale_keys:
+            await self.rewrite_current(self.recovery_stats.stale_keys)
+
+    def _start_writers(self, blocked: str | None = None) -> None:
         loop = asyncio.get_running_loop()
         for p in range(self.partitions):
             self._queues[p] = []
             self._wakeups[p] = asyncio.Event()
+            self._idle[p] = asyncio.Event()
+            self._idle[p].set()
+            if blocked is not None:
+                self.blocked[p] = blocked
             self._writers[p] = loop.create_task(self._writer(p), name=f"kshare-persist-writer-{p}")
-        self._ready = True
-        if self.recovery_stats.stale_keys:
-            await self.rewrite_current(self.recovery_stats.stale_keys)
 
     async def rewrite_current(self, keys: Iterable[EntityKey]) -> None:
         """Write this owner's view of ``keys`` again, at its own owner epoch: where a stale record
@@ -268,7 +281,7 @@ class BasePersister(OwnershipMixin):
     def _enqueue(self, kind: str, ident: Any, fn: Callable[[Any], tuple[Any, Any]]) -> asyncio.Future:
         self._check_serving()
         future = asyncio.get_running_loop().create_future()
-        p = state_partition_for(kind, ident, self.partitions)
+        p = state_partition_for(kind, ident, self.partitions, self.placement)
         if p in self.blocked:
             future.set_exception(self._blocked_error(p))
             return future
@@ -291,6 +304,9 @@ class BasePersister(OwnershipMixin):
             del queue[: self.max_batch]
             if queue:
                 event.set()
+            idle = self._idle.get(p)
+            if idle is not None:
+                idle.clear()  # a release waits for the batch in flight (persist/cluster.py)
             try:
                 await self._flush(p, batch)
             except Exception as exc:  # never let one batch kill the writer
@@ -298,6 +314,9 @@ class BasePersister(OwnershipMixin):
                 for op in batch:
                     if not op.future.done():
                         op.future.set_exception(BackendWriteError(f"internal error: {exc!r}"))
+            finally:
+                if idle is not None:
+                    idle.set()
 
     async def _flush(self, p: int, batch: list[_Op]) -> None:
         if p in self.blocked:

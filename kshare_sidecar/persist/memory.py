@@ -79,7 +79,12 @@ class MemoryPersister(BasePersister):
         self.settle_gate: asyncio.Event | None = None
 
     async def _open(self) -> None:
+        if self.cluster:  # a writer per partition when it is acquired (persist/cluster.py)
+            return
         self._tokens = {p: self.log.open_writer(p) for p in range(self.partitions)}
+
+    async def _drop_producer(self, partition: int) -> None:
+        self._tokens.pop(partition, None)
 
     async def _replay(self, sink: ReplaySink, partitions=None) -> None:
         for p, records in enumerate(self.log.partitions):
@@ -97,4 +102,7 @@ class MemoryPersister(BasePersister):
         self._tokens[partition] = self.log.open_writer(partition)
 
     async def _commit(self, partition: int, records: list[Record]) -> None:
-        self.log.append(partition, self._tokens[partition], records)
+        token = self._tokens.get(partition)
+        if token is None:
+            raise WriterFencedError(f"memory log partition {partition}: no writer here")
+        self.log.append(partition, token, records)

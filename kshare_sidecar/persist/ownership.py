@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kshare_sidecar.persist import codec
-from kshare_sidecar.persist.codec import KIND_OWNER, KIND_PARTITION, CodecError
+from kshare_sidecar.persist.codec import KIND_GROUP, KIND_OWNER, KIND_PARTITION, CodecError
 from kshare_sidecar.persist.errors import BackendWriteError, NotReadyError, PersistError, WriterFencedError
 from kshare_sidecar.persist.model import SharePartitionKey
 from kshare_sidecar.persist.records import NO_EPOCH, RecoveryStats, StoredPartition
@@ -27,15 +27,38 @@ EntityKey = tuple[str, Any]  # (kind, identity)
 ReplaySink = Callable[[int, int, bytes | None, bytes | None], None]
 
 
-def state_partition_for(kind: str, ident: Any, partitions: int) -> int:
-    """Stable placement of an entity on the state topic's partitions."""
+#: How share-partition records are spread over the state partitions. ``key``: by the whole key
+#: (group, topic, partition) — a single sidecar's layout, kept for its existing state topics.
+#: ``topic-partition``: by topic id and partition only, so every group's state of one user
+#: partition is on one state partition — a cluster of sidecars (issue 15) leads a user partition
+#: for all groups from the sidecar that owns that state partition, as a broker does.
+PLACEMENTS = ("key", "topic-partition")
+
+
+def state_partition_for(kind: str, ident: Any, partitions: int, placement: str = "key") -> int:
+    """Stable placement of an entity on the state topic's partitions (see :data:`PLACEMENTS`).
+    Group records and topic-id entries are placed by their kind and name in both layouts."""
     if kind == KIND_OWNER:
         return int(ident)
     if kind == KIND_PARTITION:
-        text = f"{ident.group_id}:{ident.topic_id}:{ident.partition}"
+        if placement == "key":
+            text = f"{ident.group_id}:{ident.topic_id}:{ident.partition}"
+        else:
+            return share_partition_home(ident.topic_id, ident.partition, partitions)
     else:
         text = f"{kind}:{ident}"
     return zlib.crc32(text.encode()) % partitions
+
+
+def share_partition_home(topic_id: str, partition: int, partitions: int) -> int:
+    """The state partition of every share-partition of user partition ``topic_id``-``partition``
+    (placement ``topic-partition``): its owner is that user partition's share-partition leader."""
+    return zlib.crc32(f"{topic_id}:{partition}".encode()) % partitions
+
+
+def group_home(group_id: str, partitions: int) -> int:
+    """The state partition of a group's record: its owner coordinates the group."""
+    return state_partition_for(KIND_GROUP, group_id, partitions)
 
 
 def is_older(new: StoredPartition, seen: StoredPartition) -> bool:
@@ -145,6 +168,10 @@ class OwnershipMixin:
     # ------------------------------------------------------ unconfirmed and fenced commits
     def _blocked_error(self, p: int) -> PersistError:
         reason = self.blocked.get(p)
+        if reason == "unowned":
+            return WriterFencedError(f"state partition {p} is owned by another sidecar of the cluster")
+        if reason == "acquiring":
+            return NotReadyError(f"state partition {p}: taking it over (replaying its state)")
         if reason == "unknown":
             return NotReadyError(f"state partition {p}: re-reading the state after an unconfirmed commit")
         if reason == "superseded":
@@ -154,6 +181,8 @@ class OwnershipMixin:
     def _block(self, p: int, reason: str, exc: BaseException) -> None:
         """Stop writes to ``p`` (queued ones fail: they may build on state that is not durable)
         and resolve what is durable in the background."""
+        if self.cluster and p not in self.owned:  # released meanwhile: nothing to resolve
+            reason = self.blocked.setdefault(p, "unowned")
         if reason == "fenced":
             self.fenced_partitions.add(p)
         self.blocked[p] = reason
@@ -163,7 +192,7 @@ class OwnershipMixin:
                 op.future.set_exception(self._blocked_error(p))
         queue.clear()
         log.warning("state partition %d blocked (%s): %s", p, reason, exc)
-        if p not in self._resolvers and not self._closed:
+        if p not in self._resolvers and not self._closed and reason not in ("unowned", "acquiring"):
             task = asyncio.get_running_loop().create_task(self._resolve(p), name=f"kshare-persist-resolve-{p}")
             self._resolvers[p] = task
             task.add_done_callback(lambda _t, p=p: self._resolvers.pop(p, None))
@@ -191,18 +220,20 @@ class OwnershipMixin:
                     await asyncio.sleep(self.takeover_grace_s)
                     if await self._newer_owner(p):
                         return
+                    if self.cluster and p not in self.owned:  # the group gave it to another sidecar
+                        return
                     await self._reopen(p)
                 await self._await_stable(p)
                 changed = await self._reload(p)
                 if fenced:
-                    if self._owner_epochs.get(p, NO_EPOCH) > self._own_epoch():
+                    if self._owner_epochs.get(p, NO_EPOCH) > self._own_epoch(p):
                         self._supersede(p, self._owner_epochs[p])
                         return
-                    await self._commit(p, [codec.encode(KIND_OWNER, p, self.owner_epoch)])
-                    self._owner_epochs[p] = self.owner_epoch
+                    await self._commit(p, [codec.encode(KIND_OWNER, p, self._own_epoch(p))])
+                    self._owner_epochs[p] = self._own_epoch(p)
                     self.takeovers += 1
                     log.warning("state partition %d: still the newest owner (epoch %s); took it over again",
-                                p, self.owner_epoch)
+                                p, self._own_epoch(p))
                 for listener in self.reload_listeners:
                     try:
                         listener(changed)
@@ -224,7 +255,9 @@ class OwnershipMixin:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
 
-    def _own_epoch(self) -> int:
+    def _own_epoch(self, p: int | None = None) -> int:
+        if self.cluster:  # each owned state partition has its own epoch (persist/cluster.py)
+            return self._own_epochs.get(p, NO_EPOCH) if p is not None else NO_EPOCH
         return NO_EPOCH if self.owner_epoch is None else self.owner_epoch
 
     async def _read_owner(self, p: int) -> int:
@@ -236,13 +269,17 @@ class OwnershipMixin:
     async def _newer_owner(self, p: int) -> bool:
         """Supersede this instance if ``p`` has a newer owner record than ours."""
         newest = await self._read_owner(p)
-        if newest > self._own_epoch():
+        if newest > self._own_epoch(p):
             self._supersede(p, newest)
             return True
         return False
 
     def _supersede(self, p: int, newer: int) -> None:
-        """A newer sidecar owns the state: stop serving for good (nothing is released or written)."""
+        """A newer sidecar owns the state: stop serving for good (nothing is released or written).
+        In a cluster only partition ``p`` is lost (another sidecar of the group took it)."""
+        if self.cluster:
+            self._lose(p, newer)
+            return
         if self.superseded:
             return
         self.superseded = True
@@ -269,7 +306,10 @@ class OwnershipMixin:
         owners: dict[int, int] = {}
         stats = RecoveryStats()
         await self._replay(replay_sink(entities, stats, owners, self.replay_rule), [p])
-        old = {k: v for k, v in self._entities.items() if state_partition_for(k[0], k[1], self.partitions) == p}
+        if self.cluster:
+            entities = self._placed(entities, p)
+        old = {k: v for k, v in self._entities.items()
+               if state_partition_for(k[0], k[1], self.partitions, self.placement) == p}
         for k in old:
             if k not in entities:
                 del self._entities[k]

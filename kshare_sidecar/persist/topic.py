@@ -174,6 +174,8 @@ class TopicPersister(StateWatchMixin, BasePersister):
         finally:
             await self._admin.close()
             self._admin = None
+        if self.cluster:  # writers are opened per state partition when the group assigns it
+            return
         # Producers first: init_transactions fences older writers and resolves their open
         # transactions, so the replay that follows sees a stable end.
         producers = {p: self._new_producer(p) for p in range(self.partitions)}

@@ -137,6 +137,11 @@ class AdminService:
         self.persister = persister
         self.backend = backend
         self._locks: dict[str, asyncio.Lock] = {}
+        #: a cluster of sidecars: per-group configs of groups coordinated elsewhere (service/cluster.py)
+        self.remote_group_configs: dict[str, dict[str, str]] | None = None
+        self.remote_state = None  # the GroupConfigTail: share-partition snapshots of other sidecars
+        #: a cluster of sidecars: forwards config changes to the group's coordinator (service/cluster.py)
+        self.peer_configs = None
 
     # -- which groups exist ------------------------------------------------------------------
     def _group(self, group_id: str) -> ShareGroup | None:
@@ -150,13 +155,30 @@ class AdminService:
 
     def _state_keys(self, group_id: str) -> list[SharePartitionKey]:
         try:
-            return self.persister.keys(group_id)
+            keys = self.persister.keys(group_id)
         except PersistError:
-            return []
+            keys = []
+        if self.remote_state is not None:  # a cluster: share-partitions led by other sidecars too
+            keys = sorted(set(keys) | set(self.remote_state.snapshots.get(group_id, {})),
+                          key=lambda k: (k.group_id, k.topic_id, k.partition))
+        return keys
+
+    def _remote_summary(self, key: SharePartitionKey):
+        """A share-partition led by another sidecar: its newest snapshot read from the state topic."""
+        return self.remote_state.summary(key) if self.remote_state is not None else None
 
     def _ready(self) -> None:
         if not self.persister.ready:
             raise AdminError(ErrorCode.coordinator_load_in_progress, "share state is still loading")
+
+    def _coordinating(self, group_id: str) -> None:
+        """In a cluster of sidecars (issue 15), group administration happens at the group's
+        coordinator: elsewhere NOT_COORDINATOR (COORDINATOR_LOAD_IN_PROGRESS while it is taken
+        over here), as a broker that is not the coordinator answers; admin clients look it up."""
+        coordinates = getattr(self.groups, "coordinates", None)
+        code = coordinates(group_id) if coordinates is not None else ErrorCode.none
+        if code != ErrorCode.none:
+            raise AdminError(code, f"this sidecar does not coordinate share group {group_id}")
 
     def _lock(self, group_id: str) -> asyncio.Lock:
         return self._locks.setdefault(group_id, asyncio.Lock())
@@ -182,6 +204,10 @@ class AdminService:
 
     def describe_group(self, group_id: str) -> GroupDescription:
         self._ready()
+        try:
+            self._coordinating(group_id)
+        except AdminError as exc:
+            return GroupDescription(group_id, exc.code, str(exc))
         group = self._group(group_id)
         if group is None:
             return GroupDescription(group_id, ErrorCode.group_id_not_found, f"Group {group_id} not found.")
@@ -212,6 +238,7 @@ class AdminService:
         state: no topics when all are asked for, StartOffset -1 / Lag -1 for named partitions.
         Partitions without state get StartOffset -1 (clients show "-")."""
         self._ready()
+        self._coordinating(group_id)
         wanted: list[tuple[TopicOffsets, str | None]] = []  # (result, topic name known to the backend)
         if topics is None:
             by_topic: dict[str, list[int]] = {}
@@ -243,6 +270,9 @@ class AdminService:
         keys = {SharePartitionKey(group_id, str(t.topic_id), po.partition): (t, name, po)
                 for t, name in wanted for po in t.partitions if po.error == ErrorCode.none}
         summaries = await self.persister.read_summary(list(keys)) if keys else {}
+        for key, summary in list(summaries.items()):
+            if isinstance(summary, PersistError) and (remote := self._remote_summary(key)) is not None:
+                summaries[key] = remote
 
         async def fill(key: SharePartitionKey) -> None:
             topic, name, po = keys[key]
@@ -276,6 +306,7 @@ class AdminService:
         self._ready()
         if not group_id:
             raise AdminError(ErrorCode.invalid_group_id, "the group id must not be empty")
+        self._coordinating(group_id)
         async with self._lock(group_id):
             group = self.coordinator.groups.get(group_id)
             if group is not None and group.members:
@@ -324,6 +355,7 @@ class AdminService:
     # -- DeleteShareGroupOffsets -------------------------------------------------------------
     async def delete_offsets(self, group_id: str, topics: Iterable[str]) -> list[TopicOffsets]:
         self._ready()
+        self._coordinating(group_id)
         async with self._lock(group_id):
             group = self._group(group_id)
             if group is None:
@@ -392,6 +424,8 @@ class AdminService:
         them: Kafka does not know them, and a default group must be described as Kafka does."""
         group = self.coordinator.groups.get(group_id)
         overrides = dict(group.configs) if group is not None else {}
+        if group is None and self.remote_group_configs is not None:  # coordinated by another sidecar
+            overrides = dict(self.remote_group_configs.get(group_id, {}))
         if names is None:
             wanted = [n for n in GROUP_CONFIG_NAMES if n not in KSHARE_GROUP_CONFIGS or n in overrides]
         else:
@@ -462,7 +496,8 @@ class AdminService:
             raise AdminError(ErrorCode.invalid_config, f"share.release.backoff.max.ms ({cap}) must not be below "
                              f"share.release.backoff.ms ({base})")
 
-    async def alter_configs(self, group_id: str, changes: Mapping[str, object | None]) -> None:
+    async def alter_configs(self, group_id: str, changes: Mapping[str, object | None], *,
+                            forwarded: bool = False) -> None:
         """Apply validated changes to a group's overrides and persist them.
 
         The group need not exist yet (configs may be set before the first member joins).
@@ -475,6 +510,13 @@ class AdminService:
         self._ready()
         if not group_id:
             raise AdminError(ErrorCode.invalid_group_id, "the group id must not be empty")
+        if self.peer_configs is not None and not forwarded and \
+                self.groups.coordinates(group_id) == ErrorCode.not_coordinator:
+            code, message = await self.peer_configs.alter(group_id, changes, _text)
+            if code:
+                raise AdminError(ErrorCode(code), message)
+            return
+        self._coordinating(group_id)
         async with self._lock(group_id):
             group = self.coordinator.ensure_group(group_id)
             for name, value in changes.items():

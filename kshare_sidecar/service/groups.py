@@ -15,7 +15,9 @@ from kio.schema.errors import ErrorCode
 
 from ..group.coordinator import HeartbeatResult, ShareGroupCoordinator
 from ..log.errors import BackendError
+from ..persist.codec import KIND_GROUP
 from ..persist.errors import PersistError
+from ..persist.ownership import group_home
 from ..persist.records import GroupRecord
 from ..ratelog import RateLimitedLog, backend_failures
 from .partitions import SharePartitionManager
@@ -33,6 +35,49 @@ class GroupService:
         self.backend = backend
         self.persister = persister
         self._initialized: set[tuple[str, uuid.UUID, int]] = set()
+        #: a cluster of sidecars (issue 15): this sidecar coordinates the groups whose record's
+        #: state partition it owns; they come and go with those partitions
+        self.cluster = bool(getattr(persister, "cluster", False))
+        if self.cluster:
+            persister.acquired_listeners.append(self._acquired)
+            persister.released_listeners.append(self._released)
+
+    def coordinates(self, group_id: str) -> ErrorCode:
+        """NONE when this sidecar coordinates ``group_id``; else what a broker that is not (or not
+        yet) its coordinator answers: NOT_COORDINATOR, or COORDINATOR_LOAD_IN_PROGRESS while the
+        group's state partition is being taken over here."""
+        if not self.cluster:
+            return ErrorCode.none
+        p = group_home(group_id, self.persister.partitions)
+        if self.persister.owns(p):
+            return ErrorCode.none
+        if self.persister.blocked.get(p) == "acquiring":
+            return ErrorCode.coordinator_load_in_progress
+        return ErrorCode.not_coordinator
+
+    def _acquired(self, p: int, keys) -> None:
+        """A state partition was taken over: coordinate its groups (members rejoin, as after a restart)."""
+        names = [ident for kind, ident in keys if kind == KIND_GROUP]
+        for group_id in names:
+            self.coordinator.groups.pop(group_id, None)
+            record = self.persister.get_group(group_id)
+            if record is not None:
+                self.coordinator.restore_group(record.group_id, record.group_epoch, dict(record.configs))
+                for topic_id, parts in record.initialized.items():
+                    for part in parts:
+                        self._initialized.add((group_id, uuid.UUID(topic_id), part))
+        if names:
+            log.info("state partition %d taken over: coordinating %d share groups", p, len(names))
+
+    def _released(self, p: int, _keys) -> None:
+        """A state partition was given up: its groups are coordinated elsewhere now."""
+        gone = [g for g in self.coordinator.groups if group_home(g, self.persister.partitions) == p]
+        for group_id in gone:
+            del self.coordinator.groups[group_id]
+        self._initialized = {e for e in self._initialized if group_home(e[0], self.persister.partitions) != p}
+        if gone:
+            log.info("state partition %d released: %d share groups are coordinated by another sidecar", p,
+                     len(gone))
 
     def restore(self) -> int:
         """Recreate groups from their persisted records (members rejoin after a restart)."""
@@ -52,6 +97,10 @@ class GroupService:
                         client_host: str) -> HeartbeatResult:
         if not self.persister.ready:
             return HeartbeatResult(ErrorCode.coordinator_load_in_progress, "share state is still loading",
+                                   member_id, member_epoch)
+        code = self.coordinates(group_id)
+        if code != ErrorCode.none:
+            return HeartbeatResult(code, "this sidecar does not coordinate the group (cluster of sidecars)",
                                    member_id, member_epoch)
         group = self.coordinator.groups.get(group_id)
         names = set(subscribed_topic_names or ())
@@ -93,6 +142,8 @@ class GroupService:
         names = {info.topic_id: name for name, info in topics.items()}
         for topic_id, p in self.coordinator.assigned_partitions(group_id):
             if (group_id, topic_id, p) in self._initialized or topic_id not in names:
+                continue
+            if not self.partitions.leads(topic_id, p):  # its leader initializes it at the first fetch
                 continue
             await self.partitions.initialize(group_id, topic_id, names[topic_id], p)
             self._initialized.add((group_id, topic_id, p))

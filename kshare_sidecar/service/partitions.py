@@ -26,6 +26,7 @@ from kio.schema.errors import ErrorCode
 from ..metrics import LOAD_TIME as _LOAD_TIME  # kshare metrics (issue 7)
 from ..metrics import STATS as _METRICS  # kshare metrics (issue 7)
 from ..metrics import WRITE_LATENCY as _WRITE_LATENCY  # kshare metrics (issue 7)
+from ..persist.codec import KIND_PARTITION
 from ..persist.errors import PersistError, UnknownSharePartitionError
 from ..persist.model import SharePartitionKey
 from ..persist.records import UNSET_OFFSET, WriteItem
@@ -102,6 +103,48 @@ class SharePartitionManager:
         if hasattr(persister, "reload_listeners"):
             persister.reload_listeners.append(self.retire)
             persister.superseded_listeners.append(lambda _reason: self.retire(list(self.slots)))
+        #: a cluster of sidecars (issue 15): this sidecar leads only the share-partitions whose
+        #: state partition it owns, each at that partition's owner epoch
+        self.cluster = bool(getattr(persister, "cluster", False))
+        if self.cluster:
+            persister.acquired_listeners.append(self._ownership_changed)
+            persister.released_listeners.append(self._ownership_changed)
+
+    def home(self, key: SharePartitionKey) -> int:
+        """The state partition holding ``key`` (its owner leads the share-partition)."""
+        return self.persister._home((KIND_PARTITION, key))
+
+    def epoch_for(self, key: SharePartitionKey) -> int:
+        """The owner epoch this sidecar claims and writes ``key`` with."""
+        if not self.cluster:
+            return self.epoch
+        epoch = self.persister.epoch_of(self.home(key))
+        if epoch is None:
+            raise PartitionError(ErrorCode.not_leader_or_follower,
+                                 f"share-partition {key.group_id}/{key.topic_id}/{key.partition} is led by "
+                                 f"another sidecar")
+        return epoch
+
+    def leads(self, topic_id: uuid.UUID, partition: int) -> bool:
+        """Does this sidecar lead the share-partitions of this user partition (always, alone)?"""
+        if not self.cluster:
+            return True
+        return self.persister.owns(self.home(SharePartitionKey("", str(topic_id), partition)))
+
+    def _writer_epoch(self, slot: Slot) -> int:
+        """The epoch a slot writes with: the one it was claimed at (a cluster's per-partition epoch)."""
+        return slot.partition.leader_epoch if self.cluster else self.epoch
+
+    def _ownership_changed(self, p: int, _keys) -> None:
+        """A state partition was taken over or given up: its loaded share-partitions are stale
+        either way (they reload from the replayed state, or are led elsewhere now)."""
+        gone = [key for key in self.slots if self.home(key) == p]
+        for key in gone:
+            slot = self.slots.pop(key)
+            slot.dead = True
+            slot.wake()
+        if gone:
+            log.info("state partition %d changed owner: %d loaded share-partitions dropped", p, len(gone))
 
     def retire(self, keys: Iterable[SharePartitionKey]) -> None:
         """Drop the slots of ``keys`` (their durable state differs from memory); they reload on demand."""
@@ -130,6 +173,9 @@ class SharePartitionManager:
         slot = self.slots.get(key)
         if slot is not None:
             return slot
+        if self.cluster and not self.persister.owns(self.home(key)):
+            raise PartitionError(ErrorCode.not_leader_or_follower,
+                                 f"partition {topic}-{partition} is led by another sidecar")
         task = self._loading.get(key)
         if task is None:
             task = self._loading[key] = asyncio.create_task(self._load(key, topic))
@@ -189,27 +235,28 @@ class SharePartitionManager:
     async def _load(self, key: SharePartitionKey, topic: str) -> Slot:
         started = time.perf_counter()  # metrics (issue 7)
         try:
+            epoch = self.epoch_for(key)
             try:
-                state = await self.persister.read_one(key, leader_epoch=self.epoch)
+                state = await self.persister.read_one(key, leader_epoch=epoch)
             except UnknownSharePartitionError:
                 start = await self.initial_offset(key.group_id, topic, key.partition)
                 await self.persister.initialize(key, 0, start)
-                state = await self.persister.read_one(key, leader_epoch=self.epoch)
+                state = await self.persister.read_one(key, leader_epoch=epoch)
             config = self.share_config(key.group_id)
             ext = self.extensions(key.group_id)
             if state.start_offset == UNSET_OFFSET:
                 start = await self.initial_offset(key.group_id, topic, key.partition)
                 if ext.enabled:  # groups without extensions keep the plain engine (docs/extensions.md)
                     sp = ExtendedSharePartition(config, self.clock, ext=ext, wall=wall_ms, start_offset=start,
-                                                state_epoch=state.state_epoch, leader_epoch=self.epoch)
+                                                state_epoch=state.state_epoch, leader_epoch=epoch)
                 else:
                     sp = SharePartition(config, self.clock, start_offset=start, state_epoch=state.state_epoch,
-                                        leader_epoch=self.epoch)
-                await self.persister.write(key, sp.snapshot(), self.epoch)
+                                        leader_epoch=epoch)
+                await self.persister.write(key, sp.snapshot(), epoch)
             else:
                 sp = ExtendedSharePartition.restore_with(state, self.clock, config, ext, wall_ms) if ext.enabled \
                     else SharePartition.restore(state, self.clock, config)
-                sp.leader_epoch = self.epoch
+                sp.leader_epoch = epoch
         except PersistError as exc:
             code = ErrorCode.not_leader_or_follower if exc.error_code == ErrorCode.not_coordinator else exc.error_code
             raise PartitionError(code, f"share-partition {_name(key, topic)}: {exc}") from exc
@@ -247,7 +294,7 @@ class SharePartitionManager:
                 return slot.key, ErrorCode.not_leader_or_follower
             try:
                 with _WRITE_LATENCY.time():  # metrics (issue 7)
-                    await self.persister.write(slot.key, plan.state, self.epoch)
+                    await self.persister.write(slot.key, plan.state, self._writer_epoch(slot))
             except PersistError as exc:
                 log.warning("state write for %s failed, acknowledgement rolled back: %s", _name(slot.key, slot.topic),
                             exc)
@@ -279,7 +326,7 @@ class SharePartitionManager:
                 return
             try:
                 with _WRITE_LATENCY.time():  # metrics (issue 7)
-                    await self.persister.write(slot.key, slot.partition.snapshot(), self.epoch)
+                    await self.persister.write(slot.key, slot.partition.snapshot(), self._writer_epoch(slot))
             except PersistError as exc:
                 log.warning("state write for %s failed: %s", _name(slot.key, slot.topic), exc)
 

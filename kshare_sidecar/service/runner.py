@@ -92,6 +92,8 @@ class Sidecar:
 
     def group_config(self, group_id: str) -> dict:
         group = self.coordinator.groups.get(group_id)
+        if group is None and getattr(self, "group_configs", None) is not None:  # coordinated by another sidecar
+            return self.config.group_config(self.group_configs.configs.get(group_id))
         return self.config.group_config(group.configs if group is not None else None)
 
     async def start(self) -> None:
@@ -99,7 +101,7 @@ class Sidecar:
         plugins.load_plugins(load=_names(cfg["plugins.load"]) if cfg["plugins.load"] else None,
                              disable=_names(cfg["plugins.disable"]) or None)
         self.security = BackendSecurity.from_config(cfg)
-        specs = cfg.listener_specs()
+        specs = self._specs_all = cfg.listener_specs()
         tls = {"SSL": server_ssl_context(cfg) if any(spec.protocol == "SSL" for spec in specs) else None,
                "SASL_SSL": server_ssl_context(cfg, sasl=True) if any(spec.protocol == "SASL_SSL" for spec in specs)
                else None}
@@ -128,6 +130,10 @@ class Sidecar:
                      ", ".join(sorted(self.authorizer.super_users)) or "none")
         self.persister = self._persister or plugins.get_persister(cfg["persister"],
                                                                   **_persister_options(cfg, self.security))
+        self.cluster_view = None
+        if cfg["cluster.name"]:  # a cluster of sidecars (issue 15): own only what the group assigns
+            _check_cluster_config(cfg, specs, self.persister)
+            self.persister.enable_cluster()
         await self.persister.start()
         log.info("share state recovered from persister %r: %s", cfg["persister"], self.persister.recovery_stats)
         if hasattr(self.persister, "superseded_listeners"):  # fencing (issue 11)
@@ -163,14 +169,20 @@ class Sidecar:
         self.node = NodeIdentity(node_id=cfg["node.id"], host=first.advertised_host,
                                  port=first.advertised_port or 0, cluster_id=cfg["cluster.id"])
         registry = build_registry(BackendCatalog(self.backend, hidden))
+        if cfg["cluster.name"]:
+            from ..cluster.view import ClusterView
+            self.cluster_view = ClusterView(cfg["node.id"], {spec.name: (spec.advertised_host, spec.advertised_port)
+                                                             for spec in specs}, self.persister.partitions)
         heartbeat_api.register(registry, self.groups)
-        shares_api.register(registry, self.shares)
+        shares_api.register(registry, self.shares, cluster=self.cluster_view)
         self.admin = AdminService(config=cfg, coordinator=self.coordinator, groups=self.groups,
                                   partitions=self.partitions, persister=self.persister, backend=self.backend)
         admin_api.register(registry, self.admin, self.backend)
         configs_api.register(registry, self.admin)
         if cfg["passthrough.enable"]:
             await self._install_passthrough(registry, hidden)
+        if self.cluster_view is not None:
+            await self._join_cluster(registry, hidden)
         for spec in specs:
             await self._open_listener(spec, registry, tls)
         self.listener, self.dispatcher = self.listeners[0], self._dispatchers[0]
@@ -239,6 +251,35 @@ class Sidecar:
         mixed.register(registry, self.pool, is_share_group=lambda g: g in self.coordinator.groups,
                        node_id=lambda: self.node.node_id, hidden=hidden)
 
+    async def _join_cluster(self, registry, hidden: set[str]) -> None:
+        """Route by ownership (Metadata leaders, FindCoordinator) and join the sidecars' group;
+        the listener opens once the first assignment is taken over (or after a bounded wait)."""
+        from ..api import coordinator as coordinator_api
+        from ..api import metadata as metadata_api
+        from .cluster import ClusterMembership, GroupConfigTail, PeerConfigs
+
+        cfg = self.config
+        pool = getattr(self, "pool", None)
+        metadata_api.register(registry, BackendCatalog(self.backend, hidden), backend=pool, cluster=self.cluster_view)
+        coordinator_api.register(registry, check=pool.check_coordinator if pool is not None else None,
+                                 cluster=self.cluster_view)
+        self.membership = ClusterMembership(
+            name=cfg["cluster.name"], persister=self.persister, view=self.cluster_view,
+            bootstrap_servers=cfg["bootstrap.servers"], client_options=self.security.aiokafka_options(),
+            session_timeout_ms=cfg["cluster.session.timeout.ms"],
+            heartbeat_interval_ms=cfg["cluster.heartbeat.interval.ms"])
+        self.group_configs = GroupConfigTail(bootstrap_servers=cfg["bootstrap.servers"], topic=self.persister.topic,
+                                             partitions=self.persister.partitions,
+                                             client_options=self.security.aiokafka_options())
+        await self.group_configs.start()
+        self.admin.remote_group_configs = self.group_configs.configs
+        self.admin.remote_state = self.group_configs
+        plaintext = next((spec.name for spec in self._specs_all if spec.protocol == "PLAINTEXT"), None)
+        self.admin.peer_configs = PeerConfigs(self.cluster_view, plaintext)
+        await self.membership.start(wait_s=3 * cfg["cluster.session.timeout.ms"] / 1000)
+        log.info("cluster %s: node %d owns state partitions %s", cfg["cluster.name"], cfg["node.id"],
+                 sorted(self.persister.owned))
+
     def _on_superseded(self, reason: str) -> None:
         """A newer sidecar owns the share state: stop serving (close the listener; clients
         reconnect to the new owner). Nothing is released or written in the backend."""
@@ -260,8 +301,8 @@ class Sidecar:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for name in ("forwarder", "pool", "shares", "deadletter", "partitions", "backend", "persister", "authenticator",
-                     "authorizer"):
+        for name in ("forwarder", "pool", "shares", "deadletter", "partitions", "membership", "group_configs",
+                     "backend", "persister", "authenticator", "authorizer"):
             part = getattr(self, name, None)
             if part is not None:
                 try:
@@ -286,6 +327,20 @@ def _load_assignors(default: str) -> dict:
             log.error("assignor %r could not be built and cannot be chosen by share.assignor: %s: %s",
                       name, type(exc).__name__, exc)
     return out
+
+
+def _check_cluster_config(cfg: SidecarConfig, specs: list[ListenerSpec], persister) -> None:
+    """One line naming the key when a cluster of sidecars cannot work with this configuration."""
+    if not hasattr(persister, "enable_cluster") or getattr(persister, "name", "") != "topic":
+        raise ConfigError(f"cluster.name = {cfg['cluster.name']!r} needs persister = 'topic' (the sidecars share "
+                          f"the state topic), got {cfg['persister']!r}")
+    if cfg["state.write.mode"] != "transactional":
+        raise ConfigError(f"cluster.name = {cfg['cluster.name']!r} needs state.write.mode = 'transactional' (handover "
+                          f"fences the previous owner's writer), got {cfg['state.write.mode']!r}")
+    for spec in specs:
+        if not spec.advertised_port:
+            raise ConfigError(f"cluster.name = {cfg['cluster.name']!r} needs listeners with an explicit port (the other "
+                              f"sidecars advertise it); listener {spec.name} binds port 0")
 
 
 def _names(text: str) -> list[str]:

@@ -1,7 +1,7 @@
 """A share consumer in its own process, for e2e tests: confluent-kafka's ShareConsumer, unmodified.
 
 Writes one JSON line per event to --out: {"ev": "rec", p, o, dc, v} for each record received and
-{"ev": "ack", p, o, ok} for each explicit acknowledgement's outcome. Stops after --idle-s without
+{"ev": "ack", p, o, ok} for each explicit acknowledgement's outcome (both with "t", the wall-clock time). Stops after --idle-s without
 records (counted from its last record, or from the end of a --grace-s start-up period if it got
 none), after --max-s, or on SIGTERM (closing the consumer cleanly).
 """
@@ -57,7 +57,7 @@ def main() -> int:
                     continue
                 batch.append(m)
                 out.write(json.dumps({"ev": "rec", "p": m.partition(), "o": m.offset(), "dc": m.delivery_count(),
-                                      "v": m.value().decode()}) + "\n")
+                                      "v": m.value().decode(), "t": round(time.time(), 3)}) + "\n")
                 if args.work_ms:
                     time.sleep(args.work_ms / 1000)
             if batch:
@@ -71,7 +71,7 @@ def main() -> int:
                     for m in batch:
                         out.write(json.dumps({"ev": "ack", "p": m.partition(), "o": m.offset(),
                                               "dc": m.delivery_count(),
-                                              "ok": m.partition() not in failed}) + "\n")
+                                              "ok": m.partition() not in failed, "t": round(time.time(), 3)}) + "\n")
             elif time.monotonic() - last > args.idle_s:
                 break
     finally:

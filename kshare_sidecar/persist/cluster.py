@@ -1,0 +1,181 @@
+"""Ownership of *some* state partitions: a sidecar in a cluster of sidecars (issue 15).
+
+A single sidecar owns every state partition (persist/ownership.py, ``_take_ownership``). In a
+cluster the sidecars' consumer group on the backend assigns the state partitions
+(service/cluster.py), and each sidecar takes over exactly the ones it is given:
+
+``acquire(p)``: a new transactional writer for ``p`` (its init fences the previous owner's
+writer and aborts its open transaction — the fencing issue's mechanism, per partition), wait
+until the partition's last stable offset has caught up, replay ``p`` read_committed, take an
+owner epoch one above every epoch on ``p`` (owner records and share-partition owner epochs) and
+commit it as ``p``'s owner record. Only then does ``p`` take writes. Share-partitions claimed
+afterwards use that epoch; seed 004's rule (``assignment epoch <= writer epoch <= current
+epoch``) then refuses the previous owner's writes while our own in-flight ones stay valid.
+
+``release(p)``: refuse new writes (NOT_COORDINATOR / NOT_LEADER_OR_FOLLOWER: clients look the
+new owner up), let the batch in flight finish, drop the writer and forget ``p``'s entities.
+Records the old owner had handed out were persisted as AVAILABLE with their delivery counts
+(ACQUIRED is never persisted), so the new owner redelivers them.
+
+A partition lost without a release (fenced, and a newer owner record is on it: the group gave
+it away while this sidecar was paused) is dropped the same way (``_lose``); the rest keep
+serving — unlike a single sidecar, which stops serving altogether when superseded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from kshare_sidecar.persist import codec
+from kshare_sidecar.persist.codec import KIND_OWNER
+from kshare_sidecar.persist.errors import WriterFencedError
+from kshare_sidecar.persist.records import NO_EPOCH, RecoveryStats
+
+log = logging.getLogger("kshare_sidecar.persist")
+
+
+class ClusterOwnershipMixin:
+    """acquire / release of single state partitions (only used when ``self.cluster``)."""
+
+    def _init_cluster(self) -> None:
+        #: where share-partition records go (ownership.PLACEMENTS); "topic-partition" in a cluster
+        self.placement = "key"
+        #: cluster mode: this instance owns only the state partitions the sidecars' group assigned
+        #: it, each at its own owner epoch
+        self.cluster = False
+        self.owned: set[int] = set()
+        self._own_epochs: dict[int, int] = {}
+        self._idle: dict[int, asyncio.Event] = {}  # per partition: set while no batch is in flight
+        self.acquired_listeners: list[Callable[[int, set], None]] = []
+        self.released_listeners: list[Callable[[int, set], None]] = []
+
+    def enable_cluster(self) -> None:
+        """Before ``start()``: own nothing until assigned; place share-partitions by topic-partition."""
+        self.cluster = True
+        self.placement = "topic-partition"
+
+    def owns(self, p: int) -> bool:
+        return not self.cluster or p in self.owned
+
+    def epoch_of(self, p: int) -> int | None:
+        """The owner epoch this instance holds state partition ``p`` at (None: not owned)."""
+        if not self.cluster:
+            return self.owner_epoch
+        return self._own_epochs.get(p) if p in self.owned else None
+
+    def _placed(self, entities: dict, p: int) -> dict:
+        """Entities that belong on ``p`` under this placement. A record elsewhere was written by a
+        single sidecar (placement ``key``): a cluster needs a fresh state topic (docs/deployment.md)."""
+        from kshare_sidecar.persist.ownership import state_partition_for
+        out = {}
+        misplaced = 0
+        for (kind, ident), entity in entities.items():
+            if state_partition_for(kind, ident, self.partitions, self.placement) == p:
+                out[(kind, ident)] = entity
+            else:
+                misplaced += 1
+        if misplaced:
+            log.error("state partition %d holds %d records placed by a single sidecar's layout; a cluster of "
+                      "sidecars ignores them (use a fresh state.topic for a cluster)", p, misplaced)
+        return out
+
+    async def acquire(self, p: int) -> int:
+        """Take state partition ``p`` over (see the module docstring); returns the owner epoch."""
+        if p in self.owned:
+            return self._own_epochs[p]
+        self.blocked[p] = "acquiring"
+        try:
+            await self._reopen(p)  # fences the previous owner's writer, aborts its open transaction
+            await self._await_stable(p)
+            entities: dict = {}
+            owners: dict[int, int] = {}
+            stats = RecoveryStats()
+            from kshare_sidecar.persist.ownership import replay_sink
+            await self._replay(replay_sink(entities, stats, owners, self.replay_rule), [p])
+            entities = self._placed(entities, p)
+            epoch = max(stats.owner_epoch, owners.get(p, NO_EPOCH), self._own_epochs.get(p, NO_EPOCH), 0) + 1
+            await self._commit(p, [codec.encode(KIND_OWNER, p, epoch)])
+        except BaseException:
+            if self.blocked.get(p) == "acquiring":
+                self.blocked[p] = "unowned"
+            await self._release_writer(p)
+            raise
+        if self.blocked.get(p) != "acquiring":  # released while acquiring
+            await self._release_writer(p)
+            raise WriterFencedError(f"state partition {p} was released while being taken over")
+        stale = {k for k in self._entities if self._home(k) == p}
+        for k in stale:
+            del self._entities[k]
+        self._entities.update(entities)
+        self._owner_epochs[p] = epoch
+        self._own_epochs[p] = epoch
+        self.owned.add(p)
+        self.fenced_partitions.discard(p)
+        self.blocked.pop(p, None)
+        log.info("state partition %d taken over at owner epoch %d (%d records replayed, %d entities)", p, epoch,
+                 stats.records, len(entities))
+        self._notify(self.acquired_listeners, p, set(entities) | stale)
+        return epoch
+
+    async def release(self, p: int) -> None:
+        """Give state partition ``p`` up (the group moved it, or this sidecar stops)."""
+        was_owned = p in self.owned
+        self._forget(p)
+        resolver = self._resolvers.pop(p, None)
+        if resolver is not None:
+            resolver.cancel()
+            await asyncio.gather(resolver, return_exceptions=True)
+        idle = self._idle.get(p)
+        if idle is not None:
+            try:
+                await asyncio.wait_for(idle.wait(), 30)
+            except TimeoutError:
+                log.warning("state partition %d: the write in flight did not finish within 30 s of its release", p)
+        await self._release_writer(p)
+        if was_owned:
+            log.info("state partition %d released", p)
+
+    def _forget(self, p: int) -> None:
+        self.owned.discard(p)
+        self._own_epochs.pop(p, None)
+        self.blocked[p] = "unowned"
+        for op in self._queues.get(p, []):
+            if not op.future.done():
+                op.future.set_exception(self._blocked_error(p))
+        if p in self._queues:
+            self._queues[p].clear()
+        gone = {k for k in self._entities if self._home(k) == p}
+        for k in gone:
+            del self._entities[k]
+        self._notify(self.released_listeners, p, gone)
+
+    def _lose(self, p: int, newer: int) -> None:
+        """Fenced by a newer owner of ``p`` without the group having told us yet: drop ``p`` only."""
+        if p not in self.owned and self.blocked.get(p) == "unowned":
+            return
+        log.error("state partition %d is owned by another sidecar now (owner epoch %d > ours %s); dropping it",
+                  p, newer, self._own_epochs.get(p))
+        self._forget(p)
+        task = asyncio.get_running_loop().create_task(self._release_writer(p), name=f"kshare-persist-lose-{p}")
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+    async def _release_writer(self, p: int) -> None:
+        """Drop ``p``'s backend writer (the topic persister's transactional producer)."""
+        drop = getattr(self, "_drop_producer", None)
+        if drop is not None:
+            await drop(p)
+
+    def _home(self, key: Any) -> int:
+        from kshare_sidecar.persist.ownership import state_partition_for
+        return state_partition_for(key[0], key[1], self.partitions, self.placement)
+
+    @staticmethod
+    def _notify(listeners, p: int, keys: set) -> None:
+        for listener in listeners:
+            try:
+                listener(p, keys)
+            except Exception:
+                log.exception("state partition %d: ownership listener failed", p)

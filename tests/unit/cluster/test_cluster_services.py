@@ -1,0 +1,145 @@
+"""The service layer of a cluster of sidecars (issue 15), with cluster-mode memory persisters on
+one MemoryLog (two "sidecars" A and B): group coordination and share-partition leadership follow
+the state partitions a sidecar owns; elsewhere NOT_COORDINATOR / NOT_LEADER_OR_FOLLOWER, group
+administration is refused (config changes forwarded), and nothing phantom is created."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from kshare_sidecar.config import load_config
+from kshare_sidecar.group.coordinator import ShareGroupCoordinator
+from kshare_sidecar.log.types import TopicInfo
+from kshare_sidecar.persist import MemoryLog, MemoryPersister
+from kshare_sidecar.persist.ownership import group_home, share_partition_home
+from kshare_sidecar.service.admin import AdminError, AdminService
+from kshare_sidecar.service.groups import GroupService
+from kshare_sidecar.service.partitions import PartitionError, SharePartitionManager
+
+PARTS = 4
+T = TopicInfo("t", uuid.UUID(int=7), 2)
+
+
+class FakeBackend:
+    async def describe_topics(self, names=None):
+        return {n: T for n in (names or ["t"]) if n == "t"}
+
+    def topic_by_id(self, topic_id):
+        return T if topic_id == T.topic_id else None
+
+    async def resolve_topic_id(self, topic_id):
+        return T if topic_id == T.topic_id else None
+
+    async def high_watermark(self, topic, partition):
+        return 10
+
+    async def list_offsets(self, topic, partition, spec, isolation_level=0):
+        return 0
+
+
+class Sidecar:
+    """The pieces of one sidecar that ownership touches."""
+
+    def __init__(self, log: MemoryLog) -> None:
+        self.cfg = load_config(env={}, overrides={"bootstrap.servers": "x:1", "persister": "memory"})
+        self.persister = MemoryPersister(log=log)
+        self.persister.enable_cluster()
+        backend = FakeBackend()
+        from kshare_sidecar.assignors.simple import SimpleAssignor
+        from kshare_sidecar.group.assign import assign_with
+        self.coordinator = ShareGroupCoordinator(assign=assign_with(SimpleAssignor()), clock=lambda: 0,
+                                                 assignment_interval_ms=0)
+        self.partitions = SharePartitionManager(
+            persister=self.persister, backend=backend, clock=lambda: 0,
+            group_config=lambda g: self.cfg.group_config(
+                self.coordinator.groups[g].configs if g in self.coordinator.groups else None))
+        self.groups = GroupService(coordinator=self.coordinator, partitions=self.partitions, backend=backend,
+                                   persister=self.persister)
+        self.admin = AdminService(config=self.cfg, coordinator=self.coordinator, groups=self.groups,
+                                  partitions=self.partitions, persister=self.persister, backend=backend)
+
+    async def heartbeat(self, group, member="member-1", epoch=0):
+        return await self.groups.heartbeat(group_id=group, member_id=member, member_epoch=epoch, rack_id=None,
+                                           subscribed_topic_names=["t"], client_id="c", client_host="h")
+
+
+@pytest.fixture
+async def pair():
+    log = MemoryLog(PARTS)
+    a, b = Sidecar(log), Sidecar(log)
+    await a.persister.start()
+    await b.persister.start()
+    yield a, b
+    await a.persister.close()
+    await b.persister.close()
+
+
+async def test_group_coordination_follows_the_owned_state_partition(pair):
+    a, b = pair
+    group = "grp"
+    home = group_home(group, PARTS)
+    assert (await a.heartbeat(group)).error == ErrorCode.not_coordinator
+    a.persister.blocked[home] = "acquiring"
+    assert (await a.heartbeat(group)).error == ErrorCode.coordinator_load_in_progress
+    del a.persister.blocked[home]
+    await a.persister.acquire(home)
+    joined = await a.heartbeat(group)
+    assert joined.error == ErrorCode.none and group in a.coordinator.groups
+    epoch = a.coordinator.groups[group].group_epoch
+    # handover: A gives the partition up, B takes it over and coordinates the restored group
+    await a.persister.release(home)
+    assert group not in a.coordinator.groups
+    assert (await a.heartbeat(group, joined.member_id, joined.member_epoch)).error == ErrorCode.not_coordinator
+    await b.persister.acquire(home)
+    assert b.coordinator.groups[group].group_epoch == epoch
+    # the member is unknown to the new coordinator: it rejoins, as after a restart
+    again = await b.heartbeat(group, joined.member_id, joined.member_epoch)
+    assert again.error in (ErrorCode.unknown_member_id, ErrorCode.fenced_member_epoch)
+
+
+async def test_share_partitions_are_led_only_where_their_state_partition_is_owned(pair):
+    a, b = pair
+    home = share_partition_home(str(T.topic_id), 0, PARTS)
+    with pytest.raises(PartitionError) as err:
+        await a.partitions.get("grp", T.topic_id, 0, "t")
+    assert err.value.code == ErrorCode.not_leader_or_follower
+    assert not a.partitions.leads(T.topic_id, 0)
+    epoch = await a.persister.acquire(home)
+    slot = await a.partitions.get("grp", T.topic_id, 0, "t")
+    assert slot.partition.leader_epoch == epoch and a.partitions.leads(T.topic_id, 0)
+    await a.persister.release(home)
+    assert a.partitions.loaded("grp", T.topic_id, 0) is None and slot.dead
+    b_epoch = await b.persister.acquire(home)
+    assert b_epoch > epoch
+    assert (await b.partitions.get("grp", T.topic_id, 0, "t")).partition.leader_epoch == b_epoch
+
+
+async def test_group_administration_happens_at_the_coordinator_and_config_changes_are_forwarded(pair):
+    a, _b = pair
+    group = "grp"
+    assert a.admin.describe_group(group).error == ErrorCode.not_coordinator
+    with pytest.raises(AdminError) as err:
+        await a.admin.describe_offsets(group, None)
+    assert err.value.code == ErrorCode.not_coordinator
+
+    sent = []
+
+    class Peer:
+        async def alter(self, group_id, changes, text):
+            sent.append((group_id, {k: text(v) for k, v in changes.items()}))
+            return 0, None
+
+    a.admin.peer_configs = Peer()
+    await a.admin.alter_configs(group, {"share.record.lock.duration.ms": 7000})
+    assert sent == [(group, {"share.record.lock.duration.ms": "7000"})]
+    with pytest.raises(AdminError) as err:  # a forwarded change that lands on a non-coordinator is not sent on
+        await a.admin.alter_configs(group, {"share.record.lock.duration.ms": 7000}, forwarded=True)
+    assert err.value.code == ErrorCode.not_coordinator
+    assert group not in a.coordinator.groups, "no phantom group at a sidecar that does not coordinate it"
+    # configs of groups coordinated elsewhere (tailed from the state topic) are described everywhere
+    a.admin.remote_group_configs = {group: {"share.record.lock.duration.ms": "7000"}}
+    described = {c.name: c.value for c in a.admin.describe_configs(group, ["share.record.lock.duration.ms"])}
+    assert described == {"share.record.lock.duration.ms": "7000"}
