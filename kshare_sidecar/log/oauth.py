@@ -125,10 +125,10 @@ def token_command(command: str, timeout_s: float = 30.0) -> Callable[[], tuple[s
             raise TokenError(f"token command {argv[0]!r} did not run: {exc}") from None
         token = done.stdout.strip()
         if done.returncode != 0 or not token:
-            # its stderr may help, its stdout may be a token: only the first stderr line is shown
-            first = (done.stderr.strip().splitlines() or [""])[0][:200]
+            # its stderr may help, its stdout may be a token: only the last stderr line is shown
+            last = (done.stderr.strip().splitlines() or [""])[-1][:200]
             raise TokenError(f"token command {argv[0]!r} failed (exit {done.returncode}, "
-                             f"{'no output' if not token else 'output withheld'}): {first}")
+                             f"{'no output' if not token else 'output withheld'}): {last}")
         return token, _lifetime(token, None)
     return fetch
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import sys
 import threading
 import time
 import urllib.parse
@@ -184,3 +185,23 @@ def test_a_wrong_client_secret_fails_start_up_with_one_line(broker):
     failed = [line for line in output.splitlines() if "start-up failed" in line]
     assert len(failed) == 1, output[-2000:]
     assert "no OAUTHBEARER token for the backend" in failed[0] and "HTTP 401 invalid_client" in failed[0], failed[0]
+
+
+def test_a_token_command(broker, tmp_path):
+    """backend.sasl.oauthbearer.token.command: the command's output is the token (lifetime: its exp)."""
+    from tests.e2e.test_backend_mtls_oauth import _through_sidecar
+
+    script = tmp_path / "token.py"
+    script.write_text("import base64, json, time\n"
+                      "b64 = lambda o: base64.urlsafe_b64encode(json.dumps(o).encode()).rstrip(b'=').decode()\n"
+                      "now = time.time()\n"
+                      "print(b64({'alg': 'none'}) + '.' + b64({'sub': 'kshare', 'iat': now - 60, 'exp': now + 3600}) + '.')\n")
+    env = {"KSHARE_BACKEND_SECURITY_PROTOCOL": "SASL_PLAINTEXT", "KSHARE_BACKEND_SASL_MECHANISM": "OAUTHBEARER",
+           "KSHARE_BACKEND_SASL_OAUTHBEARER_TOKEN_COMMAND": f"{sys.executable} {script}"}
+    sc = SidecarProcess(f"127.0.0.1:{broker.oauth_port}", tmp_path / "sidecar.log", env=env).start()
+    try:
+        _through_sidecar(broker, sc, b"cmd", n=30)
+        log = sc.log_path.read_text(errors="replace")
+    finally:
+        sc.stop()
+    assert "Traceback" not in log
