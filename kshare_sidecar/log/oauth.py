@@ -5,7 +5,8 @@ connections, KIP-368 re-authentication), and asking the identity provider each t
 it and slow every reconnect. A token is fetched once and reused until a fraction of its lifetime
 has passed — Kafka's ``sasl.login.refresh.window.factor`` (default 0.8) — so every connection
 authenticates with a token that still has a fifth of its life, and the broker's session (which
-ends when the token expires) is never shorter than that.
+ends when the token expires) is never shorter than that. A failed refresh keeps the current
+token until it expires (logged), as Kafka's login refresh does.
 
 The client-credentials request is OAuth 2 (RFC 6749 4.4) as Kafka's own client sends it
 (KIP-768): ``POST grant_type=client_credentials[&scope=...]`` with HTTP Basic authentication of
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import shlex
 import subprocess
 import time
@@ -30,6 +32,8 @@ from collections.abc import Callable
 from aiokafka.abc import AbstractTokenProvider
 
 from .sasl import SaslError
+
+log = logging.getLogger("kshare.oauth")
 
 #: lifetime assumed when neither ``expires_in`` nor a JWT ``exp`` says (Kafka's clients require
 #: one; a token without is used for this long)
@@ -52,7 +56,7 @@ class CachedToken(AbstractTokenProvider):
         self._fetch, self.describe_source = fetch, describe
         self.refresh_factor, self._clock = refresh_factor, clock
         self._token: str | None = None
-        self._refresh_at = 0.0
+        self._refresh_at = self._expires_at = 0.0
         self._lock: asyncio.Lock | None = None
         self.fetches = 0
 
@@ -64,9 +68,21 @@ class CachedToken(AbstractTokenProvider):
         async with self._lock:
             if self._token is None or self._clock() >= self._refresh_at:
                 self.fetches += 1
-                token, lifetime = await asyncio.to_thread(self._fetch)
+                try:
+                    token, lifetime = await asyncio.to_thread(self._fetch)
+                except TokenError as exc:
+                    # as Kafka's refresh thread: a failed refresh keeps the current token while it
+                    # is valid (an identity provider's blip must not break reconnects); the next
+                    # authentication tries again
+                    if self._token is None or self._clock() >= self._expires_at:
+                        raise
+                    log.warning("OAUTHBEARER token refresh failed, the current token is used until it expires "
+                                "in %.0f s: %s", self._expires_at - self._clock(), exc)
+                    return self._token
+                now = self._clock()
                 self._token = token
-                self._refresh_at = self._clock() + max(0.0, lifetime) * self.refresh_factor
+                self._refresh_at = now + max(0.0, lifetime) * self.refresh_factor
+                self._expires_at = now + max(0.0, lifetime)
             return self._token
 
     def __repr__(self) -> str:

@@ -147,7 +147,9 @@ def _oauth_source(cfg: Any) -> dict[str, Any]:
     url = cfg[chosen[0]]
     if not url.startswith(("https://", "http://")):
         raise SecurityConfigError(f"{chosen[0]} = {url!r}: expected an http(s):// URL")
-    client_id = cfg["backend.sasl.oauthbearer.client.credentials.client.id"]
+    # Kafka 3.x put these in the JAAS line (clientId, clientSecret, scope); Kafka 4.1+'s settings win
+    jaas = dict(_JAAS_OPTION.findall(cfg["backend.sasl.jaas.config"]))
+    client_id = cfg["backend.sasl.oauthbearer.client.credentials.client.id"] or jaas.get("clientId", "")
     secret = cfg["backend.sasl.oauthbearer.client.credentials.client.secret"]
     secret_file = cfg["backend.sasl.oauthbearer.client.credentials.client.secret.file"]
     if secret and secret_file:
@@ -155,10 +157,13 @@ def _oauth_source(cfg: Any) -> dict[str, Any]:
                                   "backend.sasl.oauthbearer.client.credentials.client.secret.file, not both")
     if secret_file:
         secret = _read_secret(secret_file, "backend.sasl.oauthbearer.client.credentials.client.secret.file")
+    secret = secret or jaas.get("clientSecret", "")
+    scope = cfg["backend.sasl.oauthbearer.scope"] or jaas.get("scope", "")
     if not client_id or not secret:
         raise SecurityConfigError(f"{chosen[0]} needs backend.sasl.oauthbearer.client.credentials.client.id and "
-                                  "backend.sasl.oauthbearer.client.credentials.client.secret (or .secret.file)")
-    fetch = client_credentials(url, client_id, secret, cfg["backend.sasl.oauthbearer.scope"])
+                                  "backend.sasl.oauthbearer.client.credentials.client.secret (or .secret.file; "
+                                  'or clientId="..." clientSecret="..." in backend.sasl.jaas.config)')
+    fetch = client_credentials(url, client_id, secret, scope)
     return {"token_provider": CachedToken(fetch, refresh_factor=factor,
                                           describe=f"token endpoint {url} as {client_id!r}")}
 

@@ -195,7 +195,8 @@ def test_a_token_command(broker, tmp_path):
     script.write_text("import base64, json, time\n"
                       "b64 = lambda o: base64.urlsafe_b64encode(json.dumps(o).encode()).rstrip(b'=').decode()\n"
                       "now = time.time()\n"
-                      "print(b64({'alg': 'none'}) + '.' + b64({'sub': 'kshare', 'iat': now - 60, 'exp': now + 3600}) + '.')\n")
+                      "claims = {'sub': 'kshare', 'iat': now - 60, 'exp': now + 3600}\n"
+                      "print(b64({'alg': 'none'}) + '.' + b64(claims) + '.')\n")
     env = {"KSHARE_BACKEND_SECURITY_PROTOCOL": "SASL_PLAINTEXT", "KSHARE_BACKEND_SASL_MECHANISM": "OAUTHBEARER",
            "KSHARE_BACKEND_SASL_OAUTHBEARER_TOKEN_COMMAND": f"{sys.executable} {script}"}
     sc = SidecarProcess(f"127.0.0.1:{broker.oauth_port}", tmp_path / "sidecar.log", env=env).start()

@@ -193,3 +193,42 @@ def test_the_session_lifetime_is_returned_for_kip_368():
     security = BackendSecurity(protocol="SASL_PLAINTEXT", mechanism="OAUTHBEARER",
                                token_provider=CachedToken(lambda: ("h.p.", 60), describe="t"))
     assert asyncio.run(sasl_authenticate(ScriptedBroker([HANDSHAKE_OK, granted]), security)) == 9.5
+
+
+def test_a_failed_refresh_keeps_the_current_token_until_it_expires(caplog):
+    clock, answers = Clock(), [("t1", 100.0), TokenError("endpoint down"), TokenError("endpoint down"), ("t2", 100.0)]
+
+    def fetch():
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    cache = CachedToken(fetch, describe="test", clock=clock)
+
+    async def run():
+        assert await cache.token() == "t1"
+        clock.now = 90  # past 80 %: refresh fails, t1 still valid for 10 s
+        assert await cache.token() == "t1"
+        clock.now = 100  # expired: the failure is the answer
+        with pytest.raises(TokenError):
+            await cache.token()
+        assert await cache.token() == "t2"
+    asyncio.run(run())
+    assert "refresh failed" in caplog.text
+
+
+def test_kafka_3_jaas_options_for_the_client_credentials(monkeypatch):
+    jaas = ('org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required '
+            f'clientId="old-id" clientSecret="{SECRET}" scope="kafka";')
+    seen = {}
+
+    def fake_grant(url, cid, secret, scope):
+        seen.update(cid=cid, secret=secret, scope=scope)
+        return lambda: ("t", 1.0)
+    monkeypatch.setattr("kshare_sidecar.log.oauth.client_credentials", fake_grant)
+    security, cfg = _security(**{"backend.sasl.oauthbearer.token.endpoint.url": "https://idp/t",
+                                 "backend.sasl.jaas.config": jaas,
+                                 "backend.sasl.oauthbearer.client.credentials.client.id": "new-id"})
+    assert seen == {"cid": "new-id", "secret": SECRET, "scope": "kafka"}  # the setting wins over clientId
+    assert SECRET not in repr(cfg) and SECRET not in repr(security)
