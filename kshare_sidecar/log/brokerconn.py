@@ -315,34 +315,6 @@ class _Detached:
     def _fail(self, reason: str) -> None:
         pass
 
-    def _session(self, lifetime_s: float) -> None:
-        now = asyncio.get_running_loop().time()
-        self._reauth_at = now + lifetime_s * _REAUTH_AT if lifetime_s > 0 else None
-        self._expires_at = now + lifetime_s if lifetime_s > 0 else None
-
-    async def _reauthenticate(self) -> None:
-        """KIP-368 on this connection: wait for the answers in flight (the broker must not see a
-        request interleaved with the exchange), then SaslHandshake + SaslAuthenticate again."""
-        async with self._connect_lock:
-            loop = asyncio.get_running_loop()
-            if not self.connected or self._reauth_at is None or loop.time() < self._reauth_at:
-                return  # another sender did it, or the connection is gone (send reconnects)
-            assert self.security is not None and self._expires_at is not None
-            pending = [fut for _, _, fut, _ in self._pending]
-            if pending:
-                await asyncio.wait(pending, timeout=max(0.0, self._expires_at - loop.time()))
-            if self._pending or not self.connected:
-                self._fail("SASL session expired with requests in flight")
-                return
-            try:
-                self._session(await asyncio.wait_for(sasl_authenticate(self, self.security), self._connect_timeout))
-            except Exception as exc:  # noqa: BLE001 - any failure: a fresh connection authenticates anew
-                log.info("%r: re-authentication failed, reconnecting: %s", self, exc)
-                self._fail(f"re-authentication failed: {exc}")
-                return
-            self.reauthentications += 1
-            log.debug("%r: re-authenticated", self)
-
     def _on_frame(self, frame: bytearray) -> None:
         pass
 
