@@ -27,8 +27,8 @@ class Setting:
     default: Any
     kind: type
     doc: str
-    low: int | None = None
-    high: int | None = None
+    low: float | None = None
+    high: float | None = None
     choices: tuple[str, ...] | None = None
     check: Callable[[Any], str | None] | None = None  # returns an error text or None
     secret: bool = False  # a password or key: never echoed in errors, reprs or logs
@@ -248,6 +248,18 @@ SETTINGS: tuple[Setting, ...] = (
     _S("backend.sasl.password.file", "", str, "File holding the SASL password."),
     _S("backend.sasl.oauthbearer.token.file", "", str, "File holding the OAUTHBEARER token (re-read at each "
        "authentication)."),
+    _S("backend.sasl.oauthbearer.token.endpoint.url", "", str, "OAUTHBEARER: OAuth 2 token endpoint; the sidecar "
+       "gets tokens with the client-credentials grant (KIP-768) and caches them."),
+    _S("backend.sasl.oauthbearer.client.credentials.client.id", "", str, "OAUTHBEARER: client id at the token "
+       "endpoint."),
+    _S("backend.sasl.oauthbearer.client.credentials.client.secret", "", str, "OAUTHBEARER: client secret at the "
+       "token endpoint (prefer the environment or a file).", secret=True),
+    _S("backend.sasl.oauthbearer.client.credentials.client.secret.file", "", str, "File holding the client secret."),
+    _S("backend.sasl.oauthbearer.scope", "", str, "OAUTHBEARER: scope requested from the token endpoint."),
+    _S("backend.sasl.oauthbearer.token.command", "", str, "OAUTHBEARER: command (run without a shell) printing a "
+       "JWT; re-run when the cached token nears its exp."),
+    _S("backend.sasl.login.refresh.window.factor", 0.8, float, "A cached OAUTHBEARER token is replaced once this "
+       "fraction of its lifetime has passed (Kafka's default 0.8).", 0.5, 1.0),
     _S("backend.ssl.truststore.location", "", str, "PEM file of CAs to trust ('' = the system's)."),
     _S("backend.ssl.keystore.location", "", str, "PEM file with the client certificate chain and key (mTLS)."),
     _S("backend.ssl.key.password", "", str, "Password of the key in backend.ssl.keystore.location.", secret=True),

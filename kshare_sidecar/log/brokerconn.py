@@ -20,6 +20,11 @@ API (kept small so the read path can reuse it)::
   head of the pending queue (a mismatched correlation id is a protocol error: the connection is
   dropped and every pending request fails with :class:`BrokerConnError`).
 - ``send`` connects on first use and again after a failure (reconnect is lazy: the next send).
+- KIP-368: when the broker grants a SASL session lifetime (``connections.max.reauth.ms``), the
+  connection re-authenticates in place (SaslHandshake + SaslAuthenticate, after the requests in
+  flight are answered) at the first ``send`` past 85 % of it — Kafka's client re-authenticates
+  between 85 and 95 % — instead of letting the broker close it at its next request; should that
+  fail, the connection is dropped and ``send`` connects afresh.
 - ``principal`` is the seam for per-principal upstream credentials (security is a later issue):
   a connection is opened *for* one principal and the pool keys connections by it.
 """
@@ -41,6 +46,7 @@ log = logging.getLogger("kshare.brokerconn")
 _MAX_CORRELATION = 2**31 - 1
 _HIGH_WATER = 1 << 20
 _SASL_AUTHENTICATION_FAILED = 58
+_REAUTH_AT = 0.85  # fraction of the broker's session lifetime after which a connection re-authenticates
 
 
 class BrokerConnError(ConnectionError):
@@ -127,6 +133,9 @@ class BrokerConn:
         self._connect_lock = asyncio.Lock()
         self._closed = False
         self._ready = False
+        self._reauth_at: float | None = None  # loop time; None: the session does not expire
+        self._expires_at: float | None = None
+        self.reauthentications = 0
 
     def __repr__(self) -> str:
         return f"<BrokerConn node {self.node_id} {self.host}:{self.port}>"
@@ -153,6 +162,8 @@ class BrokerConn:
         prefix (a ``bytearray``, ready to write to a client, never copied). Raises
         :class:`BrokerConnError` if the broker cannot be reached.
         """
+        if self._reauth_at is not None and asyncio.get_running_loop().time() >= self._reauth_at and self.connected:
+            await self._reauthenticate()
         if not self.connected:
             await self._connect()
         fut = self._write(payload, expect_response, framed)
@@ -228,9 +239,10 @@ class BrokerConn:
             assert proto.transport is not None
             proto.transport.set_write_buffer_limits(high=_HIGH_WATER)
             self._proto, self._ready = proto, False
+            self._reauth_at = self._expires_at = None
             if security is not None and security.sasl:
                 try:
-                    await asyncio.wait_for(sasl_authenticate(self, security), self._connect_timeout)
+                    self._session(await asyncio.wait_for(sasl_authenticate(self, security), self._connect_timeout))
                 except BaseException as exc:
                     self._fail(f"SASL authentication failed: {exc}")
                     if isinstance(exc, SaslError) and exc.code == _SASL_AUTHENTICATION_FAILED:
@@ -240,6 +252,34 @@ class BrokerConn:
                     raise
             self._ready = True
             log.debug("%r: connected", self)
+
+    def _session(self, lifetime_s: float) -> None:
+        now = asyncio.get_running_loop().time()
+        self._reauth_at = now + lifetime_s * _REAUTH_AT if lifetime_s > 0 else None
+        self._expires_at = now + lifetime_s if lifetime_s > 0 else None
+
+    async def _reauthenticate(self) -> None:
+        """KIP-368 on this connection: wait for the answers in flight (the broker must not see a
+        request interleaved with the exchange), then SaslHandshake + SaslAuthenticate again."""
+        async with self._connect_lock:
+            loop = asyncio.get_running_loop()
+            if not self.connected or self._reauth_at is None or loop.time() < self._reauth_at:
+                return  # another sender did it, or the connection is gone (send reconnects)
+            assert self.security is not None and self._expires_at is not None
+            pending = [fut for _, _, fut, _ in self._pending]
+            if pending:
+                await asyncio.wait(pending, timeout=max(0.0, self._expires_at - loop.time()))
+            if self._pending or not self.connected:
+                self._fail("SASL session expired with requests in flight")
+                return
+            try:
+                self._session(await asyncio.wait_for(sasl_authenticate(self, self.security), self._connect_timeout))
+            except Exception as exc:  # noqa: BLE001 - any failure: a fresh connection authenticates anew
+                log.info("%r: re-authentication failed, reconnecting: %s", self, exc)
+                self._fail(f"re-authentication failed: {exc}")
+                return
+            self.reauthentications += 1
+            log.debug("%r: re-authenticated", self)
 
     def _on_frame(self, frame: bytearray) -> None:
         cid = int.from_bytes(frame[4:8], "big", signed=True)

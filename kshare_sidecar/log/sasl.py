@@ -5,9 +5,10 @@ this module only carries their tokens in kio-encoded requests. A broker that ref
 credentials answers SASL_AUTHENTICATION_FAILED with a message, which becomes :class:`SaslError`
 (the message is the broker's; it never contains the secret).
 
-KIP-368 re-authentication is not done: when the broker's session lifetime ends it closes the
-connection, requests in flight fail as retriable, and the next request reconnects and
-authenticates again.
+KIP-368: :func:`sasl_authenticate` returns the broker's ``session_lifetime_ms`` (0 = the session
+never ends); :class:`~kshare_sidecar.log.brokerconn.BrokerConn` runs the same exchange again on
+the open connection before that lifetime ends, because a broker with
+``connections.max.reauth.ms`` closes a connection whose session expired at its next request.
 """
 
 from __future__ import annotations
@@ -51,8 +52,9 @@ def _answer(cls: type, payload: bytes) -> Any:
     return body
 
 
-async def sasl_authenticate(conn: BrokerConn, security: BackendSecurity) -> None:
-    """Authenticate ``conn`` (just connected, nothing else in flight) as ``security`` says."""
+async def sasl_authenticate(conn: BrokerConn, security: BackendSecurity) -> float:
+    """Authenticate ``conn`` (just connected, or re-authenticating with nothing else in flight) as
+    ``security`` says; returns the session lifetime in seconds the broker granted (0: unlimited)."""
     mechanism = security.mechanism or "PLAIN"
     handshake = _answer(SaslHandshakeResponse,
                         await conn.request(_payload(SaslHandshakeRequest(mechanism=mechanism)), _raw=True))
@@ -61,18 +63,20 @@ async def sasl_authenticate(conn: BrokerConn, security: BackendSecurity) -> None
         raise SaslError(f"the broker does not offer SASL mechanism {mechanism} (it offers: {offered})")
     authenticator = security.sasl_authenticator()
     server_token: bytes | None = None
+    lifetime = 0.0
     while True:
         step = await authenticator.step(server_token)
         if step is None:
-            return
+            return lifetime
         token, expects_answer = step
         answer = _answer(SaslAuthenticateResponse,
                          await conn.request(_payload(SaslAuthenticateRequest(auth_bytes=token)), _raw=True))
         if answer.error_code != ErrorCode.none:
             raise SaslError(f"{ErrorCode(answer.error_code).name}: {answer.error_message or 'authentication failed'}",
                             int(answer.error_code))
+        lifetime = answer.session_lifetime.total_seconds()
         if not expects_answer:
-            return
+            return lifetime
         if mechanism == "OAUTHBEARER" and answer.auth_bytes:
             # RFC 7628 3.2.2: a non-empty server answer is an error ({"status": "invalid_token"...});
             # the client sends kvsep (0x01) and the broker then fails the exchange with its reason.

@@ -64,12 +64,7 @@ class BackendSecurity:
             return cls(protocol=protocol, ssl_context=context)
         mechanism = cfg["backend.sasl.mechanism"]
         if mechanism == "OAUTHBEARER":
-            token_file = cfg["backend.sasl.oauthbearer.token.file"]
-            if not token_file:
-                raise SecurityConfigError("backend.sasl.oauthbearer.token.file is required for "
-                                          "backend.sasl.mechanism=OAUTHBEARER")
-            _read_secret(token_file, "backend.sasl.oauthbearer.token.file")
-            return cls(protocol=protocol, mechanism=mechanism, token_file=token_file, ssl_context=context)
+            return cls(protocol=protocol, mechanism=mechanism, ssl_context=context, **_oauth_source(cfg))
         username, password = _credentials(cfg)
         return cls(protocol=protocol, mechanism=mechanism, username=username, password=password,
                    ssl_context=context)
@@ -127,6 +122,50 @@ class TokenFile(AbstractTokenProvider):
 
     def __repr__(self) -> str:
         return f"TokenFile({self.path!r})"
+
+
+_TOKEN_SOURCES = ("backend.sasl.oauthbearer.token.file", "backend.sasl.oauthbearer.token.endpoint.url",
+                  "backend.sasl.oauthbearer.token.command")
+
+
+def _oauth_source(cfg: Any) -> dict[str, Any]:
+    """Exactly one OAUTHBEARER token source: a file, a client-credentials endpoint or a command."""
+    from .oauth import CachedToken, client_credentials, token_command
+
+    chosen = [key for key in _TOKEN_SOURCES if cfg[key]]
+    if len(chosen) != 1:
+        raise SecurityConfigError(f"backend.sasl.mechanism=OAUTHBEARER needs exactly one of {', '.join(_TOKEN_SOURCES)}"
+                                  + (f" (set: {', '.join(chosen)})" if chosen else ""))
+    factor = cfg["backend.sasl.login.refresh.window.factor"]
+    if chosen[0] == "backend.sasl.oauthbearer.token.file":
+        _read_secret(cfg[chosen[0]], chosen[0])
+        return {"token_file": cfg[chosen[0]]}
+    if chosen[0] == "backend.sasl.oauthbearer.token.command":
+        command = cfg[chosen[0]]
+        return {"token_provider": CachedToken(token_command(command), refresh_factor=factor,
+                                              describe=f"token command {command.split()[0]!r}")}
+    url = cfg[chosen[0]]
+    if not url.startswith(("https://", "http://")):
+        raise SecurityConfigError(f"{chosen[0]} = {url!r}: expected an http(s):// URL")
+    # Kafka 3.x put these in the JAAS line (clientId, clientSecret, scope); Kafka 4.1+'s settings win
+    jaas = dict(_JAAS_OPTION.findall(cfg["backend.sasl.jaas.config"]))
+    client_id = cfg["backend.sasl.oauthbearer.client.credentials.client.id"] or jaas.get("clientId", "")
+    secret = cfg["backend.sasl.oauthbearer.client.credentials.client.secret"]
+    secret_file = cfg["backend.sasl.oauthbearer.client.credentials.client.secret.file"]
+    if secret and secret_file:
+        raise SecurityConfigError("set either backend.sasl.oauthbearer.client.credentials.client.secret or "
+                                  "backend.sasl.oauthbearer.client.credentials.client.secret.file, not both")
+    if secret_file:
+        secret = _read_secret(secret_file, "backend.sasl.oauthbearer.client.credentials.client.secret.file")
+    secret = secret or jaas.get("clientSecret", "")
+    scope = cfg["backend.sasl.oauthbearer.scope"] or jaas.get("scope", "")
+    if not client_id or not secret:
+        raise SecurityConfigError(f"{chosen[0]} needs backend.sasl.oauthbearer.client.credentials.client.id and "
+                                  "backend.sasl.oauthbearer.client.credentials.client.secret (or .secret.file; "
+                                  'or clientId="..." clientSecret="..." in backend.sasl.jaas.config)')
+    fetch = client_credentials(url, client_id, secret, scope)
+    return {"token_provider": CachedToken(fetch, refresh_factor=factor,
+                                          describe=f"token endpoint {url} as {client_id!r}")}
 
 
 def _credentials(cfg: Any) -> tuple[str, str]:
@@ -197,6 +236,7 @@ async def diagnose(bootstrap_servers: str, security: BackendSecurity, timeout_s:
 
     from ..wire import codec
     from .brokerconn import BrokerAuthError, BrokerConn, BrokerConnError
+    from .oauth import TokenError
 
     if security.protocol == "PLAINTEXT":
         return None
@@ -205,7 +245,11 @@ async def diagnose(bootstrap_servers: str, security: BackendSecurity, timeout_s:
     payload = codec.encode_request(ApiVersionsRequest(client_software_name="kshare",
                                                       client_software_version="0"), 0, "kshare")[4:]
     try:
+        if security.mechanism == "OAUTHBEARER" and security.sasl:
+            await security._token_provider().token()
         await conn.request(payload, timeout_s=timeout_s)
+    except TokenError as exc:
+        return f"no OAUTHBEARER token for the backend: {exc}"
     except BrokerAuthError as exc:
         return f"the backend refused the sidecar's credentials ({security.describe()}): {exc}"
     except (BrokerConnError, TimeoutError, OSError) as exc:
