@@ -58,7 +58,7 @@ class Join:
             m.epoch, m.subscribed = int(answer.member_epoch), self.topics
             m.assignment = _assignment(side, answer) or {}
         return {"error": int(answer.error_code), "member_id": answer.member_id == m.member_id,
-                "epoch_positive": answer.member_epoch > 0,
+                "epoch": int(answer.member_epoch), "assignment": dict(sorted(m.assignment.items())),
                 "interval_ms": answer.heartbeat_interval.total_seconds() * 1000}
 
 
@@ -76,12 +76,14 @@ class Heartbeat:
         if self.epoch == "unknown-member":
             m = Member("stranger-" + m.member_id[:10], wire=m.wire)
         answer = _heartbeat(side, m, epoch, None)
-        if answer.error_code == 0 and self.epoch == "current":
+        if answer.error_code != 0:
+            return {"error": int(answer.error_code)}
+        if self.epoch == "current":
             m.epoch = int(answer.member_epoch)
             assigned = _assignment(side, answer)
             if assigned is not None:
                 m.assignment = assigned
-        return {"error": int(answer.error_code)}
+        return {"error": 0, "epoch": int(answer.member_epoch)}
 
 
 @dataclass(frozen=True)
@@ -99,12 +101,22 @@ class Leave:
 
 @dataclass(frozen=True)
 class Settle:
-    """Heartbeat every joined member until the side's assignments stop changing."""
+    """Heartbeat every joined member until the side's assignments and epochs stop changing.
+
+    First it waits until the group's share-partitions are initialized: Kafka initializes the
+    partitions of newly subscribed topics (InitializeShareGroupState) *after* answering the
+    heartbeat that subscribed to them, and assigns them at the next heartbeat once that is done
+    — one group epoch later. A real client heartbeats seconds later, long after; a Settle right
+    behind the join would race the initialization, and which group epochs a member passes
+    through (its previous epoch) would be timing. DescribeShareGroupOffsets of all topics lists
+    exactly the initialized partitions on both targets.
+    """
 
     budget_s: float = 20.0
 
     def run(self, side: Side) -> Any:
         deadline, stable, last = time.monotonic() + self.budget_s, 0, None
+        _await_initialized(side, deadline)
         while time.monotonic() < deadline:
             view = {}
             for name, m in sorted(side.members.items()):
@@ -118,15 +130,34 @@ class Settle:
                 assigned = _assignment(side, answer)
                 if assigned is not None:
                     m.assignment = assigned
-                view[name] = dict(sorted(m.assignment.items()))
+                view[name] = {"epoch": m.epoch, "assignment": dict(sorted(m.assignment.items()))}
             covered = all(isinstance(v, dict) for v in view.values())
             stable = stable + 1 if view == last and covered else 0
             last = view
-            if stable >= 3 and any(view.values()):
+            # Wait for an assignment when there is something to assign (an existing topic).
+            assignable = any(t in PARTITIONS for m in side.members.values() for t in m.subscribed)
+            if stable >= 3 and (not assignable or any(v["assignment"] for v in view.values() if isinstance(v, dict))):
                 break
             time.sleep(0.4)
         side.settled = True
         return last
+
+
+def _await_initialized(side: Side, deadline: float) -> None:
+    """Wait (within ``deadline``) until every partition of the existing topics the members
+    subscribe to is initialized for the group, i.e. listed by DescribeShareGroupOffsets."""
+    wanted = {(t, p) for m in side.members.values() for t in m.subscribed if t in PARTITIONS
+              for p in range(PARTITIONS[t])}
+    if not wanted:
+        return
+    while time.monotonic() < deadline:
+        answer = side.admin.call(offsets_req.DescribeShareGroupOffsetsRequest(groups=(
+            offsets_req.DescribeShareGroupOffsetsRequestGroup(group_id=side.group, topics=None),)))
+        (g,) = answer.groups
+        listed = {(t.topic_name, int(p.partition_index)) for t in g.topics for p in t.partitions}
+        if wanted <= listed:
+            return
+        time.sleep(0.05)
 
 
 def _coalesce(ranges: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
@@ -391,9 +422,12 @@ class Describe:
             view: dict[str, Any] = {"subscribed": sorted(mem.subscribed_topic_names)}
             if side.settled:
                 view["assignment"] = {tp.topic_name: sorted(tp.partitions) for tp in mem.assignment.topic_partitions}
+                view["epoch"] = int(mem.member_epoch)
             members[ids.get(mem.member_id, "?")] = view
+        epochs = {"group_epoch": int(g.group_epoch), "assignment_epoch": int(g.assignment_epoch)} \
+            if side.settled else {}
         return {"error": int(g.error_code), "state": g.group_state, "assignor": g.assignor_name,
-                "members": dict(sorted(members.items()))}
+                **epochs, "members": dict(sorted(members.items()))}
 
 
 @dataclass(frozen=True)

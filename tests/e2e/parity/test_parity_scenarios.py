@@ -37,6 +37,13 @@ SCENARIOS = {
         Join("c", (TOPIC_B,)), Settle(), Join("a", (TOPIC_A,)), Settle(), Join("b", (TOPIC_B, NO_TOPIC)), Settle(),
         Describe(), Join("a", (TOPIC_B,)), Settle(), Describe(), Fetch("a"),
     ],
+    # Found by the long run: Kafka assigns a newly subscribed partition only once its share-partition
+    # state is initialized, one group epoch after the join, so the joiner's epoch moves twice and a
+    # heartbeat with its previous epoch is accepted after a rejoin (kshare fenced it).
+    "rejoin-previous-epoch": [
+        Join("c", (TOPIC_B,)), Settle(), Join("a", (TOPIC_A,)), Settle(), Join("a", (TOPIC_A,)), Settle(),
+        Heartbeat("a", "stale"),
+    ],
     "heartbeat-errors": [
         Heartbeat("a", "current"), Join("a", (TOPIC_A,)), Heartbeat("a", "stale"), Heartbeat("a", "ahead"),
         Heartbeat("a", "unknown-member"), Leave("a"), Heartbeat("a", "current"), Join("a", (NO_TOPIC,)),
