@@ -40,7 +40,7 @@ def _assignment(side: Side, answer: Any) -> dict[str, tuple[int, ...]] | None:
 def _heartbeat(side: Side, m: Member, epoch: int, topics: tuple[str, ...] | None) -> Any:
     return m.wire.call(ShareGroupHeartbeatRequest(  # type: ignore[union-attr]
         group_id=side.group, member_id=m.member_id, member_epoch=epoch, rack_id=None,
-        subscribed_topic_names=topics))
+        subscribed_topic_names=None if topics is None else tuple(side.real(t) for t in topics)))
 
 
 @dataclass(frozen=True)
@@ -116,8 +116,10 @@ class Settle:
 
     def run(self, side: Side) -> Any:
         deadline, stable, last = time.monotonic() + self.budget_s, 0, None
-        _await_initialized(side, deadline)
+        _await_initialized(side, min(deadline, time.monotonic() + 5))
         while time.monotonic() < deadline:
+            if last is not None:  # this round's heartbeats may have asked for initialization (a new topic)
+                _await_initialized(side, min(deadline, time.monotonic() + 5))
             view = {}
             for name, m in sorted(side.members.items()):
                 if not m.subscribed:
@@ -135,7 +137,7 @@ class Settle:
             stable = stable + 1 if view == last and covered else 0
             last = view
             # Wait for an assignment when there is something to assign (an existing topic).
-            assignable = any(t in PARTITIONS for m in side.members.values() for t in m.subscribed)
+            assignable = any(side.partitions(t) for m in side.members.values() for t in m.subscribed)
             if stable >= 3 and (not assignable or any(v["assignment"] for v in view.values() if isinstance(v, dict))):
                 break
             time.sleep(0.4)
@@ -145,16 +147,16 @@ class Settle:
 
 def _await_initialized(side: Side, deadline: float) -> None:
     """Wait (within ``deadline``) until every partition of the existing topics the members
-    subscribe to is initialized for the group, i.e. listed by DescribeShareGroupOffsets."""
-    wanted = {(t, p) for m in side.members.values() for t in m.subscribed if t in PARTITIONS
-              for p in range(PARTITIONS[t])}
+    subscribe to is initialized for the group, i.e. listed by DescribeShareGroupOffsets. (A topic
+    created since the last heartbeat is initialized only after the next one: hence the bound.)"""
+    wanted = {(t, p) for m in side.members.values() for t in m.subscribed for p in range(side.partitions(t) or 0)}
     if not wanted:
         return
     while time.monotonic() < deadline:
         answer = side.admin.call(offsets_req.DescribeShareGroupOffsetsRequest(groups=(
             offsets_req.DescribeShareGroupOffsetsRequestGroup(group_id=side.group, topics=None),)))
         (g,) = answer.groups
-        listed = {(t.topic_name, int(p.partition_index)) for t in g.topics for p in t.partitions}
+        listed = {(side.symbolic(t.topic_name), int(p.partition_index)) for t in g.topics for p in t.partitions}
         if wanted <= listed:
             return
         time.sleep(0.05)
@@ -405,9 +407,13 @@ class Produce:
 
     def run(self, side: Side) -> Any:
         seq = getattr(side, "produced", 0) + 1
-        error = side.produce(self.topic, self.partition, [f"{side.group}-{seq}-{i}".encode() for i in range(self.count)])
+        error, base = side.produce(self.topic, self.partition,
+                                   [f"{side.group}-{seq}-{i}".encode() for i in range(self.count)])
         if error == 0:
             side.produced = seq  # values name the n-th successful produce: retries do not shift them
+            # The offset too: both clusters' topics see the same batches in the same order (as
+            # the fetched offsets, compared since the start, show); the new topic is the sequence's own.
+            return {"error": 0, "base_offset": base}
         return {"error": error}
 
 
@@ -419,9 +425,10 @@ class Describe:
         ids = {m.member_id: name for name, m in side.members.items()}
         members = {}
         for mem in g.members:
-            view: dict[str, Any] = {"subscribed": sorted(mem.subscribed_topic_names)}
+            view: dict[str, Any] = {"subscribed": sorted(side.symbolic(t) for t in mem.subscribed_topic_names)}
             if side.settled:
-                view["assignment"] = {tp.topic_name: sorted(tp.partitions) for tp in mem.assignment.topic_partitions}
+                view["assignment"] = {side.symbolic(tp.topic_name): sorted(tp.partitions)
+                                      for tp in mem.assignment.topic_partitions}
                 view["epoch"] = int(mem.member_epoch)
             members[ids.get(mem.member_id, "?")] = view
         epochs = {"group_epoch": int(g.group_epoch), "assignment_epoch": int(g.assignment_epoch)} \
@@ -438,7 +445,8 @@ class DescribeOffsets:
         # Only partitions that exist: Kafka 4.3.1 never answers a request naming one that does not
         # (docs/compatibility.md); kshare answers UNKNOWN_TOPIC_OR_PARTITION for it.
         req_topics = None if self.topics is None else tuple(
-            offsets_req.DescribeShareGroupOffsetsRequestTopic(topic_name=t, partitions=tuple(range(PARTITIONS.get(t, 1))))
+            offsets_req.DescribeShareGroupOffsetsRequestTopic(topic_name=side.real(t),
+                                                              partitions=tuple(range(side.partitions(t) or 1)))
             for t in self.topics)
         answer = side.admin.call(offsets_req.DescribeShareGroupOffsetsRequest(groups=(
             offsets_req.DescribeShareGroupOffsetsRequestGroup(group_id=side.group, topics=req_topics),)))
@@ -447,7 +455,8 @@ class DescribeOffsets:
         # write, which it sends *before* moving the SPSO past the acks it carries, so it lags
         # one write behind; kshare writes the moved SPSO (docs/compatibility.md). Whether the
         # share-partition has state (-1 or not) and the lag are compared.
-        parts = {f"{t.topic_name}-{int(p.partition_index)}": (int(p.error_code), int(p.start_offset) >= 0, int(p.lag))
+        parts = {f"{side.symbolic(t.topic_name)}-{int(p.partition_index)}": (int(p.error_code), int(p.start_offset) >= 0,
+                                                                      int(p.lag))
                  for t in g.topics for p in t.partitions}
         return {"error": int(g.error_code), "partitions": dict(sorted(parts.items()))}
 
@@ -460,10 +469,10 @@ class AlterOffsets:
 
     def run(self, side: Side) -> Any:
         answer = side.admin.call(alter_req.AlterShareGroupOffsetsRequest(group_id=side.group, topics=(
-            alter_req.AlterShareGroupOffsetsRequestTopic(topic_name=self.topic, partitions=(
+            alter_req.AlterShareGroupOffsetsRequestTopic(topic_name=side.real(self.topic), partitions=(
                 alter_req.AlterShareGroupOffsetsRequestPartition(partition_index=self.partition,
                                                                  start_offset=self.offset),)),)))
-        parts = {f"{t.topic_name}-{int(p.partition_index)}": int(p.error_code)
+        parts = {f"{side.symbolic(t.topic_name)}-{int(p.partition_index)}": int(p.error_code)
                  for t in answer.responses for p in t.partitions}
         return {"error": int(answer.error_code), "partitions": parts}
 
@@ -474,9 +483,9 @@ class DeleteOffsets:
 
     def run(self, side: Side) -> Any:
         answer = side.admin.call(delete_req.DeleteShareGroupOffsetsRequest(group_id=side.group, topics=(
-            delete_req.DeleteShareGroupOffsetsRequestTopic(topic_name=self.topic),)))
+            delete_req.DeleteShareGroupOffsetsRequestTopic(topic_name=side.real(self.topic)),)))
         return {"error": int(answer.error_code),
-                "topics": {t.topic_name: int(t.error_code) for t in answer.responses}}
+                "topics": {side.symbolic(t.topic_name): int(t.error_code) for t in answer.responses}}
 
 
 @dataclass(frozen=True)

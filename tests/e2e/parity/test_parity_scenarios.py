@@ -7,9 +7,10 @@ import pytest
 
 from .model import ACCEPT, GAP, REJECT, RELEASE
 from .ops import (AckRange, Acknowledge, AlterOffsets, BadSession, CloseSession, DeleteGroup, DeleteOffsets,
-                  Describe, DescribeConfigs, DescribeOffsets, Fetch, Heartbeat, Join, Leave, ListGroups, SetConfig,
-                  Settle)
-from .runner import NO_TOPIC, TOPIC_A, TOPIC_B, run_sequence
+                  Describe, DescribeConfigs, DescribeOffsets, Fetch, Heartbeat, Join, Leave, ListGroups, Produce,
+                  SetConfig, Settle)
+from .passthrough import CreateTopic, FindCoordinators, Metadata, MetadataById
+from .runner import NO_TOPIC, TOPIC_A, TOPIC_B, TOPIC_NEW, run_sequence
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -64,6 +65,18 @@ SCENARIOS = {
         AlterOffsets(TOPIC_B, 0, 1), Settle(), Fetch("a"), Leave("a"), DeleteOffsets(TOPIC_B),
         DescribeOffsets((TOPIC_B,)), DeleteOffsets(NO_TOPIC), AlterOffsets(NO_TOPIC, 0, 0),
         DeleteGroup(), DescribeOffsets(), Describe(), DeleteGroup(), ListGroups(),
+    ],
+    # The passed-through APIs a share-group application uses: topics created, described and
+    # produced to through the target, a member waiting for a topic that does not exist yet.
+    "passthrough-topics": [
+        Metadata((TOPIC_A, TOPIC_B, NO_TOPIC, TOPIC_NEW)), MetadataById(TOPIC_B), MetadataById(NO_TOPIC),
+        FindCoordinators("group-v3"), FindCoordinators("groups-v4"), FindCoordinators("transaction"),
+        FindCoordinators("unknown-type"),
+        Join("a", (TOPIC_NEW,)), Settle(), Produce(TOPIC_NEW, 0, 2), Produce(NO_TOPIC, 0, 1), Produce(TOPIC_B, 4, 1),
+        CreateTopic("new", 0), CreateTopic("new", 1, 3), CreateTopic("illegal"), CreateTopic("new", 2, validate_only=True),
+        CreateTopic("existing"), Metadata((TOPIC_NEW,)), CreateTopic("new", 1), CreateTopic("new", 1),
+        Metadata((TOPIC_NEW, TOPIC_B)), MetadataById(TOPIC_NEW), Produce(TOPIC_NEW, 0, 3), Settle(), Describe(),
+        Fetch("a"), Acknowledge("a", ACCEPT), DescribeOffsets((TOPIC_NEW,)), Produce(TOPIC_NEW, 1, 1),
     ],
     "group-configs": [
         SetConfig("share.record.lock.duration.ms", "20000"), SetConfig("share.renew.acknowledge.enable", "false"),
