@@ -46,15 +46,20 @@ class GroupService:
         groups = self.persister.list_groups()
         known = self.coordinator.assignors
         for record in groups.values():
-            initialized = {uuid.UUID(t): ps for t, ps in record.initialized.items()}
-            self.coordinator.restore_group(record.group_id, record.group_epoch, dict(record.configs),
-                                           initialized=initialized)
+            self.restore_record(record)
             chosen = record.configs.get("share.assignor")
             if chosen and known and chosen not in known:  # its plugin was uninstalled or failed to build
                 log.warning("share group %s chose assignor %r, which no loaded plugin registers: it is assigned "
                             "by %r until the plugin is back or share.assignor is changed", record.group_id,
                             chosen, self.coordinator.default_assignor)
         return len(groups)
+
+    def restore_record(self, record: GroupRecord) -> None:
+        """Recreate one group from its persisted record: epoch, configs and the share-partitions it
+        had initialized (so members rejoining are assigned them without a new initialization)."""
+        initialized = {uuid.UUID(t): ps for t, ps in record.initialized.items()}
+        self.coordinator.restore_group(record.group_id, record.group_epoch, dict(record.configs),
+                                       initialized=initialized)
 
     async def heartbeat(self, *, group_id: str, member_id: str, member_epoch: int, rack_id: str | None,
                         subscribed_topic_names: list[str] | None, client_id: str,
