@@ -173,10 +173,13 @@ class SharePartitionManager:
                 state = await self.persister.read_one(key, leader_epoch=self.epoch)
             config = self.share_config(key.group_id)
             if state.start_offset == UNSET_OFFSET:
+                # Resolved from share.auto.offset.reset now, and written with the first state
+                # change (an acknowledgement, a release, a lock expiry), not at load: until then
+                # DescribeShareGroupOffsets shows no start offset, as on Kafka 4.3.1 (found by the
+                # long differential run), and a reload before it resolves the offset again, as Kafka's.
                 start = await self.initial_offset(key.group_id, topic, key.partition)
                 sp = SharePartition(config, self.clock, start_offset=start, state_epoch=state.state_epoch,
                                     leader_epoch=self.epoch)
-                await self.persister.write(key, sp.snapshot(), self.epoch)
             else:
                 sp = SharePartition.restore(state, self.clock, config)
                 sp.leader_epoch = self.epoch

@@ -21,10 +21,10 @@ from .ops import (AckRange, Acknowledge, AlterOffsets, BadSession, CloseSession,
 from .passthrough import CreateTopic, FindCoordinators, Metadata, MetadataById
 from .runner import MEMBERS, NO_TOPIC, PARTITIONS, TOPIC_A, TOPIC_B, TOPIC_NEW, run_sequence
 
-pytestmark = [pytest.mark.kafka, pytest.mark.slow]
-
 EXAMPLES = int(os.environ.get("KSHARE_PARITY_EXAMPLES", "6"))
 EXPLORE = os.environ.get("KSHARE_PARITY_EXPLORE", "") not in ("", "0")
+# The long run takes hours: pytest's per-test timeout (600 s) cut the earlier ones short.
+pytestmark = [pytest.mark.kafka, pytest.mark.slow, *([pytest.mark.timeout(0)] if EXPLORE else [])]
 PHASES = list(Phase) if EXPLORE else [Phase.explicit, Phase.generate]
 
 members = st.sampled_from(MEMBERS)

@@ -45,6 +45,12 @@ SCENARIOS = {
         Join("c", (TOPIC_B,)), Settle(), Join("a", (TOPIC_A,)), Settle(), Join("a", (TOPIC_A,)), Settle(),
         Heartbeat("a", "stale"),
     ],
+    # Found by the long run: a fetch alone (no acknowledgement yet) writes no share-partition state
+    # on Kafka, so DescribeShareGroupOffsets still shows no start offset (kshare wrote it at load).
+    "offsets-after-fetch-without-ack": [
+        Join("a", (TOPIC_A,)), Settle(), DescribeOffsets(), Fetch("a", max_records=1, batch_size=1), DescribeOffsets(),
+        Acknowledge("a", RELEASE), DescribeOffsets(),
+    ],
     "heartbeat-errors": [
         Heartbeat("a", "current"), Join("a", (TOPIC_A,)), Heartbeat("a", "stale"), Heartbeat("a", "ahead"),
         Heartbeat("a", "unknown-member"), Leave("a"), Heartbeat("a", "current"), Join("a", (NO_TOPIC,)),
