@@ -7,6 +7,7 @@ clock, and a ``Wait`` sleeps once for both.
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -69,6 +70,9 @@ def run_sequence(ops: Sequence[Any], native: str, kshare: str, *, report: Report
             side.close()
     if report is not None:
         report.sequences += 1
+        if progress := os.environ.get("KSHARE_PARITY_PROGRESS"):  # a long run's running count, in a file
+            with open(progress, "a") as out:
+                out.write(f"{time.strftime('%H:%M:%S')} {report.sequences} sequences {report.operations} operations\n")
     return seen
 
 
