@@ -245,8 +245,8 @@ class _Homogeneous:
 
 
 class _Heterogeneous:
-    def __init__(self, member_ids: list[str], topic_ids: Callable[[str], list[str]], targets: dict[str, list[int]],
-                 old: dict[int, MemberMap]) -> None:
+    def __init__(self, member_ids: list[str], topic_ids: Callable[[str], list[str]],
+                 targets: dict[str, list[int]], old: dict[int, MemberMap]) -> None:
         self.n_members = len(member_ids)
         self.subscribed = JavaHashSet(uuid_hash)  # new HashSet<>() + addAll per member
         subscriptions = [topic_ids(m) for m in member_ids]

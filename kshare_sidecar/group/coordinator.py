@@ -221,7 +221,8 @@ class ShareGroupCoordinator:
                     member.subscribed = subscribed
                     bump = True
             if rack_id is not None and rack_id != member.rack_id:
-                member.rack_id = rack_id  # kshare's: rack-aware assignor plugins (Kafka's simple ignores racks)
+                # kshare's (rack-aware assignor plugins; Kafka's simple assignor ignores racks)
+                member.rack_id = rack_id
                 bump = True
         member.deadline_ms = now + self._session_timeout(group)
         topics_changed = self._observe_topics(group, topics)
@@ -303,7 +304,7 @@ class ShareGroupCoordinator:
             return
         interval = self._assignment_interval(group)
         if interval and group.last_assignment_ms != NEVER and now < group.last_assignment_ms + interval:
-            return  # share.assignment.interval.ms: batch bursts of joins into one recomputation (Kafka's rule)
+            return  # share.assignment.interval.ms: bursts of joins, one recomputation (Kafka's rule)
         by_name = group.topics_seen
         members = {m.member_id: frozenset(by_name[t][0] for t in m.subscribed if t in by_name)
                    for m in group.members.values()}

@@ -65,8 +65,8 @@ class ShareStateMetadata:
         partitions may be assigned."""
         return {tid: self.initialized[tid] for tid in topic_ids if tid in self.initialized}
 
-    def assignment_pending(self, subscribed: Mapping[uuid.UUID, str], target_union: Mapping[uuid.UUID, set[int]],
-                           has_members: bool) -> bool:
+    def assignment_pending(self, subscribed: Mapping[uuid.UUID, str],
+                           target_union: Mapping[uuid.UUID, set[int]], has_members: bool) -> bool:
         """Kafka's initializedAssignmentPending: is an initialized partition of a subscribed topic
         missing from the target (or the target holds other partitions of it)?
 

@@ -92,12 +92,13 @@ class GroupService:
         group = self.coordinator.groups.get(group_id)
         if group is None:
             return result
-        initialized = await self._initialize(group_id, result.initialize, topics) if result.initialize else False
+        initialized = bool(result.initialize) and await self._initialize(group_id, result.initialize, topics)
         if initialized or group.group_epoch != before:
             try:
                 await self.save(group_id)
             except PersistError as exc:
-                log.warning("heartbeat of group=%s member=%s: saving the group failed: %s", group_id, member_id, exc)
+                log.warning("heartbeat of group=%s member=%s: saving the group failed: %s",
+                            group_id, member_id, exc)
                 return HeartbeatResult(ErrorCode.coordinator_not_available, f"share state unavailable: {exc}",
                                        member_id, member_epoch)
         return result
@@ -116,14 +117,15 @@ class GroupService:
         async def one(tid: uuid.UUID, p: int) -> None:
             try:
                 if tid not in names:
-                    raise BackendError(int(ErrorCode.unknown_topic_or_partition), f"topic {tid} is not known to the backend any more")
+                    raise BackendError(int(ErrorCode.unknown_topic_or_partition),
+                                       f"topic {tid} is not known to the backend any more")
                 await self.partitions.initialize(group_id, tid, names[tid], p)
                 done.setdefault(tid, set()).add(p)
             except (PersistError, BackendError) as exc:
                 failed.setdefault(tid, set()).add(p)
-                _backend_failures.log("initialize", logging.WARNING, "group=%.100s: initializing share-partition "
-                                      "%s-%d failed (retried at a later heartbeat): %s", group_id, names.get(tid, tid),
-                                      p, exc)
+                _backend_failures.log(
+                    "initialize", logging.WARNING, "group=%.100s: initializing share-partition %s-%d failed "
+                    "(retried at a later heartbeat): %s", group_id, names.get(tid, tid), p, exc)
 
         try:
             await asyncio.gather(*(one(tid, p) for tid, p in todo))
@@ -141,7 +143,8 @@ class GroupService:
         initialized = self.coordinator.initialized_partitions(group_id)
         await self.persister.put_group(GroupRecord(
             group_id, group_epoch=group.group_epoch, subscribed_topics=tuple(sorted(group.subscribed_topics())),
-            initialized={str(t): tuple(sorted(ps)) for t, ps in sorted(initialized.items(), key=lambda kv: str(kv[0]))},
+            initialized={str(t): tuple(sorted(ps))
+                         for t, ps in sorted(initialized.items(), key=lambda kv: str(kv[0]))},
             configs={k: str(v) for k, v in group.configs.items()}))
 
     # -- administration (used by service/admin.py) -------------------------------------------

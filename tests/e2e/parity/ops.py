@@ -23,7 +23,7 @@ from kio.schema.share_fetch.v2 import request as fetch2
 from kio.schema.share_group_describe.v1.request import ShareGroupDescribeRequest
 from kio.schema.share_group_heartbeat.v1.request import ShareGroupHeartbeatRequest
 
-from .model import ACCEPT, PARTITIONS, Member, Side, acquired_view
+from .model import ACCEPT, Member, Side, acquired_view
 
 GROUP_RESOURCE = 32
 GROUP_CONFIG_SOURCE = 8  # DescribeConfigs ConfigSource GROUP_CONFIG
