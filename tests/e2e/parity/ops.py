@@ -37,10 +37,20 @@ def _assignment(side: Side, answer: Any) -> dict[str, tuple[int, ...]] | None:
             for tp in answer.assignment.topic_partitions if tp.partitions}
 
 
+#: Retriable coordinator errors a client retries: a fresh broker is still loading its group
+#: coordinator (the first test of a session saw COORDINATOR_LOAD_IN_PROGRESS on Kafka 4.3).
+COORDINATOR_BUSY = (14, 15)
+
+
 def _heartbeat(side: Side, m: Member, epoch: int, topics: tuple[str, ...] | None) -> Any:
-    return m.wire.call(ShareGroupHeartbeatRequest(  # type: ignore[union-attr]
-        group_id=side.group, member_id=m.member_id, member_epoch=epoch, rack_id=None,
-        subscribed_topic_names=None if topics is None else tuple(side.real(t) for t in topics)))
+    deadline = time.monotonic() + 30
+    while True:
+        answer = m.wire.call(ShareGroupHeartbeatRequest(  # type: ignore[union-attr]
+            group_id=side.group, member_id=m.member_id, member_epoch=epoch, rack_id=None,
+            subscribed_topic_names=None if topics is None else tuple(side.real(t) for t in topics)))
+        if answer.error_code not in COORDINATOR_BUSY or time.monotonic() > deadline:
+            return answer
+        time.sleep(0.2)
 
 
 @dataclass(frozen=True)
