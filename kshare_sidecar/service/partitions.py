@@ -128,6 +128,10 @@ class SharePartitionManager:
     def loaded(self, group_id: str, topic_id: uuid.UUID, partition: int) -> Slot | None:
         return self.slots.get(SharePartitionKey(group_id, str(topic_id), partition))
 
+    def loading(self, group_id: str, topic_id: uuid.UUID, partition: int) -> bool:
+        """Whether a load of this share-partition is under way (a fetch started it)."""
+        return SharePartitionKey(group_id, str(topic_id), partition) in self._loading
+
     def share_config(self, group_id: str) -> ShareConfig:
         cfg = self.group_config(group_id)
         return ShareConfig(record_lock_duration_ms=int(cfg["share.record.lock.duration.ms"]),

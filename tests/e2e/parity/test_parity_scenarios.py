@@ -59,6 +59,13 @@ SCENARIOS = {
         Acknowledge("a", RELEASE), Fetch("a", max_records=100, batch_size=100), Acknowledge("a", ACCEPT),
         DescribeOffsets((TOPIC_B,)),
     ],
+    # Found by the long run: an acknowledgement for a share-partition nothing was fetched from is
+    # UNKNOWN_TOPIC_OR_PARTITION on Kafka (not in its SharePartitionManager's cache); kshare loaded
+    # the share-partition and answered INVALID_RECORD_STATE.
+    "ack-of-a-partition-never-fetched": [
+        Join("a", (TOPIC_B,)), Settle(), Fetch("a"), AckRange("a", TOPIC_A, 2, 3, 5, ACCEPT),
+        AckRange("a", TOPIC_B, 0, 100, 101, ACCEPT), Fetch("a", ack=ACCEPT),
+    ],
     "heartbeat-errors": [
         Heartbeat("a", "current"), Join("a", (TOPIC_A,)), Heartbeat("a", "stale"), Heartbeat("a", "ahead"),
         Heartbeat("a", "unknown-member"), Leave("a"), Heartbeat("a", "current"), Join("a", (NO_TOPIC,)),
