@@ -153,7 +153,7 @@ class KshareCollector:
                 for group in list(coordinator.groups.values()):
                     state = group.state.value
                     by_state[state] = by_state.get(state, 0) + 1
-                    rebalances += group.group_epoch
+                    rebalances += max(0, group.group_epoch - 1)  # groups start at epoch 1, as Kafka's
             partitions = getattr(sc, "partitions", None)
             if partitions is not None:
                 for key, slot in list(partitions.slots.items()):

@@ -36,12 +36,23 @@ class MemberSpec:
 
 @dataclass(frozen=True, slots=True)
 class TopicMetadata:
-    """KIP-848 ``AssignmentTopicMetadata``: name and partition count of a subscribed topic."""
+    """KIP-848 ``AssignmentTopicMetadata``: name and partition count of a subscribed topic.
+
+    ``assignable``: the partitions that may be assigned — those whose share-partition state is
+    initialized (Kafka's ``GroupSpec.isPartitionAssignable``); None means all. The coordinator
+    drops any other partition an assignor returns."""
 
     name: str
     partition_count: int
     # Optional: partition -> racks of its replicas, for rack-aware assignors.
     partition_racks: Mapping[int, frozenset[str]] = field(default_factory=dict)
+    assignable: frozenset[int] | None = None
+
+    def assignable_partitions(self) -> list[int]:
+        """The partitions an assignor may hand out, ascending."""
+        if self.assignable is None:
+            return list(range(self.partition_count))
+        return [p for p in range(self.partition_count) if p in self.assignable]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +103,8 @@ class Assignor(Protocol):
 
 def assignable_topics(spec: AssignmentSpec) -> Iterator[tuple[str, int, list[str]]]:
     """Topics to assign, in a deterministic order: (topic id, partition count, sorted subscribers),
-    skipping topics without partitions or subscribers."""
+    skipping topics without partitions or subscribers. (Partitions that are not assignable are
+    dropped by the coordinator; :meth:`TopicMetadata.assignable_partitions` lists the others.)"""
     for topic_id in sorted(spec.topics):
         count = spec.topics[topic_id].partition_count
         subscribers = spec.subscribers(topic_id)

@@ -19,6 +19,8 @@ the same as a Kafka 4.3 broker's (verified against Kafka's own class in
 ``tests/unit/assignors/test_simple_assignor_oracle.py`` and end to end by ``tests/e2e/parity``).
 Quirks are kept: an unsubscribed topic that no member subscribes to any more stays assigned in
 the heterogeneous case, and a topic whose partitions were all revoked stays with an empty set.
+Only a topic's ``assignable`` partitions (initialized share-partitions) are targets, as Kafka's
+``isPartitionAssignable``; the pool size and desired counts are computed over those.
 """
 
 from __future__ import annotations
@@ -105,11 +107,12 @@ class SimpleAssignor:
 
         homogeneous = len({frozenset(v) for v in names.values()}) <= 1
         counts = {t: meta.partition_count for t, meta in spec.topics.items()}
+        targets = {t: meta.assignable_partitions() for t, meta in spec.topics.items()}
         old = {i: _assignment_map(spec.members[m].assigned, counts) for i, m in enumerate(member_ids)}
         if homogeneous:
-            new = _Homogeneous(len(member_ids), topic_ids(member_ids[0]), counts, old).build()
+            new = _Homogeneous(len(member_ids), topic_ids(member_ids[0]), targets, old).build()
         else:
-            new = _Heterogeneous(member_ids, topic_ids, counts, old).build()
+            new = _Heterogeneous(member_ids, topic_ids, targets, old).build()
         if new is None:
             return GroupAssignment({m: {} for m in member_ids})
         return GroupAssignment({m: {t: set(ps) for t, ps in new.get(i, old[i]).items()}
@@ -159,10 +162,10 @@ def _assign_remaining(by_partition: JavaHashMap, unfilled: JavaHashSet, sharing:
 
 
 class _Homogeneous:
-    def __init__(self, n_members: int, subscribed: list[str], counts: dict[str, int],
+    def __init__(self, n_members: int, subscribed: list[str], targets: dict[str, list[int]],
                  old: dict[int, MemberMap]) -> None:
         self.subscribed, self.subscribed_set = subscribed, set(subscribed)
-        self.targets = [(t, p) for t in subscribed for p in range(counts[t])]
+        self.targets = [(t, p) for t in subscribed for p in targets[t]]  # assignable ones only
         n_parts = len(self.targets)
         self.sharing = 0 if n_parts == 0 else (n_members + n_parts - 1) // n_parts
         self.desired = _desired_counts(self.sharing, n_parts, n_members) if n_parts else [0] * n_members
@@ -242,8 +245,8 @@ class _Homogeneous:
 
 
 class _Heterogeneous:
-    def __init__(self, member_ids: list[str], topic_ids: Callable[[str], list[str]], counts: dict[str, int],
-                 old: dict[int, MemberMap]) -> None:
+    def __init__(self, member_ids: list[str], topic_ids: Callable[[str], list[str]],
+                 targets: dict[str, list[int]], old: dict[int, MemberMap]) -> None:
         self.n_members = len(member_ids)
         self.subscribed = JavaHashSet(uuid_hash)  # new HashSet<>() + addAll per member
         subscriptions = [topic_ids(m) for m in member_ids]
@@ -254,7 +257,7 @@ class _Heterogeneous:
         for i, ids in enumerate(subscriptions):
             for t in ids:
                 self.members_by_topic.setdefault(t, []).append(i)
-        self.counts, self.old, self.new = counts, old, {}
+        self.targets, self.old, self.new = targets, old, {}
 
     def build(self) -> dict[int, MemberMap] | None:
         if not len(self.subscribed):
@@ -274,7 +277,7 @@ class _TopicPool:
 
     def __init__(self, outer: _Heterogeneous, topic_id: str) -> None:
         self.outer, self.topic_id = outer, topic_id
-        self.targets = list(range(outer.counts[topic_id]))
+        self.targets = outer.targets[topic_id]  # assignable partitions only
         self.subscribers = outer.members_by_topic[topic_id]
         self.by_partition = JavaHashMap(int_hash, expected_size_capacity(len(self.targets)))
         self.by_member = JavaHashMap(int_hash, expected_size_capacity(len(self.subscribers)))

@@ -78,15 +78,17 @@ class UniformAssignor:
     def assign(self, spec: AssignmentSpec) -> GroupAssignment:
         result = empty_assignment(spec)
         total: dict[str, int] = dict.fromkeys(spec.members, 0)
-        for topic_id, count, subscribers in assignable_topics(spec):
-            partitions = list(range(count))
-            if len(subscribers) <= count:
+        for topic_id, _count, subscribers in assignable_topics(spec):
+            partitions = spec.topics[topic_id].assignable_partitions()
+            if not partitions:
+                continue
+            if len(subscribers) <= len(partitions):
                 current = {p: [m for m in spec.current_members(topic_id, p) if m in total and m in subscribers]
                            for p in partitions}
                 mapping = _balance(partitions, subscribers, current, lambda m: total[m])
                 pairs = [(m, p) for p, m in mapping.items()]
             else:
-                current = {m: sorted(p for p in spec.members[m].assigned.get(topic_id, ()) if 0 <= p < count)
+                current = {m: sorted(p for p in spec.members[m].assigned.get(topic_id, ()) if p in partitions)
                            for m in subscribers}
                 mapping = _balance(subscribers, partitions, current, lambda p: 0)
                 pairs = list(mapping.items())

@@ -4,9 +4,17 @@ KIP-932 share groups reuse KIP-848's epochs without revocation: a member gets it
 assignment as soon as the group's assignment epoch moves past its member epoch, because
 share-partitions may be consumed by several members at once.
 
-- group epoch: bumped on every membership, subscription or topic-metadata change;
-- assignment epoch: the group epoch the current target assignment was computed for;
+- group epoch: bumped (once per heartbeat, whatever the reasons) on a membership, subscription or
+  topic-metadata change, and when initialized share-partitions wait to be assigned; a new group
+  starts at 1, as Kafka's (so a first member joins at epoch 2);
+- assignment epoch: the group epoch the current target assignment was computed for (at most once
+  per ``share.assignment.interval.ms``);
 - member epoch: the assignment epoch the member last received.
+
+Only share-partitions whose state is initialized are assigned, and a heartbeat that subscribes
+the group to new partitions asks the caller to initialize them (``HeartbeatResult.initialize``),
+as Kafka's GroupMetadataManager does: see group/initialization.py for why and what that does to
+the epochs.
 
 Each group may choose its assignor (kshare's ``share.assignor`` group config; the sidecar's
 ``assignor`` setting otherwise). The name that computed a group's target is kept with it, and a
@@ -19,17 +27,19 @@ keeps a restart from causing a spurious rebalance).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
 from kio.schema.errors import ErrorCode
 
 from ..log.types import TopicInfo
+from .initialization import Partitions, ShareStateMetadata
 
 Assignment = dict[uuid.UUID, frozenset[int]]
 #: (members: member id -> subscribed topic ids, topics: topic id -> partition count, racks,
-#: current target, *, names: member id -> subscribed topic names, topic_names: id -> name)
+#: current target, *, names: member id -> subscribed topic names, topic_names: id -> name,
+#: assignable: topic id -> the partitions that may be assigned (initialized))
 #: -> member id -> topic id -> partitions. See group/assign.py for the adapter to assignor plugins.
 AssignFn = Callable[..., Mapping[str, Mapping[uuid.UUID, frozenset[int]]]]
 
@@ -54,8 +64,16 @@ class Member:
     deadline_ms: int = 0
 
 
+#: Kafka's ModernGroup starts a group at epoch 1 (TargetAssignmentMetadata.INITIAL likewise).
+INITIAL_EPOCH = 1
+NEVER = -(10**15)
+
+
 @dataclass
 class ShareGroup:
+    """One share group. At group epoch 0 it only holds per-group configs (set before the group
+    exists, as Kafka allows); a heartbeat or an offsets reset creates it, at epoch 1."""
+
     group_id: str
     group_epoch: int = 0
     assignment_epoch: int = 0
@@ -64,8 +82,19 @@ class ShareGroup:
     topics_seen: dict[str, tuple[uuid.UUID, int]] = field(default_factory=dict)  # name -> (id, partitions)
     configs: dict[str, object] = field(default_factory=dict)
     assignor: str | None = None  # the assignor that computed ``target`` (None: none computed yet)
-    last_assignment_ms: int = -(10**12)
+    last_assignment_ms: int = NEVER
     deleted: bool = False
+    share_state: ShareStateMetadata = field(default_factory=ShareStateMetadata)
+
+    @property
+    def exists(self) -> bool:
+        """Whether the group exists as a share group (not just as a holder of configs)."""
+        return not self.deleted and self.group_epoch > 0
+
+    def create(self) -> None:
+        """Make a config holder a share group, at Kafka's initial epochs."""
+        if self.group_epoch == 0:
+            self.group_epoch = self.assignment_epoch = INITIAL_EPOCH
 
     @property
     def state(self) -> GroupState:
@@ -85,6 +114,21 @@ class HeartbeatResult:
     member_epoch: int = 0
     heartbeat_interval_ms: int = 0
     assignment: Assignment | None = None  # None = unchanged (not sent)
+    #: Share-partitions the caller must initialize now (marked initializing); it reports the
+    #: outcome with ``initialized`` / ``initialization_failed``.
+    initialize: Partitions = field(default_factory=dict)
+
+
+def _only_assignable(assigned: Mapping[uuid.UUID, Iterable[int]], assignable: Partitions) -> Assignment:
+    """An assignor's result for one member without the partitions that may not be assigned (a
+    topic the assignor itself left empty stays, empty)."""
+    out: Assignment = {}
+    for tid, ps in assigned.items():
+        ps = frozenset(ps)
+        kept = ps & assignable.get(tid, frozenset())
+        if kept or not ps:
+            out[tid] = kept
+    return out
 
 
 class ShareGroupCoordinator:
@@ -126,7 +170,7 @@ class ShareGroupCoordinator:
         now = self.clock()
         group = self.groups.get(group_id)
         if member_epoch == -1:  # leaving: Kafka's shareGroupLeave looks the group and member up first
-            if group is None or group.deleted:
+            if group is None or not group.exists:
                 return HeartbeatResult(ErrorCode.group_id_not_found, f"Group {group_id} not found.",
                                        member_id, member_epoch)
             if member_id not in group.members:
@@ -135,13 +179,17 @@ class ShareGroupCoordinator:
             self._remove_member(group, member_id)
             return HeartbeatResult(member_id=member_id, member_epoch=-1,
                                    heartbeat_interval_ms=self._interval(group))
-        if group is None or group.deleted:
-            if member_epoch != 0:
-                return HeartbeatResult(ErrorCode.unknown_member_id, f"member {member_id} is not in group "
-                                       f"{group_id}", member_id, member_epoch)
-            group = self.groups[group_id] = ShareGroup(group_id)
+        if group is None or not group.exists:
+            if member_epoch != 0:  # Kafka: getOrMaybeCreateShareGroup(createIfNotExists=false)
+                return HeartbeatResult(ErrorCode.group_id_not_found, f"Share group {group_id} not found.",
+                                       member_id, member_epoch)
+            group = self.ensure_group(group_id)
+            group.create()
         member = group.members.get(member_id)
-        subscription_changed = False
+        # Kafka asks this of the group as it was before this heartbeat, and only when no new
+        # target assignment is pending anyway.
+        pending = group.assignment_epoch >= group.group_epoch and self._initialized_assignment_pending(group)
+        bump = False
         if member_epoch == 0:
             if member is None and len(group.members) >= self.max_size:
                 return HeartbeatResult(ErrorCode.group_max_size_reached, f"group {group_id} has reached "
@@ -149,7 +197,7 @@ class ShareGroupCoordinator:
             subscribed = tuple(sorted(set(subscribed_topic_names or ())))
             if member is None:
                 member = group.members[member_id] = Member(member_id, subscribed, rack_id, client_id, client_host)
-                group.group_epoch += 1
+                bump = True
             else:
                 # A rejoin of a known member (Kafka's shareGroupHeartbeat with epoch 0): the member
                 # keeps its epoch and assignment; the group epoch moves only if the subscription
@@ -159,8 +207,7 @@ class ShareGroupCoordinator:
                 member.client_id, member.client_host = client_id, client_host
                 if subscribed != member.subscribed:
                     member.subscribed = subscribed
-                    group.group_epoch += 1
-                    subscription_changed = True
+                    bump = True
         elif member is None:
             return HeartbeatResult(ErrorCode.unknown_member_id, f"member {member_id} is not in group {group_id}",
                                    member_id, member_epoch)
@@ -172,27 +219,42 @@ class ShareGroupCoordinator:
                 subscribed = tuple(sorted(set(subscribed_topic_names)))
                 if subscribed != member.subscribed:
                     member.subscribed = subscribed
-                    group.group_epoch += 1
-                    subscription_changed = True
+                    bump = True
             if rack_id is not None and rack_id != member.rack_id:
+                # kshare's (rack-aware assignor plugins; Kafka's simple assignor ignores racks)
                 member.rack_id = rack_id
-                group.group_epoch += 1
+                bump = True
         member.deadline_ms = now + self._session_timeout(group)
-        self._observe_topics(group, topics)
-        self._observe_assignor(group)
+        topics_changed = self._observe_topics(group, topics)
+        assignor_changed = self._assignor_changed(group)
+        if bump or pending or topics_changed or assignor_changed:
+            bump = True
+            group.group_epoch += 1  # one bump per heartbeat, whatever the reasons (as Kafka)
         self._maybe_assign(group, now)
-        if member.member_epoch < group.assignment_epoch:
-            member.previous_epoch = member.member_epoch
-            member.member_epoch = group.assignment_epoch
+        # Kafka's maybeReconcile / ShareGroupAssignmentBuilder: move to the target epoch, and
+        # re-filter the assignment by the subscription whenever the group epoch moved.
+        if member.member_epoch != group.assignment_epoch:
+            member.previous_epoch, member.member_epoch = member.member_epoch, group.assignment_epoch
             member.assignment = self._subscribed_part(group, member)
-        elif subscription_changed:
+        elif bump:
             member.assignment = self._subscribed_part(group, member)
         full = member_epoch == 0 or subscribed_topic_names is not None
         send = None
         if full or member.sent_assignment != member.assignment:
             send = member.sent_assignment = dict(member.assignment)
+        initialize = group.share_state.to_initialize(
+            {tid: n for tid, n in group.topics_seen.values()})
         return HeartbeatResult(member_id=member_id, member_epoch=member.member_epoch,
-                               heartbeat_interval_ms=self._interval(group), assignment=send)
+                               heartbeat_interval_ms=self._interval(group), assignment=send,
+                               initialize=initialize)
+
+    def _initialized_assignment_pending(self, group: ShareGroup) -> bool:
+        union: dict[uuid.UUID, set[int]] = {}
+        for assignment in group.target.values():
+            for tid, ps in assignment.items():
+                union.setdefault(tid, set()).update(ps)
+        subscribed = {tid: name for name, (tid, _n) in group.topics_seen.items()}
+        return group.share_state.assignment_pending(subscribed, union, bool(group.members))
 
     @staticmethod
     def _subscribed_part(group: ShareGroup, member: Member) -> Assignment:
@@ -206,13 +268,15 @@ class ShareGroupCoordinator:
             return target
         return {t: ps for t, ps in target.items() if t in subscribed}
 
-    def _observe_topics(self, group: ShareGroup, topics: Mapping[str, TopicInfo]) -> None:
-        """Bump the group epoch when a subscribed topic appears, disappears, grows or is recreated."""
+    def _observe_topics(self, group: ShareGroup, topics: Mapping[str, TopicInfo]) -> bool:
+        """Whether a subscribed topic appeared, disappeared, grew or was recreated (Kafka's
+        metadata hash of the subscribed topics changed): the group epoch must move."""
         seen = {name: (info.topic_id, info.partitions) for name, info in topics.items()
                 if name in group.subscribed_topics()}
         if seen != group.topics_seen:
             group.topics_seen = seen
-            group.group_epoch += 1
+            return True
+        return False
 
     def assignor_for(self, group: ShareGroup) -> str:
         """The assignor the group's next assignment uses: its ``share.assignor``, else the sidecar's.
@@ -229,18 +293,18 @@ class ShareGroupCoordinator:
             return group.assignor
         return self.assignor_for(group)
 
-    def _observe_assignor(self, group: ShareGroup) -> None:
-        """Bump the group epoch when the group's assignor changed since its target was computed
-        (unless a recomputation is pending anyway, which will use the new one)."""
-        if group.assignor is not None and group.assignment_epoch >= group.group_epoch \
-                and group.assignor != self.assignor_for(group):
-            group.group_epoch += 1
+    def _assignor_changed(self, group: ShareGroup) -> bool:
+        """Whether the group's assignor changed since its target was computed (unless a
+        recomputation is pending anyway, which will use the new one): the group epoch must move."""
+        return group.assignor is not None and group.assignment_epoch >= group.group_epoch \
+            and group.assignor != self.assignor_for(group)
 
     def _maybe_assign(self, group: ShareGroup, now: int) -> None:
         if group.assignment_epoch >= group.group_epoch:
             return
-        if now - group.last_assignment_ms < self.assignment_interval_ms and group.assignment_epoch > 0:
-            return  # share.assignment.interval.ms: batch bursts of joins into one recomputation
+        interval = self._assignment_interval(group)
+        if interval and group.last_assignment_ms != NEVER and now < group.last_assignment_ms + interval:
+            return  # share.assignment.interval.ms: bursts of joins, one recomputation (Kafka's rule)
         by_name = group.topics_seen
         members = {m.member_id: frozenset(by_name[t][0] for t in m.subscribed if t in by_name)
                    for m in group.members.values()}
@@ -250,24 +314,32 @@ class ShareGroupCoordinator:
         topic_names = {tid: name for name, (tid, _n) in by_name.items()}
         name = self.assignor_for(group)
         assign = self.assignors.get(name, self.assign)
+        assignable = group.share_state.assignable(partitions)
         result = assign(members, partitions, racks, group.target, names=names,
-                        topic_names=topic_names) if members else {}
-        # A topic whose partitions were all taken away stays with an empty set, as in Kafka's
-        # target assignment (ShareGroupDescribe shows it).
-        group.target = {mid: {tid: frozenset(ps) for tid, ps in result.get(mid, {}).items()}
-                        for mid in members}
+                        topic_names=topic_names, assignable=assignable) if members else {}
+        # Only initialized partitions are assigned, whatever a plugin returns (Kafka's
+        # isPartitionAssignable). A topic whose partitions were all taken away stays with an
+        # empty set, as in Kafka's target assignment (ShareGroupDescribe shows it).
+        group.target = {mid: _only_assignable(result.get(mid, {}), assignable) for mid in members}
         group.assignment_epoch = group.group_epoch
         group.assignor = name
         group.last_assignment_ms = now
 
     def _remove_member(self, group: ShareGroup, member_id: str) -> None:
+        """Kafka's shareGroupFenceMember: one bump, with the subscribed topics recomputed without
+        the member (so the next heartbeat does not bump again for them)."""
         del group.members[member_id]
         group.target.pop(member_id, None)
+        still = group.subscribed_topics()
+        group.topics_seen = {n: v for n, v in group.topics_seen.items() if n in still}
         group.group_epoch += 1
 
     def _session_timeout(self, group: ShareGroup | None) -> int:
         return int(group.configs.get("share.session.timeout.ms", self.session_timeout_ms)) if group else \
             self.session_timeout_ms
+
+    def _assignment_interval(self, group: ShareGroup) -> int:
+        return int(group.configs.get("share.assignment.interval.ms", self.assignment_interval_ms))
 
     def _interval(self, group: ShareGroup | None) -> int:
         return int(group.configs.get("share.heartbeat.interval.ms", self.heartbeat_interval_ms)) if group else \
@@ -294,11 +366,15 @@ class ShareGroupCoordinator:
             group = self.groups[group_id] = ShareGroup(group_id)
         return group
 
-    def restore_group(self, group_id: str, group_epoch: int, configs: Mapping[str, object]) -> None:
-        """Recreate a group from its persisted record (members rejoin with epoch 0 after a restart)."""
+    def restore_group(self, group_id: str, group_epoch: int, configs: Mapping[str, object], *,
+                      initialized: Mapping[uuid.UUID, Iterable[int]] | None = None) -> None:
+        """Recreate a group from its persisted record (members rejoin with epoch 0 after a restart),
+        with the share-partitions it had initialized."""
         group = self.ensure_group(group_id)
-        group.group_epoch = group.assignment_epoch = group_epoch
+        group.group_epoch = group.assignment_epoch = group_epoch  # 0: a holder of configs
         group.configs = dict(configs)
+        group.share_state.forget()
+        group.share_state.add_initialized(initialized or {})
 
     def delete_group(self, group_id: str) -> ErrorCode:
         group = self.groups.get(group_id)
@@ -309,8 +385,26 @@ class ShareGroupCoordinator:
         del self.groups[group_id]
         return ErrorCode.none
 
-    def assigned_partitions(self, group_id: str) -> set[tuple[uuid.UUID, int]]:
+    # -- share-partition initialization (the caller performs it; see group/initialization.py) --
+    def initialized(self, group_id: str, parts: Mapping[uuid.UUID, Iterable[int]]) -> None:
+        """The share-partitions' state is initialized (Kafka's initializeShareGroupState): the
+        next heartbeat assigns them, one group epoch later."""
         group = self.groups.get(group_id)
-        if group is None:
-            return set()
-        return {(tid, p) for a in group.target.values() for tid, ps in a.items() for p in ps}
+        if group is not None:
+            group.share_state.add_initialized(parts)
+
+    def initialization_failed(self, group_id: str, parts: Mapping[uuid.UUID, Iterable[int]]) -> None:
+        """Initializing them failed (Kafka's uninitializeShareGroupState): a later heartbeat asks again."""
+        group = self.groups.get(group_id)
+        if group is not None:
+            group.share_state.drop_initializing(parts)
+
+    def forget_initialized(self, group_id: str, topic_id: uuid.UUID | None = None) -> None:
+        """The group's state of ``topic_id`` (or of all topics) was deleted."""
+        group = self.groups.get(group_id)
+        if group is not None:
+            group.share_state.forget(topic_id)
+
+    def initialized_partitions(self, group_id: str) -> Partitions:
+        group = self.groups.get(group_id)
+        return dict(group.share_state.initialized) if group is not None else {}

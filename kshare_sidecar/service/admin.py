@@ -342,7 +342,7 @@ class AdminService:
                     except PersistError as exc:
                         po.error, po.message = exc.error_code, str(exc)
                 self.partitions.unload_group(group_id)
-                group.group_epoch += 1  # as Kafka: an offsets reset bumps the group epoch
+                group.create()  # Kafka creates the group (epoch 1); a reset does not bump the epoch
                 await self._save(group_id)
                 log.info("share group %s: offsets altered for %d share-partition(s)", group_id, len(todo))
             return results

@@ -1,13 +1,21 @@
 """Heartbeats and group administration around the pure coordinator.
 
-Resolves subscribed topics through the backend, initializes share-partitions when they are
-first assigned (start offset unset, resolved at the first fetch, as Kafka does),
-and keeps each group's durable record (epoch, subscriptions, per-group configs) in the persister
-so a restarted sidecar knows its groups.
+Resolves subscribed topics through the backend, initializes the share-partitions the coordinator
+asks for (those of newly subscribed topics: start offset unset, resolved at the first fetch, as
+Kafka does) and tells it when they are, and keeps each group's durable record (epoch,
+subscriptions, initialized share-partitions, per-group configs) in the persister so a restarted
+sidecar knows its groups.
+
+Kafka answers the heartbeat first and initializes afterwards; the coordinator only assigns
+initialized partitions, so either way they reach the members at a later heartbeat, one group
+epoch later (group/initialization.py). kshare initializes before answering, so that the next
+heartbeat — seconds later for a real client — always finds them initialized, as it does on
+Kafka, and the epochs a member passes through are the same.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 
@@ -34,7 +42,6 @@ class GroupService:
         self.partitions = partitions
         self.backend = backend
         self.persister = persister
-        self._initialized: set[tuple[str, uuid.UUID, int]] = set()
         #: a cluster of sidecars (issue 15): this sidecar coordinates the groups whose record's
         #: state partition it owns; they come and go with those partitions
         self.cluster = bool(getattr(persister, "cluster", False))
@@ -62,10 +69,7 @@ class GroupService:
             self.coordinator.groups.pop(group_id, None)
             record = self.persister.get_group(group_id)
             if record is not None:
-                self.coordinator.restore_group(record.group_id, record.group_epoch, dict(record.configs))
-                for topic_id, parts in record.initialized.items():
-                    for part in parts:
-                        self._initialized.add((group_id, uuid.UUID(topic_id), part))
+                self.restore_record(record)  # epoch, configs and the initialized share-partitions
         if names:
             log.info("state partition %d taken over: coordinating %d share groups", p, len(names))
 
@@ -74,7 +78,6 @@ class GroupService:
         gone = [g for g in self.coordinator.groups if group_home(g, self.persister.partitions) == p]
         for group_id in gone:
             del self.coordinator.groups[group_id]
-        self._initialized = {e for e in self._initialized if group_home(e[0], self.persister.partitions) != p}
         if gone:
             log.info("state partition %d released: %d share groups are coordinated by another sidecar", p,
                      len(gone))
@@ -84,13 +87,20 @@ class GroupService:
         groups = self.persister.list_groups()
         known = self.coordinator.assignors
         for record in groups.values():
-            self.coordinator.restore_group(record.group_id, record.group_epoch, dict(record.configs))
+            self.restore_record(record)
             chosen = record.configs.get("share.assignor")
             if chosen and known and chosen not in known:  # its plugin was uninstalled or failed to build
                 log.warning("share group %s chose assignor %r, which no loaded plugin registers: it is assigned "
                             "by %r until the plugin is back or share.assignor is changed", record.group_id,
                             chosen, self.coordinator.default_assignor)
         return len(groups)
+
+    def restore_record(self, record: GroupRecord) -> None:
+        """Recreate one group from its persisted record: epoch, configs and the share-partitions it
+        had initialized (so members rejoining are assigned them without a new initialization)."""
+        initialized = {uuid.UUID(t): ps for t, ps in record.initialized.items()}
+        self.coordinator.restore_group(record.group_id, record.group_epoch, dict(record.configs),
+                                       initialized=initialized)
 
     async def heartbeat(self, *, group_id: str, member_id: str, member_epoch: int, rack_id: str | None,
                         subscribed_topic_names: list[str] | None, client_id: str,
@@ -125,51 +135,78 @@ class GroupService:
                             "member=%.40s: %s", result.error.name, group_id, member_id, result.message)
             return result
         group = self.coordinator.groups.get(group_id)
-        if group is not None:
+        if group is None:
+            return result
+        initialized = bool(result.initialize) and await self._initialize(group_id, result.initialize, topics)
+        if initialized or group.group_epoch != before:
             try:
-                await self._initialize_assigned(group_id, topics)
-                if group.group_epoch != before:
-                    await self.save(group_id)
-            except (PersistError, BackendError) as exc:
-                # The membership change stands; initialization is retried on the next heartbeat.
-                log.warning("heartbeat of group=%s member=%s: initializing share-partitions failed: %s", group_id,
-                            member_id, exc)
+                await self.save(group_id)
+            except PersistError as exc:
+                log.warning("heartbeat of group=%s member=%s: saving the group failed: %s",
+                            group_id, member_id, exc)
                 return HeartbeatResult(ErrorCode.coordinator_not_available, f"share state unavailable: {exc}",
                                        member_id, member_epoch)
         return result
 
-    async def _initialize_assigned(self, group_id: str, topics) -> None:
+    async def _initialize(self, group_id: str, parts, topics) -> bool:
+        """Initialize the share-partitions the coordinator asked for and report the outcome to it.
+
+        A failure does not fail the heartbeat (as in Kafka, whose initialization runs after the
+        answer): the partitions are handed back, stay unassigned, and a later heartbeat asks
+        again. Returns whether any was initialized."""
         names = {info.topic_id: name for name, info in topics.items()}
-        for topic_id, p in self.coordinator.assigned_partitions(group_id):
-            if (group_id, topic_id, p) in self._initialized or topic_id not in names:
-                continue
-            if not self.partitions.leads(topic_id, p):  # its leader initializes it at the first fetch
-                continue
-            await self.partitions.initialize(group_id, topic_id, names[topic_id], p)
-            self._initialized.add((group_id, topic_id, p))
+        todo = [(tid, p) for tid, ps in parts.items() for p in sorted(ps)]
+        done: dict[uuid.UUID, set[int]] = {}
+        failed: dict[uuid.UUID, set[int]] = {}
+
+        async def one(tid: uuid.UUID, p: int) -> None:
+            try:
+                if tid not in names:
+                    raise BackendError(int(ErrorCode.unknown_topic_or_partition),
+                                       f"topic {tid} is not known to the backend any more")
+                if not self.partitions.leads(tid, p):
+                    # a cluster of sidecars: another sidecar leads it and initializes it at its
+                    # first fetch (its state partition is not ours to write)
+                    done.setdefault(tid, set()).add(p)
+                    return
+                await self.partitions.initialize(group_id, tid, names[tid], p)
+                done.setdefault(tid, set()).add(p)
+            except (PersistError, BackendError) as exc:
+                failed.setdefault(tid, set()).add(p)
+                _backend_failures.log(
+                    "initialize", logging.WARNING, "group=%.100s: initializing share-partition %s-%d failed "
+                    "(retried at a later heartbeat): %s", group_id, names.get(tid, tid), p, exc)
+
+        try:
+            await asyncio.gather(*(one(tid, p) for tid, p in todo))
+        finally:
+            # Whatever happened (a cancelled heartbeat included), nothing stays "initializing".
+            self.coordinator.initialized(group_id, done)
+            left = {tid: set(ps) - done.get(tid, set()) for tid, ps in parts.items()}
+            self.coordinator.initialization_failed(group_id, {t: ps for t, ps in left.items() if ps})
+        return bool(done)
 
     async def save(self, group_id: str) -> None:
         group = self.coordinator.groups.get(group_id)
         if group is None:
             return
-        initialized: dict[str, list[int]] = {}
-        for (gid, topic_id, p) in self._initialized:
-            if gid == group_id:
-                initialized.setdefault(str(topic_id), []).append(p)
+        initialized = self.coordinator.initialized_partitions(group_id)
         await self.persister.put_group(GroupRecord(
             group_id, group_epoch=group.group_epoch, subscribed_topics=tuple(sorted(group.subscribed_topics())),
-            initialized={t: tuple(sorted(ps)) for t, ps in initialized.items()},
+            initialized={str(t): tuple(sorted(ps))
+                         for t, ps in sorted(initialized.items(), key=lambda kv: str(kv[0]))},
             configs={k: str(v) for k, v in group.configs.items()}))
 
     # -- administration (used by service/admin.py) -------------------------------------------
     def mark_initialized(self, group_id: str, topic_id: uuid.UUID, partition: int) -> None:
-        """Record that a share-partition's state was initialized by an admin offsets reset."""
-        self._initialized.add((group_id, topic_id, partition))
+        """Record that a share-partition's state was initialized by an admin offsets reset (Kafka's
+        AlterShareGroupOffsets initializes them too): members that subscribe get it at once."""
+        self.coordinator.initialized(group_id, {topic_id: (partition,)})
 
     def forget_initialized(self, group_id: str, topic_id: uuid.UUID | None = None) -> None:
-        """Drop initialized markers of a group (or of one of its topics) after its state was deleted."""
-        self._initialized = {e for e in self._initialized
-                             if not (e[0] == group_id and (topic_id is None or e[1] == topic_id))}
+        """Forget that a group's share-partitions (of one topic, or all) are initialized after their
+        state was deleted: they are initialized again when next subscribed."""
+        self.coordinator.forget_initialized(group_id, topic_id)
 
     async def delete_group(self, group_id: str) -> ErrorCode:
         """Delete an empty group with its share-partition state and per-group configs."""

@@ -221,7 +221,7 @@ class ShareService:
         planned: list[tuple[Slot, PendingAcks]] = []
         for (topic_id, p), batches in acks.items():
             try:
-                slot = await self._slot(group_id, topic_id, p)
+                slot = await self._slot(group_id, topic_id, p, load=False)
             except PartitionError as exc:
                 results[(topic_id, p)] = exc.code
                 continue
@@ -235,7 +235,11 @@ class ShareService:
                              code.name, group_id, member_id, key.topic_id, key.partition)
         return results
 
-    async def _slot(self, group_id: str, topic_id: uuid.UUID, partition: int) -> Slot:
+    async def _slot(self, group_id: str, topic_id: uuid.UUID, partition: int, *, load: bool = True) -> Slot:
+        """The share-partition, loaded on demand for a fetch. An acknowledgement (``load=False``)
+        does not load one: like Kafka's SharePartitionManager, which answers UNKNOWN_TOPIC_OR_PARTITION
+        for a share-partition nothing was fetched from (not in its cache; found by the long parity
+        run — kshare loaded it and answered INVALID_RECORD_STATE)."""
         slot = self.partitions.loaded(group_id, topic_id, partition)
         if slot is not None:
             return slot
@@ -244,6 +248,12 @@ class ShareService:
             raise PartitionError(ErrorCode.unknown_topic_id, f"unknown topic id {topic_id}")
         if not 0 <= partition < info.partitions:
             raise PartitionError(ErrorCode.unknown_topic_or_partition, f"{info.name} has no partition {partition}")
+        if not self.partitions.leads(topic_id, partition):  # a cluster: the leader's answer comes first
+            raise PartitionError(ErrorCode.not_leader_or_follower,
+                                 f"partition {info.name}-{partition} is led by another sidecar")
+        if not load and not self.partitions.loading(group_id, topic_id, partition):
+            raise PartitionError(ErrorCode.unknown_topic_or_partition, f"share-partition {info.name}-{partition} of "
+                                 f"group {group_id} is not loaded: nothing was fetched from it")
         return await self.partitions.get(group_id, topic_id, partition, info.name)
 
     # -- fetching ----------------------------------------------------------------------------

@@ -31,6 +31,9 @@ GAP, ACCEPT, RELEASE, REJECT = 0, 1, 2, 3
 #: Topics every sequence may use, created once per session on both targets.
 TOPIC_A, TOPIC_B, NO_TOPIC = "parity-pa", "parity-pb", "parity-no-such-topic"
 PARTITIONS = {TOPIC_A: 3, TOPIC_B: 1}
+#: A topic of the sequence's own, which does not exist until a CreateTopic op creates it (on the
+#: wire: ``<group>-new``; in observations: this symbol).
+TOPIC_NEW = "<new>"
 
 
 @dataclass
@@ -60,6 +63,19 @@ class Side:
         self.topic_ids: dict[str, uuid.UUID] = {}
         self.settled = False
         self.produced = 0
+        self.new_partitions: int | None = None  # TOPIC_NEW's partitions once created
+
+    # --- topics: symbolic names (observations) and wire names -------------------------------
+
+    def real(self, topic: str) -> str:
+        return f"{self.group}-new" if topic == TOPIC_NEW else topic
+
+    def symbolic(self, name: str) -> str:
+        return TOPIC_NEW if name == f"{self.group}-new" else name
+
+    def partitions(self, topic: str) -> int | None:
+        """How many partitions ``topic`` has (None: it does not exist)."""
+        return self.new_partitions if topic == TOPIC_NEW else PARTITIONS.get(topic)
 
     # --- ids -------------------------------------------------------------------------------
 
@@ -72,7 +88,7 @@ class Side:
     def topic_id(self, topic: str) -> uuid.UUID:
         if topic not in self.topic_ids:
             answer = self.admin.call(MetadataRequest(
-                topics=(MetadataRequestTopic(topic_id=None, name=topic),),
+                topics=(MetadataRequestTopic(topic_id=None, name=self.real(topic)),),
                 allow_auto_topic_creation=False, include_topic_authorized_operations=False))
             (t,) = answer.topics
             # An unknown topic gets a random id: requests naming it must fail as unknown.
@@ -88,12 +104,12 @@ class Side:
     def produce(self, topic: str, partition: int, values: list[bytes]) -> Any:
         """One record batch through the target (kshare forwards Produce to its backend)."""
         request = ProduceRequest(transactional_id=None, acks=-1, timeout=timedelta(seconds=30), topic_data=(
-            TopicProduceData(name=topic, partition_data=(
+            TopicProduceData(name=self.real(topic), partition_data=(
                 PartitionProduceData(index=partition, records=record_batch(values)),)),))
         answer = self.admin.call(request)
         (t,) = answer.responses
         (p,) = t.partition_responses
-        return int(p.error_code)
+        return int(p.error_code), int(p.base_offset)
 
     def close(self) -> None:
         self.admin.close()

@@ -23,7 +23,7 @@ from kio.schema.share_fetch.v2 import request as fetch2
 from kio.schema.share_group_describe.v1.request import ShareGroupDescribeRequest
 from kio.schema.share_group_heartbeat.v1.request import ShareGroupHeartbeatRequest
 
-from .model import ACCEPT, PARTITIONS, Member, Side, acquired_view
+from .model import ACCEPT, Member, Side, acquired_view
 
 GROUP_RESOURCE = 32
 GROUP_CONFIG_SOURCE = 8  # DescribeConfigs ConfigSource GROUP_CONFIG
@@ -37,10 +37,20 @@ def _assignment(side: Side, answer: Any) -> dict[str, tuple[int, ...]] | None:
             for tp in answer.assignment.topic_partitions if tp.partitions}
 
 
+#: Retriable coordinator errors a client retries: a fresh broker is still loading its group
+#: coordinator (the first test of a session saw COORDINATOR_LOAD_IN_PROGRESS on Kafka 4.3).
+COORDINATOR_BUSY = (14, 15)
+
+
 def _heartbeat(side: Side, m: Member, epoch: int, topics: tuple[str, ...] | None) -> Any:
-    return m.wire.call(ShareGroupHeartbeatRequest(  # type: ignore[union-attr]
-        group_id=side.group, member_id=m.member_id, member_epoch=epoch, rack_id=None,
-        subscribed_topic_names=topics))
+    deadline = time.monotonic() + 30
+    while True:
+        answer = m.wire.call(ShareGroupHeartbeatRequest(  # type: ignore[union-attr]
+            group_id=side.group, member_id=m.member_id, member_epoch=epoch, rack_id=None,
+            subscribed_topic_names=None if topics is None else tuple(side.real(t) for t in topics)))
+        if answer.error_code not in COORDINATOR_BUSY or time.monotonic() > deadline:
+            return answer
+        time.sleep(0.2)
 
 
 @dataclass(frozen=True)
@@ -58,7 +68,7 @@ class Join:
             m.epoch, m.subscribed = int(answer.member_epoch), self.topics
             m.assignment = _assignment(side, answer) or {}
         return {"error": int(answer.error_code), "member_id": answer.member_id == m.member_id,
-                "epoch_positive": answer.member_epoch > 0,
+                "epoch": int(answer.member_epoch), "assignment": dict(sorted(m.assignment.items())),
                 "interval_ms": answer.heartbeat_interval.total_seconds() * 1000}
 
 
@@ -76,12 +86,14 @@ class Heartbeat:
         if self.epoch == "unknown-member":
             m = Member("stranger-" + m.member_id[:10], wire=m.wire)
         answer = _heartbeat(side, m, epoch, None)
-        if answer.error_code == 0 and self.epoch == "current":
+        if answer.error_code != 0:
+            return {"error": int(answer.error_code)}
+        if self.epoch == "current":
             m.epoch = int(answer.member_epoch)
             assigned = _assignment(side, answer)
             if assigned is not None:
                 m.assignment = assigned
-        return {"error": int(answer.error_code)}
+        return {"error": 0, "epoch": int(answer.member_epoch)}
 
 
 @dataclass(frozen=True)
@@ -99,13 +111,25 @@ class Leave:
 
 @dataclass(frozen=True)
 class Settle:
-    """Heartbeat every joined member until the side's assignments stop changing."""
+    """Heartbeat every joined member until the side's assignments and epochs stop changing.
+
+    First it waits until the group's share-partitions are initialized: Kafka initializes the
+    partitions of newly subscribed topics (InitializeShareGroupState) *after* answering the
+    heartbeat that subscribed to them, and assigns them at the next heartbeat once that is done
+    — one group epoch later. A real client heartbeats seconds later, long after; a Settle right
+    behind the join would race the initialization, and which group epochs a member passes
+    through (its previous epoch) would be timing. DescribeShareGroupOffsets of all topics lists
+    exactly the initialized partitions on both targets.
+    """
 
     budget_s: float = 20.0
 
     def run(self, side: Side) -> Any:
         deadline, stable, last = time.monotonic() + self.budget_s, 0, None
+        _await_initialized(side, min(deadline, time.monotonic() + 5))
         while time.monotonic() < deadline:
+            if last is not None:  # this round's heartbeats may have asked for initialization (a new topic)
+                _await_initialized(side, min(deadline, time.monotonic() + 5))
             view = {}
             for name, m in sorted(side.members.items()):
                 if not m.subscribed:
@@ -118,15 +142,34 @@ class Settle:
                 assigned = _assignment(side, answer)
                 if assigned is not None:
                     m.assignment = assigned
-                view[name] = dict(sorted(m.assignment.items()))
+                view[name] = {"epoch": m.epoch, "assignment": dict(sorted(m.assignment.items()))}
             covered = all(isinstance(v, dict) for v in view.values())
             stable = stable + 1 if view == last and covered else 0
             last = view
-            if stable >= 3 and any(view.values()):
+            # Wait for an assignment when there is something to assign (an existing topic).
+            assignable = any(side.partitions(t) for m in side.members.values() for t in m.subscribed)
+            if stable >= 3 and (not assignable or any(v["assignment"] for v in view.values() if isinstance(v, dict))):
                 break
             time.sleep(0.4)
         side.settled = True
         return last
+
+
+def _await_initialized(side: Side, deadline: float) -> None:
+    """Wait (within ``deadline``) until every partition of the existing topics the members
+    subscribe to is initialized for the group, i.e. listed by DescribeShareGroupOffsets. (A topic
+    created since the last heartbeat is initialized only after the next one: hence the bound.)"""
+    wanted = {(t, p) for m in side.members.values() for t in m.subscribed for p in range(side.partitions(t) or 0)}
+    if not wanted:
+        return
+    while time.monotonic() < deadline:
+        answer = side.admin.call(offsets_req.DescribeShareGroupOffsetsRequest(groups=(
+            offsets_req.DescribeShareGroupOffsetsRequestGroup(group_id=side.group, topics=None),)))
+        (g,) = answer.groups
+        listed = {(side.symbolic(t.topic_name), int(p.partition_index)) for t in g.topics for p in t.partitions}
+        if wanted <= listed:
+            return
+        time.sleep(0.05)
 
 
 def _coalesce(ranges: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
@@ -191,8 +234,9 @@ class Fetch:
         acks = {}
         if self.ack is not None:
             acks = {tp: _ack_batches(_pick(held, self.which), self.ack) for tp, held in m.acquired.items() if held}
+        taken, max_records, max_wait_ms = 0, self.max_records, 500
         while True:
-            answer, sent = self._once(side, m, acks)
+            answer, sent = self._once(side, m, acks, max_records, max_wait_ms)
             merged.setdefault("error", int(answer.error_code))
             if answer.error_code != 0:
                 merged["error"] = int(answer.error_code)
@@ -212,13 +256,23 @@ class Fetch:
                     held = m.acquired.setdefault((topic, int(p.partition_index)), [])
                     held.extend(off for off, _ in view["records"])
                     got = got or bool(view["acquired"])
+                    taken += sum(last - first + 1 for first, last, _ in view["acquired"])
             self._after_acks(m, acks, answer)
             acks = {}
             several = sum(len(ps) for ps in m.assignment.values()) > 1
             if time.monotonic() >= deadline or not m.assignment:
                 break
             if got and not several:
-                break
+                # How many records one answer acquires when more are available is the broker's
+                # (Kafka reads its log for it; kshare may answer from its read cache, which can end
+                # before the log does): top up to max_records — the remainder, at once — as a
+                # client's next fetch would. Batch-aligned acquisition makes the sum the same.
+                if taken >= self.max_records:
+                    break
+                max_records, max_wait_ms = self.max_records - taken, 0
+                continue
+            if not got and taken and not several:
+                break  # topped up: nothing more available
             if several and not got and "partitions" in merged and any(
                     v["acquired"] for v in merged["partitions"].values()):
                 break  # drained
@@ -229,7 +283,7 @@ class Fetch:
                                 if v["acquired"] or v["error"] or v["ack_error"]}
         return merged
 
-    def _once(self, side: Side, m: Member, acks: dict) -> tuple[Any, Any]:
+    def _once(self, side: Side, m: Member, acks: dict, max_records: int, max_wait_ms: int) -> tuple[Any, Any]:
         assigned = {(t, p) for t, ps in m.assignment.items() for p in ps}
         if m.session_epoch is None:
             epoch, wanted, forgotten = 0, assigned, set()
@@ -248,8 +302,8 @@ class Fetch:
             gone.setdefault(t, []).append(p)
         request = fetch2.ShareFetchRequest(
             group_id=side.group, member_id=m.member_id, share_session_epoch=epoch,
-            max_wait=timedelta(milliseconds=500), min_bytes=1, max_bytes=1 << 20,
-            max_records=self.max_records, batch_size=self.batch_size,
+            max_wait=timedelta(milliseconds=max_wait_ms), min_bytes=1, max_bytes=1 << 20,
+            max_records=max_records, batch_size=self.batch_size,
             topics=tuple(fetch2.FetchTopic(topic_id=side.topic_id(t), partitions=tuple(ps)) for t, ps in topics.items()),
             forgotten_topics_data=tuple(fetch2.ForgottenTopic(topic_id=side.topic_id(t), partitions=tuple(ps))
                                         for t, ps in gone.items()))
@@ -374,9 +428,13 @@ class Produce:
 
     def run(self, side: Side) -> Any:
         seq = getattr(side, "produced", 0) + 1
-        error = side.produce(self.topic, self.partition, [f"{side.group}-{seq}-{i}".encode() for i in range(self.count)])
+        error, base = side.produce(self.topic, self.partition,
+                                   [f"{side.group}-{seq}-{i}".encode() for i in range(self.count)])
         if error == 0:
             side.produced = seq  # values name the n-th successful produce: retries do not shift them
+            # The offset too: both clusters' topics see the same batches in the same order (as
+            # the fetched offsets, compared since the start, show); the new topic is the sequence's own.
+            return {"error": 0, "base_offset": base}
         return {"error": error}
 
 
@@ -388,12 +446,16 @@ class Describe:
         ids = {m.member_id: name for name, m in side.members.items()}
         members = {}
         for mem in g.members:
-            view: dict[str, Any] = {"subscribed": sorted(mem.subscribed_topic_names)}
+            view: dict[str, Any] = {"subscribed": sorted(side.symbolic(t) for t in mem.subscribed_topic_names)}
             if side.settled:
-                view["assignment"] = {tp.topic_name: sorted(tp.partitions) for tp in mem.assignment.topic_partitions}
+                view["assignment"] = {side.symbolic(tp.topic_name): sorted(tp.partitions)
+                                      for tp in mem.assignment.topic_partitions}
+                view["epoch"] = int(mem.member_epoch)
             members[ids.get(mem.member_id, "?")] = view
+        epochs = {"group_epoch": int(g.group_epoch), "assignment_epoch": int(g.assignment_epoch)} \
+            if side.settled else {}
         return {"error": int(g.error_code), "state": g.group_state, "assignor": g.assignor_name,
-                "members": dict(sorted(members.items()))}
+                **epochs, "members": dict(sorted(members.items()))}
 
 
 @dataclass(frozen=True)
@@ -404,7 +466,8 @@ class DescribeOffsets:
         # Only partitions that exist: Kafka 4.3.1 never answers a request naming one that does not
         # (docs/compatibility.md); kshare answers UNKNOWN_TOPIC_OR_PARTITION for it.
         req_topics = None if self.topics is None else tuple(
-            offsets_req.DescribeShareGroupOffsetsRequestTopic(topic_name=t, partitions=tuple(range(PARTITIONS.get(t, 1))))
+            offsets_req.DescribeShareGroupOffsetsRequestTopic(topic_name=side.real(t),
+                                                              partitions=tuple(range(side.partitions(t) or 1)))
             for t in self.topics)
         answer = side.admin.call(offsets_req.DescribeShareGroupOffsetsRequest(groups=(
             offsets_req.DescribeShareGroupOffsetsRequestGroup(group_id=side.group, topics=req_topics),)))
@@ -413,7 +476,8 @@ class DescribeOffsets:
         # write, which it sends *before* moving the SPSO past the acks it carries, so it lags
         # one write behind; kshare writes the moved SPSO (docs/compatibility.md). Whether the
         # share-partition has state (-1 or not) and the lag are compared.
-        parts = {f"{t.topic_name}-{int(p.partition_index)}": (int(p.error_code), int(p.start_offset) >= 0, int(p.lag))
+        parts = {f"{side.symbolic(t.topic_name)}-{int(p.partition_index)}": (int(p.error_code), int(p.start_offset) >= 0,
+                                                                      int(p.lag))
                  for t in g.topics for p in t.partitions}
         return {"error": int(g.error_code), "partitions": dict(sorted(parts.items()))}
 
@@ -426,10 +490,10 @@ class AlterOffsets:
 
     def run(self, side: Side) -> Any:
         answer = side.admin.call(alter_req.AlterShareGroupOffsetsRequest(group_id=side.group, topics=(
-            alter_req.AlterShareGroupOffsetsRequestTopic(topic_name=self.topic, partitions=(
+            alter_req.AlterShareGroupOffsetsRequestTopic(topic_name=side.real(self.topic), partitions=(
                 alter_req.AlterShareGroupOffsetsRequestPartition(partition_index=self.partition,
                                                                  start_offset=self.offset),)),)))
-        parts = {f"{t.topic_name}-{int(p.partition_index)}": int(p.error_code)
+        parts = {f"{side.symbolic(t.topic_name)}-{int(p.partition_index)}": int(p.error_code)
                  for t in answer.responses for p in t.partitions}
         return {"error": int(answer.error_code), "partitions": parts}
 
@@ -440,9 +504,9 @@ class DeleteOffsets:
 
     def run(self, side: Side) -> Any:
         answer = side.admin.call(delete_req.DeleteShareGroupOffsetsRequest(group_id=side.group, topics=(
-            delete_req.DeleteShareGroupOffsetsRequestTopic(topic_name=self.topic),)))
+            delete_req.DeleteShareGroupOffsetsRequestTopic(topic_name=side.real(self.topic)),)))
         return {"error": int(answer.error_code),
-                "topics": {t.topic_name: int(t.error_code) for t in answer.responses}}
+                "topics": {side.symbolic(t.topic_name): int(t.error_code) for t in answer.responses}}
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ clock, and a ``Wait`` sleeps once for both.
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -14,8 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .model import NO_TOPIC, PARTITIONS, TOPIC_A, TOPIC_B, Side  # noqa: F401 (re-exported)
+from .model import NO_TOPIC, PARTITIONS, TOPIC_A, TOPIC_B, TOPIC_NEW, Side  # noqa: F401 (re-exported)
 from .ops import FindCoordinator, Produce, SetConfig, Wait
+from .passthrough import delete_new_topic
 
 MEMBERS = ("a", "b", "c")
 
@@ -64,9 +66,13 @@ def run_sequence(ops: Sequence[Any], native: str, kshare: str, *, report: Report
     finally:
         pool.shutdown()
         for side in sides:
+            delete_new_topic(side)
             side.close()
     if report is not None:
         report.sequences += 1
+        if progress := os.environ.get("KSHARE_PARITY_PROGRESS"):  # a long run's running count, in a file
+            with open(progress, "a") as out:
+                out.write(f"{time.strftime('%H:%M:%S')} {report.sequences} sequences {report.operations} operations\n")
     return seen
 
 
@@ -105,7 +111,7 @@ def seed_topics(bootstrap: str) -> None:
             for p in range(partitions):
                 for n in ((5, 3) if (topic, p) == (TOPIC_A, 0) else (4,)):
                     for _ in range(50):
-                        if Produce(topic, p, n).run(side) == {"error": 0}:
+                        if Produce(topic, p, n).run(side)["error"] == 0:
                             break
                         time.sleep(0.2)  # leadership still settling after creation
                     else:

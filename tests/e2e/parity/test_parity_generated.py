@@ -18,20 +18,24 @@ from hypothesis import strategies as st
 from .model import ACCEPT, GAP, REJECT, RELEASE
 from .ops import (AckRange, Acknowledge, AlterOffsets, BadSession, CloseSession, DeleteOffsets, Describe,
                   DescribeOffsets, Fetch, Heartbeat, Join, Leave, ListGroups, Produce, Settle)
-from .runner import MEMBERS, NO_TOPIC, PARTITIONS, TOPIC_A, TOPIC_B, run_sequence
-
-pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+from .passthrough import CreateTopic, FindCoordinators, Metadata, MetadataById
+from .runner import MEMBERS, NO_TOPIC, PARTITIONS, TOPIC_A, TOPIC_B, TOPIC_NEW, run_sequence
 
 EXAMPLES = int(os.environ.get("KSHARE_PARITY_EXAMPLES", "6"))
 EXPLORE = os.environ.get("KSHARE_PARITY_EXPLORE", "") not in ("", "0")
+# The long run takes hours: pytest's per-test timeout (600 s) cut the earlier ones short.
+pytestmark = [pytest.mark.kafka, pytest.mark.slow, *([pytest.mark.timeout(0)] if EXPLORE else [])]
 PHASES = list(Phase) if EXPLORE else [Phase.explicit, Phase.generate]
 
 members = st.sampled_from(MEMBERS)
-# Member a may take the 3-partition topic; b and c only share the 1-partition one. Which member
+# Member a may take the 3-partition topic; b and c only share the 1-partition ones. Which member
 # gets which of several partitions follows the clusters' own topic ids (different on each), so
-# layouts where that choice exists are left to the assignor oracle test.
-topics_of = {"a": st.sampled_from([(TOPIC_A,), (TOPIC_B,), (TOPIC_A, TOPIC_B), (TOPIC_B, NO_TOPIC)]),
-             "b": st.sampled_from([(TOPIC_B,), (TOPIC_B, NO_TOPIC)]), "c": st.sampled_from([(TOPIC_B,)])}
+# layouts where that choice exists are left to the assignor oracle test. TOPIC_NEW (the
+# sequence's own) exists once a CreateTopic made it, always with one partition.
+topics_of = {"a": st.sampled_from([(TOPIC_A,), (TOPIC_B,), (TOPIC_A, TOPIC_B), (TOPIC_B, NO_TOPIC), (TOPIC_A, TOPIC_NEW),
+                                   (TOPIC_NEW,)]),
+             "b": st.sampled_from([(TOPIC_B,), (TOPIC_B, NO_TOPIC), (TOPIC_B, TOPIC_NEW)]),
+             "c": st.sampled_from([(TOPIC_B,), (TOPIC_NEW,)])}
 joins = members.flatmap(lambda m: st.builds(Join, st.just(m), topics_of[m]))
 ack_types = st.sampled_from([ACCEPT, ACCEPT, RELEASE, REJECT])
 partitions = st.sampled_from([(t, p) for t, n in PARTITIONS.items() for p in range(n)])
@@ -51,29 +55,43 @@ consuming = st.one_of(
     st.builds(BadSession, members, st.sampled_from(["ahead", "unopened"])),
     st.builds(CloseSession, members),
     partitions.flatmap(lambda tp: st.builds(Produce, st.just(tp[0]), st.just(tp[1]), st.integers(1, 4))),
+    st.builds(Fetch, members),
+)
+# The passed-through APIs share-group applications use: the sequence's own topic created (or not,
+# or badly), produced to (also where it cannot be), described; coordinators looked up.
+passthrough = st.one_of(
+    st.builds(CreateTopic, st.just("new"), st.just(1)),
+    st.builds(CreateTopic, st.sampled_from(["new", "existing", "illegal"]), st.sampled_from([0, 1, 2]),
+              st.sampled_from([1, 1, 3]), st.booleans()),
+    st.builds(Produce, st.sampled_from([TOPIC_NEW, TOPIC_NEW, NO_TOPIC]), st.sampled_from([0, 0, 1]), st.integers(1, 3)),
+    st.builds(Produce, st.just(TOPIC_B), st.just(3), st.just(1)),
+    st.builds(Metadata, st.lists(st.sampled_from([TOPIC_A, TOPIC_B, NO_TOPIC, TOPIC_NEW]), min_size=1, max_size=4,
+                                 unique=True).map(tuple)),
+    st.builds(MetadataById, st.sampled_from([TOPIC_B, TOPIC_NEW, NO_TOPIC])),
+    st.builds(FindCoordinators, st.sampled_from(["group-v3", "groups-v4", "transaction", "unknown-type"])),
 )
 admin = st.one_of(
     st.just(Describe()), st.builds(DescribeOffsets, st.none() | st.just((TOPIC_A, TOPIC_B))),
     st.builds(ListGroups, st.sampled_from([(), ("share",), ("consumer",)])),
     partitions.flatmap(lambda tp: st.builds(AlterOffsets, st.just(tp[0]), st.just(tp[1]), st.integers(0, 12))),
-    st.builds(DeleteOffsets, st.sampled_from([TOPIC_A, TOPIC_B])),
+    st.builds(DeleteOffsets, st.sampled_from([TOPIC_A, TOPIC_B, TOPIC_NEW])),
 )
 
 
 def settle_after_membership(ops: list) -> list:
-    """Valid by construction: a Settle follows every membership change, so that what a member is
-    assigned or fetches never depends on when a heartbeat happened to arrive."""
+    """Valid by construction: a Settle follows every membership change (and topic creation), so that
+    what a member is assigned or fetches never depends on when a heartbeat happened to arrive."""
     out = []
     for op in ops:
         out.append(op)
-        if isinstance(op, (Join, Leave)):
-            out.append(Settle())
+        if isinstance(op, (Join, Leave)) or (isinstance(op, CreateTopic) and op.name == "new"):
+            out.append(Settle())  # a new topic changes what subscribed members are assigned
     return out
 
 
 sequences = st.tuples(
     joins,
-    st.lists(st.one_of(membership, consuming, consuming, admin), min_size=3, max_size=14),
+    st.lists(st.one_of(membership, consuming, consuming, admin, passthrough), min_size=3, max_size=14),
 ).map(lambda t: settle_after_membership([t[0], *t[1]]))
 
 

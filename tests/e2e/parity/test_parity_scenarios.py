@@ -7,9 +7,10 @@ import pytest
 
 from .model import ACCEPT, GAP, REJECT, RELEASE
 from .ops import (AckRange, Acknowledge, AlterOffsets, BadSession, CloseSession, DeleteGroup, DeleteOffsets,
-                  Describe, DescribeConfigs, DescribeOffsets, Fetch, Heartbeat, Join, Leave, ListGroups, SetConfig,
-                  Settle)
-from .runner import NO_TOPIC, TOPIC_A, TOPIC_B, run_sequence
+                  Describe, DescribeConfigs, DescribeOffsets, Fetch, Heartbeat, Join, Leave, ListGroups, Produce,
+                  SetConfig, Settle)
+from .passthrough import CreateTopic, FindCoordinators, Metadata, MetadataById
+from .runner import NO_TOPIC, TOPIC_A, TOPIC_B, TOPIC_NEW, run_sequence
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -37,6 +38,34 @@ SCENARIOS = {
         Join("c", (TOPIC_B,)), Settle(), Join("a", (TOPIC_A,)), Settle(), Join("b", (TOPIC_B, NO_TOPIC)), Settle(),
         Describe(), Join("a", (TOPIC_B,)), Settle(), Describe(), Fetch("a"),
     ],
+    # Found by the long run: Kafka assigns a newly subscribed partition only once its share-partition
+    # state is initialized, one group epoch after the join, so the joiner's epoch moves twice and a
+    # heartbeat with its previous epoch is accepted after a rejoin (kshare fenced it).
+    "rejoin-previous-epoch": [
+        Join("c", (TOPIC_B,)), Settle(), Join("a", (TOPIC_A,)), Settle(), Join("a", (TOPIC_A,)), Settle(),
+        Heartbeat("a", "stale"),
+    ],
+    # Found by the long run: a fetch alone (no acknowledgement yet) writes no share-partition state
+    # on Kafka, so DescribeShareGroupOffsets still shows no start offset (kshare wrote it at load).
+    "offsets-after-fetch-without-ack": [
+        Join("a", (TOPIC_A,)), Settle(), DescribeOffsets(), Fetch("a", max_records=1, batch_size=1), DescribeOffsets(),
+        Acknowledge("a", RELEASE), DescribeOffsets(),
+    ],
+    # Found by the long run: kshare may answer a fetch from its read cache, which ends where the log
+    # ended when it was read, so one answer can acquire fewer records than Kafka's (which reads the
+    # log) — the next fetch gets the rest; Fetch tops up to max_records (docs/compatibility.md).
+    "fetch-from-a-cache-behind-the-log": [
+        Join("a", (TOPIC_B,)), Settle(), Fetch("a", max_records=1, batch_size=1), Produce(TOPIC_B, 0, 3),
+        Acknowledge("a", RELEASE), Fetch("a", max_records=100, batch_size=100), Acknowledge("a", ACCEPT),
+        DescribeOffsets((TOPIC_B,)),
+    ],
+    # Found by the long run: an acknowledgement for a share-partition nothing was fetched from is
+    # UNKNOWN_TOPIC_OR_PARTITION on Kafka (not in its SharePartitionManager's cache); kshare loaded
+    # the share-partition and answered INVALID_RECORD_STATE.
+    "ack-of-a-partition-never-fetched": [
+        Join("a", (TOPIC_B,)), Settle(), Fetch("a"), AckRange("a", TOPIC_A, 2, 3, 5, ACCEPT),
+        AckRange("a", TOPIC_B, 0, 100, 101, ACCEPT), Fetch("a", ack=ACCEPT),
+    ],
     "heartbeat-errors": [
         Heartbeat("a", "current"), Join("a", (TOPIC_A,)), Heartbeat("a", "stale"), Heartbeat("a", "ahead"),
         Heartbeat("a", "unknown-member"), Leave("a"), Heartbeat("a", "current"), Join("a", (NO_TOPIC,)),
@@ -57,6 +86,18 @@ SCENARIOS = {
         AlterOffsets(TOPIC_B, 0, 1), Settle(), Fetch("a"), Leave("a"), DeleteOffsets(TOPIC_B),
         DescribeOffsets((TOPIC_B,)), DeleteOffsets(NO_TOPIC), AlterOffsets(NO_TOPIC, 0, 0),
         DeleteGroup(), DescribeOffsets(), Describe(), DeleteGroup(), ListGroups(),
+    ],
+    # The passed-through APIs a share-group application uses: topics created, described and
+    # produced to through the target, a member waiting for a topic that does not exist yet.
+    "passthrough-topics": [
+        Metadata((TOPIC_A, TOPIC_B, NO_TOPIC, TOPIC_NEW)), MetadataById(TOPIC_B), MetadataById(NO_TOPIC),
+        FindCoordinators("group-v3"), FindCoordinators("groups-v4"), FindCoordinators("transaction"),
+        FindCoordinators("unknown-type"),
+        Join("a", (TOPIC_NEW,)), Settle(), Produce(TOPIC_NEW, 0, 2), Produce(NO_TOPIC, 0, 1), Produce(TOPIC_B, 4, 1),
+        CreateTopic("new", 0), CreateTopic("new", 1, 3), CreateTopic("illegal"), CreateTopic("new", 2, validate_only=True),
+        CreateTopic("existing"), Metadata((TOPIC_NEW,)), CreateTopic("new", 1), CreateTopic("new", 1),
+        Metadata((TOPIC_NEW, TOPIC_B)), MetadataById(TOPIC_NEW), Produce(TOPIC_NEW, 0, 3), Settle(), Describe(),
+        Fetch("a"), Acknowledge("a", ACCEPT), DescribeOffsets((TOPIC_NEW,)), Produce(TOPIC_NEW, 1, 1),
     ],
     "group-configs": [
         SetConfig("share.record.lock.duration.ms", "20000"), SetConfig("share.renew.acknowledge.enable", "false"),

@@ -27,15 +27,25 @@ class Clock:
         return self.now
 
 
+def initialized(coord, group="g", topics=TOPICS):
+    """A group whose share-partitions are initialized already: members are assigned as they join."""
+    coord.ensure_group(group).share_state.add_initialized(
+        {t.topic_id: range(t.partitions) for t in topics.values()})
+    return coord
+
+
 @pytest.fixture
 def coord():
-    return ShareGroupCoordinator(assign=everyone_gets_everything, clock=Clock(), max_size=3,
-                                 session_timeout_ms=45000, heartbeat_interval_ms=5000)
+    return initialized(ShareGroupCoordinator(assign=everyone_gets_everything, clock=Clock(), max_size=3,
+                                             session_timeout_ms=45000, heartbeat_interval_ms=5000))
 
 
 def hb(coord, member, epoch, topics=("t1",), group="g", meta=TOPICS):
-    return coord.heartbeat(group, member, epoch, rack_id=None, topics=meta,
-                           subscribed_topic_names=list(topics) if topics is not None else None)
+    """A heartbeat, then the initialization it asks for, done at once (as GroupService does)."""
+    r = coord.heartbeat(group, member, epoch, rack_id=None, topics=meta,
+                        subscribed_topic_names=list(topics) if topics is not None else None)
+    coord.initialized(group, r.initialize)
+    return r
 
 
 def test_join_gets_assignment_and_epoch(coord):
@@ -68,7 +78,8 @@ def test_fenced_epoch_and_unknown_member(coord):
     r = hb(coord, "m1", 0)
     assert hb(coord, "m1", r.member_epoch + 5, topics=None).error == ErrorCode.fenced_member_epoch
     assert hb(coord, "ghost", 3, topics=None).error == ErrorCode.unknown_member_id
-    assert hb(coord, "m1", 7, topics=None, group="other").error == ErrorCode.unknown_member_id
+    # Kafka: a heartbeat (not a join) to a group that does not exist
+    assert hb(coord, "m1", 7, topics=None, group="other").error == ErrorCode.group_id_not_found
 
 
 def test_previous_epoch_is_accepted(coord):
@@ -124,12 +135,16 @@ def test_session_timeout_expires_members(coord):
     assert coord.groups["g"].group_epoch > r2.member_epoch
 
 
-def test_topic_growth_bumps_epoch_and_reassigns(coord):
+def test_topic_growth_bumps_epoch_and_reassigns_once_the_new_partitions_are_initialized(coord):
     r = hb(coord, "m1", 0)
     grown = {"t1": TopicInfo("t1", T1.topic_id, 5), "t2": T2}
-    r2 = hb(coord, "m1", r.member_epoch, topics=None, meta=grown)
-    assert r2.member_epoch > r.member_epoch
-    assert r2.assignment == {T1.topic_id: frozenset(range(5))}
+    r2 = coord.heartbeat("g", "m1", r.member_epoch, rack_id=None, topics=grown, subscribed_topic_names=None)
+    assert r2.member_epoch == r.member_epoch + 1 and r2.assignment is None  # the old 3 only
+    assert r2.initialize == {T1.topic_id: frozenset({3, 4})}
+    coord.initialized("g", r2.initialize)
+    r3 = hb(coord, "m1", r2.member_epoch, topics=None, meta=grown)
+    assert r3.member_epoch == r2.member_epoch + 1
+    assert r3.assignment == {T1.topic_id: frozenset(range(5))}
 
 
 def test_unknown_topic_is_assigned_when_created(coord):
@@ -137,12 +152,15 @@ def test_unknown_topic_is_assigned_when_created(coord):
     assert r.assignment == {}
     later = TopicInfo("later", uuid.UUID(int=9), 2)
     r2 = hb(coord, "m1", r.member_epoch, topics=None, meta={**TOPICS, "later": later})
-    assert r2.assignment == {later.topic_id: frozenset({0, 1})}
+    assert r2.assignment is None and r2.member_epoch == r.member_epoch + 1  # initialized, not assigned yet
+    r3 = hb(coord, "m1", r2.member_epoch, topics=None, meta={**TOPICS, "later": later})
+    assert r3.assignment == {later.topic_id: frozenset({0, 1})} and r3.member_epoch == r2.member_epoch + 1
 
 
 def test_assignment_interval_batches_recomputation():
     clock = Clock()
-    coord = ShareGroupCoordinator(assign=everyone_gets_everything, clock=clock, assignment_interval_ms=1000)
+    coord = initialized(ShareGroupCoordinator(assign=everyone_gets_everything, clock=clock,
+                                              assignment_interval_ms=1000))
     r1 = hb(coord, "m1", 0)
     r2 = hb(coord, "m2", 0)  # within the interval: m2 waits for the next recomputation
     assert r2.assignment == {} and r2.member_epoch == r1.member_epoch
@@ -163,7 +181,7 @@ def test_simple_assignor_plugin_through_adapter():
     from kshare_sidecar.assignors.simple import SimpleAssignor
     from kshare_sidecar.group.assign import assign_with
 
-    coord = ShareGroupCoordinator(assign=assign_with(SimpleAssignor()), clock=Clock())
+    coord = initialized(ShareGroupCoordinator(assign=assign_with(SimpleAssignor()), clock=Clock()))
     results = {m: hb(coord, m, 0, topics=("t1", "t2")) for m in ("a", "b", "c", "d")}
     final = {m: hb(coord, m, results[m].member_epoch, topics=None) for m in results}
     target = coord.groups["g"].target
@@ -179,8 +197,8 @@ def test_a_member_that_drops_a_topic_nobody_else_subscribes_to_stops_getting_it(
     from kshare_sidecar.assignors.simple import SimpleAssignor
     from kshare_sidecar.group.assign import assign_with
 
-    coord = ShareGroupCoordinator(assign=assign_with(SimpleAssignor()), clock=Clock(), max_size=5,
-                                  session_timeout_ms=45000, heartbeat_interval_ms=5000)
+    coord = initialized(ShareGroupCoordinator(assign=assign_with(SimpleAssignor()), clock=Clock(), max_size=5,
+                                              session_timeout_ms=45000, heartbeat_interval_ms=5000))
     hb(coord, "c", 0, topics=("t2",))
     ra = hb(coord, "a", 0, topics=("t1",))
     hb(coord, "b", 0, topics=("t2", "missing"))

@@ -34,13 +34,23 @@ def coordinator(default: str = "first", interval_ms: int = 0) -> ShareGroupCoord
 
 
 def hb(coord, group, member, epoch):
-    return coord.heartbeat(group, member, epoch, rack_id=None, topics=TOPICS,
-                           subscribed_topic_names=["t"] if epoch == 0 else None)
+    """A heartbeat, then the initialization it asks for, done at once (as GroupService does)."""
+    r = coord.heartbeat(group, member, epoch, rack_id=None, topics=TOPICS,
+                        subscribed_topic_names=["t"] if epoch == 0 else None)
+    coord.initialized(group, r.initialize)
+    return r
+
+
+def initialized(coord, *groups):
+    """Groups whose share-partitions are initialized already (so joins are assigned at once)."""
+    for group in groups:
+        coord.ensure_group(group).share_state.add_initialized({T.topic_id: range(T.partitions)})
 
 
 def test_groups_on_one_coordinator_use_their_own_assignor():
     coord = coordinator()
     coord.ensure_group("g-all").configs["share.assignor"] = "all"
+    initialized(coord, "g-default", "g-all")
     for group in ("g-default", "g-all"):
         hb(coord, group, "a", 0)
         hb(coord, group, "b", 0)
@@ -52,6 +62,7 @@ def test_groups_on_one_coordinator_use_their_own_assignor():
 
 def test_a_change_bumps_the_epoch_at_the_next_heartbeat_and_recomputes_the_target():
     coord = coordinator()
+    initialized(coord, "g")
     hb(coord, "g", "a", 0)
     b = hb(coord, "g", "b", 0)
     group = coord.groups["g"]
@@ -89,6 +100,7 @@ def test_an_unknown_or_unset_choice_uses_the_sidecar_default():
     assert coord.assignor_for(group) == "all"
     group.configs["share.assignor"] = "gone"  # persisted, but its plugin is no longer loaded
     assert coord.assignor_for(group) == "all"
+    initialized(coord, "g")
     hb(coord, "g", "a", 0)
     hb(coord, "g", "b", 0)
     assert all(group.target[m] == {T.topic_id: frozenset({0, 1})} for m in "ab")
@@ -112,6 +124,7 @@ def test_real_assignors_side_by_side_keep_their_shapes():
     fns = {"simple": assign_with(SimpleAssignor()), "uniform": assign_with(UniformAssignor())}
     coord = ShareGroupCoordinator(assign=fns["simple"], assignors=fns, default_assignor="simple", clock=lambda: 0)
     coord.ensure_group("u").configs["share.assignor"] = "uniform"
+    initialized(coord, "s", "u")
     for group in ("s", "u"):
         for m in ("a", "b", "c"):
             hb(coord, group, m, 0)

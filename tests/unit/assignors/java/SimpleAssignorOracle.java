@@ -2,6 +2,9 @@
 // compared with (tests/unit/assignors/test_simple_assignor_oracle.py). Input, per case:
 //   T <name> <uuid hex> <partitions>         a topic
 //   M <member> <name,name|-> <uuid:p.p;..|->  a member: subscribed names, current assignment
+//   A <uuid hex> <p.p.p|->                   optional: the topic's assignable (initialized)
+//                                            partitions; with any A line, topics without one
+//                                            have none (Kafka's topicPartitionAllowedMap)
 //   END
 // Output, per case: "M <member> <uuid:p.p;...>" lines (topics and partitions sorted), then END.
 // Members and assignments are built the way Kafka's coordinator builds them: a HashMap of member
@@ -23,6 +26,8 @@ public class SimpleAssignorOracle {
         Map<Uuid, String> names = new HashMap<>();
         Map<Uuid, Integer> counts = new HashMap<>();
         List<String[]> members = new ArrayList<>();
+        Map<Uuid, Set<Integer>> allowed = new HashMap<>();
+        boolean[] restricted = {false};
         String line;
         StringBuilder out = new StringBuilder();
         while ((line = in.readLine()) != null) {
@@ -32,9 +37,16 @@ public class SimpleAssignorOracle {
                 ids.put(f[1], id); names.put(id, f[1]); counts.put(id, Integer.parseInt(f[3]));
             } else if (f[0].equals("M")) {
                 members.add(f);
+            } else if (f[0].equals("A")) {
+                Set<Integer> parts = new HashSet<>();
+                if (!f[2].equals("-")) for (String p : f[2].split("\\.")) parts.add(Integer.parseInt(p));
+                allowed.put(uuid(f[1]), parts);
+                restricted[0] = true;
             } else if (f[0].equals("END")) {
-                out.append(run(ids, names, counts, members));
-                ids.clear(); names.clear(); counts.clear(); members.clear();
+                out.append(run(ids, names, counts, members,
+                    restricted[0] ? Optional.of(new HashMap<>(allowed)) : Optional.empty()));
+                ids.clear(); names.clear(); counts.clear(); members.clear(); allowed.clear();
+                restricted[0] = false;
             }
         }
         System.out.print(out);
@@ -48,7 +60,8 @@ public class SimpleAssignorOracle {
         return String.format("%016x%016x", id.getMostSignificantBits(), id.getLeastSignificantBits());
     }
 
-    static String run(Map<String, Uuid> ids, Map<Uuid, String> names, Map<Uuid, Integer> counts, List<String[]> members) {
+    static String run(Map<String, Uuid> ids, Map<Uuid, String> names, Map<Uuid, Integer> counts, List<String[]> members,
+                      Optional<Map<Uuid, Set<Integer>>> allowed) {
         TopicIds.TopicResolver resolver = new TopicIds.TopicResolver() {
             public CoordinatorMetadataImage image() { return null; }
             public String name(Uuid id) { return names.get(id); }
@@ -80,7 +93,7 @@ public class SimpleAssignorOracle {
             public Set<String> racksForPartition(Uuid topicId, int partition) { return Set.of(); }
         };
         GroupAssignment result = new SimpleAssignor().assign(
-            new GroupSpecImpl(Collections.unmodifiableMap(specs), type, new HashMap<>()), describer);
+            new GroupSpecImpl(Collections.unmodifiableMap(specs), type, new HashMap<>(), allowed), describer);
         StringBuilder sb = new StringBuilder();
         for (String[] m : members) {
             MemberAssignment ma = result.members().get(m[1]);
