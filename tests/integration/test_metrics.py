@@ -62,7 +62,10 @@ async def test_metrics_move_with_a_share_group_run(kafka_39):
     port = _free_port()
     sidecar = Sidecar(load_config(env={}, overrides={
         "bootstrap.servers": kafka_39.bootstrap, "listen": "127.0.0.1:0", "metrics.port": port,
-        "share.auto.offset.reset": "earliest", "state.topic.replication.factor": 1}))
+        "share.auto.offset.reset": "earliest", "state.topic.replication.factor": 1,
+        # its own state topic: on the session's shared Kafka the default one belongs to the session
+        # sidecar, which a second sidecar on it would take over (issue 11), failing later tests
+        "state.topic": unique("__kshare_state_metrics")}))
     await sidecar.start()
     try:
         topic, group = unique("metrics"), unique("metrics-g")
