@@ -26,6 +26,7 @@ from ..share.sessions import SessionError, ShareSession, ShareSessionCache
 from ..share.types import AcquiredRecords, AcquireMode
 from . import keyorder
 from .partitions import PartitionError, PendingAcks, SharePartitionManager, Slot
+from ..share.acks import parse_ack_batches
 from .readcache import BatchCache  # noqa: F401 - re-exported
 
 log = logging.getLogger("kshare.shares")
@@ -220,6 +221,9 @@ class ShareService:
         results: dict[TopicPartition, ErrorCode] = {}
         planned: list[tuple[Slot, PendingAcks]] = []
         for (topic_id, p), batches in acks.items():
+            if isinstance(parse_ack_batches(batches, allow_renew=allow_renew), ErrorCode):
+                results[(topic_id, p)] = ErrorCode.invalid_request  # Kafka validates batches first
+                continue
             try:
                 slot = await self._slot(group_id, topic_id, p, load=False)
             except PartitionError as exc:

@@ -64,6 +64,7 @@ SCENARIOS = {
     # the share-partition and answered INVALID_RECORD_STATE.
     "ack-of-a-partition-never-fetched": [
         Join("a", (TOPIC_B,)), Settle(), Fetch("a"), AckRange("a", TOPIC_A, 2, 3, 5, ACCEPT),
+        AckRange("a", TOPIC_A, 2, 4, 0, GAP),  # a bad batch is INVALID_REQUEST first (long run 6)
         AckRange("a", TOPIC_B, 0, 100, 101, ACCEPT), Fetch("a", ack=ACCEPT),
     ],
     "heartbeat-errors": [
