@@ -1,118 +1,62 @@
 """One typed configuration for the sidecar: file (TOML), environment, flags — in that order.
 
 Keys use Kafka's names (``group.share.*`` broker-level defaults, ``share.*`` per-group
-overrides) so operators recognise them. Every key is declared once in `SETTINGS`; a bad value
-is rejected with a message that names the key and the allowed values.
+overrides) so operators recognise them. Every key is declared once in
+`config_settings.SETTINGS`; a bad value is rejected with a message that names the key and the
+allowed values. `load_config` validates and converts every value once and returns a frozen
+`SidecarConfig` whose typed sections (`config_sections`) the code reads:
+``cfg.share.record_lock_duration_ms``, ``cfg.backend.bootstrap_servers``.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import socket
 import tomllib
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
+from .config_sections import (
+    AuthorizerSettings,
+    BackendSettings,
+    ClusterSettings,
+    DeadLetterSettings,
+    ListenerSecuritySettings,
+    ListenerSettings,
+    PassthroughSettings,
+    PluginSettings,
+    ServerSettings,
+    ShareGroupSettings,
+    StateSettings,
+    build_section,
+)
+from .config_settings import (
+    BY_KEY,
+    DEFAULT_PROTOCOL_MAP,
+    FOREIGN_GROUP_CONFIGS,
+    GROUP_BOUNDS,
+    GROUP_CONFIG_NAMES,
+    GROUP_CONFIGS,
+    KSHARE_GROUP_CONFIGS,
+    PROTOCOLS,
+    SASL_MECHANISMS,
+    SETTINGS,
+    ConfigError,
+    Setting,
+    dlq_topic_problem,
+    env_name,
+    group_config_setting,
+    parse_listeners,
+)
 
-class ConfigError(ValueError):
-    """A configuration value is unknown or out of range; the message names the key."""
-
-
-@dataclass(frozen=True)
-class Setting:
-    key: str
-    default: Any
-    kind: type
-    doc: str
-    low: float | None = None
-    high: float | None = None
-    choices: tuple[str, ...] | None = None
-    check: Callable[[Any], str | None] | None = None  # returns an error text or None
-    secret: bool = False  # a password or key: never echoed in errors, reprs or logs
-
-    def coerce(self, raw: Any, source: str) -> Any:
-        try:
-            if self.kind is bool:
-                value = raw if isinstance(raw, bool) else str(raw).strip().lower() in ("1", "true", "yes", "on")
-                if not isinstance(raw, bool) and str(raw).strip().lower() not in (
-                        "1", "0", "true", "false", "yes", "no", "on", "off"):
-                    raise ValueError
-            elif self.kind is int:
-                if isinstance(raw, bool):
-                    raise ValueError
-                value = int(raw)
-            elif self.kind is float:
-                if isinstance(raw, bool):
-                    raise ValueError
-                value = float(raw)
-                if value != value or value in (float("inf"), float("-inf")):
-                    raise ValueError
-            else:
-                value = str(raw)
-        except (TypeError, ValueError):
-            shown = "<redacted>" if self.secret else repr(raw)
-            raise ConfigError(f"{self.key} (from {source}) must be {self.kind.__name__}, got {shown}") from None
-        if self.low is not None and value < self.low or self.high is not None and value > self.high:
-            raise ConfigError(
-                f"{self.key} (from {source}) = {value} is out of range: allowed {self.low}..{self.high}")
-        if self.choices is not None and value not in self.choices:
-            raise ConfigError(f"{self.key} (from {source}) = {value!r}: allowed values are {', '.join(self.choices)}")
-        if self.check is not None and (problem := self.check(value)):
-            raise ConfigError(f"{self.key} (from {source}) = {value!r}: {problem}")
-        return value
-
-
-def _host_port(value: str) -> str | None:
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
-        return "expected host:port, for example 127.0.0.1:9192"
-    return None
-
-
-def _bootstrap(value: str) -> str | None:
-    if not value:
-        return "required: the backend cluster's bootstrap servers, host:port[,host:port...]"
-    for part in value.split(","):
-        if problem := _host_port(part.strip()):
-            return problem
-    return None
-
-
-def _offset_reset(value: str) -> str | None:
-    if value in ("latest", "earliest"):
-        return None
-    if value.startswith("by_duration:"):
-        from .timeutil import parse_iso_duration_ms
-
-        try:
-            parse_iso_duration_ms(value.removeprefix("by_duration:"))
-        except ValueError as exc:
-            return str(exc)
-        return None
-    return "allowed values are latest, earliest, by_duration:<ISO-8601 duration> (e.g. by_duration:PT1H)"
-
-
-_TOPIC_CHARS = re.compile(r"^[a-zA-Z0-9._-]+$")
-
-
-def _dlq_topic(value: str) -> str | None:
-    """Kafka's topic-name rules, and no internal name (KIP-1191: a DLQ topic is a user topic)."""
-    if value == "":
-        return None
-    if value in (".", "..") or len(value) > 249 or not _TOPIC_CHARS.match(value):
-        return "not a legal topic name (1-249 of a-z A-Z 0-9 . _ -, not . or ..)"
-    if value.startswith("__"):
-        return "names starting with __ are reserved for internal topics"
-    return None
-
-
-PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-DEFAULT_PROTOCOL_MAP = ",".join(f"{p}:{p}" for p in PROTOCOLS)
-_LISTENER = re.compile(r"^(?P<name>[A-Za-z0-9_]+)://(?P<host>\[[0-9A-Fa-f:.]+\]|[^:/\[\]]*):(?P<port>[0-9]+)$")
+__all__ = [
+    "BY_KEY", "DEFAULT_PROTOCOL_MAP", "FOREIGN_GROUP_CONFIGS", "GROUP_CONFIGS", "GROUP_CONFIG_NAMES",
+    "KSHARE_GROUP_CONFIGS", "PROTOCOLS", "SASL_MECHANISMS", "SETTINGS", "ConfigError", "ListenerSpec", "Setting",
+    "SidecarConfig", "env_name", "group_config_setting", "load_config", "parse_listeners",
+]
 
 
 @dataclass(frozen=True)
@@ -135,298 +79,58 @@ class ListenerSpec:
         return self.protocol.startswith("SASL_")
 
 
-def parse_listeners(value: str) -> list[tuple[str, str, int]]:
-    """``NAME://host:port,...`` → [(NAME, host, port)]; ValueError naming the bad part."""
-    out: list[tuple[str, str, int]] = []
-    for part in (p.strip() for p in value.split(",")):
-        m = _LISTENER.match(part)
-        if m is None or int(m["port"]) > 65535:
-            raise ValueError(f"{part!r} is not NAME://host:port (for example SASL_SSL://0.0.0.0:9194)")
-        name = m["name"].upper()
-        if any(name == n for n, _, _ in out):
-            raise ValueError(f"listener name {name} appears twice")
-        out.append((name, m["host"].strip("[]"), int(m["port"])))
-    return out
-
-
-def _listeners(value: str) -> str | None:
-    if not value:
-        return None
-    try:
-        parse_listeners(value)
-    except ValueError as exc:
-        return str(exc)
-    return None
-
-
-def _protocol_map(value: str) -> str | None:
-    for part in (p.strip() for p in value.split(",")):
-        name, sep, protocol = part.partition(":")
-        if not sep or not name or protocol not in PROTOCOLS:
-            return f"{part!r} is not NAME:PROTOCOL; protocols are {', '.join(PROTOCOLS)}"
-    return None
-
-
-def _mechanisms(value: str) -> str | None:
-    names = [m.strip() for m in value.split(",") if m.strip()]
-    bad = [m for m in names if m not in SASL_MECHANISMS]
-    if not names or bad:
-        return f"allowed values are {', '.join(SASL_MECHANISMS)} (comma-separated)"
-    return None
-
-
-_S = Setting
-SETTINGS: tuple[Setting, ...] = (
-    # -- the sidecar itself
-    _S("bootstrap.servers", "", str, "Backend cluster (Kafka or Redpanda) bootstrap servers.", check=_bootstrap),
-    _S("listen", "127.0.0.1:9192", str, "Address of the single PLAINTEXT listener when `listeners` is not set.",
-       check=_host_port),
-    _S("advertised.listener", "", str, "host:port clients are told to connect to (default: listen); with `listen` "
-       "only."),
-    _S("listeners", "", str, "Kafka's form: NAME://host:port[,...], e.g. PLAINTEXT://127.0.0.1:9192,"
-       "SASL_SSL://0.0.0.0:9194 ('' = one PLAINTEXT listener on `listen`).", check=_listeners),
-    _S("advertised.listeners", "", str, "NAME://host:port[,...] clients are told to connect to, per listener "
-       "(default: the listener's own address).", check=_listeners),
-    _S("listener.security.protocol.map", DEFAULT_PROTOCOL_MAP, str, "NAME:PROTOCOL[,...]: the security protocol "
-       "of each listener name.", check=_protocol_map),
-    # -- the listeners' own security (Kafka's broker names; docs/security.md)
-    _S("ssl.keystore.location", "", str, "PEM file with the server certificate chain and its key (SSL and "
-       "SASL_SSL listeners)."),
-    _S("ssl.key.password", "", str, "Password of the key in ssl.keystore.location.", secret=True),
-    _S("ssl.truststore.location", "", str, "PEM file of CAs that sign client certificates (ssl.client.auth)."),
-    _S("ssl.client.auth", "none", str, "Client certificates on SSL listeners: required/requested make the "
-       "principal User:<subject DN>.", choices=("none", "requested", "required")),
-    _S("sasl.enabled.mechanisms", "PLAIN", str, "Comma-separated SASL mechanisms of SASL_* listeners.",
-       check=_mechanisms),
-    _S("sasl.server.max.receive.size", 524288, int, "Largest frame a client may send on a SASL listener before it "
-       "has authenticated.", 1024, 2**31 - 1),
-    _S("connection.failed.authentication.delay.ms", 100, int, "Delay of the failure answer (and close) after a "
-       "failed authentication, which slows password guessing.", 0, 60000),
-    _S("connections.max.reauth.ms", 0, int, "KIP-368: lifetime of an authenticated SASL session; clients "
-       "re-authenticate before it ends, or their connection is closed (0 = sessions never end).", 0, 2**31 - 1),
-    _S("sasl.authenticator", "static", str, "Authenticator plugin that checks SASL credentials (built-ins: static, "
-       "delegate)."),
-    _S("sasl.credentials.file", "", str, "static authenticator: file of user:password or "
-       "user:SCRAM-SHA-nnn:salt=...,stored_key=...,server_key=...,iterations=N lines."),
-    # -- authorization against the backend's ACLs (docs/security.md, "Authorization")
-    _S("authorizer.class.name", "", str, "'' : no authorization; 'backend': share-group APIs are authorized with "
-       "the backend's ACLs for the client's principal (Kafka's rules and error codes).", choices=("", "backend")),
-    _S("authorizer.cache.ms", 5000, int, "How long a principal's ACLs read from the backend are used before a "
-       "background refresh.", 100, 3_600_000),
-    _S("super.users", "", str, "Principals allowed everything without ACLs, ';'-separated as in Kafka "
-       "(User:admin;User:kshare); the backend's super.users cannot be read over the protocol."),
-    _S("allow.everyone.if.no.acl.found", False, bool, "As Kafka's StandardAuthorizer: when no ACL at all (for any "
-       "principal) matches a resource, everyone is allowed on it; false (Kafka's default): only what an ACL "
-       "allows. On, each refresh also reads every principal's ACLs (one unfiltered DescribeAcls)."),
-    _S("authorizer.allow.plaintext.anonymous", True, bool, "User:ANONYMOUS on PLAINTEXT listeners (health checks "
-       "on loopback) is not checked; false: checked against its ACLs, as Kafka does."),
-    _S("passthrough.credentials", "sidecar", str, "Whose credentials forwarded requests use at the backend: "
-       "'sidecar' (the backend.sasl.* user) or 'client' (a SASL PLAIN client's own user and password, so the "
-       "backend authorizes the client; other clients cannot use pass-through).", choices=("sidecar", "client")),
-    _S("node.id", 1, int, "Node id the sidecar presents as coordinator and partition leader.", 0, 2**31 - 1),
-    _S("cluster.id", "kshare", str, "Cluster id reported in Metadata."),
-    # -- a cluster of sidecars (issue 15; docs/deployment.md, "Running N sidecars")
-    _S("cluster.name", "", str, "Name of the cluster of sidecars this one belongs to ('' = a single sidecar). "
-       "Sidecars with the same name and state.topic share the share groups: the backend's consumer group "
-       "kshare-cluster-<name> spreads the state partitions over them. Each needs its own node.id and advertised "
-       "address; the state topic must be a fresh one (share-partitions are placed by topic-partition)."),
-    _S("cluster.session.timeout.ms", 10000, int, "How long a sidecar of the cluster may go silent before the backend "
-       "gives its state partitions to the others (the failover gap after a crash; a clean stop hands over at "
-       "once).", 1000, 1800000),
-    _S("cluster.heartbeat.interval.ms", 1000, int, "Heartbeat interval of the sidecars' group (how soon the others "
-       "notice a rebalance).", 100, 600000),
-    _S("socket.request.max.bytes", 100 * 1024 * 1024, int, "Largest request frame accepted.", 1024, 2**31 - 1),
-    # -- the backend's security (Kafka's client setting names under backend.; docs/security.md)
-    _S("backend.security.protocol", "PLAINTEXT", str, "How the sidecar connects to the backend.",
-       choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
-    _S("backend.sasl.mechanism", "PLAIN", str, "SASL mechanism towards the backend (GSSAPI is not supported).",
-       choices=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")),
-    _S("backend.sasl.jaas.config", "", str, "Kafka JAAS line with username=\"...\" password=\"...\" "
-       "(PLAIN/SCRAM login modules); or use backend.sasl.username/password.", secret=True),
-    _S("backend.sasl.username", "", str, "SASL user towards the backend."),
-    _S("backend.sasl.password", "", str, "SASL password (prefer the environment or a file).", secret=True),
-    _S("backend.sasl.password.file", "", str, "File holding the SASL password."),
-    _S("backend.sasl.oauthbearer.token.file", "", str, "File holding the OAUTHBEARER token (re-read at each "
-       "authentication)."),
-    _S("backend.sasl.oauthbearer.token.endpoint.url", "", str, "OAUTHBEARER: OAuth 2 token endpoint; the sidecar "
-       "gets tokens with the client-credentials grant (KIP-768) and caches them."),
-    _S("backend.sasl.oauthbearer.client.credentials.client.id", "", str, "OAUTHBEARER: client id at the token "
-       "endpoint."),
-    _S("backend.sasl.oauthbearer.client.credentials.client.secret", "", str, "OAUTHBEARER: client secret at the "
-       "token endpoint (prefer the environment or a file).", secret=True),
-    _S("backend.sasl.oauthbearer.client.credentials.client.secret.file", "", str, "File holding the client secret."),
-    _S("backend.sasl.oauthbearer.scope", "", str, "OAUTHBEARER: scope requested from the token endpoint."),
-    _S("backend.sasl.oauthbearer.token.command", "", str, "OAUTHBEARER: command (run without a shell) printing a "
-       "JWT; re-run when the cached token nears its exp."),
-    _S("backend.sasl.login.refresh.window.factor", 0.8, float, "A cached OAUTHBEARER token is replaced once this "
-       "fraction of its lifetime has passed (Kafka's default 0.8).", 0.5, 1.0),
-    _S("backend.ssl.truststore.location", "", str, "PEM file of CAs to trust ('' = the system's)."),
-    _S("backend.ssl.keystore.location", "", str, "PEM file with the client certificate chain and key (mTLS)."),
-    _S("backend.ssl.key.password", "", str, "Password of the key in backend.ssl.keystore.location.", secret=True),
-    _S("backend.ssl.endpoint.identification.algorithm", "https", str, "https: verify the broker's host name "
-       "against its certificate; '' : do not.", choices=("https", "")),
-    _S("read.ahead.enable", False, bool, "Read a share-partition's next window from the backend in the background "
-       "before it is acknowledged (fewer ShareFetches wait for a backend read; measured read amplification "
-       "1.45 instead of ~1.2 in the 1M throughput run; docs/benchmarks.md)."),
-    _S("passthrough.enable", True, bool, "Forward every API the sidecar does not serve to the backend, so clients "
-       "need only the sidecar as bootstrap (false: share-group APIs only)."),
-    # -- listener limits (Kafka's names and defaults; request.read.timeout.ms is kshare's own)
-    _S("connections.max.idle.ms", 600000, int, "Close a connection idle this long (no request, nothing in flight).",
-       1000, 2**31 - 1),
-    _S("request.read.timeout.ms", 60000, int, "A started request frame must arrive completely within this (slow-loris).",
-       100, 2**31 - 1),
-    _S("max.connections", 2**31 - 1, int, "Client connections the listener accepts; beyond, new ones are closed.",
-       1, 2**31 - 1),
-    _S("max.connections.per.ip", 2**31 - 1, int, "Client connections per client address; beyond, new ones are closed.",
-       1, 2**31 - 1),
-    _S("max.inflight.requests.per.connection", 64, int, "Outstanding responses per connection before it stops reading.",
-       1, 10000),
-    _S("metrics.port", 0, int, "Prometheus metrics port (0 = off).", 0, 65535),
-    _S("persister", "topic", str, "Persister plugin name (built-ins: topic, memory)."),
-    _S("assignor", "simple", str, "Share-group assignor plugin name: the default of the per-group "
-       "share.assignor (kshare's own group config)."),
-    _S("plugins.load", "", str, "Comma-separated allowlist of plugin distributions ('' = all)."),
-    _S("plugins.disable", "", str, "Comma-separated plugin names to block."),
-    _S("state.topic", "__kshare_state", str, "Compacted topic holding share-group state."),
-    _S("state.topic.partitions", 16, int, "Partitions of the state topic when created.", 1, 1000),
-    _S("state.topic.replication.factor", -1, int, "Replication factor (-1 = broker default).", -1, 32),
-    _S("state.write.linger.ms", 2, int, "Linger to coalesce state writes across share-partitions.", 0, 1000),
-    _S("state.write.mode", "transactional", str,
-       "How state is written: transactional (a Kafka transaction per write; a superseded sidecar is fenced by "
-       "the backend) or idempotent (plain idempotent produce for backends without transactions; weaker "
-       "fencing, docs/persistence.md).", choices=("transactional", "idempotent")),
-    _S("state.transaction.timeout.ms", 60000, int,
-       "Transaction timeout of the state writers: a frozen writer's open transaction is aborted by the backend "
-       "after this.", 1000, 900000),
-    # -- broker-level share-group settings (Kafka group.share.* names and defaults)
-    _S("group.share.delivery.count.limit", 5, int, "Deliveries before a record is archived.", 2, 10),
-    _S("group.share.record.lock.duration.ms", 30000, int, "Acquisition lock duration.", 1000, 3600000),
-    _S("group.share.min.record.lock.duration.ms", 15000, int, "Lowest per-group lock duration.", 1000, 3600000),
-    _S("group.share.max.record.lock.duration.ms", 60000, int, "Highest per-group lock duration.", 1000, 3600000),
-    _S("group.share.partition.max.record.locks", 2000, int, "In-flight window per share-partition.", 100, 10000),
-    _S("group.share.max.share.sessions", 2000, int, "Share sessions the sidecar holds.", 1, 1000000),
-    _S("group.share.session.timeout.ms", 45000, int, "Member session timeout.", 1000, 1800000),
-    _S("group.share.heartbeat.interval.ms", 5000, int, "Heartbeat interval given to members.", 100, 1800000),
-    _S("group.share.max.size", 200, int, "Members per share group.", 1, 1000),
-    _S("group.share.assignment.interval.ms", 1000, int, "Least time between assignment recomputations.", 0, 60000),
-    # bounds of the per-group overrides (Kafka 4.3.1's broker names and defaults)
-    _S("group.share.min.session.timeout.ms", 45000, int, "Lowest per-group share.session.timeout.ms.", 1, 2**31 - 1),
-    _S("group.share.max.session.timeout.ms", 60000, int, "Highest per-group share.session.timeout.ms.", 1, 2**31 - 1),
-    _S("group.share.min.heartbeat.interval.ms", 5000, int, "Lowest per-group share.heartbeat.interval.ms.", 1,
-       2**31 - 1),
-    _S("group.share.max.heartbeat.interval.ms", 15000, int, "Highest per-group share.heartbeat.interval.ms.", 1,
-       2**31 - 1),
-    _S("group.share.max.assignment.interval.ms", 15000, int, "Highest per-group share.assignment.interval.ms.", 0,
-       2**31 - 1),
-    _S("group.share.max.delivery.count.limit", 10, int, "Highest per-group share.delivery.count.limit.", 2, 10),
-    _S("group.share.max.partition.max.record.locks", 4000, int, "Highest per-group share.partition.max.record.locks.",
-       100, 10000),
-    _S("group.share.renew.acknowledge.enable", True, bool, "Default of share.renew.acknowledge.enable (stored and "
-       "described per group; see compatibility.md)."),
-    _S("share.auto.offset.reset", "latest", str, "Default initial SPSO for new share-partitions.",
-       check=_offset_reset),
-    _S("share.isolation.level", "read_uncommitted", str, "Default isolation level for share groups.",
-       choices=("read_uncommitted", "read_committed")),
-    # -- kshare's extensions (docs/extensions.md): dead-letter topic with KIP-1191's names
-    _S("errors.deadletterqueue.topic.name", "", str, "Default dead-letter topic of share groups ('' = none): "
-       "rejected records and records archived at the delivery count limit are written there (KIP-1191's name).",
-       check=_dlq_topic),
-    _S("errors.deadletterqueue.copy.record.enable", True, bool, "Copy the record (key, value, headers) onto the "
-       "dead-letter topic, not only the __dlq.errors.* headers (KIP-1191's name; kshare's default is true, "
-       "Kafka's false)."),
-    _S("errors.deadletterqueue.topic.name.prefix", "dlq.", str, "Prefix every dead-letter topic name must have "
-       "(KIP-1191's broker setting; '' = any name)."),
-    _S("errors.deadletterqueue.auto.create.topics.enable", False, bool, "Create a missing dead-letter topic at "
-       "its first write (KIP-1191's broker setting); otherwise the write waits, retried, until it exists."),
-    # -- kshare's own extensions (no Kafka equivalent; docs/extensions.md)
-    _S("share.release.backoff.ms", 0, int, "kshare: delay before a released (or lock-expired) record is available "
-       "again, after its first delivery (0 = at once, as Kafka).", 0, 3600000),
-    _S("share.release.backoff.multiplier", 2.0, float, "kshare: factor applied to the backoff per further "
-       "delivery.", 1, 100),
-    _S("share.release.backoff.max.ms", 60000, int, "kshare: longest release backoff.", 0, 3600000),
-    _S("share.key.ordering", False, bool, "kshare: at most one in-flight delivery per record key per "
-       "share-partition, in offset order."),
-)
-BY_KEY = {s.key: s for s in SETTINGS}
-
-#: Per-group dynamic configs (IncrementalAlterConfigs on GROUP resources) → their default source.
-GROUP_CONFIGS: dict[str, str] = {
-    "share.auto.offset.reset": "share.auto.offset.reset",
-    "share.isolation.level": "share.isolation.level",
-    "share.record.lock.duration.ms": "group.share.record.lock.duration.ms",
-    "share.session.timeout.ms": "group.share.session.timeout.ms",
-    "share.heartbeat.interval.ms": "group.share.heartbeat.interval.ms",
-    "share.delivery.count.limit": "group.share.delivery.count.limit",
-    "share.partition.max.record.locks": "group.share.partition.max.record.locks",
-    "share.assignment.interval.ms": "group.share.assignment.interval.ms",
-    "share.renew.acknowledge.enable": "group.share.renew.acknowledge.enable",
-    "share.assignor": "assignor",
-    "errors.deadletterqueue.topic.name": "errors.deadletterqueue.topic.name",
-    "errors.deadletterqueue.copy.record.enable": "errors.deadletterqueue.copy.record.enable",
-    "share.release.backoff.ms": "share.release.backoff.ms",
-    "share.release.backoff.multiplier": "share.release.backoff.multiplier",
-    "share.release.backoff.max.ms": "share.release.backoff.max.ms",
-    "share.key.ordering": "share.key.ordering",
-}
-
-#: GROUP configs of kshare's own, unknown to Kafka. A describe of all configs lists one only when
-#: the group sets it, so a group without kshare extras is described exactly as Kafka 4.3.1
-#: describes it (the differential parity tests compare those answers); asked for by name, it is
-#: always described.
-KSHARE_GROUP_CONFIGS: frozenset[str] = frozenset({
-    "share.assignor", "share.release.backoff.ms", "share.release.backoff.multiplier", "share.release.backoff.max.ms",
-    "share.key.ordering",
-    # KIP-1191's (Kafka 4.4) names: unknown to Kafka 4.3.1, the parity reference
-    "errors.deadletterqueue.topic.name", "errors.deadletterqueue.copy.record.enable"})
-
-#: Per-group bounds of the share.* configs (Kafka 4.3.1 GroupConfig): sidecar setting names or
-#: constants; a group may set any value in them (not only lower the sidecar's default).
-_GROUP_BOUNDS: dict[str, tuple[int | str, int | str]] = {
-    "share.record.lock.duration.ms": ("group.share.min.record.lock.duration.ms",
-                                      "group.share.max.record.lock.duration.ms"),
-    "share.session.timeout.ms": ("group.share.min.session.timeout.ms", "group.share.max.session.timeout.ms"),
-    "share.heartbeat.interval.ms": ("group.share.min.heartbeat.interval.ms", "group.share.max.heartbeat.interval.ms"),
-    "share.assignment.interval.ms": (0, "group.share.max.assignment.interval.ms"),
-    "share.delivery.count.limit": (2, "group.share.max.delivery.count.limit"),
-    "share.partition.max.record.locks": (100, "group.share.max.partition.max.record.locks"),
-}
-
-#: GROUP configs Kafka 4.3.1 accepts for its consumer (KIP-848) and streams (KIP-1071) groups.
-#: They belong to the backend's group coordinator, not to kshare's share groups: kshare accepts,
-#: stores and describes them with Kafka's defaults and bounds so admin scripts written for 4.3 work
-#: unchanged (docs/compatibility.md), and acts on none of them.
-FOREIGN_GROUP_CONFIGS: dict[str, Setting] = {s.key: s for s in (
-    Setting("consumer.session.timeout.ms", 45000, int, "Consumer group session timeout.", 45000, 60000),
-    Setting("consumer.heartbeat.interval.ms", 5000, int, "Consumer group heartbeat interval.", 5000, 15000),
-    Setting("consumer.assignment.interval.ms", 1000, int, "Consumer group assignment interval.", 0, 15000),
-    Setting("streams.session.timeout.ms", 45000, int, "Streams group session timeout.", 45000, 60000),
-    Setting("streams.heartbeat.interval.ms", 5000, int, "Streams group heartbeat interval.", 5000, 15000),
-    Setting("streams.assignment.interval.ms", 1000, int, "Streams group assignment interval.", 0, 15000),
-    Setting("streams.initial.rebalance.delay.ms", 3000, int, "Streams group initial rebalance delay.", 0, 2**31 - 1),
-    Setting("streams.num.standby.replicas", 0, int, "Streams group standby replicas.", 0, 2),
-)}
-
-#: Every GROUP config name kshare accepts, in Kafka's (alphabetical) describe order.
-GROUP_CONFIG_NAMES: tuple[str, ...] = tuple(sorted({*GROUP_CONFIGS, *FOREIGN_GROUP_CONFIGS}))
-
-
-def group_config_setting(name: str) -> Setting:
-    """The setting describing a GROUP config's type and documentation (KeyError if unknown)."""
-    return FOREIGN_GROUP_CONFIGS[name] if name in FOREIGN_GROUP_CONFIGS else BY_KEY[GROUP_CONFIGS[name]]
-
-
-def env_name(key: str) -> str:
-    return "KSHARE_" + key.upper().replace(".", "_")
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class SidecarConfig:
-    """Resolved settings; read with ``config[key]`` using the Kafka-style names."""
+    """Resolved, validated settings. Code reads the typed sections (``cfg.state.topic``);
+    ``cfg["state.topic"]`` (by Kafka-style name) is kept for plugins, whose factories receive
+    this object (docs/plugins/hooks.md), and for tools that go by the documented names."""
 
+    #: Every setting by its Kafka-style name (read-only), as converted at load.
     values: Mapping[str, Any]
     #: Keys set by a file, the environment or the command line (not defaults): DescribeConfigs
     #: reports a group config backed by one of them as STATIC_BROKER_CONFIG, as Kafka does.
-    explicit: frozenset[str] = frozenset()
+    explicit: frozenset[str]
+    listener: ListenerSettings
+    listener_security: ListenerSecuritySettings
+    authorizer: AuthorizerSettings
+    passthrough: PassthroughSettings
+    server: ServerSettings
+    plugins: PluginSettings
+    cluster: ClusterSettings
+    backend: BackendSettings
+    state: StateSettings
+    share: ShareGroupSettings
+    deadletter: DeadLetterSettings
+    #: The listeners to open (``listeners``, or one PLAINTEXT listener on ``listen``).
+    specs: tuple[ListenerSpec, ...]
+    #: The sidecar-wide defaults of every GROUP config (built once: read on every request).
+    group_defaults: Mapping[str, Any] = field(compare=False)
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any], explicit: Iterable[str] = ()) -> SidecarConfig:
+        """Build from values already coerced by their `Setting`; raises ConfigError naming the key
+        for what only the combination of settings can get wrong."""
+        explicit_keys = frozenset(explicit)
+        listener = build_section(ListenerSettings, values)
+        listener_security = build_section(ListenerSecuritySettings, values)
+        _check_listener_forms(listener, explicit_keys)
+        group_defaults = {k: values[src] for k, src in GROUP_CONFIGS.items()}
+        group_defaults |= {k: s.default for k, s in FOREIGN_GROUP_CONFIGS.items()}
+        cfg = cls(values=MappingProxyType(dict(values)), explicit=explicit_keys, listener=listener,
+                  listener_security=listener_security,
+                  authorizer=build_section(AuthorizerSettings, values),
+                  passthrough=build_section(PassthroughSettings, values),
+                  server=build_section(ServerSettings, values),
+                  plugins=build_section(PluginSettings, values),
+                  cluster=build_section(ClusterSettings, values),
+                  backend=build_section(BackendSettings, values),
+                  state=build_section(StateSettings, values),
+                  share=build_section(ShareGroupSettings, values),
+                  deadletter=build_section(DeadLetterSettings, values),
+                  specs=tuple(_listener_specs(listener, listener_security)),
+                  group_defaults=MappingProxyType(group_defaults))
+        _check_cross_settings(cfg)
+        return cfg
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
@@ -437,23 +141,20 @@ class SidecarConfig:
 
     @property
     def advertised(self) -> tuple[str, int]:
-        host, _, port = (self.values["advertised.listener"] or self.values["listen"]).rpartition(":")
+        host, _, port = (self.listener.advertised_listener or self.listener.listen).rpartition(":")
         return host, int(port)
 
     @property
     def sasl_mechanisms(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(m.strip() for m in self.values["sasl.enabled.mechanisms"].split(",") if m.strip()))
+        return self.listener_security.mechanisms
 
     def listener_specs(self) -> list[ListenerSpec]:
         """The listeners to open (``listeners``, or one PLAINTEXT listener on ``listen``)."""
-        return _listener_specs(self.values)
+        return list(self.specs)
 
     def group_config(self, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """A group's effective ``share.*`` configs: sidecar defaults with the group's overrides."""
-        resolved = {k: self.values[src] for k, src in GROUP_CONFIGS.items()}
-        resolved |= {k: s.default for k, s in FOREIGN_GROUP_CONFIGS.items()}
-        resolved |= dict(overrides or {})
-        return resolved
+        """A group's effective configs by GROUP config name: sidecar defaults with the group's overrides."""
+        return {**self.group_defaults, **overrides} if overrides else dict(self.group_defaults)
 
     def validate_group_config(self, key: str, raw: Any, *, assignors: Iterable[str] | None = None) -> Any:
         """Check one per-group override against Kafka's bounds; raise ConfigError naming the key.
@@ -469,20 +170,20 @@ class SidecarConfig:
                 raise ConfigError(f"{key} (from group config) = {raw!r}: expected true or false")
             return text == "true"
         low, high = setting.low, setting.high
-        if key in _GROUP_BOUNDS:
-            low, high = (self.values[b] if isinstance(b, str) else b for b in _GROUP_BOUNDS[key])
+        if key in GROUP_BOUNDS:  # bounds named by sidecar setting (a table of names) or constants
+            low, high = (self.values[b] if isinstance(b, str) else b for b in GROUP_BOUNDS[key])
         choices = setting.choices
         if key == "share.assignor" and assignors is not None:
             choices = tuple(sorted(assignors))
         if key == "errors.deadletterqueue.topic.name":
             name = str(raw)
-            prefix = self.values["errors.deadletterqueue.topic.name.prefix"]
-            if name and (problem := _dlq_topic(name)):
+            prefix = self.deadletter.topic_name_prefix
+            if name and (problem := dlq_topic_problem(name)):
                 raise ConfigError(f"{key} (from group config) = {name!r}: {problem}")
             if name and not name.startswith(prefix):
                 raise ConfigError(f"{key} (from group config) = {name!r}: must start with {prefix!r} "
                                   "(errors.deadletterqueue.topic.name.prefix)")
-            if name == self.values["state.topic"]:
+            if name == self.state.topic:
                 raise ConfigError(f"{key} (from group config) = {name!r}: that is kshare's state topic")
         return Setting(key, None, setting.kind, setting.doc, low, high, choices,
                        setting.check).coerce(raw, "group config")
@@ -515,24 +216,31 @@ def load_config(path: str | Path | None = None, *, env: Mapping[str, str] | None
             explicit.add(key)
     for setting in SETTINGS:  # re-check defaults that have requirements (bootstrap.servers)
         setting.coerce(values[setting.key], "defaults" if values[setting.key] == setting.default else "config")
-    if values["listeners"]:
+    return SidecarConfig.from_values(values, explicit)
+
+
+def _check_listener_forms(listener: ListenerSettings, explicit: frozenset[str]) -> None:
+    """``listeners`` (Kafka's form) or the one-listener ``listen``, not both."""
+    if listener.listeners:
         for legacy in ("listen", "advertised.listener"):
             if legacy in explicit:
                 raise ConfigError(f"set either listeners or {legacy}, not both ({legacy} is the one-listener "
                                   f"form; with listeners use advertised.listeners)")
-    elif values["advertised.listeners"]:
+    elif listener.advertised_listeners:
         raise ConfigError("advertised.listeners needs listeners (with listen, use advertised.listener)")
-    _listener_specs(values)  # cross-key checks: names in the map, TLS and SASL settings present
-    if values["group.share.min.record.lock.duration.ms"] > values["group.share.max.record.lock.duration.ms"]:
+
+
+def _check_cross_settings(cfg: SidecarConfig) -> None:
+    """Settings valid one by one but not together: one line naming both keys."""
+    if cfg.share.min_record_lock_duration_ms > cfg.share.max_record_lock_duration_ms:
         raise ConfigError("group.share.min.record.lock.duration.ms must not exceed "
                           "group.share.max.record.lock.duration.ms")
-    dlq, prefix = values["errors.deadletterqueue.topic.name"], values["errors.deadletterqueue.topic.name.prefix"]
+    dlq, prefix = cfg.deadletter.topic_name, cfg.deadletter.topic_name_prefix
     if dlq and not dlq.startswith(prefix):
         raise ConfigError(f"errors.deadletterqueue.topic.name = {dlq!r} must start with "
                           f"errors.deadletterqueue.topic.name.prefix = {prefix!r}")
-    if values["share.release.backoff.max.ms"] < values["share.release.backoff.ms"]:
+    if cfg.share.release_backoff_max_ms < cfg.share.release_backoff_ms:
         raise ConfigError("share.release.backoff.max.ms must not be below share.release.backoff.ms")
-    return SidecarConfig(values, frozenset(explicit))
 
 
 def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -547,18 +255,20 @@ def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _listener_specs(values: Mapping[str, Any]) -> list[ListenerSpec]:
-    if not values["listeners"]:
-        host, _, port = values["listen"].rpartition(":")
-        adv_host, _, adv_port = (values["advertised.listener"] or values["listen"]).rpartition(":")
-        declared = [("PLAINTEXT", host.strip("[]"), int(port))]
-        advertised = {"PLAINTEXT": (adv_host.strip("[]"), int(adv_port))} if values["advertised.listener"] else {}
+def _listener_specs(listener: ListenerSettings, security: ListenerSecuritySettings) -> list[ListenerSpec]:
+    declared: list[tuple[str, str, int]]
+    advertised: dict[str, tuple[str, int]]
+    if not listener.listeners:
+        bind_host, _, bind_port = listener.listen.rpartition(":")
+        told_host, _, told_port = (listener.advertised_listener or listener.listen).rpartition(":")
+        declared = [("PLAINTEXT", bind_host.strip("[]"), int(bind_port))]
+        advertised = {"PLAINTEXT": (told_host.strip("[]"), int(told_port))} if listener.advertised_listener else {}
     else:
-        declared = parse_listeners(values["listeners"])
-        advertised = {n: (h, p) for n, h, p in parse_listeners(values["advertised.listeners"] or "X://:0")
-                      if values["advertised.listeners"]}
-    protocols = {}
-    for part in values["listener.security.protocol.map"].split(","):
+        declared = parse_listeners(listener.listeners)
+        advertised = {n: (h, p) for n, h, p in parse_listeners(listener.advertised_listeners)
+                      } if listener.advertised_listeners else {}
+    protocols: dict[str, str] = {}
+    for part in listener.security_protocol_map.split(","):
         name, _, protocol = part.strip().partition(":")
         protocols[name.upper()] = protocol
     names = {n for n, _, _ in declared}
@@ -566,7 +276,7 @@ def _listener_specs(values: Mapping[str, Any]) -> list[ListenerSpec]:
         if name not in names:
             raise ConfigError(f"advertised.listeners names {name}, which is not in listeners "
                               f"({', '.join(sorted(names))})")
-    specs = []
+    specs: list[ListenerSpec] = []
     for name, host, port in declared:
         if name not in protocols:
             raise ConfigError(f"listeners: listener name {name} is not in listener.security.protocol.map "
@@ -575,10 +285,10 @@ def _listener_specs(values: Mapping[str, Any]) -> list[ListenerSpec]:
         # an empty host binds every interface and, as in Kafka, advertises this machine's name
         specs.append(ListenerSpec(name, protocols[name], host, port, adv_host or host or socket.getfqdn(),
                                   adv_port if name in advertised or port != 0 else None))
-    if any(s.tls for s in specs) and not values["ssl.keystore.location"]:
+    if any(s.tls for s in specs) and not security.ssl_keystore_location:
         raise ConfigError("ssl.keystore.location is required for SSL and SASL_SSL listeners (a PEM file with the "
                           "server certificate chain and key)")
-    if values["ssl.client.auth"] != "none" and not values["ssl.truststore.location"]:
-        raise ConfigError(f"ssl.client.auth = {values['ssl.client.auth']!r} needs ssl.truststore.location (a PEM "
+    if security.ssl_client_auth != "none" and not security.ssl_truststore_location:
+        raise ConfigError(f"ssl.client.auth = {security.ssl_client_auth!r} needs ssl.truststore.location (a PEM "
                           f"file of the CAs that sign client certificates)")
     return specs

@@ -1,4 +1,4 @@
-"""Render the settings reference (docs/configuration.md tables) from `kshare_sidecar.config.SETTINGS`.
+"""Render the settings reference (docs/configuration.md tables) from `kshare_sidecar.config_settings.SETTINGS`.
 
     python -m kshare_sidecar.configdoc                 # print the generated Markdown
     python -m kshare_sidecar.configdoc --write FILE    # replace the generated block in FILE
@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .config import (
+from .config_settings import (
     FOREIGN_GROUP_CONFIGS,
     GROUP_CONFIG_NAMES,
     GROUP_CONFIGS,
@@ -34,7 +34,7 @@ _CHECKS = {
     "_listeners": "`NAME://host:port[,...]`",
     "_protocol_map": "`NAME:PROTOCOL[,...]`; protocols `PLAINTEXT`, `SSL`, `SASL_PLAINTEXT`, `SASL_SSL`",
     "_mechanisms": "comma-separated `PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512`",
-    "_dlq_topic": "`\"\"` or a legal topic name not starting with `__` (and, per group, starting with "
+    "dlq_topic_problem": "`\"\"` or a legal topic name not starting with `__` (and, per group, starting with "
                   "`errors.deadletterqueue.topic.name.prefix`)",
 }
 
