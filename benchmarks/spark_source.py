@@ -158,7 +158,7 @@ def broker_limits(record_locks: int) -> dict[str, str]:
 class SidecarThread:
     def __init__(self, backend: str, record_locks: int = 0) -> None:
         from kshare_sidecar.config import load_config
-        from kshare_sidecar.service.runner import Sidecar
+        from kshare_sidecar.app import Sidecar
 
         self.sidecar = Sidecar(load_config(env={}, overrides={
             "bootstrap.servers": backend, "listen": "127.0.0.1:0", "share.auto.offset.reset": "earliest",

@@ -62,7 +62,7 @@ class _SidecarThread:
 
     def __init__(self, bootstrap: str) -> None:
         from .config import load_config
-        from .service.runner import Sidecar
+        from .app import Sidecar
 
         self.sidecar = Sidecar(load_config(env={}, overrides={
             "bootstrap.servers": bootstrap,

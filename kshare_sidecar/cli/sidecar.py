@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from ..config import ConfigError, load_config
+from ..config import ConfigError, SidecarConfig, load_config
 
 app = typer.Typer(help="Run the share-group sidecar.", no_args_is_help=True)
 
@@ -42,8 +42,8 @@ def run(
     raise typer.Exit(asyncio.run(_serve(cfg)))
 
 
-async def _serve(cfg) -> int:
-    from ..service.runner import Sidecar
+async def _serve(cfg: SidecarConfig) -> int:
+    from ..app import Sidecar
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -59,7 +59,7 @@ async def _serve(cfg) -> int:
         security = getattr(sidecar, "security", None)
         if security is not None:  # aiokafka hides some refusals: name the real cause
             try:
-                reason = await diagnose(cfg["bootstrap.servers"], security)
+                reason = await diagnose(cfg.backend.bootstrap_servers, security)
             except Exception:  # noqa: BLE001 - the diagnosis is best effort; the original error stands
                 reason = None
         logging.getLogger("kshare.sidecar").error("start-up failed: %s", reason or exc)

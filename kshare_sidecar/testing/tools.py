@@ -63,7 +63,7 @@ def run_configs(bootstrap: str, *args: str, timeout: float = 120) -> ToolResult:
 
 
 class SidecarThread:
-    """A :class:`~kshare_sidecar.service.runner.Sidecar` on a private event loop in a daemon thread."""
+    """A :class:`~kshare_sidecar.app.Sidecar` on a private event loop in a daemon thread."""
 
     def __init__(self, overrides: dict) -> None:
         self.overrides = overrides if overrides.get("listeners") else {"listen": "127.0.0.1:0", **overrides}
@@ -80,7 +80,7 @@ class SidecarThread:
 
     def start(self) -> SidecarThread:
         from ..config import load_config
-        from ..service.runner import Sidecar
+        from ..app import Sidecar
 
         self.thread.start()
         self.sidecar = Sidecar(load_config(env={}, overrides=self.overrides))

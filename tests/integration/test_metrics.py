@@ -9,7 +9,7 @@ import time
 import urllib.request
 
 from kshare_sidecar.config import load_config
-from kshare_sidecar.service.runner import Sidecar
+from kshare_sidecar.app import Sidecar
 from confluent_kafka import KafkaException, ShareConsumer
 
 from tests.support import create_topic, produce, unique

@@ -82,7 +82,7 @@ class SidecarThread:
 
     def __init__(self, backend: str, **overrides) -> None:
         from kshare_sidecar.config import load_config
-        from kshare_sidecar.service.runner import Sidecar
+        from kshare_sidecar.app import Sidecar
 
         # Sidecar defaults otherwise: groups get earliest, the lock and the delivery limit as
         # per-group configs (Target.group), exactly as on native Kafka.

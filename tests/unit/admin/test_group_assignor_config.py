@@ -17,7 +17,7 @@ from kshare_sidecar.group.assign import assign_with
 from kshare_sidecar.group.coordinator import ShareGroupCoordinator
 from kshare_sidecar.log.types import TopicInfo
 from kshare_sidecar.persist.memory import MemoryLog, MemoryPersister
-from kshare_sidecar.service import runner
+from kshare_sidecar import app
 from kshare_sidecar.service.admin import OP_DELETE, OP_SET, SOURCE_DEFAULT_CONFIG, SOURCE_GROUP_CONFIG, \
     SOURCE_STATIC_BROKER_CONFIG, TYPE_STRING, AdminError, AdminService
 from kshare_sidecar.service.groups import GroupService
@@ -167,8 +167,8 @@ def test_sidecar_builds_every_registered_assignor_and_skips_a_broken_one(monkeyp
         raise RuntimeError("no licence")
 
     factories = {"simple": SimpleAssignor, "uniform": UniformAssignor, "broken": broken}
-    monkeypatch.setattr(runner.plugins, "get_assignors", lambda: dict(factories))
-    monkeypatch.setattr(runner.plugins, "get_assignor", lambda name: factories[name]())
-    built = runner._load_assignors("uniform")
+    monkeypatch.setattr(app.plugins, "get_assignors", lambda: dict(factories))
+    monkeypatch.setattr(app.plugins, "get_assignor", lambda name: factories[name]())
+    built = app._load_assignors("uniform")
     assert set(built) == {"simple", "uniform"}
     assert "broken" in caplog.text and "no licence" in caplog.text

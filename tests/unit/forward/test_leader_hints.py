@@ -90,7 +90,7 @@ def test_hints_name_the_listener_the_client_is_connected_on():
 
     from kshare_sidecar.config import ListenerSpec
     from kshare_sidecar.forward import forwarder as forwarder_module
-    from kshare_sidecar.service.runner import Sidecar
+    from kshare_sidecar.app import Sidecar
 
     sidecar = Sidecar.__new__(Sidecar)
     secured = dataclasses.replace(SIDECAR, port=9194)

@@ -1,0 +1,414 @@
+"""The sidecar assembled: plugins, persister recovery, backend, services, API handlers, listeners.
+
+Why here, at the top of the package: this is the one module that knows every layer. The
+services (service/) are built from the typed config and handed to the API handlers (api/),
+which go into a registry behind one Dispatcher per listener (wire/) — so service/ never imports
+api/ or wire/, and the data flow ``wire → api → service → group/share → log/persist`` has no
+way back up (docs/architecture.md).
+
+Start order matters: the persister recovers before the listener accepts, so no client sees
+half-loaded state; stop order is the reverse, and state writes in flight are awaited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+import uuid
+from collections.abc import Callable, Collection
+from typing import Any
+
+from . import plugins
+from .api import ApiRegistry, Dispatcher, NodeIdentity, build_registry
+from .api import admin as admin_api
+from .api import configs as configs_api
+from .api import coordinator as coordinator_api
+from .api import heartbeat as heartbeat_api
+from .api import metadata as metadata_api
+from .api import shares as shares_api
+from .api.sasl import ListenerHandler
+from .auth.authorizer import AuthorizerError, BackendAuthorizer, backend_authorizer
+from .auth.tls import server_ssl_context
+from .cluster.view import ClusterView
+from .config import ConfigError, ListenerSpec, SidecarConfig
+from .group.assign import assign_with
+from .group.coordinator import ShareGroupCoordinator
+from .log.backend import Backend
+from .log.security import BackendSecurity
+from .log.types import TopicInfo
+from .service.admin import AdminService
+from .service.deadletter import DeadLetterService, DeadLetterWriter
+from .service.groups import GroupService
+from .service.partitions import SharePartitionManager
+from .service.shares import ShareService
+from .share.sessions import ShareSessionCache
+from .wire.server import Listener
+
+log = logging.getLogger("kshare.sidecar")
+
+
+def monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class PersisterTopicIds:
+    """Stable topic IDs minted for backends that have none, kept with the share state."""
+
+    def __init__(self, persister: Any) -> None:
+        self.persister = persister
+
+    async def get_or_create(self, name: str) -> uuid.UUID:
+        return uuid.UUID(await self.persister.topic_id(name, create=True))
+
+    async def forget(self, name: str, topic_id: uuid.UUID) -> None:
+        """Compare-and-delete: only drop the mapping if it still names this (deleted) topic."""
+        current = await self.persister.topic_id(name, create=False)
+        if current is not None and uuid.UUID(current) == topic_id:
+            await self.persister.delete_topic_id(name)
+
+
+class BackendCatalog:
+    """The Metadata handler's view of the backend (api.catalog.TopicCatalog): internal topics hidden."""
+
+    def __init__(self, backend: Backend, hidden: set[str]) -> None:
+        self.backend = backend
+        self.hidden = hidden
+
+    async def describe_topics(self, names: Collection[str] | None) -> dict[str, TopicInfo]:
+        topics = await self.backend.describe_topics(list(names) if names is not None else None)
+        return {n: t for n, t in topics.items() if n not in self.hidden}
+
+    async def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        info = await self.backend.resolve_topic_id(topic_id)
+        return None if info is None or info.name in self.hidden else info
+
+
+class Sidecar:
+    """One kshare sidecar. ``await start()``, then ``await stop()``; ``port`` is the bound port."""
+
+    # Built by start(), in this order; stop() closes whichever were built.
+    security: BackendSecurity
+    authenticator: Any
+    authorizer: BackendAuthorizer | None
+    persister: Any
+    backend: Backend
+    coordinator: ShareGroupCoordinator
+    partitions: SharePartitionManager
+    deadletter: DeadLetterService
+    groups: GroupService
+    shares: ShareService
+    admin: AdminService
+    node: NodeIdentity
+    dispatcher: Dispatcher
+    metrics: Any  # metrics.MetricsServer when metrics.port is set
+
+    def __init__(self, config: SidecarConfig, *, persister: Any = None) -> None:
+        self.config = config
+        self._persister = persister
+        self.listener: Listener | None = None  # the first of `listeners`
+        self.listeners: list[Listener] = []
+        self._dispatchers: list[Dispatcher] = []
+        self._specs: list[ListenerSpec] = []  # of the listeners opened, in step with _dispatchers
+        self._tasks: list[asyncio.Task[Any]] = []
+        self.cluster_view: ClusterView | None = None
+        self.group_configs: Any = None  # cluster.GroupConfigTail: groups another sidecar coordinates
+
+    @property
+    def port(self) -> int:
+        assert self.listener is not None
+        return self.listener.port
+
+    def group_config(self, group_id: str) -> dict[str, Any]:
+        group = self.coordinator.groups.get(group_id)
+        if group is None and self.group_configs is not None:  # coordinated by another sidecar
+            return self.config.group_config(self.group_configs.configs.get(group_id))
+        return self.config.group_config(group.configs if group is not None else None)
+
+    async def start(self) -> None:
+        cfg = self.config
+        plugins.load_plugins(load=_names(cfg.plugins.load) if cfg.plugins.load else None,
+                             disable=_names(cfg.plugins.disable) or None)
+        self.security = BackendSecurity.from_config(cfg)
+        specs = cfg.listener_specs()
+        tls = self._listener_security(specs)
+        await self._start_authorizer()
+        await self._start_state(specs)
+        hidden = {cfg.state.topic}
+        self.backend = Backend(cfg.backend.bootstrap_servers, topic_id_store=PersisterTopicIds(self.persister),
+                               internal_topics=hidden, client_options=self.security.aiokafka_options())
+        await self.backend.start()
+        restored = self._build_services()
+        first = specs[0]
+        self.node = NodeIdentity(node_id=cfg.server.node_id, host=first.advertised_host,
+                                 port=first.advertised_port or 0, cluster_id=cfg.server.cluster_id)
+        registry = self._build_registry(specs, hidden)
+        if cfg.passthrough.enable:
+            await self._install_passthrough(registry, hidden)
+        if self.cluster_view is not None:
+            await self._join_cluster(registry, hidden, specs)
+        for spec in specs:
+            await self._open_listener(spec, registry, tls)
+        self.listener, self.dispatcher = self.listeners[0], self._dispatchers[0]
+        self.node = self.dispatcher.node
+        self._tasks.append(asyncio.create_task(self._expire_members(), name="kshare-member-expiry"))
+        if cfg.server.metrics_port > 0:  # Prometheus /metrics (issue 7)
+            from .metrics import MetricsServer
+            self.metrics = MetricsServer(self, cfg.server.metrics_port)
+            self.metrics.start()
+        log.info("kshare sidecar serving share groups on %s for backend %s (%d groups restored)",
+                 ", ".join(f"{spec.name}://{d.node.host}:{d.node.port}" for spec, d in zip(specs, self._dispatchers)),
+                 cfg.backend.bootstrap_servers, restored)
+
+    def _listener_security(self, specs: list[ListenerSpec]) -> dict[str, Any]:
+        """TLS contexts by protocol and the SASL authenticator, checked before anything starts."""
+        cfg = self.config
+        tls = {"SSL": server_ssl_context(cfg) if any(spec.protocol == "SSL" for spec in specs) else None,
+               "SASL_SSL": server_ssl_context(cfg, sasl=True) if any(spec.protocol == "SASL_SSL" for spec in specs)
+               else None}
+        sec = cfg.listener_security
+        if any(spec.sasl for spec in specs):
+            self.authenticator = plugins.get_authenticator(sec.sasl_authenticator, config=cfg,
+                                                           backend_security=self.security)
+            missing = [m for m in sec.mechanisms if m not in self.authenticator.mechanisms]
+            if missing:
+                raise ConfigError(f"sasl.enabled.mechanisms = {sec.sasl_enabled_mechanisms!r}: the "
+                                  f"{sec.sasl_authenticator} authenticator does not serve {', '.join(missing)} "
+                                  f"(allowed values: {', '.join(sorted(self.authenticator.mechanisms))})")
+        if cfg.passthrough.credentials == "client" and not (
+                self.security.sasl and self.security.mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")):
+            raise ConfigError("passthrough.credentials = 'client' needs a SASL backend with a password mechanism: "
+                              "backend.security.protocol SASL_PLAINTEXT or SASL_SSL, backend.sasl.mechanism PLAIN or "
+                              "SCRAM-SHA-256/512")
+        return tls
+
+    async def _start_authorizer(self) -> None:
+        self.authorizer = backend_authorizer(self.config, self.security)
+        if self.authorizer is None:
+            return
+        try:  # no backend authorizer: one clear line, before anything else starts
+            await self.authorizer.start()
+        except AuthorizerError as exc:
+            await self.authorizer.close()
+            self.authorizer = None
+            raise ConfigError(str(exc)) from None
+        log.info("authorization: the backend's ACLs (cache %d ms, super.users %s)", self.config.authorizer.cache_ms,
+                 ", ".join(sorted(self.authorizer.super_users)) or "none")
+
+    async def _start_state(self, specs: list[ListenerSpec]) -> None:
+        """The persister, recovered (and, in a cluster of sidecars, owning only what it is assigned)."""
+        cfg = self.config
+        self.persister = self._persister or plugins.get_persister(cfg.plugins.persister,
+                                                                  **_persister_options(cfg, self.security))
+        if cfg.cluster.name:  # a cluster of sidecars (issue 15): own only what the group assigns
+            _check_cluster_config(cfg, specs, self.persister)
+            self.persister.enable_cluster()
+        await self.persister.start()
+        log.info("share state recovered from persister %r: %s", cfg.plugins.persister, self.persister.recovery_stats)
+        if hasattr(self.persister, "superseded_listeners"):  # fencing (issue 11)
+            self.persister.superseded_listeners.append(self._on_superseded)
+
+    def _build_services(self) -> int:
+        """The coordinator and the services over it; returns how many groups were restored."""
+        cfg = self.config
+        assignors = _load_assignors(cfg.plugins.assignor)
+        self.coordinator = ShareGroupCoordinator(
+            assign=assignors[cfg.plugins.assignor], assignors=assignors, default_assignor=cfg.plugins.assignor,
+            clock=monotonic_ms, max_size=cfg.share.max_size, session_timeout_ms=cfg.share.session_timeout_ms,
+            heartbeat_interval_ms=cfg.share.heartbeat_interval_ms,
+            assignment_interval_ms=cfg.share.assignment_interval_ms)
+        self.partitions = SharePartitionManager(persister=self.persister, backend=self.backend, clock=monotonic_ms,
+                                                group_config=self.group_config)
+        self.partitions.start()
+        self.deadletter = DeadLetterService(partitions=self.partitions, group_config=self.group_config,
+                                            writer=DeadLetterWriter(
+                                                self.backend, bootstrap_servers=cfg.backend.bootstrap_servers,
+                                                client_options=self.security.aiokafka_options(),
+                                                auto_create=cfg.deadletter.auto_create_topics_enable,
+                                                prefix=cfg.deadletter.topic_name_prefix))
+        self.partitions.on_change = self.deadletter.kick  # dead-letter holds are drained (docs/extensions.md)
+        self.groups = GroupService(coordinator=self.coordinator, partitions=self.partitions, backend=self.backend,
+                                   persister=self.persister)
+        restored = self.groups.restore()
+        self.shares = ShareService(sessions=ShareSessionCache(cfg.share.max_share_sessions),
+                                   partitions=self.partitions, backend=self.backend, group_config=self.group_config,
+                                   read_ahead=cfg.server.read_ahead_enable)
+        self.admin = AdminService(config=cfg, coordinator=self.coordinator, groups=self.groups,
+                                  partitions=self.partitions, persister=self.persister, backend=self.backend)
+        return restored
+
+    def _build_registry(self, specs: list[ListenerSpec], hidden: set[str]) -> ApiRegistry:
+        """Every API the sidecar serves itself, bound to the services."""
+        registry = build_registry(BackendCatalog(self.backend, hidden))
+        if self.config.cluster.name:
+            self.cluster_view = ClusterView(self.config.server.node_id,
+                                            {spec.name: (spec.advertised_host, spec.advertised_port or 0)
+                                             for spec in specs}, self.persister.partitions)
+        heartbeat_api.register(registry, self.groups)
+        shares_api.register(registry, self.shares, cluster=self.cluster_view)
+        admin_api.register(registry, self.admin, self.backend)
+        configs_api.register(registry, self.admin)
+        return registry
+
+    def node_for(self, conn: Any) -> NodeIdentity:
+        """The sidecar as a client connection's listener advertises it (leader hints in forwarded
+        answers must name the address the client can reach with its security settings)."""
+        listener = getattr(conn, "listener", None)
+        for spec, dispatcher in zip(self._specs, self._dispatchers):
+            if spec.name == listener:
+                return dispatcher.node
+        return self.node
+
+    async def _open_listener(self, spec: ListenerSpec, registry: ApiRegistry, tls: dict[str, Any]) -> None:
+        """One listener with its own dispatcher: Metadata and FindCoordinator name the address of
+        the listener the client is connected on (Kafka's rule), all with the same node id."""
+        cfg = self.config
+        limits, sec = cfg.listener, cfg.listener_security
+        node = NodeIdentity(node_id=cfg.server.node_id, host=spec.advertised_host, port=spec.advertised_port or 0,
+                            cluster_id=cfg.server.cluster_id)
+        dispatcher = Dispatcher(registry, node, authorizer=getattr(self, "authorizer", None))
+        handler = ListenerHandler(dispatcher, listener=spec.name, mechanisms=sec.mechanisms,
+                                  authenticator=getattr(self, "authenticator", None), sasl=spec.sasl,
+                                  failure_delay_s=sec.connection_failed_authentication_delay_ms / 1000,
+                                  reauth_ms=sec.connections_max_reauth_ms,
+                                  keep_plain_credentials=cfg.passthrough.credentials == "client")
+        listener = Listener(handler, spec.host, spec.port, max_frame_bytes=limits.socket_request_max_bytes,
+                            max_inflight=limits.max_inflight_requests_per_connection,
+                            idle_timeout_s=limits.connections_max_idle_ms / 1000,
+                            read_timeout_s=limits.request_read_timeout_ms / 1000,
+                            max_connections=limits.max_connections,
+                            max_connections_per_ip=limits.max_connections_per_ip,
+                            name=spec.name, security_protocol=spec.protocol,
+                            ssl_context=tls.get(spec.protocol),
+                            initial_max_frame_bytes=sec.sasl_server_max_receive_size if spec.sasl else None)
+        await listener.start()
+        self.listeners.append(listener)
+        self._dispatchers.append(dispatcher)
+        self._specs.append(spec)
+        if spec.advertised_port is None:  # bound to port 0: advertise the port it got
+            dispatcher.node = dataclasses.replace(node, port=listener.port)
+
+    async def _install_passthrough(self, registry: ApiRegistry, hidden: set[str]) -> None:
+        """Every API the sidecar does not serve goes to the backend (issue 13, docs/passthrough.md)."""
+        from .forward import BackendPool, Reserved, install, mixed
+
+        self.pool = BackendPool(self.config.backend.bootstrap_servers, security=self.security)
+        await self.pool.start()
+        metadata_api.register(registry, BackendCatalog(self.backend, hidden), backend=self.pool)
+        coordinator_api.register(registry, check=self.pool.check_coordinator)
+        txn_prefix = getattr(self.persister, "transactional_id_prefix", "kshare-state")
+        reserved = Reserved(frozenset(hidden), (f"{txn_prefix}-",))
+        self.forwarder = install(registry, self.pool, replaceable={0, 1, 2}, reserved=reserved,
+                                 node=self.node_for)
+        self.forwarder.client_credentials = self.config.passthrough.credentials == "client"
+        mixed.register(registry, self.pool, is_share_group=lambda g: g in self.coordinator.groups,
+                       node_id=lambda: self.node.node_id, hidden=hidden)
+
+    async def _join_cluster(self, registry: ApiRegistry, hidden: set[str], specs: list[ListenerSpec]) -> None:
+        """Route by ownership (Metadata leaders, FindCoordinator) and join the sidecars' group;
+        the listener opens once the first assignment is taken over (or after a bounded wait)."""
+        from .service.cluster import ClusterMembership, GroupConfigTail, PeerConfigs
+
+        cfg, view = self.config, self.cluster_view
+        assert view is not None  # built with the registry when cluster.name is set
+        pool = getattr(self, "pool", None)
+        metadata_api.register(registry, BackendCatalog(self.backend, hidden), backend=pool, cluster=view)
+        coordinator_api.register(registry, check=pool.check_coordinator if pool is not None else None, cluster=view)
+        self.membership = ClusterMembership(
+            name=cfg.cluster.name, persister=self.persister, view=view,
+            bootstrap_servers=cfg.backend.bootstrap_servers, client_options=self.security.aiokafka_options(),
+            session_timeout_ms=cfg.cluster.session_timeout_ms,
+            heartbeat_interval_ms=cfg.cluster.heartbeat_interval_ms)
+        self.group_configs = GroupConfigTail(bootstrap_servers=cfg.backend.bootstrap_servers,
+                                             topic=self.persister.topic, partitions=self.persister.partitions,
+                                             client_options=self.security.aiokafka_options())
+        await self.group_configs.start()
+        self.admin.remote_group_configs = self.group_configs.configs
+        self.admin.remote_state = self.group_configs
+        plaintext = next((spec.name for spec in specs if spec.protocol == "PLAINTEXT"), None)
+        self.admin.peer_configs = PeerConfigs(view, plaintext)
+        await self.membership.start(wait_s=3 * cfg.cluster.session_timeout_ms / 1000)
+        log.info("cluster %s: node %d owns state partitions %s", cfg.cluster.name, cfg.server.node_id,
+                 sorted(self.persister.owned))
+
+    def _on_superseded(self, reason: str) -> None:
+        """A newer sidecar owns the share state: stop serving (close the listener; clients
+        reconnect to the new owner). Nothing is released or written in the backend."""
+        for listener in self.listeners:
+            task = asyncio.create_task(listener.stop(), name="kshare-superseded-stop")
+            self._tasks.append(task)
+
+    async def _expire_members(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            self.groups.expire_members()
+
+    async def stop(self) -> None:
+        if getattr(self, "metrics", None) is not None:  # Prometheus /metrics (issue 7)
+            self.metrics.stop()
+            self.metrics = None
+        for listener in self.listeners:
+            await listener.stop()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for name in ("forwarder", "pool", "shares", "deadletter", "partitions", "membership", "group_configs",
+                     "backend", "persister", "authenticator", "authorizer"):
+            part = getattr(self, name, None)
+            if part is not None:
+                try:
+                    await part.close()
+                except Exception:
+                    log.exception("closing %s failed", name)
+
+
+def _load_assignors(default: str) -> dict[str, Callable[..., Any]]:
+    """Every registered assignor, built once: groups choose among them with ``share.assignor``.
+
+    The sidecar's own must build (start-up fails otherwise, naming the allowed values); another
+    that fails to build is logged and left out, so no group can choose it and the rest still
+    work (the plugin failure policy, docs/plugins/index.md)."""
+    out = {default: assign_with(plugins.get_assignor(default))}
+    for name in sorted(plugins.get_assignors()):
+        if name in out:
+            continue
+        try:
+            out[name] = assign_with(plugins.get_assignor(name))
+        except Exception as exc:  # a third-party factory: any error must stay its own
+            log.error("assignor %r could not be built and cannot be chosen by share.assignor: %s: %s",
+                      name, type(exc).__name__, exc)
+    return out
+
+
+def _check_cluster_config(cfg: SidecarConfig, specs: list[ListenerSpec], persister: Any) -> None:
+    """One line naming the key when a cluster of sidecars cannot work with this configuration."""
+    name = cfg.cluster.name
+    if not hasattr(persister, "enable_cluster") or getattr(persister, "name", "") != "topic":
+        raise ConfigError(f"cluster.name = {name!r} needs persister = 'topic' (the sidecars share "
+                          f"the state topic), got {cfg.plugins.persister!r}")
+    if cfg.state.write_mode != "transactional":
+        raise ConfigError(f"cluster.name = {name!r} needs state.write.mode = 'transactional' (handover "
+                          f"fences the previous owner's writer), got {cfg.state.write_mode!r}")
+    for spec in specs:
+        if not spec.advertised_port:
+            raise ConfigError(f"cluster.name = {name!r} needs listeners with an explicit port (the other "
+                              f"sidecars advertise it); listener {spec.name} binds port 0")
+
+
+def _names(text: str) -> list[str]:
+    return [n.strip() for n in text.split(",") if n.strip()]
+
+
+def _persister_options(cfg: SidecarConfig, security: BackendSecurity) -> dict[str, Any]:
+    if cfg.plugins.persister != "topic":
+        return {}
+    state = cfg.state
+    return {"bootstrap_servers": cfg.backend.bootstrap_servers, "topic": state.topic,
+            "partitions": state.topic_partitions, "replication_factor": state.topic_replication_factor,
+            "linger_ms": float(state.write_linger_ms),
+            "transaction_timeout_ms": state.transaction_timeout_ms,
+            # past the transaction timeout a commit is settled by reading the state back (issue 11)
+            "commit_timeout_s": min(30.0, state.transaction_timeout_ms / 1000),
+            "write_mode": state.write_mode,
+            "client_options": security.aiokafka_options()}
