@@ -116,7 +116,7 @@ class StaticAuthenticator:
 
 
 def static_authenticator(*, config: Any, **_: Any) -> StaticAuthenticator:
-    return StaticAuthenticator(config["sasl.credentials.file"])
+    return StaticAuthenticator(config.listener_security.sasl_credentials_file)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -238,16 +238,16 @@ class BackendAuthorizer:
 
 def backend_authorizer(config: Any, security: Any) -> BackendAuthorizer | None:
     """The configured authorizer, or ``None`` when ``authorizer.class.name`` is empty."""
-    name = config["authorizer.class.name"]
+    name = config.authorizer.class_name
     if not name:
         return None
     if name != "backend":
         raise ConfigError(f"authorizer.class.name = {name!r}: allowed values are '' and 'backend'")
-    supers = frozenset(p.strip() for p in config["super.users"].split(";") if p.strip())
-    return BackendAuthorizer(config["bootstrap.servers"], security, cache_ms=config["authorizer.cache.ms"],
+    supers = frozenset(p.strip() for p in config.authorizer.super_users.split(";") if p.strip())
+    return BackendAuthorizer(config.backend.bootstrap_servers, security, cache_ms=config.authorizer.cache_ms,
                              super_users=supers,
-                             plaintext_anonymous=config["authorizer.allow.plaintext.anonymous"],
-                             allow_everyone_if_no_acl_found=config["allow.everyone.if.no.acl.found"])
+                             plaintext_anonymous=config.authorizer.allow_plaintext_anonymous,
+                             allow_everyone_if_no_acl_found=config.authorizer.allow_everyone_if_no_acl_found)
 
 
 __all__ = ["AclsUnavailable", "AuthorizerError", "BackendAuthorizer", "Permission", "Res", "backend_authorizer"]

@@ -68,4 +68,4 @@ class DelegateAuthenticator:
 
 
 def delegate_authenticator(*, config: Any, backend_security: BackendSecurity, **_: Any) -> DelegateAuthenticator:
-    return DelegateAuthenticator(config["bootstrap.servers"], backend_security)
+    return DelegateAuthenticator(config.backend.bootstrap_servers, backend_security)

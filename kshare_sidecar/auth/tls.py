@@ -8,14 +8,17 @@ client certificates; ``ssl.client.auth``: none | requested | required (Kafka's v
 from __future__ import annotations
 
 import ssl
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..config import ConfigError
+
+if TYPE_CHECKING:
+    from ..config import SidecarConfig
 
 _VERIFY = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
 
 
-def server_ssl_context(cfg: Any, *, sasl: bool = False) -> ssl.SSLContext:
+def server_ssl_context(cfg: SidecarConfig, *, sasl: bool = False) -> ssl.SSLContext:
     """Raises :class:`ConfigError` naming the key whose file is missing or unusable.
 
     ``sasl``: for SASL_SSL listeners, which do not ask for client certificates — Kafka applies the
@@ -23,18 +26,19 @@ def server_ssl_context(cfg: Any, *, sasl: bool = False) -> ssl.SSLContext:
     listener-prefixed setting, which kshare does not have)."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
-    keystore = cfg["ssl.keystore.location"]
+    sec = cfg.listener_security
+    keystore = sec.ssl_keystore_location
     try:
-        context.load_cert_chain(keystore, password=cfg["ssl.key.password"] or None)
+        context.load_cert_chain(keystore, password=sec.ssl_key_password or None)
     except (OSError, ssl.SSLError) as exc:
         raise ConfigError(f"ssl.keystore.location = {keystore!r}: not a PEM file with the server certificate chain "
                           f"and key, or wrong ssl.key.password ({type(exc).__name__})") from None
-    truststore = cfg["ssl.truststore.location"]
+    truststore = sec.ssl_truststore_location
     if truststore:
         try:
             context.load_verify_locations(cafile=truststore)
         except (OSError, ssl.SSLError) as exc:
             raise ConfigError(f"ssl.truststore.location = {truststore!r}: not a readable PEM CA file "
                               f"({type(exc).__name__})") from None
-    context.verify_mode = ssl.CERT_NONE if sasl else _VERIFY[cfg["ssl.client.auth"]]
+    context.verify_mode = ssl.CERT_NONE if sasl else _VERIFY[sec.ssl_client_auth]
     return context

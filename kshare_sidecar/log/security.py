@@ -18,11 +18,15 @@ import re
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiokafka.abc import AbstractTokenProvider
 
 from ..config import ConfigError
+
+if TYPE_CHECKING:
+    from ..config import SidecarConfig
+    from ..config_sections import BackendSettings
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
@@ -56,16 +60,21 @@ class BackendSecurity:
 
     # -- from settings ---------------------------------------------------------------------------
     @classmethod
-    def from_config(cls, cfg: Any) -> BackendSecurity:
+    def from_config(cls, cfg: SidecarConfig) -> BackendSecurity:
         """Build from a :class:`~kshare_sidecar.config.SidecarConfig` (raises naming the key)."""
-        protocol = cfg["backend.security.protocol"]
-        context = _ssl_context(cfg) if protocol in ("SSL", "SASL_SSL") else None
+        return cls.from_settings(cfg.backend)
+
+    @classmethod
+    def from_settings(cls, backend: BackendSettings) -> BackendSecurity:
+        """Build from the ``backend.*`` section of the config (raises naming the key)."""
+        protocol = backend.security_protocol
+        context = _ssl_context(backend) if protocol in ("SSL", "SASL_SSL") else None
         if not protocol.startswith("SASL_"):
             return cls(protocol=protocol, ssl_context=context)
-        mechanism = cfg["backend.sasl.mechanism"]
+        mechanism = backend.sasl_mechanism
         if mechanism == "OAUTHBEARER":
-            return cls(protocol=protocol, mechanism=mechanism, ssl_context=context, **_oauth_source(cfg))
-        username, password = _credentials(cfg)
+            return cls(protocol=protocol, mechanism=mechanism, ssl_context=context, **_oauth_source(backend))
+        username, password = _credentials(backend)
         return cls(protocol=protocol, mechanism=mechanism, username=username, password=password,
                    ssl_context=context)
 
@@ -128,37 +137,40 @@ _TOKEN_SOURCES = ("backend.sasl.oauthbearer.token.file", "backend.sasl.oauthbear
                   "backend.sasl.oauthbearer.token.command")
 
 
-def _oauth_source(cfg: Any) -> dict[str, Any]:
+def _oauth_source(backend: BackendSettings) -> dict[str, Any]:
     """Exactly one OAUTHBEARER token source: a file, a client-credentials endpoint or a command."""
     from .oauth import CachedToken, client_credentials, token_command
 
-    chosen = [key for key in _TOKEN_SOURCES if cfg[key]]
+    given = dict(zip(_TOKEN_SOURCES, (backend.sasl_oauthbearer_token_file,
+                                      backend.sasl_oauthbearer_token_endpoint_url,
+                                      backend.sasl_oauthbearer_token_command), strict=True))
+    chosen = [key for key in _TOKEN_SOURCES if given[key]]
     if len(chosen) != 1:
         raise SecurityConfigError(f"backend.sasl.mechanism=OAUTHBEARER needs exactly one of {', '.join(_TOKEN_SOURCES)}"
                                   + (f" (set: {', '.join(chosen)})" if chosen else ""))
-    factor = cfg["backend.sasl.login.refresh.window.factor"]
+    factor = backend.sasl_login_refresh_window_factor
     if chosen[0] == "backend.sasl.oauthbearer.token.file":
-        _read_secret(cfg[chosen[0]], chosen[0])
-        return {"token_file": cfg[chosen[0]]}
+        _read_secret(given[chosen[0]], chosen[0])
+        return {"token_file": given[chosen[0]]}
     if chosen[0] == "backend.sasl.oauthbearer.token.command":
-        command = cfg[chosen[0]]
+        command = given[chosen[0]]
         return {"token_provider": CachedToken(token_command(command), refresh_factor=factor,
                                               describe=f"token command {command.split()[0]!r}")}
-    url = cfg[chosen[0]]
+    url = given[chosen[0]]
     if not url.startswith(("https://", "http://")):
         raise SecurityConfigError(f"{chosen[0]} = {url!r}: expected an http(s):// URL")
     # Kafka 3.x put these in the JAAS line (clientId, clientSecret, scope); Kafka 4.1+'s settings win
-    jaas = dict(_JAAS_OPTION.findall(cfg["backend.sasl.jaas.config"]))
-    client_id = cfg["backend.sasl.oauthbearer.client.credentials.client.id"] or jaas.get("clientId", "")
-    secret = cfg["backend.sasl.oauthbearer.client.credentials.client.secret"]
-    secret_file = cfg["backend.sasl.oauthbearer.client.credentials.client.secret.file"]
+    jaas = dict(_JAAS_OPTION.findall(backend.sasl_jaas_config))
+    client_id = backend.sasl_oauthbearer_client_id or jaas.get("clientId", "")
+    secret = backend.sasl_oauthbearer_client_secret
+    secret_file = backend.sasl_oauthbearer_client_secret_file
     if secret and secret_file:
         raise SecurityConfigError("set either backend.sasl.oauthbearer.client.credentials.client.secret or "
                                   "backend.sasl.oauthbearer.client.credentials.client.secret.file, not both")
     if secret_file:
         secret = _read_secret(secret_file, "backend.sasl.oauthbearer.client.credentials.client.secret.file")
     secret = secret or jaas.get("clientSecret", "")
-    scope = cfg["backend.sasl.oauthbearer.scope"] or jaas.get("scope", "")
+    scope = backend.sasl_oauthbearer_scope or jaas.get("scope", "")
     if not client_id or not secret:
         raise SecurityConfigError(f"{chosen[0]} needs backend.sasl.oauthbearer.client.credentials.client.id and "
                                   "backend.sasl.oauthbearer.client.credentials.client.secret (or .secret.file; "
@@ -168,10 +180,10 @@ def _oauth_source(cfg: Any) -> dict[str, Any]:
                                           describe=f"token endpoint {url} as {client_id!r}")}
 
 
-def _credentials(cfg: Any) -> tuple[str, str]:
-    jaas = cfg["backend.sasl.jaas.config"]
-    username, password = cfg["backend.sasl.username"], cfg["backend.sasl.password"]
-    password_file = cfg["backend.sasl.password.file"]
+def _credentials(backend: BackendSettings) -> tuple[str, str]:
+    jaas = backend.sasl_jaas_config
+    username, password = backend.sasl_username, backend.sasl_password
+    password_file = backend.sasl_password_file
     if jaas:
         if username or password or password_file:
             raise SecurityConfigError("set either backend.sasl.jaas.config or backend.sasl.username/"
@@ -203,18 +215,18 @@ def _read_secret(path: str, key: str) -> str:
     return value
 
 
-def _ssl_context(cfg: Any) -> ssl.SSLContext:
+def _ssl_context(backend: BackendSettings) -> ssl.SSLContext:
     """Kafka's PEM truststore/keystore settings as an ``ssl.SSLContext``."""
-    truststore = cfg["backend.ssl.truststore.location"]
+    truststore = backend.ssl_truststore_location
     try:
         context = ssl.create_default_context(cafile=truststore or None)
     except (OSError, ssl.SSLError) as exc:
         raise SecurityConfigError(f"backend.ssl.truststore.location = {truststore!r}: not a readable PEM CA "
                                   f"file ({exc})") from None
-    context.check_hostname = cfg["backend.ssl.endpoint.identification.algorithm"] == "https"
-    keystore = cfg["backend.ssl.keystore.location"]
+    context.check_hostname = backend.ssl_endpoint_identification_algorithm == "https"
+    keystore = backend.ssl_keystore_location
     if keystore:
-        key_password = cfg["backend.ssl.key.password"] or None
+        key_password = backend.ssl_key_password or None
         try:
             context.load_cert_chain(keystore, password=key_password)
         except (OSError, ssl.SSLError) as exc:

@@ -22,6 +22,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from ..client.records import RecordDecodeError, decode_batches
+from ..config_sections import GroupConfig
 from ..ratelog import RateLimitedLog
 from ..share.holds import CAUSE_LIMIT, DEAD_LETTER
 
@@ -185,8 +186,8 @@ class DeadLetterService:
             if not pending:
                 return
             group = slot.key.group_id
-            cfg = self.group_config(group)
-            dlq_topic = str(cfg["errors.deadletterqueue.topic.name"])
+            config = GroupConfig.of(self.group_config(group))
+            dlq_topic = config.deadletter_topic_name
             try:
                 if not dlq_topic:  # the group dropped its topic: archive, as without one
                     log.info("group=%s partition=%s-%d: no dead-letter topic any more; archiving %d held "
@@ -196,7 +197,7 @@ class DeadLetterService:
                 else:
                     n = await self.writer.write(group=group, topic=slot.topic, partition=slot.key.partition,
                                                 pending=pending, dlq_topic=dlq_topic,
-                                                copy_record=bool(cfg["errors.deadletterqueue.copy.record.enable"]))
+                                                copy_record=config.deadletter_copy_record_enable)
                 batches = [(first, last, [3]) for first, last, _c, _cause in pending]
                 codes = await self.partitions.persist_plans([(slot, PendingAcks(DEAD_LETTER, batches))])
                 code = codes[slot.key]

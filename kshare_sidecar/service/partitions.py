@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
+from ..config_sections import GroupConfig
 from ..metrics import LOAD_TIME as _LOAD_TIME  # kshare metrics (issue 7)
 from ..metrics import STATS as _METRICS  # kshare metrics (issue 7)
 from ..metrics import WRITE_LATENCY as _WRITE_LATENCY  # kshare metrics (issue 7)
@@ -190,19 +191,17 @@ class SharePartitionManager:
         return SharePartitionKey(group_id, str(topic_id), partition) in self._loading
 
     def share_config(self, group_id: str) -> ShareConfig:
-        cfg = self.group_config(group_id)
-        return ShareConfig(record_lock_duration_ms=int(cfg["share.record.lock.duration.ms"]),
-                           delivery_count_limit=int(cfg["share.delivery.count.limit"]),
-                           max_record_locks=int(cfg["share.partition.max.record.locks"]))
+        group = GroupConfig.of(self.group_config(group_id))
+        return ShareConfig(record_lock_duration_ms=group.record_lock_duration_ms,
+                           delivery_count_limit=group.delivery_count_limit,
+                           max_record_locks=group.partition_max_record_locks)
 
     def extensions(self, group_id: str) -> Extensions:
         """kshare's extensions the group opted into (docs/extensions.md)."""
-        cfg = self.group_config(group_id)  # a partial mapping (tests, embedders) means: none of them
-        return Extensions(dead_letter=bool(cfg.get("errors.deadletterqueue.topic.name")),
-                          backoff_ms=int(cfg.get("share.release.backoff.ms", 0)),
-                          backoff_multiplier=float(cfg.get("share.release.backoff.multiplier", 2.0)),
-                          backoff_max_ms=int(cfg.get("share.release.backoff.max.ms", 60_000)),
-                          key_ordering=bool(cfg.get("share.key.ordering", False)))
+        group = GroupConfig.of(self.group_config(group_id))  # a partial mapping (tests, embedders): none of them
+        return Extensions(dead_letter=bool(group.deadletter_topic_name), backoff_ms=group.release_backoff_ms,
+                          backoff_multiplier=group.release_backoff_multiplier,
+                          backoff_max_ms=group.release_backoff_max_ms, key_ordering=group.key_ordering)
 
     def _changed(self, slot: Slot) -> None:
         if self.on_change is not None:
@@ -210,7 +209,7 @@ class SharePartitionManager:
 
     async def initial_offset(self, group_id: str, topic: str, partition: int) -> int:
         """Resolve the first SPSO from ``share.auto.offset.reset`` (latest, earliest, by_duration)."""
-        reset = str(self.group_config(group_id)["share.auto.offset.reset"])
+        reset = GroupConfig.of(self.group_config(group_id)).auto_offset_reset
         if reset == "earliest":
             return await self.backend.list_offsets(topic, partition, "earliest")
         if reset.startswith("by_duration:"):
