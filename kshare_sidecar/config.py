@@ -154,7 +154,10 @@ class SidecarConfig:
 
     def group_config(self, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """A group's effective configs by GROUP config name: sidecar defaults with the group's overrides."""
-        return {**self.group_defaults, **overrides} if overrides else dict(self.group_defaults)
+        resolved = dict(self.group_defaults)
+        if overrides:
+            resolved.update(overrides)
+        return resolved
 
     def validate_group_config(self, key: str, raw: Any, *, assignors: Iterable[str] | None = None) -> Any:
         """Check one per-group override against Kafka's bounds; raise ConfigError naming the key.
