@@ -39,7 +39,7 @@ fuzz: $(STAMP)
 # The fencing fault scenarios (docs/persistence.md), each run FENCING_REPEAT times in a row; opt-in.
 FENCING_REPEAT ?= 5
 test-fencing: $(STAMP)
-	KSHARE_FENCING_REPEAT=$(FENCING_REPEAT) $(PY) -m pytest -q -rfEs -m kafka tests/e2e/test_fencing_faults.py
+	KSHARE_FENCING_REPEAT=$(FENCING_REPEAT) KSHARE_FENCING_MODES=fenced,transactional $(PY) -m pytest -q -rfEs -m kafka tests/e2e/test_fencing_faults.py
 
 # The differential harness (docs/testing.md): PARITY_EXAMPLES generated sequences on native Kafka
 # 4.3 and kshare on 3.9, step by step; opt-in (hours for thousands).
