@@ -14,7 +14,7 @@ the open connection before that lifetime ends, because a broker with
 from __future__ import annotations
 
 import io
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar
 
 from kio.schema.errors import ErrorCode
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
@@ -22,6 +22,8 @@ from kio.schema.sasl_authenticate.v2.response import SaslAuthenticateResponse
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from kio.schema.sasl_handshake.v1.response import SaslHandshakeResponse
 from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i32
+from kio.static.protocol import RequestPayload, ResponsePayload
 
 if TYPE_CHECKING:
     from .brokerconn import BrokerConn
@@ -36,17 +38,20 @@ class SaslError(Exception):
         self.code = code
 
 
-def _payload(request: Any) -> bytes:
+_Response = TypeVar("_Response", bound=ResponsePayload)
+
+
+def _payload(request: RequestPayload) -> bytes:
     cls = type(request)
     header_cls = cls.__header_schema__
     buf = io.BytesIO()
     entity_writer(header_cls)(buf, header_cls(request_api_key=cls.__api_key__, request_api_version=cls.__version__,
-                                              correlation_id=0, client_id="kshare"))
+                                              correlation_id=i32(0), client_id="kshare"))
     entity_writer(cls)(buf, request)
     return buf.getvalue()
 
 
-def _answer(cls: type, payload: bytes) -> Any:
+def _answer(cls: type[_Response], payload: bytes) -> _Response:
     _, offset = entity_reader(cls.__header_schema__)(payload, 0)
     body, _ = entity_reader(cls)(payload, offset)
     return body
