@@ -1,8 +1,8 @@
 """Kafka's share-group numbers, spelled once: record states and acknowledge types.
 
 Why a leaf module at the top of the package (it imports nothing from kshare): the engine
-(`share/`), the persisted form (`persist/`, whose `DeliveryState` is `RecordState`) and the
-metrics all read these numbers, and `persist/` sits below `share/` in the data flow, so the one
+(`share/`), the persisted form (`persist/`, whose `DeliveryState` is `RecordState`), the
+metrics and the share consumer (`client/`) all read these numbers, and `persist/` sits below `share/` in the data flow, so the one
 definition has to live where every layer may import it without an upward import or a cycle.
 
 The enums carry Kafka's numbers (RecordState as in SharePartition's in-flight state and the
