@@ -9,13 +9,9 @@ connect or protocol trouble) or are returned in the responses for callers to rep
 
 from __future__ import annotations
 
-import io
-import socket
-import struct
 from dataclasses import dataclass
 from typing import Any
 
-from kio.index import load_response_from_request
 from kio.schema.alter_share_group_offsets.v0 import request as alter_req
 from kio.schema.delete_groups.v2 import request as delete_groups_req
 from kio.schema.delete_share_group_offsets.v0 import request as delete_offsets_req
@@ -28,10 +24,15 @@ from kio.schema.list_groups.v5 import request as list_groups_req
 from kio.schema.list_offsets.v7 import request as list_offsets_req
 from kio.schema.metadata.v12 import request as metadata_req
 from kio.schema.share_group_describe.v1 import request as describe_req
-from kio.serial import entity_reader, entity_writer
 
-RESOURCE_GROUP = 32
-EARLIEST, LATEST = -2, -1
+from ..protocol.address import parse_bootstrap
+from ..protocol.blocking import BlockingConnection
+from ..protocol.constants import SHARE_GROUP_TYPE, ConfigResourceType, CoordinatorType, OffsetSpec
+
+#: ListOffsets specs the CLI asks for (``kshare groups reset-offsets --to-earliest/--to-latest``).
+EARLIEST, LATEST = OffsetSpec.EARLIEST, OffsetSpec.LATEST
+
+__all__ = ["EARLIEST", "LATEST", "AdminClient", "ClientError", "Node", "parse_bootstrap"]
 
 
 class ClientError(Exception):
@@ -45,66 +46,27 @@ class Node:
     port: int
 
 
-def parse_bootstrap(text: str) -> list[tuple[str, int]]:
-    out = []
-    for part in text.split(","):
-        host, sep, port = part.strip().rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise ValueError(f"bad bootstrap server {part.strip()!r}: expected host:port")
-        out.append((host.strip("[]"), int(port)))
-    if not out:
-        raise ValueError("no bootstrap server given")
-    return out
-
-
 class _Connection:
+    """A :class:`BlockingConnection` whose failures are :class:`ClientError` lines for the user."""
+
     def __init__(self, host: str, port: int, timeout: float, client_id: str) -> None:
         self.address = f"{host}:{port}"
-        self.client_id = client_id
         try:
-            self.sock = socket.create_connection((host, port), timeout=timeout)
+            self._conn = BlockingConnection(host, port, timeout=timeout, client_id=client_id)
         except OSError as exc:
             raise ClientError(f"cannot connect to {host}:{port}: {exc.strerror or exc}") from None
-        self.sock.settimeout(timeout)
-        self.correlation = 0
 
     def call(self, request: Any) -> Any:
-        self.correlation += 1
-        header_cls = request.__header_schema__
-        buf = io.BytesIO()
-        entity_writer(header_cls)(buf, header_cls(
-            request_api_key=request.__api_key__, request_api_version=request.__version__,
-            correlation_id=self.correlation, client_id=self.client_id))
-        entity_writer(type(request))(buf, request)
-        payload = buf.getvalue()
         try:
-            self.sock.sendall(struct.pack(">i", len(payload)) + payload)
-            size = struct.unpack(">i", self._read(4))[0]
-            frame = self._read(size)
+            return self._conn.call(request)
         except TimeoutError:
             raise ClientError(f"{self.address} did not answer {type(request).__name__} in time") from None
         except OSError as exc:
             raise ClientError(f"{self.address}: {exc.strerror or exc} (does it serve "
                               f"{type(request).__name__} v{request.__version__}?)") from None
-        response_cls = load_response_from_request(type(request))
-        _, offset = entity_reader(response_cls.__header_schema__)(frame, 0)
-        response, _ = entity_reader(response_cls)(frame, offset)
-        return response
-
-    def _read(self, size: int) -> bytes:
-        chunks = bytearray()
-        while len(chunks) < size:
-            chunk = self.sock.recv(size - len(chunks))
-            if not chunk:
-                raise ConnectionError("connection closed by the server")
-            chunks += chunk
-        return bytes(chunks)
 
     def close(self) -> None:
-        try:
-            self.sock.close()
-        except OSError:
-            pass
+        self._conn.close()
 
 
 class AdminClient:
@@ -146,7 +108,7 @@ class AdminClient:
         raise ClientError("; ".join(errors))
 
     def _coordinator(self, group_id: str) -> _Connection:
-        resp = self._any(find_req.FindCoordinatorRequest(key=group_id, key_type=0))
+        resp = self._any(find_req.FindCoordinatorRequest(key=group_id, key_type=CoordinatorType.GROUP))
         if resp.error_code != ErrorCode.none:
             raise ClientError(f"no coordinator for group {group_id}: {resp.error_code.name}"
                               + (f" ({resp.error_message})" if resp.error_message else ""))
@@ -167,7 +129,7 @@ class AdminClient:
         """Share groups of every node (ListGroups v5 with the types filter)."""
         meta = self.metadata([])
         groups: dict[str, Any] = {}
-        req = list_groups_req.ListGroupsRequest(states_filter=tuple(states or ()), types_filter=("share",))
+        req = list_groups_req.ListGroupsRequest(states_filter=tuple(states or ()), types_filter=(SHARE_GROUP_TYPE,))
         for b in meta.brokers:
             resp = self._conn(b.host, b.port).call(req)
             if resp.error_code != ErrorCode.none:
@@ -214,7 +176,7 @@ class AdminClient:
     # -- configs --------------------------------------------------------------------------------
     def describe_group_configs(self, group_id: str, keys: list[str] | None = None) -> Any:
         req = describe_configs_req.DescribeConfigsRequest(resources=(describe_configs_req.DescribeConfigsResource(
-            resource_type=RESOURCE_GROUP, resource_name=group_id,
+            resource_type=ConfigResourceType.GROUP, resource_name=group_id,
             configuration_keys=None if not keys else tuple(keys)),), include_synonyms=False,
             include_documentation=True)
         return self._any(req).results[0]
@@ -222,7 +184,7 @@ class AdminClient:
     def alter_group_configs(self, group_id: str, ops: list[tuple[str, int, str | None]],
                             validate_only: bool = False) -> Any:
         req = alter_configs_req.IncrementalAlterConfigsRequest(resources=(alter_configs_req.AlterConfigsResource(
-            resource_type=RESOURCE_GROUP, resource_name=group_id, configs=tuple(
+            resource_type=ConfigResourceType.GROUP, resource_name=group_id, configs=tuple(
                 alter_configs_req.AlterableConfig(name=n, config_operation=op, value=v) for n, op, v in ops)),),
             validate_only=validate_only)
         return self._any(req).responses[0]

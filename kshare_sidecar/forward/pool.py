@@ -27,6 +27,7 @@ from kio.schema.errors import ErrorCode
 
 from ..log.brokerconn import BrokerConn, BrokerConnError
 from ..log.errors import LEADER_NOT_AVAILABLE, BackendUnavailableError
+from ..protocol.address import parse_bootstrap
 from ..wire import codec
 from . import routes
 
@@ -79,7 +80,7 @@ class BackendPool:
     """Backend brokers, partition leaders and coordinators, from the backend's own answers."""
 
     def __init__(self, bootstrap: str, *, request_timeout_s: float = 30.0, security: Any = None) -> None:
-        self._bootstrap = [_split(a) for a in bootstrap.split(",") if a.strip()]
+        self._bootstrap = parse_bootstrap(bootstrap)
         self.security = security  # log.security.BackendSecurity: TLS/SASL for every connection
         self._timeout = request_timeout_s
         self.brokers: dict[int, tuple[str, int]] = {}
@@ -312,8 +313,3 @@ class Upstream:
 def _topic_entry(cls: type, name: str) -> Any:
     names = {f.name for f in dataclasses.fields(cls)}
     return cls(**{"name": name, **({"topic_id": _ZERO_UUID} if "topic_id" in names else {})})
-
-
-def _split(address: str) -> tuple[str, int]:
-    host, _, port = address.strip().rpartition(":")
-    return host.strip("[]"), int(port)
