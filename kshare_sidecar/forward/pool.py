@@ -28,6 +28,8 @@ from kio.schema.errors import ErrorCode
 from ..log.brokerconn import BrokerConn, BrokerConnError
 from ..log.errors import LEADER_NOT_AVAILABLE, BackendUnavailableError
 from ..protocol.address import parse_bootstrap
+from ..protocol.constants import CoordinatorType
+from ..protocol.requests import request_payload
 from ..wire import codec
 from . import routes
 
@@ -41,7 +43,7 @@ _FIND_COORDINATOR_MAX = 4  # batched keys from v4; v5+ only adds error codes for
 #: topic must not turn into a Metadata storm on the backend).
 _MIN_REFRESH_S = 0.5
 
-GROUP_KEY, TXN_KEY = 0, 1
+GROUP_KEY, TXN_KEY = CoordinatorType.GROUP, CoordinatorType.TRANSACTION
 
 
 class BackendUnavailable(BackendUnavailableError):
@@ -61,7 +63,7 @@ def make(api_key: int, version: int, **values: Any) -> Any:
 
 def encode(request: Any, client_id: str | None = "kshare") -> bytes:
     """A request entity as a payload (no size prefix; the correlation id is set on send)."""
-    return codec.encode_request(request, 0, client_id)[4:]
+    return request_payload(request, 0, client_id)
 
 
 def decode(api_key: int, version: int, payload: bytes) -> Any:
