@@ -115,7 +115,8 @@ def make_fetch_handler(shares, cluster=None):
             f2.ShareFetchableTopicResponse(topic_id=topic_id, partitions=tuple(
                 f2.PartitionData(
                     partition_index=p.partition, error_code=p.error, error_message=p.message,
-                    acknowledge_error_code=p.ack_error or ErrorCode.none, acknowledge_error_message=p.ack_message,
+                    # kio types acknowledge_error_code int16 (not ErrorCode): an int encodes the first time
+                    acknowledge_error_code=int(p.ack_error or 0), acknowledge_error_message=p.ack_message,
                     current_leader=_leader(ctx, f2, cluster, topic_id, p.partition), records=p.records,
                     acquired_records=tuple(f2.AcquiredRecords(first_offset=a.first_offset, last_offset=a.last_offset,
                                                               delivery_count=a.delivery_count) for a in p.acquired))

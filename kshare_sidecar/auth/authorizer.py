@@ -29,6 +29,7 @@ from typing import Any
 from kio.schema.describe_acls.v1.request import DescribeAclsRequest
 from kio.schema.describe_acls.v1.response import DescribeAclsResponse
 from kio.schema.errors import ErrorCode
+from kio.static.primitive import i8
 
 from ..config import ConfigError
 from ..log.brokerconn import BrokerConn, BrokerConnError
@@ -44,7 +45,7 @@ _failures = RateLimitedLog(log)
 SECURITY_DISABLED = int(ErrorCode.security_disabled)
 CLUSTER_AUTHORIZATION_FAILED = int(ErrorCode.cluster_authorization_failed)
 COORDINATOR_NOT_AVAILABLE = int(ErrorCode.coordinator_not_available)
-_ANY = 1  # ResourceType.ANY / PatternType.ANY / AclOperation.ANY / AclPermissionType.ANY
+_ANY = i8(1)  # ResourceType.ANY / PatternType.ANY / AclOperation.ANY / AclPermissionType.ANY
 #: A set not refreshed for this many cache periods is not used any more (fail closed).
 STALE_FACTOR = 10
 #: Principals not asked about for this many cache periods are forgotten (no refresh for them).

@@ -24,6 +24,8 @@ from kio.schema.list_groups.v5 import request as list_groups_req
 from kio.schema.list_offsets.v7 import request as list_offsets_req
 from kio.schema.metadata.v12 import request as metadata_req
 from kio.schema.share_group_describe.v1 import request as describe_req
+from kio.schema.types import BrokerId, GroupId, TopicName
+from kio.static.primitive import i8, i32, i64
 
 from ..protocol.address import parse_bootstrap
 from ..protocol.blocking import BlockingConnection
@@ -108,7 +110,7 @@ class AdminClient:
         raise ClientError("; ".join(errors))
 
     def _coordinator(self, group_id: str) -> _Connection:
-        resp = self._any(find_req.FindCoordinatorRequest(key=group_id, key_type=CoordinatorType.GROUP))
+        resp = self._any(find_req.FindCoordinatorRequest(key=group_id, key_type=i8(CoordinatorType.GROUP)))
         if resp.error_code != ErrorCode.none:
             raise ClientError(f"no coordinator for group {group_id}: {resp.error_code.name}"
                               + (f" ({resp.error_message})" if resp.error_message else ""))
@@ -116,7 +118,7 @@ class AdminClient:
 
     def metadata(self, topics: list[str] | None) -> Any:
         req = metadata_req.MetadataRequest(
-            topics=None if topics is None else tuple(metadata_req.MetadataRequestTopic(topic_id=None, name=t)
+            topics=None if topics is None else tuple(metadata_req.MetadataRequestTopic(topic_id=None, name=TopicName(t))
                                                      for t in topics),
             allow_auto_topic_creation=False, include_topic_authorized_operations=False)
         resp = self._any(req)
@@ -140,35 +142,36 @@ class AdminClient:
 
     def describe_group(self, group_id: str) -> Any:
         resp = self._coordinator(group_id).call(describe_req.ShareGroupDescribeRequest(
-            group_ids=(group_id,), include_authorized_operations=False))
+            group_ids=(GroupId(group_id),), include_authorized_operations=False))
         return resp.groups[0]
 
     def describe_offsets(self, group_id: str, topics: dict[str, list[int]] | None = None) -> Any:
         req = describe_offsets_req.DescribeShareGroupOffsetsRequest(groups=(
             describe_offsets_req.DescribeShareGroupOffsetsRequestGroup(
-                group_id=group_id,
+                group_id=GroupId(group_id),
                 topics=None if topics is None else tuple(
-                    describe_offsets_req.DescribeShareGroupOffsetsRequestTopic(topic_name=t, partitions=tuple(ps))
+                    describe_offsets_req.DescribeShareGroupOffsetsRequestTopic(
+                        topic_name=TopicName(t), partitions=tuple(i32(p) for p in ps))
                     for t, ps in topics.items())),))
         return self._coordinator(group_id).call(req).groups[0]
 
     def alter_offsets(self, group_id: str, offsets: dict[str, dict[int, int]]) -> Any:
-        req = alter_req.AlterShareGroupOffsetsRequest(group_id=group_id, topics=tuple(
-            alter_req.AlterShareGroupOffsetsRequestTopic(topic_name=t, partitions=tuple(
-                alter_req.AlterShareGroupOffsetsRequestPartition(partition_index=p, start_offset=o)
+        req = alter_req.AlterShareGroupOffsetsRequest(group_id=GroupId(group_id), topics=tuple(
+            alter_req.AlterShareGroupOffsetsRequestTopic(topic_name=TopicName(t), partitions=tuple(
+                alter_req.AlterShareGroupOffsetsRequestPartition(partition_index=i32(p), start_offset=i64(o))
                 for p, o in sorted(parts.items())))
             for t, parts in offsets.items()))
         return self._coordinator(group_id).call(req)
 
     def delete_offsets(self, group_id: str, topics: list[str]) -> Any:
-        req = delete_offsets_req.DeleteShareGroupOffsetsRequest(group_id=group_id, topics=tuple(
-            delete_offsets_req.DeleteShareGroupOffsetsRequestTopic(topic_name=t) for t in topics))
+        req = delete_offsets_req.DeleteShareGroupOffsetsRequest(group_id=GroupId(group_id), topics=tuple(
+            delete_offsets_req.DeleteShareGroupOffsetsRequestTopic(topic_name=TopicName(t)) for t in topics))
         return self._coordinator(group_id).call(req)
 
     def delete_groups(self, group_ids: list[str]) -> dict[str, ErrorCode]:
         out: dict[str, ErrorCode] = {}
         for group_id in group_ids:
-            resp = self._coordinator(group_id).call(delete_groups_req.DeleteGroupsRequest(groups_names=(group_id,)))
+            resp = self._coordinator(group_id).call(delete_groups_req.DeleteGroupsRequest(groups_names=(GroupId(group_id),)))
             for r in resp.results:
                 out[r.group_id] = r.error_code
         return out
@@ -176,7 +179,7 @@ class AdminClient:
     # -- configs --------------------------------------------------------------------------------
     def describe_group_configs(self, group_id: str, keys: list[str] | None = None) -> Any:
         req = describe_configs_req.DescribeConfigsRequest(resources=(describe_configs_req.DescribeConfigsResource(
-            resource_type=ConfigResourceType.GROUP, resource_name=group_id,
+            resource_type=i8(ConfigResourceType.GROUP), resource_name=group_id,
             configuration_keys=None if not keys else tuple(keys)),), include_synonyms=False,
             include_documentation=True)
         return self._any(req).results[0]
@@ -184,8 +187,8 @@ class AdminClient:
     def alter_group_configs(self, group_id: str, ops: list[tuple[str, int, str | None]],
                             validate_only: bool = False) -> Any:
         req = alter_configs_req.IncrementalAlterConfigsRequest(resources=(alter_configs_req.AlterConfigsResource(
-            resource_type=ConfigResourceType.GROUP, resource_name=group_id, configs=tuple(
-                alter_configs_req.AlterableConfig(name=n, config_operation=op, value=v) for n, op, v in ops)),),
+            resource_type=i8(ConfigResourceType.GROUP), resource_name=group_id, configs=tuple(
+                alter_configs_req.AlterableConfig(name=n, config_operation=i8(op), value=v) for n, op, v in ops)),),
             validate_only=validate_only)
         return self._any(req).responses[0]
 
@@ -219,9 +222,10 @@ class AdminClient:
                 by_node.setdefault(node, {}).setdefault(topic, []).append(p)
         for node, topics in by_node.items():
             n = self._nodes[node]
-            req = list_offsets_req.ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=tuple(
-                list_offsets_req.ListOffsetsTopic(name=t, partitions=tuple(
-                    list_offsets_req.ListOffsetsPartition(partition_index=p, current_leader_epoch=-1, timestamp=spec)
+            req = list_offsets_req.ListOffsetsRequest(replica_id=BrokerId(-1), isolation_level=i8(0), topics=tuple(
+                list_offsets_req.ListOffsetsTopic(name=TopicName(t), partitions=tuple(
+                    list_offsets_req.ListOffsetsPartition(partition_index=i32(p), current_leader_epoch=i32(-1),
+                                                       timestamp=i64(spec))
                     for p in ps)) for t, ps in topics.items()))
             resp = self._conn(n.host, n.port).call(req)
             for t in resp.topics:

@@ -22,7 +22,7 @@ from kio.schema.share_fetch.v1 import request as fetch1
 from kio.schema.share_fetch.v2 import request as fetch2
 from kio.schema.share_group_heartbeat.v1 import request as hb_req
 
-from ..protocol.constants import ApiKey, CoordinatorType
+from ..protocol.constants import ApiKey
 from ..protocol.requests import decode_response_to, request_payload
 from ..protocol.types import TopicIdPartition
 from .acks import AckBatch
@@ -52,7 +52,7 @@ def decode(request: Any, payload: bytes) -> Any:
 def negotiate(ranges: Mapping[int, tuple[int, int]], cap: int | None = None) -> dict[int, int]:
     """Highest common version per share API (ShareFetch / ShareAcknowledge at most ``cap``);
     raises if the broker lacks one (no share groups)."""
-    out = {}
+    out: dict[int, int] = {}
     for key, (lo, hi) in WANTED_VERSIONS.items():
         if cap is not None and key != SHARE_GROUP_HEARTBEAT:
             hi = max(lo, min(hi, cap))
@@ -78,7 +78,7 @@ def metadata(topics: Iterable[str]) -> Any:
 
 
 def find_coordinator(group_id: str) -> Any:
-    return find_req.FindCoordinatorRequest(key=group_id, key_type=CoordinatorType.GROUP)
+    return find_req.FindCoordinatorRequest(key=group_id, key_type=0)
 
 
 def heartbeat(group_id: str, member_id: str, epoch: int, topics: tuple[str, ...] | None) -> Any:

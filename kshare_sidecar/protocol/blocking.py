@@ -41,7 +41,8 @@ class BlockingConnection:
         self.sock.sendall(request_frame(request, self._correlation, self.client_id))
         size = int.from_bytes(self._read(4), "big", signed=True)
         payload = self._read(size)
-        header, body = decode_response(payload, response_class_of(type(request)))
+        request_cls: type = type(request)
+        header, body = decode_response(payload, response_class_of(request_cls))
         if header.correlation_id != self._correlation:
             raise ConnectionError(f"{self.address} answered correlation id {header.correlation_id}, "
                                   f"expected {self._correlation}")

@@ -24,6 +24,8 @@ from kio.serial import entity_reader, entity_writer
 
 Reader = Callable[[Any, int], tuple[Any, int]]
 Writer = Callable[[Any, Any], None]
+# kio's schema classes are typed here as ``Any`` where their ClassVars (``__header_schema__``,
+# ``__api_key__``, ``__version__``) are read: ``type`` does not declare them.
 
 _SIZE_BYTES = 4
 
@@ -31,19 +33,19 @@ _SIZE_BYTES = 4
 @functools.cache
 def reader(cls: type) -> Reader:
     """Cached kio reader: ``reader(cls)(buffer, offset) -> (entity, size)`` (read-only buffers)."""
-    return entity_reader(cls)  # type: ignore[no-any-return]
+    return entity_reader(cls)
 
 
 @functools.cache
 def writer(cls: type) -> Writer:
     """Cached kio writer: ``writer(cls)(io, entity)``."""
-    return entity_writer(cls)  # type: ignore[no-any-return]
+    return entity_writer(cls)
 
 
 @functools.cache
 def response_class_of(request_cls: type) -> type:
     """kio's response class answering ``request_cls`` (same API key and version)."""
-    return load_response_from_request(request_cls)  # type: ignore[no-any-return]
+    return load_response_from_request(request_cls)
 
 
 def frame(payload: bytes) -> bytes:
@@ -67,8 +69,9 @@ def request_header(request: Any, correlation_id: int, client_id: str | None) -> 
 
 def request_body(request: Any) -> bytes:
     """The body of ``request`` (a kio request entity)."""
+    cls: type = type(request)
     buf = io.BytesIO()
-    writer(type(request))(buf, request)
+    writer(cls)(buf, request)
     return buf.getvalue()
 
 
@@ -82,12 +85,12 @@ def request_frame(request: Any, correlation_id: int = 0, client_id: str | None =
     return frame(request_payload(request, correlation_id, client_id))
 
 
-def read_response_header(buffer: Any, offset: int, response_cls: type) -> tuple[Any, int]:
+def read_response_header(buffer: Any, offset: int, response_cls: Any) -> tuple[Any, int]:
     """The response header of ``response_cls`` at ``offset`` in ``buffer``: (header, its size)."""
     return reader(response_cls.__header_schema__)(buffer, offset)
 
 
-def decode_response(payload: bytes, response_cls: type) -> tuple[Any, Any]:
+def decode_response(payload: bytes, response_cls: Any) -> tuple[Any, Any]:
     """A response frame's payload (no size prefix) as (header, body) entities of ``response_cls``."""
     header, offset = read_response_header(payload, 0, response_cls)
     body, _ = reader(response_cls)(payload, offset)
@@ -96,4 +99,5 @@ def decode_response(payload: bytes, response_cls: type) -> tuple[Any, Any]:
 
 def decode_response_to(request: Any, payload: bytes) -> Any:
     """The response body answering ``request`` from a frame's payload (its header dropped)."""
-    return decode_response(payload, response_class_of(type(request)))[1]
+    request_cls: type = type(request)
+    return decode_response(payload, response_class_of(request_cls))[1]

@@ -191,15 +191,15 @@ class AdminService:
                                name))
         else:
             infos = await self._describe(list(topics))
-            for name, parts in topics.items():
+            for name, asked in topics.items():
                 info = infos.get(name)
                 if info is None:
                     wanted.append((TopicOffsets(name, _ZERO_UUID, [
                         PartitionOffset(p, error=ErrorCode.unknown_topic_or_partition,
-                                        message=f"topic {name} does not exist") for p in parts]), None))
+                                        message=f"topic {name} does not exist") for p in asked]), None))
                     continue
                 res = TopicOffsets(name, info.topic_id)
-                for p in parts:
+                for p in asked:
                     po = PartitionOffset(p)
                     if not 0 <= p < info.partitions:
                         po.error, po.message = ErrorCode.unknown_topic_or_partition, \
@@ -216,7 +216,7 @@ class AdminService:
         async def fill(key: SharePartitionKey) -> None:
             topic, name, po = keys[key]
             summary = summaries.get(key)
-            if summary is None or isinstance(summary, PersistError) or summary.start_offset < 0:
+            if name is None or summary is None or isinstance(summary, PersistError) or summary.start_offset < 0:
                 return  # no state: StartOffset -1, LeaderEpoch 0, Lag -1 (Kafka's answer)
             po.start_offset = summary.start_offset
             po.leader_epoch = max(0, summary.leader_epoch)
@@ -225,7 +225,8 @@ class AdminService:
             except BackendError as exc:
                 log.info("lag of %s-%d unknown: %s", name, po.partition, exc)
                 return
-            po.lag = summary.lag(end)
+            lag = summary.lag(end)
+            po.lag = -1 if lag is None else lag
 
         await asyncio.gather(*(fill(k) for k in keys))
         return [t for t, _ in wanted]

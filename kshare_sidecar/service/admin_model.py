@@ -19,7 +19,7 @@ from ..protocol.constants import SHARE_GROUP_TYPE, ConfigSource, ConfigType
 class AdminError(Exception):
     """A request-level failure with a Kafka error code."""
 
-    def __init__(self, code: ErrorCode, message: str) -> None:
+    def __init__(self, code: ErrorCode, message: str | None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message

@@ -23,6 +23,7 @@ from kio.index import KioIndexError, load_request_schema, load_response_schema
 from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
 from kio.schema.errors import ErrorCode
+from kio.static.primitive import i16
 
 from ..protocol.constants import ApiKey
 from ..protocol.requests import decode_response, reader, request_frame, writer
@@ -89,7 +90,7 @@ def peek(frame_bytes: bytes) -> RequestPeek:
 
 
 @functools.cache
-def request_class(api_key: int, api_version: int) -> type:
+def request_class(api_key: int, api_version: int) -> Any:  # a kio class: its ClassVars are not on `type`
     """kio's request class for (key, version); :class:`UnsupportedRequest` when kio has none."""
     try:
         return load_request_schema(api_key, api_version)
@@ -98,7 +99,7 @@ def request_class(api_key: int, api_version: int) -> type:
 
 
 @functools.cache
-def response_class(api_key: int, api_version: int) -> type:
+def response_class(api_key: int, api_version: int) -> Any:
     """kio's response class for (key, version); :class:`UnsupportedRequest` when kio has none."""
     try:
         return load_response_schema(api_key, api_version)
@@ -162,7 +163,7 @@ def encode_response(response: Any, correlation_id: int) -> bytes:
     kio's ``__header_schema__`` already encodes the quirks: response header v1 for flexible
     versions, v0 otherwise, and v0 for every ApiVersions response.
     """
-    cls = type(response)
+    cls: Any = type(response)
     header_cls = cls.__header_schema__
     buf = io.BytesIO()
     writer(header_cls)(buf, header_cls(correlation_id=correlation_id))
@@ -186,7 +187,7 @@ def api_versions_fallback(correlation_id: int, ranges: Iterable[tuple[int, int, 
     body = ApiVersionsResponseV0(
         error_code=ErrorCode.unsupported_version,
         api_keys=tuple(
-            ApiVersionV0(api_key=key, min_version=lo, max_version=hi) for key, lo, hi in ranges
+            ApiVersionV0(api_key=i16(key), min_version=i16(lo), max_version=i16(hi)) for key, lo, hi in ranges
         ),
     )
     return encode_response(body, correlation_id)

@@ -1,9 +1,11 @@
-"""ShareFetch / ShareAcknowledge answers encode on the first try (issue 20's "double encode").
+"""ShareFetch / ShareAcknowledge answers encode on the first try (issue 20's "probable double encode").
 
 The dispatcher falls back to rebuilding a response with ``convert(..., force=True)`` when kio's
-writer rejects a plain ``int`` where it wants ``ErrorCode``. The share handlers used to hand it
-``int(ack_error or 0)``, so every v2 ShareFetch with a partition was encoded twice. These tests
-make the fallback fail loudly and check both APIs, both versions, with and without acks.
+writer rejects a plain ``int`` where it wants ``ErrorCode``. The issue suspected the share handlers
+of hitting it with ``acknowledge_error_code=int(...)``; they do not: kio 0.6.5 types that field
+``int16`` (only ``error_code`` fields are ``ErrorCode``). These tests make the fallback fail
+loudly and check both APIs, both versions, with and without acks, so a handler that does start
+double-encoding is caught.
 """
 
 from __future__ import annotations
