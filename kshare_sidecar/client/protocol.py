@@ -21,6 +21,8 @@ from kio.schema.share_acknowledge.v2 import request as ack2
 from kio.schema.share_fetch.v1 import request as fetch1
 from kio.schema.share_fetch.v2 import request as fetch2
 from kio.schema.share_group_heartbeat.v1 import request as hb_req
+from kio.schema.types import GroupId, TopicName
+from kio.static.primitive import i8, i32
 
 from ..protocol.constants import ApiKey
 from ..protocol.requests import decode_response_to, request_payload
@@ -73,17 +75,19 @@ def api_versions() -> Any:
 
 def metadata(topics: Iterable[str]) -> Any:
     return metadata_req.MetadataRequest(
-        topics=tuple(metadata_req.MetadataRequestTopic(topic_id=None, name=t) for t in topics),
+        topics=tuple(metadata_req.MetadataRequestTopic(topic_id=None, name=TopicName(t)) for t in topics),
         allow_auto_topic_creation=False, include_topic_authorized_operations=False)
 
 
 def find_coordinator(group_id: str) -> Any:
-    return find_req.FindCoordinatorRequest(key=group_id, key_type=0)
+    return find_req.FindCoordinatorRequest(key=group_id, key_type=i8(0))  # 0: a group
 
 
 def heartbeat(group_id: str, member_id: str, epoch: int, topics: tuple[str, ...] | None) -> Any:
-    return hb_req.ShareGroupHeartbeatRequest(group_id=group_id, member_id=member_id, member_epoch=epoch,
-                                             rack_id=None, subscribed_topic_names=topics)
+    names = None if topics is None else tuple(TopicName(t) for t in topics)
+    return hb_req.ShareGroupHeartbeatRequest(group_id=GroupId(group_id), member_id=member_id,
+                                             member_epoch=i32(epoch), rack_id=None,
+                                             subscribed_topic_names=names)
 
 
 def _grouped(tps: Iterable[Tp]) -> dict[uuid.UUID, list[int]]:

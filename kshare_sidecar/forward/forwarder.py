@@ -189,6 +189,7 @@ class Forwarder:
             return answer
         parts = routes.split_keys(decoded.body, spec, nodes.__getitem__)
         responses = await self._send_parts(up, decoded, parts)
+        assert spec.resp_list is not None  # several coordinators: several keys, so a batched API
         merged = routes.merge_lists(responses, spec.resp_list)
         for code in routes.error_codes(merged):
             if code in _RETRY_COORDINATOR:
@@ -225,8 +226,12 @@ class Forwarder:
                     leaders[(key, index)] = refused
                 else:
                     leaders[(key, index)] = single if single is not None else await self.pool.leader(key, index)
-        parts = routes.split_partitions(body, spec, lambda t, p: leaders[(t, p)] if leaders[(t, p)] is not None
-                                        else orphan)
+
+        def leader_of(t: Any, index: int) -> int:
+            node = leaders[(t, index)]
+            return orphan if node is None else node
+
+        parts = routes.split_partitions(body, spec, leader_of)
         expect = not (api_key == _PRODUCE and int(getattr(body, "acks", 1)) == 0)
         responses = []
         if refused in parts:
@@ -313,6 +318,7 @@ class Forwarder:
             response = routes.keyed_error_response(decoded.response_class, _Names(tuple(names)), _NAMES, code)
         elif api_key == ApiKey.ALTER_CONFIGS:
             item = routes.item_class(decoded.response_class, "responses")
+            assert item is not None  # AlterConfigs' responses are entities in every version
             response = routes.error_entity(decoded.response_class, ErrorCode.none, responses=tuple(
                 routes.error_entity(item, code, resource_type=r.resource_type, resource_name=r.resource_name,
                                     error_message="reserved for kshare's share state") for r in body.resources))

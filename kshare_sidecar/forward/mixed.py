@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -121,7 +122,7 @@ def delete_groups(local: LocalHandler, pool: BackendPool, is_share_group: Callab
 
 # -- DescribeConfigs (32) / IncrementalAlterConfigs (44): GROUP here, the rest at the backend -----
 def configs(local: LocalHandler, pool: BackendPool, api_key: int, out_list: str,
-            node_id: Callable[[], int], hidden: set[str] = frozenset()) -> LocalHandler:
+            node_id: Callable[[], int], hidden: AbstractSet[str] = frozenset()) -> LocalHandler:
     async def handler(ctx: RequestContext, header: Any, req: Any) -> Any:
         resources = list(req.resources)
         answers: dict[int, Any] = {}
@@ -223,7 +224,7 @@ def describe_cluster(pool: BackendPool) -> LocalHandler:
 
 
 # -- DescribeTopicPartitions (75): the backend's answer, leaders rewritten to the sidecar ------------
-def describe_topic_partitions(pool: BackendPool, hidden: set[str]) -> LocalHandler:
+def describe_topic_partitions(pool: BackendPool, hidden: AbstractSet[str]) -> LocalHandler:
     async def handler(ctx: RequestContext, header: Any, req: Any) -> Any:
         try:
             answer = await pool.call(None, req)
@@ -254,7 +255,7 @@ def describe_topic_partitions(pool: BackendPool, hidden: set[str]) -> LocalHandl
 
 
 def register(registry: ApiRegistry, pool: BackendPool, *, is_share_group: Callable[[str], bool],
-             node_id: Callable[[], int], hidden: set[str]) -> None:
+             node_id: Callable[[], int], hidden: AbstractSet[str]) -> None:
     """Wrap the sidecar's own ListGroups, DeleteGroups and config handlers; add DescribeCluster
     and DescribeTopicPartitions. Ranges are clamped to what the backend speaks."""
     def wrap(api_key: int, make_handler: Callable[[LocalHandler], LocalHandler]) -> None:

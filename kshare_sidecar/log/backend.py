@@ -360,6 +360,7 @@ class Backend:
         """The offset for ``spec``: ``"earliest"`` = log start, ``"latest"`` = high watermark (or
         LSO with ``isolation_level=1``), an int = first offset whose timestamp ≥ it in ms; ``None``
         when no record is that recent (callers then use ``"latest"``)."""
+        ts: int
         if spec == "earliest":
             ts = EARLIEST
         elif spec == "latest":

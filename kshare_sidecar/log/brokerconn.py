@@ -63,7 +63,7 @@ class _FrameProtocol(asyncio.BufferedProtocol):
     """Receives each response frame into its own ``bytearray`` (size prefix included)."""
 
     def __init__(self, conn: BrokerConn, max_frame: int) -> None:
-        self._conn = conn
+        self._conn: BrokerConn | _Detached = conn
         self._max = max_frame
         self._head = bytearray(4)
         self._frame: bytearray | None = None

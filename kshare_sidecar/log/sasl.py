@@ -13,13 +13,14 @@ the open connection before that lifetime ends, because a broker with
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar
 
 from kio.schema.errors import ErrorCode
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_authenticate.v2.response import SaslAuthenticateResponse
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from kio.schema.sasl_handshake.v1.response import SaslHandshakeResponse
+from kio.static.protocol import RequestPayload, ResponsePayload
 
 from ..protocol.requests import decode_response, request_payload
 
@@ -36,12 +37,16 @@ class SaslError(Exception):
         self.code = code
 
 
-def _payload(request: Any) -> bytes:
+_Response = TypeVar("_Response", bound=ResponsePayload)
+
+
+def _payload(request: RequestPayload) -> bytes:
     return request_payload(request, 0, "kshare")  # BrokerConn sets the correlation id
 
 
-def _answer(cls: type, payload: bytes) -> Any:
-    return decode_response(payload, cls)[1]
+def _answer(cls: type[_Response], payload: bytes) -> _Response:
+    body: _Response = decode_response(payload, cls)[1]
+    return body
 
 
 async def sasl_authenticate(conn: BrokerConn, security: BackendSecurity) -> float:
