@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 from typer.core import TyperCommand, TyperGroup
 
+from ..protocol.constants import SHARE_GROUP_STATES
 from .kclient import EARLIEST, LATEST, AdminClient, ClientError
 
 # Typer (>= 0.26, pinned <0.30) vendors click: the click package is not a dependency of ours.
@@ -121,7 +122,7 @@ app = typer.Typer(help="Share groups: list, describe, reset offsets, delete.", n
 
 
 # -- list --------------------------------------------------------------------------------------
-_STATES = {"empty": "Empty", "stable": "Stable", "dead": "Dead"}
+_STATES = {state.lower(): state for state in SHARE_GROUP_STATES}
 
 
 @app.command("list", cls=OneLineCommand)

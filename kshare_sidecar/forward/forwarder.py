@@ -32,6 +32,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..log.brokerconn import BrokerConn, BrokerConnError
+from ..protocol.constants import ApiKey
 from ..ratelog import backend_failures
 from ..wire import codec
 from ..wire.errors import CloseConnection
@@ -48,7 +49,7 @@ failures = backend_failures(log)
 _RETRY_COORDINATOR = {int(ErrorCode.not_coordinator), int(ErrorCode.coordinator_not_available)}
 _RETRY_LEADER = {int(ErrorCode.not_leader_or_follower), int(ErrorCode.leader_not_available),
                  int(ErrorCode.fenced_leader_epoch), int(ErrorCode.unknown_leader_epoch)}
-_PRODUCE, _FETCH = 0, 1
+_PRODUCE, _FETCH = ApiKey.PRODUCE, ApiKey.FETCH
 
 
 #: APIs decoded to check they leave kshare's state alone (small admin / transactional requests).
@@ -312,10 +313,10 @@ class Forwarder:
                  getattr(decoded.header, "client_id", None), code.name)
         if api_key in reserved_keys.TOPIC_KEYED:
             response = routes.keyed_error_response(decoded.response_class, body, reserved_keys.TOPIC_KEYED[api_key], code)
-        elif api_key == 20:
+        elif api_key == ApiKey.DELETE_TOPICS:
             names = body.topic_names if hasattr(body, "topic_names") else tuple(t.name for t in body.topics)
             response = routes.keyed_error_response(decoded.response_class, _Names(tuple(names)), _NAMES, code)
-        elif api_key == 33:
+        elif api_key == ApiKey.ALTER_CONFIGS:
             item = routes.item_class(decoded.response_class, "responses")
             assert item is not None  # AlterConfigs' responses are entities in every version
             response = routes.error_entity(decoded.response_class, ErrorCode.none, responses=tuple(

@@ -22,6 +22,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ..protocol.constants import ApiKey
+
 
 class Route(enum.Enum):
     ANY = "any"  # any backend broker
@@ -99,13 +101,13 @@ CLAMP_MAX = {24: 3}
 def route(api_key: int, version: int) -> tuple[Route, KeySpec | PartitionSpec | None]:
     if api_key in PARTITIONS:
         return Route.LEADER, PARTITIONS[api_key]
-    if api_key == 9:
+    if api_key == ApiKey.OFFSET_FETCH:
         return Route.GROUP, OFFSET_FETCH_BATCH if version >= 8 else OFFSET_FETCH_SINGLE
     if api_key in GROUP_KEYS:
         return Route.GROUP, GROUP_KEYS[api_key]
     if api_key in TXN_KEYS:
         return Route.TXN, TXN_KEYS[api_key]
-    if api_key == 66:
+    if api_key == ApiKey.LIST_TRANSACTIONS:
         return Route.ALL, None
     return Route.ANY, None
 

@@ -40,6 +40,8 @@ from aiokafka.errors import (
     for_code,
 )
 
+from kio.schema.errors import ErrorCode
+
 from kshare_sidecar.persist.base import BasePersister, Record, ReplaySink
 from kshare_sidecar.persist.codec import KIND_OWNER
 from kshare_sidecar.persist import codec
@@ -55,6 +57,8 @@ from kshare_sidecar.persist.errors import (
 )
 
 log = logging.getLogger("kshare_sidecar.persist.topic")
+
+UNKNOWN_TOPIC_OR_PARTITION = int(ErrorCode.unknown_topic_or_partition)
 
 DEFAULT_TOPIC = "__kshare_state"
 DEFAULT_TOPIC_CONFIGS: dict[str, str] = {
@@ -249,7 +253,7 @@ class TopicPersister(StateWatchMixin, BasePersister):
             return None
         (meta,) = await self._admin.describe_topics([self.topic])
         error = meta.get("error_code", 0)
-        if error == 3:  # UNKNOWN_TOPIC_OR_PARTITION
+        if error == UNKNOWN_TOPIC_OR_PARTITION:
             return None
         if error:
             raise BackendWriteError(f"cannot describe state topic {self.topic!r}: {for_code(error).__name__}")
@@ -556,5 +560,3 @@ class TopicPersister(StateWatchMixin, BasePersister):
 class _UnknownStateTopic(BackendWriteError):
     """The broker asked does not know the state topic (yet)."""
 
-
-UNKNOWN_TOPIC_OR_PARTITION = 3

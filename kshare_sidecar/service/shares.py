@@ -21,6 +21,7 @@ from ..log.errors import BackendError, UnknownTopicError
 from ..log.batches import slice_batches
 from ..log.types import BatchInfo, FetchResult
 from ..metrics import STATS as _METRICS  # kshare metrics (issue 7)
+from ..protocol.types import TopicIdPartition
 from ..ratelog import backend_failures
 from ..share.sessions import SessionError, ShareSession, ShareSessionCache
 from ..share.types import AcquiredRecords, AcquireMode
@@ -32,7 +33,6 @@ from .readcache import BatchCache  # noqa: F401 - re-exported
 log = logging.getLogger("kshare.shares")
 _backend_failures = backend_failures(log)  # one line a minute: the outage itself is logged once (log/health.py)
 
-TopicPartition = tuple[uuid.UUID, int]
 #: ``readable(topic_name) -> bool``: may the requesting principal READ the topic (authorization on)
 Readable = Callable[[str], bool]
 
@@ -81,7 +81,7 @@ class ShareService:
 
     # -- entry points ------------------------------------------------------------------------
     async def share_fetch(self, *, conn_id: int, group_id: str, member_id: str, epoch: int, params: FetchParams,
-                          topics: list[tuple[uuid.UUID, int, list]], forgotten: list[TopicPartition],
+                          topics: list[tuple[uuid.UUID, int, list]], forgotten: list[TopicIdPartition],
                           is_renew: bool = False, on_park=None, readable: Readable | None = None) -> ShareOut:
         _METRICS.share_fetch_requests += 1  # metrics (issue 7)
         key = (group_id, member_id)
@@ -108,14 +108,14 @@ class ShareService:
         # Kafka keeps partitions of topics the principal may not READ in the session and answers
         # them TOPIC_AUTHORIZATION_FAILED on every fetch; their acks are not applied.
         denied = await self._denied(readable, set(session.partitions) | set(acks))
-        out: dict[TopicPartition, PartitionOut] = {}
+        out: dict[TopicIdPartition, PartitionOut] = {}
         t0 = time.monotonic()
         # The durable write of the piggybacked acks and the acquisition of new records run side by
         # side: the response waits for both, so a fetch costs max(write, read), not their sum.
         allowed_acks = {tp: b for tp, b in acks.items() if tp not in denied}
         ack_task = asyncio.ensure_future(self._acknowledge(group_id, member_id, allowed_acks,
                                                            allow_renew=is_renew)) if allowed_acks else None
-        fetched: dict[TopicPartition, PartitionOut] = {}
+        fetched: dict[TopicIdPartition, PartitionOut] = {}
         try:
             if epoch != -1 and not is_renew and params.max_records > 0 and params.max_bytes > 0 \
                     and session.partitions - denied:
@@ -180,12 +180,12 @@ class ShareService:
             log.info("connection %d closed: share session of group=%s member=%s released %d records",
                      conn_id, session.key[0], session.key[1], released)
 
-    async def _denied(self, readable: Readable | None, tps: set[TopicPartition]) -> set[TopicPartition]:
+    async def _denied(self, readable: Readable | None, tps: set[TopicIdPartition]) -> set[TopicIdPartition]:
         """The partitions whose topic the principal may not READ (unknown ids are left to the
         UNKNOWN_TOPIC_ID answer, as Kafka does)."""
         if readable is None or not tps:
             return set()
-        denied: set[TopicPartition] = set()
+        denied: set[TopicIdPartition] = set()
         for topic_id in {t for t, _ in tps}:
             info = await self.backend.resolve_topic_id(topic_id)
             if info is not None and not readable(info.name):
@@ -216,9 +216,9 @@ class ShareService:
         self.partitions.release_member(session.key[0], session.key[1], session.partitions)
 
     # -- acknowledgements --------------------------------------------------------------------
-    async def _acknowledge(self, group_id: str, member_id: str, acks: dict[TopicPartition, list],
-                           *, allow_renew: bool) -> dict[TopicPartition, ErrorCode]:
-        results: dict[TopicPartition, ErrorCode] = {}
+    async def _acknowledge(self, group_id: str, member_id: str, acks: dict[TopicIdPartition, list],
+                           *, allow_renew: bool) -> dict[TopicIdPartition, ErrorCode]:
+        results: dict[TopicIdPartition, ErrorCode] = {}
         planned: list[tuple[Slot, PendingAcks]] = []
         for (topic_id, p), batches in acks.items():
             if isinstance(parse_ack_batches(batches, allow_renew=allow_renew), ErrorCode):
@@ -262,10 +262,10 @@ class ShareService:
 
     # -- fetching ----------------------------------------------------------------------------
     async def _fetch(self, session: ShareSession, group_id: str, member_id: str,
-                     params: FetchParams, on_park=None, skip: set[TopicPartition] = frozenset()
-                     ) -> dict[TopicPartition, PartitionOut]:
+                     params: FetchParams, on_park=None, skip: set[TopicIdPartition] = frozenset()
+                     ) -> dict[TopicIdPartition, PartitionOut]:
         deadline = time.monotonic() + params.max_wait_ms / 1000
-        out: dict[TopicPartition, PartitionOut] = {}
+        out: dict[TopicIdPartition, PartitionOut] = {}
         budget = _Budget(params.max_records, params.max_bytes)
         read_committed = self.group_config(group_id)["share.isolation.level"] == "read_committed"
         while True:
@@ -297,8 +297,8 @@ class ShareService:
             await self._wait(slots, remaining, read_committed)
 
     async def _session_slots(self, session: ShareSession, group_id: str,
-                             out: dict[TopicPartition, PartitionOut],
-                             skip: set[TopicPartition] = frozenset()) -> list[Slot]:
+                             out: dict[TopicIdPartition, PartitionOut],
+                             skip: set[TopicIdPartition] = frozenset()) -> list[Slot]:
         """The session's share-partitions, rotated so every partition gets its turn first."""
         tps = sorted(session.partitions - skip)
         if not tps:
@@ -487,9 +487,9 @@ def _share_error(exc: BackendError) -> ErrorCode:
     return ErrorCode.not_leader_or_follower
 
 
-def _merge_acks(topics: Iterable[tuple[uuid.UUID, int, list]]) -> dict[TopicPartition, list]:
+def _merge_acks(topics: Iterable[tuple[uuid.UUID, int, list]]) -> dict[TopicIdPartition, list]:
     """Clients may list one TopicId (and even one partition) more than once: merge, keep order."""
-    acks: dict[TopicPartition, list] = {}
+    acks: dict[TopicIdPartition, list] = {}
     for topic_id, p, batches in topics:
         if batches:
             acks.setdefault((topic_id, p), []).extend(batches)

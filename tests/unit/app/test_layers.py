@@ -12,11 +12,6 @@ import kshare_sidecar
 PACKAGE = Path(kshare_sidecar.__file__).parent
 BELOW_API = ("service", "group", "share", "log", "persist", "cluster", "assignors", "auth")
 UPPER = ("api", "wire", "app")
-#: Edges still there on this branch: the start-up diagnosis (ApiVersions) and the authorizer
-#: (DescribeAcls) frame their requests with wire.codec. The protocol/ package (one request encoder,
-#: issue 20, a parallel branch) replaces both; once that is merged, this set must be emptied.
-PENDING = {f"{module} imports kshare_sidecar.{name}" for module in ("log/security.py", "auth/authorizer.py")
-           for name in ("wire", "wire.codec")}
 
 
 def _imported(path: Path) -> set[str]:
@@ -42,7 +37,7 @@ def test_nothing_below_api_imports_api_wire_or_the_wiring():
                 parts = name.split(".")
                 if len(parts) > 1 and parts[1] in UPPER:
                     upward.append(f"{path.relative_to(PACKAGE)} imports {name}")
-    assert set(upward) <= PENDING, sorted(set(upward) - PENDING)
+    assert upward == []
 
 
 def test_the_layer_check_sees_relative_imports():
