@@ -30,8 +30,8 @@ from kshare_sidecar.persist import (
     WriteItem,
     WriterFencedError,
 )
-from kshare_sidecar.persist.base import state_partition_for
 from kshare_sidecar.persist.codec import KIND_PARTITION
+from kshare_sidecar.persist.ownership import state_partition_for
 from kshare_sidecar.persist.topic import TopicPersister
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
