@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-fast test-spark bench fuzz test-fencing test-parity test-cluster-faults test-sidecar-cluster clean
+.PHONY: demo test test-fast typecheck test-spark bench fuzz test-fencing test-parity test-cluster-faults test-sidecar-cluster clean
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "java not found: install a Java 17+ runtime"; exit 2; }
@@ -28,6 +28,10 @@ test-spark: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q tests/unit
 
+# mypy over kshare_sidecar/ with the settings in pyproject.toml ([tool.mypy]).
+typecheck: $(STAMP)
+	$(PY) -m mypy
+
 bench: $(STAMP)
 	$(PY) benchmarks/engine.py --quick
 
@@ -39,7 +43,7 @@ fuzz: $(STAMP)
 # The fencing fault scenarios (docs/persistence.md), each run FENCING_REPEAT times in a row; opt-in.
 FENCING_REPEAT ?= 5
 test-fencing: $(STAMP)
-	KSHARE_FENCING_REPEAT=$(FENCING_REPEAT) $(PY) -m pytest -q -rfEs -m kafka tests/e2e/test_fencing_faults.py
+	KSHARE_FENCING_REPEAT=$(FENCING_REPEAT) KSHARE_FENCING_MODES=fenced,transactional $(PY) -m pytest -q -rfEs -m kafka tests/e2e/test_fencing_faults.py
 
 # The differential harness (docs/testing.md): PARITY_EXAMPLES generated sequences on native Kafka
 # 4.3 and kshare on 3.9, step by step; opt-in (hours for thousands).
@@ -56,4 +60,4 @@ test-sidecar-cluster: $(STAMP)
 	KSHARE_SIDECAR_CLUSTER=1 $(PY) -m pytest -q -rfEs -s tests/e2e/test_sidecar_cluster.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache

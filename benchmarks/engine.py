@@ -26,8 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kshare_sidecar.share import ShareConfig, SharePartition  # noqa: E402
-
-ACCEPT, RELEASE, REJECT = 1, 2, 3
+from kshare_sidecar.states import ACCEPT, REJECT, RELEASE  # noqa: E402
 
 
 def bench_batch(total: int, batch: int = 500, members: int = 8, with_snapshot: bool = False) -> float:

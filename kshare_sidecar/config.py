@@ -291,10 +291,11 @@ SETTINGS: tuple[Setting, ...] = (
     _S("state.topic.partitions", 16, int, "Partitions of the state topic when created.", 1, 1000),
     _S("state.topic.replication.factor", -1, int, "Replication factor (-1 = broker default).", -1, 32),
     _S("state.write.linger.ms", 2, int, "Linger to coalesce state writes across share-partitions.", 0, 1000),
-    _S("state.write.mode", "transactional", str,
-       "How state is written: transactional (a Kafka transaction per write; a superseded sidecar is fenced by "
-       "the backend) or idempotent (plain idempotent produce for backends without transactions; weaker "
-       "fencing, docs/persistence.md).", choices=("transactional", "idempotent")),
+    _S("state.write.mode", "fenced", str,
+       "How state is written: fenced (one idempotent produce per write under a transactional id's producer "
+       "epoch: a superseded sidecar's writes are refused by the backend), transactional (a Kafka transaction "
+       "per write) or idempotent (plain idempotent produce for backends without transactions; weaker "
+       "fencing, docs/persistence.md).", choices=("fenced", "transactional", "idempotent")),
     _S("state.transaction.timeout.ms", 60000, int,
        "Transaction timeout of the state writers: a frozen writer's open transaction is aborted by the backend "
        "after this.", 1000, 900000),

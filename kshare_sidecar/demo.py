@@ -330,10 +330,11 @@ def _consume_once(front: str, name: str, stats: _Stats, stop: threading.Event) -
             batch = consumer.poll(0.5)
             with stats.lock:
                 for msg in batch:
-                    if msg.error() is not None:
-                        fatal = fatal or msg.error().fatal()
+                    error = msg.error()
+                    if error is not None:
+                        fatal = fatal or error.fatal()
                         if len(stats.errors) < 50:
-                            stats.errors.append(f"{name}: {msg.error()}")
+                            stats.errors.append(f"{name}: {error}")
                         continue
                     stats.per_consumer[name] += 1
                     stats.deliveries += 1

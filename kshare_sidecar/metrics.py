@@ -36,9 +36,13 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from kshare_sidecar.states import AcknowledgeType
+
 log = logging.getLogger("kshare.metrics")
 
-ACK_TYPE_NAMES = {1: "Accept", 2: "Release", 3: "Reject", 4: "Renew"}  # 0 = gap: not an acknowledgement
+# ack-type label values by AcknowledgeType number ("Accept", "Release", "Reject", "Renew"); GAP is not
+# an acknowledgement of a delivered record and is not counted.
+ACK_TYPE_NAMES = {t.value: t.name.capitalize() for t in AcknowledgeType if t is not AcknowledgeType.GAP}
 
 
 class Stats:

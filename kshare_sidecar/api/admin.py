@@ -33,6 +33,7 @@ from kio.schema.errors import ErrorCode
 
 from ..auth.acls import CLUSTER_NAME, Decider, Op, Res
 from ..log.errors import BackendError, UnknownTopicError
+from ..protocol.constants import ApiKey, OffsetSpec
 from ..service.admin import AdminError, AdminService, GroupDescription
 from .context import KafkaError, RequestContext, acl_of
 from .registry import ApiRegistry
@@ -42,7 +43,6 @@ log = logging.getLogger("kshare.api.admin")
 _ZERO_UUID = uuid.UUID(int=0)
 #: AuthorizedOperations "not provided" (Kafka's INT32_MIN default).
 _NO_OPS = -(2**31)
-_LATEST, _EARLIEST, _MAX_TIMESTAMP, _EARLIEST_LOCAL, _LATEST_TIERED = -1, -2, -3, -4, -5
 #: Kafka's default messages (Errors.java) where KafkaApis sends them.
 TOPIC_AUTH_MESSAGE = "Topic authorization failed."
 GROUP_AUTH_MESSAGE = "Group authorization failed."
@@ -267,9 +267,9 @@ def make_list_offsets(backend):
             out = {"partition_index": p.partition_index, "error_code": ErrorCode.none, "timestamp": -1,
                    "offset": -1, "leader_epoch": -1}
             ts = p.timestamp
-            if ts in (_LATEST, _LATEST_TIERED):
+            if ts in (OffsetSpec.LATEST, OffsetSpec.LATEST_TIERED):
                 spec: Any = "latest"
-            elif ts in (_EARLIEST, _EARLIEST_LOCAL):
+            elif ts in (OffsetSpec.EARLIEST, OffsetSpec.EARLIEST_LOCAL):
                 spec = "earliest"
             elif ts >= 0:
                 spec = int(ts)
@@ -305,10 +305,10 @@ def _list_offsets_error(ctx, req, code: ErrorCode, message: str | None) -> dict[
 
 
 def register(registry: ApiRegistry, admin: AdminService, backend) -> None:
-    registry.register(2, 1, 10, make_list_offsets(backend), error_response=_list_offsets_error)
-    registry.register(16, 0, 5, make_list_groups(admin))
-    registry.register(42, 0, 2, make_delete_groups(admin), error_response=_delete_groups_error)
-    registry.register(77, 1, 1, make_share_group_describe(admin), error_response=_share_group_describe_error)
-    registry.register(90, 0, 1, make_describe_offsets(admin), error_response=_describe_offsets_error)
-    registry.register(91, 0, 0, make_alter_offsets(admin))
-    registry.register(92, 0, 0, make_delete_offsets(admin))
+    registry.register(ApiKey.LIST_OFFSETS, 1, 10, make_list_offsets(backend), error_response=_list_offsets_error)
+    registry.register(ApiKey.LIST_GROUPS, 0, 5, make_list_groups(admin))
+    registry.register(ApiKey.DELETE_GROUPS, 0, 2, make_delete_groups(admin), error_response=_delete_groups_error)
+    registry.register(ApiKey.SHARE_GROUP_DESCRIBE, 1, 1, make_share_group_describe(admin), error_response=_share_group_describe_error)
+    registry.register(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 0, 1, make_describe_offsets(admin), error_response=_describe_offsets_error)
+    registry.register(ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, 0, make_alter_offsets(admin))
+    registry.register(ApiKey.DELETE_SHARE_GROUP_OFFSETS, 0, 0, make_delete_offsets(admin))

@@ -15,25 +15,19 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ..service.admin import (
-    RESOURCE_GROUP,
-    SOURCE_DEFAULT_CONFIG,
-    SOURCE_GROUP_CONFIG,
-    SOURCE_STATIC_BROKER_CONFIG,
-    AdminError,
-    AdminService,
-)
+from ..protocol.constants import ApiKey, ConfigResourceType, ConfigSource
+from ..service.admin import AdminError, AdminService
 from ..config import GROUP_CONFIGS
 from ..service.cluster import PEER_CLIENT_ID
 from ..auth.acls import Op, Res
 from .context import RequestContext, acl_of
 from .registry import ApiRegistry
 
-_TYPE_NAMES = {0: "UNKNOWN", 2: "TOPIC", 4: "BROKER", 8: "BROKER_LOGGER", 16: "CLIENT_METRICS", 32: "GROUP"}
-
-
 def _not_served(resource_type: int) -> str:
-    kind = _TYPE_NAMES.get(resource_type, f"type {resource_type}")
+    try:
+        kind = ConfigResourceType(resource_type).name
+    except ValueError:
+        kind = f"type {resource_type}"
     return (f"kshare serves only GROUP (32) configs for share groups; {kind} configs live on the backend "
             "cluster: ask it directly")
 
@@ -47,7 +41,7 @@ def make_describe_configs(admin: AdminService):
         for r in req.resources:
             res = {"error_code": ErrorCode.none, "error_message": None, "resource_type": r.resource_type,
                    "resource_name": r.resource_name, "configs": ()}
-            if r.resource_type != RESOURCE_GROUP:
+            if r.resource_type != ConfigResourceType.GROUP:
                 res["error_code"], res["error_message"] = ErrorCode.invalid_request, _not_served(r.resource_type)
             elif not acl.allows(Op.DESCRIBE_CONFIGS, Res.GROUP, r.resource_name):
                 res["error_code"], res["error_message"] = ErrorCode.group_authorization_failed, \
@@ -67,12 +61,12 @@ def _entry(v, synonyms: bool, docs: bool) -> dict[str, Any]:
     syn = ()
     if synonyms:
         chain = []
-        if v.source == SOURCE_GROUP_CONFIG:
-            chain.append({"name": v.name, "value": v.value, "source": SOURCE_GROUP_CONFIG})
+        if v.source == ConfigSource.GROUP_CONFIG:
+            chain.append({"name": v.name, "value": v.value, "source": ConfigSource.GROUP_CONFIG})
         if v.name in GROUP_CONFIGS:  # the sidecar setting the default comes from
-            chain.append({"name": GROUP_CONFIGS[v.name], "value": v.default, "source": SOURCE_STATIC_BROKER_CONFIG})
+            chain.append({"name": GROUP_CONFIGS[v.name], "value": v.default, "source": ConfigSource.STATIC_BROKER_CONFIG})
         else:
-            chain.append({"name": v.name, "value": v.default, "source": SOURCE_DEFAULT_CONFIG})
+            chain.append({"name": v.name, "value": v.default, "source": ConfigSource.DEFAULT_CONFIG})
         syn = tuple(chain)
     return {"name": v.name, "value": v.value, "read_only": False,
             "config_source": v.source,
@@ -93,7 +87,7 @@ def make_incremental_alter_configs(admin: AdminService):
         for r in req.resources:
             code, message = ErrorCode.none, None
             try:
-                if r.resource_type != RESOURCE_GROUP:
+                if r.resource_type != ConfigResourceType.GROUP:
                     raise AdminError(ErrorCode.invalid_request, _not_served(r.resource_type))
                 if not acl.allows(Op.ALTER_CONFIGS, Res.GROUP, r.resource_name):
                     raise AdminError(ErrorCode.group_authorization_failed, None)
@@ -120,5 +114,5 @@ def _alter_error(ctx, req, code: ErrorCode, message: str | None) -> dict[str, An
 
 
 def register(registry: ApiRegistry, admin: AdminService) -> None:
-    registry.register(32, 1, 4, make_describe_configs(admin), error_response=_describe_error)
-    registry.register(44, 0, 1, make_incremental_alter_configs(admin), error_response=_alter_error)
+    registry.register(ApiKey.DESCRIBE_CONFIGS, 1, 4, make_describe_configs(admin), error_response=_describe_error)
+    registry.register(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1, make_incremental_alter_configs(admin), error_response=_alter_error)

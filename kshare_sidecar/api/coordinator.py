@@ -24,15 +24,16 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..auth.acls import CLUSTER_NAME, Decider, Op, Res
+from ..protocol.constants import ApiKey, CoordinatorType
 from .context import RequestContext, acl_of
 from .registry import ApiRegistry
 
-API_KEY = 10
+API_KEY = ApiKey.FIND_COORDINATOR
 MIN_VERSION, MAX_VERSION = 0, 6
 _FIRST_BATCHED_VERSION = 4
 _FIRST_SHARE_KEY_VERSION = 6
 
-GROUP, TRANSACTION, SHARE = 0, 1, 2
+GROUP, TRANSACTION, SHARE = CoordinatorType.GROUP, CoordinatorType.TRANSACTION, CoordinatorType.SHARE
 
 
 def _coordinator(ctx: RequestContext, key: str, key_type: int, transactions: bool = False,

@@ -15,6 +15,7 @@ from kio.schema.share_group_heartbeat.v1 import response as r1
 from kio.schema.errors import ErrorCode
 
 from ..auth.acls import Op, Res
+from ..protocol.constants import ApiKey
 from .context import RequestContext, acl_of
 
 
@@ -53,4 +54,4 @@ def _error(code, message: str | None = None):
 
 
 def register(registry, groups) -> None:
-    registry.register(76, 1, 1, make_handler(groups))
+    registry.register(ApiKey.SHARE_GROUP_HEARTBEAT, 1, 1, make_handler(groups))

@@ -16,13 +16,14 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v13 import response as v13
 
+from ..protocol.constants import ApiKey
 from ..auth.acls import CLUSTER_NAME, Decider, Op, Res
 from ..log.types import TopicInfo
 from .catalog import TopicCatalog
 from .context import KafkaError, RequestContext, acl_of
 from .registry import ApiRegistry
 
-API_KEY = 3
+API_KEY = ApiKey.METADATA
 MIN_VERSION, MAX_VERSION = 0, 13
 _FIRST_ID_LOOKUP_VERSION = 12
 _ZERO_UUID = uuid.UUID(int=0)

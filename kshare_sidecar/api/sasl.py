@@ -33,6 +33,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ..protocol.constants import ApiKey
 from ..auth import ANONYMOUS
 from ..auth.authenticators import Authenticator, CredentialsUnavailable
 from ..auth.plain import PlainInvalid, parse_plain
@@ -50,7 +51,7 @@ from .registry import ApiRegistry, Dispatcher, generic_error_response
 log = logging.getLogger("kshare.auth")
 failures = RateLimitedLog(log)
 
-SASL_HANDSHAKE, SASL_AUTHENTICATE, API_VERSIONS = 17, 36, 18
+SASL_HANDSHAKE, SASL_AUTHENTICATE, API_VERSIONS = ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE, ApiKey.API_VERSIONS
 HANDSHAKE_VERSIONS, AUTHENTICATE_VERSIONS = (0, 1), (0, 2)
 
 

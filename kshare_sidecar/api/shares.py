@@ -16,6 +16,7 @@ from kio.schema.share_acknowledge.v2 import response as a2
 from kio.schema.share_fetch.v2 import response as f2
 
 from ..auth.acls import Op, Res
+from ..protocol.constants import ApiKey
 from ..service.shares import FetchParams, ShareOut
 from ..share.types import AckBatch
 from .context import KafkaError, RequestContext, acl_of
@@ -114,6 +115,7 @@ def make_fetch_handler(shares, cluster=None):
             f2.ShareFetchableTopicResponse(topic_id=topic_id, partitions=tuple(
                 f2.PartitionData(
                     partition_index=p.partition, error_code=p.error, error_message=p.message,
+                    # kio types acknowledge_error_code int16 (not ErrorCode): an int encodes the first time
                     acknowledge_error_code=int(p.ack_error or 0), acknowledge_error_message=p.ack_message,
                     current_leader=_leader(ctx, f2, cluster, topic_id, p.partition), records=p.records,
                     acquired_records=tuple(f2.AcquiredRecords(first_offset=a.first_offset, last_offset=a.last_offset,
@@ -150,5 +152,5 @@ def make_ack_handler(shares, cluster=None):
 
 
 def register(registry, shares, cluster=None) -> None:
-    registry.register(78, 1, 2, make_fetch_handler(shares, cluster))
-    registry.register(79, 1, 2, make_ack_handler(shares, cluster))
+    registry.register(ApiKey.SHARE_FETCH, 1, 2, make_fetch_handler(shares, cluster))
+    registry.register(ApiKey.SHARE_ACKNOWLEDGE, 1, 2, make_ack_handler(shares, cluster))

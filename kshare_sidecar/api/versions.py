@@ -13,10 +13,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ..protocol.constants import ApiKey
 from .context import RequestContext
 from .registry import ApiRegistry
 
-API_KEY = 18
+API_KEY = ApiKey.API_VERSIONS
 MIN_VERSION, MAX_VERSION = 0, 4
 
 

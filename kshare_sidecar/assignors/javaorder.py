@@ -21,7 +21,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Hashable, Iterable, Iterator
-from typing import Any
+from typing import Generic, TypeVar, overload
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+D = TypeVar("D")
 
 _MASK32 = 0xFFFFFFFF
 _MAX_CAPACITY = 1 << 30
@@ -78,7 +82,7 @@ def expected_size_capacity(n: int) -> int:
     return int(((n + 1) / 0.75) + 1)
 
 
-class JavaHashMap:
+class JavaHashMap(Generic[K, V]):
     """A dict that iterates like ``java.util.HashMap`` with the given key hash function.
 
     Buckets are real lists, because Java's order inside a bucket is not insertion order:
@@ -87,12 +91,12 @@ class JavaHashMap:
     key at the bucket's *head*. A resize splits each bucket keeping relative order.
     """
 
-    def __init__(self, hash_fn: Callable[[Any], int], initial_capacity: int | None = None) -> None:
+    def __init__(self, hash_fn: Callable[[K], int], initial_capacity: int | None = None) -> None:
         self._hash = hash_fn
         # new HashMap<>() allocates 16 on first use; new HashMap<>(n) allocates tableSizeFor(n)
         self._initial = 16 if initial_capacity is None else table_size_for(initial_capacity)
-        self._table: list[list[Hashable]] | None = None
-        self._values: dict[Hashable, Any] = {}
+        self._table: list[list[K]] | None = None
+        self._values: dict[K, V] = {}
 
     @property
     def capacity(self) -> int:
@@ -101,7 +105,7 @@ class JavaHashMap:
     def _threshold(self) -> int:
         return int(len(self._table) * 0.75) if self._table is not None else 0
 
-    def _bucket(self, key: Hashable, n: int) -> int:
+    def _bucket(self, key: K, n: int) -> int:
         return spread(self._hash(key)) & (n - 1)
 
     def _resize(self) -> None:
@@ -110,7 +114,7 @@ class JavaHashMap:
             return
         old = self._table
         n = min(len(old) * 2, _MAX_CAPACITY)
-        table: list[list[Hashable]] = [[] for _ in range(n)]
+        table: list[list[K]] = [[] for _ in range(n)]
         for bucket in old:
             for key in bucket:
                 table[self._bucket(key, n)].append(key)
@@ -119,16 +123,21 @@ class JavaHashMap:
     def __len__(self) -> int:
         return len(self._values)
 
-    def __contains__(self, key: Hashable) -> bool:
+    def __contains__(self, key: object) -> bool:
         return key in self._values
 
-    def __getitem__(self, key: Hashable) -> Any:
+    def __getitem__(self, key: K) -> V:
         return self._values[key]
 
-    def get(self, key: Hashable, default: Any = None) -> Any:
+    @overload
+    def get(self, key: K) -> V | None: ...
+    @overload
+    def get(self, key: K, default: D) -> V | D: ...
+
+    def get(self, key: K, default: object = None) -> object:
         return self._values.get(key, default)
 
-    def put(self, key: Hashable, value: Any) -> None:
+    def put(self, key: K, value: V) -> None:
         if self._table is None:
             self._resize()
         if key not in self._values:
@@ -141,7 +150,7 @@ class JavaHashMap:
 
     __setitem__ = put
 
-    def compute_if_absent(self, key: Hashable, factory: Callable[[], Any]) -> Any:
+    def compute_if_absent(self, key: K, factory: Callable[[], V]) -> V:
         if key in self._values:
             return self._values[key]
         if self._table is None or len(self._values) > self._threshold():
@@ -152,7 +161,7 @@ class JavaHashMap:
         self._values[key] = value
         return value
 
-    def remove(self, key: Hashable) -> bool:
+    def remove(self, key: K) -> bool:
         if key not in self._values:
             return False
         del self._values[key]
@@ -160,50 +169,50 @@ class JavaHashMap:
         self._table[self._bucket(key, len(self._table))].remove(key)
         return True
 
-    def keys(self) -> list[Hashable]:
+    def keys(self) -> list[K]:
         return [] if self._table is None else [k for bucket in self._table for k in bucket]
 
-    def items(self) -> list[tuple[Hashable, Any]]:
+    def items(self) -> list[tuple[K, V]]:
         return [(k, self._values[k]) for k in self.keys()]
 
-    def __iter__(self) -> Iterator[Hashable]:
+    def __iter__(self) -> Iterator[K]:
         return iter(self.keys())
 
 
-class JavaHashSet:
+class JavaHashSet(Generic[K]):
     """A set that iterates like ``java.util.HashSet`` (a HashMap's key set)."""
 
-    def __init__(self, hash_fn: Callable[[Any], int], initial_capacity: int | None = None,
-                 items: Iterable[Hashable] = ()) -> None:
-        self._map = JavaHashMap(hash_fn, initial_capacity)
+    def __init__(self, hash_fn: Callable[[K], int], initial_capacity: int | None = None,
+                 items: Iterable[K] = ()) -> None:
+        self._map: JavaHashMap[K, None] = JavaHashMap(hash_fn, initial_capacity)
         for item in items:
             self.add(item)
 
     @classmethod
-    def of(cls, hash_fn: Callable[[Any], int], items: Iterable[Hashable]) -> JavaHashSet:
+    def of(cls, hash_fn: Callable[[K], int], items: Iterable[K]) -> JavaHashSet[K]:
         """``new HashSet<>(collection)``: capacity max(n / .75 + 1, 16)."""
-        items = list(items)
-        return cls(hash_fn, max(int(len(items) / 0.75) + 1, 16), items)
+        listed = list(items)
+        return cls(hash_fn, max(int(len(listed) / 0.75) + 1, 16), listed)
 
-    def add(self, item: Hashable) -> bool:
+    def add(self, item: K) -> bool:
         if item in self._map:
             return False
         self._map.put(item, None)
         return True
 
-    def remove(self, item: Hashable) -> bool:
+    def remove(self, item: K) -> bool:
         return self._map.remove(item)
 
-    def __contains__(self, item: Hashable) -> bool:
+    def __contains__(self, item: object) -> bool:
         return item in self._map
 
     def __len__(self) -> int:
         return len(self._map)
 
-    def __iter__(self) -> Iterator[Hashable]:
+    def __iter__(self) -> Iterator[K]:
         return iter(self._map.keys())
 
-    def copy(self) -> JavaHashSet:
+    def copy(self) -> JavaHashSet[K]:
         """``new HashSet<>(this)``."""
         return JavaHashSet.of(self._map._hash, list(self))
 

@@ -26,7 +26,8 @@ Only a topic's ``assignable`` partitions (initialized share-partitions) are targ
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+from typing import TypeVar
 
 from kshare_sidecar.assignors.javaorder import (
     JavaHashMap,
@@ -40,23 +41,24 @@ from kshare_sidecar.assignors.javaorder import (
 from kshare_sidecar.assignors.model import AssignmentSpec, GroupAssignment
 
 TP = tuple[str, int]
-MemberMap = JavaHashMap  # topic id -> JavaHashSet[int]
+MemberMap = JavaHashMap[str, JavaHashSet[int]]  # topic id -> partitions
+P = TypeVar("P", int, TP)  # a pool's partition key: a partition (one topic) or (topic id, partition)
 
 
 def _tp_hash(tp: TP) -> int:
     return topic_partition_hash(tp[0], tp[1])
 
 
-def _int_set(items=()) -> JavaHashSet:
+def _int_set(items: Iterable[int] = ()) -> JavaHashSet[int]:
     return JavaHashSet(int_hash, None, items)
 
 
-def _assignment_map(assigned, counts: dict[str, int]) -> MemberMap:
+def _assignment_map(assigned: Mapping[str, Iterable[int]], counts: dict[str, int]) -> MemberMap:
     """A member's current assignment as Kafka holds it (a HashMap built from its record).
 
     Partitions at or above a topic's count are dropped: Kafka topics never shrink, so its code
     never sees them (a topic re-created smaller has a new id)."""
-    out = JavaHashMap(uuid_hash)
+    out: MemberMap = JavaHashMap(uuid_hash)
     for topic_id in sorted(assigned):
         limit = counts.get(topic_id)
         out.put(topic_id, JavaHashSet.of(int_hash, sorted(p for p in assigned[topic_id]
@@ -66,7 +68,7 @@ def _assignment_map(assigned, counts: dict[str, int]) -> MemberMap:
 
 def _deep_copy(old: MemberMap) -> MemberMap:
     """``AssignorHelpers.deepCopyAssignment``: new HashMap<>(size) of new HashSet<>(partitions)."""
-    copy = JavaHashMap(uuid_hash, len(old))
+    copy: MemberMap = JavaHashMap(uuid_hash, len(old))
     for topic_id, parts in old.items():
         copy.put(topic_id, parts.copy())
     return copy
@@ -75,7 +77,7 @@ def _deep_copy(old: MemberMap) -> MemberMap:
 class _LiveIterator:
     """A Java iterator over a HashSet that is only changed through the iterator itself."""
 
-    def __init__(self, items: JavaHashSet) -> None:
+    def __init__(self, items: JavaHashSet[int]) -> None:
         self._set, self._order, self._pos = items, list(items), 0
 
     def has_next(self) -> bool:
@@ -93,7 +95,8 @@ class SimpleAssignor:
     name = "simple"
 
     def assign(self, spec: AssignmentSpec) -> GroupAssignment:
-        order = JavaHashMap(string_hash)  # TargetAssignmentBuilder's memberSpecs: new HashMap<>()
+        # TargetAssignmentBuilder's memberSpecs: new HashMap<>()
+        order: JavaHashMap[str, None] = JavaHashMap(string_hash)
         for member_id in spec.members:
             order.put(member_id, None)
         member_ids = order.keys()
@@ -131,8 +134,8 @@ def _desired_counts(sharing: int, n_partitions: int, n_members: int) -> list[int
     return [math.ceil(precise * (i + 1)) - math.ceil(precise * i) for i in range(n_members)]
 
 
-def _assign_remaining(by_partition: JavaHashMap, unfilled: JavaHashSet, sharing: int, place: Callable[[int, object], None],
-                      full: Callable[[int], bool]) -> None:
+def _assign_remaining(by_partition: JavaHashMap[P, JavaHashSet[int]], unfilled: JavaHashSet[int],
+                      sharing: int, place: Callable[[int, P], None], full: Callable[[int], bool]) -> None:
     """Kafka's assignRemainingPartitions: one pass over the partitions, one iterator over the
     unfilled members that runs on across partitions and restarts only after a useful round."""
     if not len(unfilled):
@@ -169,9 +172,12 @@ class _Homogeneous:
         n_parts = len(self.targets)
         self.sharing = 0 if n_parts == 0 else (n_members + n_parts - 1) // n_parts
         self.desired = _desired_counts(self.sharing, n_parts, n_members) if n_parts else [0] * n_members
-        self.old, self.new = old, {}
-        self.by_partition = JavaHashMap(_tp_hash, expected_size_capacity(n_parts))
-        self.by_member = JavaHashMap(int_hash, expected_size_capacity(n_members))
+        self.old = old
+        self.new: dict[int, MemberMap] = {}
+        self.by_partition: JavaHashMap[TP, JavaHashSet[int]] = JavaHashMap(
+            _tp_hash, expected_size_capacity(n_parts))
+        self.by_member: JavaHashMap[int, JavaHashSet[TP]] = JavaHashMap(
+            int_hash, expected_size_capacity(n_members))
         self.unfilled = JavaHashSet(int_hash, expected_size_capacity(n_members))
         self.overfilled = JavaHashSet(int_hash, expected_size_capacity(n_members))
 
@@ -198,7 +204,8 @@ class _Homogeneous:
 
     def _revoke_unassignable(self) -> None:
         for i in sorted(self.old):  # oldGroupAssignment: newHashMap(n) keyed by index, ascending
-            old_map, new_map, count, desired = self.old[i], None, 0, self.desired[i]
+            old_map, count, desired = self.old[i], 0, self.desired[i]
+            new_map: MemberMap | None = None
             for topic_id, parts in old_map.items():
                 if topic_id in self.subscribed_set:
                     for p in parts:
@@ -248,7 +255,7 @@ class _Heterogeneous:
     def __init__(self, member_ids: list[str], topic_ids: Callable[[str], list[str]],
                  targets: dict[str, list[int]], old: dict[int, MemberMap]) -> None:
         self.n_members = len(member_ids)
-        self.subscribed = JavaHashSet(uuid_hash)  # new HashSet<>() + addAll per member
+        self.subscribed: JavaHashSet[str] = JavaHashSet(uuid_hash)  # new HashSet<>() + addAll per member
         subscriptions = [topic_ids(m) for m in member_ids]
         for ids in subscriptions:
             for t in ids:
@@ -257,7 +264,8 @@ class _Heterogeneous:
         for i, ids in enumerate(subscriptions):
             for t in ids:
                 self.members_by_topic.setdefault(t, []).append(i)
-        self.targets, self.old, self.new = targets, old, {}
+        self.targets, self.old = targets, old
+        self.new: dict[int, MemberMap] = {}
 
     def build(self) -> dict[int, MemberMap] | None:
         if not len(self.subscribed):
@@ -279,8 +287,10 @@ class _TopicPool:
         self.outer, self.topic_id = outer, topic_id
         self.targets = outer.targets[topic_id]  # assignable partitions only
         self.subscribers = outer.members_by_topic[topic_id]
-        self.by_partition = JavaHashMap(int_hash, expected_size_capacity(len(self.targets)))
-        self.by_member = JavaHashMap(int_hash, expected_size_capacity(len(self.subscribers)))
+        self.by_partition: JavaHashMap[int, JavaHashSet[int]] = JavaHashMap(
+            int_hash, expected_size_capacity(len(self.targets)))
+        self.by_member: JavaHashMap[int, JavaHashSet[int]] = JavaHashMap(
+            int_hash, expected_size_capacity(len(self.subscribers)))
         n_parts, n_subs = len(self.targets), len(self.subscribers)
         self.sharing = 0 if n_parts == 0 else (n_subs + n_parts - 1) // n_parts
         self.desired = [0] * outer.n_members

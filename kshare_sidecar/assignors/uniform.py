@@ -24,6 +24,9 @@ partitions over all topics, then id).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 from kshare_sidecar.assignors.model import (
     AssignmentSpec,
     GroupAssignment,
@@ -33,7 +36,12 @@ from kshare_sidecar.assignors.model import (
 )
 
 
-def _balance(items: list, owners: list, current: dict, tiebreak) -> dict:
+Item = TypeVar("Item", str, int)
+Owner = TypeVar("Owner", str, int)
+
+
+def _balance(items: list[Item], owners: list[Owner], current: dict[Item, list[Owner]],
+             tiebreak: Callable[[Owner], int]) -> dict[Item, Owner]:
     """Map every item to one owner; owner counts differ by at most one; keep ``current`` pairs.
 
     ``current``: item -> list of owners it currently has (only valid owners).
@@ -41,7 +49,7 @@ def _balance(items: list, owners: list, current: dict, tiebreak) -> dict:
     n_items, n_owners = len(items), len(owners)
     low, extra = divmod(n_items, n_owners)  # `extra` owners may take low + 1
     load = dict.fromkeys(owners, 0)
-    out: dict = {}
+    out: dict[Item, Owner] = {}
     # Pass 1: keep current pairs up to the minimum quota.
     for item in items:
         for owner in current.get(item, ()):
@@ -82,16 +90,17 @@ class UniformAssignor:
             partitions = spec.topics[topic_id].assignable_partitions()
             if not partitions:
                 continue
+            pairs: list[tuple[str, int]]
             if len(subscribers) <= len(partitions):
-                current = {p: [m for m in spec.current_members(topic_id, p) if m in total and m in subscribers]
-                           for p in partitions}
-                mapping = _balance(partitions, subscribers, current, lambda m: total[m])
-                pairs = [(m, p) for p, m in mapping.items()]
+                owners = {p: [m for m in spec.current_members(topic_id, p) if m in total and m in subscribers]
+                          for p in partitions}
+                owner_of = _balance(partitions, subscribers, owners, lambda m: total[m])
+                pairs = [(m, p) for p, m in owner_of.items()]
             else:
-                current = {m: sorted(p for p in spec.members[m].assigned.get(topic_id, ()) if p in partitions)
-                           for m in subscribers}
-                mapping = _balance(subscribers, partitions, current, lambda p: 0)
-                pairs = list(mapping.items())
+                held = {m: sorted(p for p in spec.members[m].assigned.get(topic_id, ()) if p in partitions)
+                        for m in subscribers}
+                partition_of = _balance(subscribers, partitions, held, lambda p: 0)
+                pairs = list(partition_of.items())
             for member, partition in sorted(pairs):
                 add(result, member, topic_id, partition)
                 total[member] += 1

@@ -26,21 +26,26 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kio.schema.describe_acls.v1.request import DescribeAclsRequest
+from kio.schema.describe_acls.v1.response import DescribeAclsResponse
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i8
+
 from ..config import ConfigError
 from ..log.brokerconn import BrokerConn, BrokerConnError
 from ..log.errors import BackendUnavailableError
+from ..protocol.address import parse_bootstrap
+from ..protocol.requests import decode_response, request_payload
 from ..ratelog import RateLimitedLog
-from ..wire import codec
 from .acls import WILDCARD_PRINCIPAL, Acl, AclSet, Decider, Pattern, Permission, Res
 
 log = logging.getLogger("kshare.authorizer")
 _failures = RateLimitedLog(log)
 
-SECURITY_DISABLED = 54
-CLUSTER_AUTHORIZATION_FAILED = 31
-COORDINATOR_NOT_AVAILABLE = 15
-_DESCRIBE_ACLS = 29
-_ANY = 1  # ResourceType.ANY / PatternType.ANY / AclOperation.ANY / AclPermissionType.ANY
+SECURITY_DISABLED = int(ErrorCode.security_disabled)
+CLUSTER_AUTHORIZATION_FAILED = int(ErrorCode.cluster_authorization_failed)
+COORDINATOR_NOT_AVAILABLE = int(ErrorCode.coordinator_not_available)
+_ANY = i8(1)  # ResourceType.ANY / PatternType.ANY / AclOperation.ANY / AclPermissionType.ANY
 #: A set not refreshed for this many cache periods is not used any more (fail closed).
 STALE_FACTOR = 10
 #: Principals not asked about for this many cache periods are forgotten (no refresh for them).
@@ -88,9 +93,8 @@ class BackendAuthorizer:
                  super_users: frozenset[str] = frozenset(), plaintext_anonymous: bool = True,
                  allow_everyone_if_no_acl_found: bool = False,
                  clock: Callable[[], float] = time.monotonic, timeout_s: float = 10.0) -> None:
-        self._conns = [BrokerConn(host, int(port), security=security, connect_timeout_s=timeout_s)
-                       for host, _, port in (s.strip().rpartition(":") for s in bootstrap_servers.split(",")
-                                             if s.strip())]
+        self._conns = [BrokerConn(host, port, security=security, connect_timeout_s=timeout_s)
+                       for host, port in parse_bootstrap(bootstrap_servers)]
         self.cache_s = cache_ms / 1000
         self.super_users = super_users
         self.plaintext_anonymous = plaintext_anonymous
@@ -193,10 +197,10 @@ class BackendAuthorizer:
         return acls
 
     async def _describe(self, principal: str | None) -> list[Acl]:
-        request = codec.request_class(_DESCRIBE_ACLS, 1)(
+        request = DescribeAclsRequest(
             resource_type_filter=_ANY, resource_name_filter=None, pattern_type_filter=_ANY,
             principal_filter=principal, host_filter=None, operation=_ANY, permission_type=_ANY)
-        payload = codec.encode_request(request, 0, "kshare-authorizer")[4:]
+        payload = request_payload(request, 0, "kshare-authorizer")
         last: Exception | None = None
         for conn in self._conns:
             try:
@@ -204,7 +208,7 @@ class BackendAuthorizer:
             except (BrokerConnError, TimeoutError) as exc:
                 last = exc
                 continue
-            _, response = codec.decode_response(answer, codec.response_class(_DESCRIBE_ACLS, 1))
+            _, response = decode_response(answer, DescribeAclsResponse)
             code = int(response.error_code)
             if code == SECURITY_DISABLED:
                 raise AuthorizerError("authorizer.class.name = 'backend' but the backend has no authorizer "

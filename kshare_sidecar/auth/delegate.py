@@ -22,6 +22,7 @@ from typing import Any
 from ..config import ConfigError
 from ..log.brokerconn import BrokerAuthError, BrokerConn, BrokerConnError
 from ..log.security import BackendSecurity
+from ..protocol.address import parse_bootstrap
 from .authenticators import CredentialsUnavailable
 from .scram import ScramCredential
 
@@ -38,7 +39,7 @@ class DelegateAuthenticator:
         mechanism = security.mechanism if security.mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512") else "PLAIN"
         self._template = dataclasses.replace(security, mechanism=mechanism, username=None, password=None,
                                              token_file=None)
-        self._servers = [s.strip().rpartition(":") for s in bootstrap_servers.split(",") if s.strip()]
+        self._servers = parse_bootstrap(bootstrap_servers)
         self._timeout = timeout_s
 
     def __repr__(self) -> str:
@@ -47,8 +48,8 @@ class DelegateAuthenticator:
     async def verify_plain(self, username: str, password: str) -> bool:
         security = dataclasses.replace(self._template, username=username, password=password)
         problems = []
-        for host, _, port in self._servers:
-            conn = BrokerConn(host, int(port), security=security, connect_timeout_s=self._timeout)
+        for host, port in self._servers:
+            conn = BrokerConn(host, port, security=security, connect_timeout_s=self._timeout)
             try:
                 await conn.connect()
                 return True

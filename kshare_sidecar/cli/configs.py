@@ -21,10 +21,12 @@ from .groups import (
     out_json,
     run_client,
 )
+from ..protocol.constants import AlterConfigOp, ConfigSource
 from .kclient import AdminClient
 
-OP_SET, OP_DELETE = 0, 1
-_SOURCES = {8: "group", 5: "default", 4: "sidecar", 2: "dynamic"}
+OP_SET, OP_DELETE = AlterConfigOp.SET, AlterConfigOp.DELETE
+_SOURCES = {ConfigSource.GROUP_CONFIG: "group", ConfigSource.DEFAULT_CONFIG: "default",
+            ConfigSource.STATIC_BROKER_CONFIG: "sidecar", ConfigSource.DYNAMIC_BROKER_CONFIG: "dynamic"}
 
 app = typer.Typer(help="Per-group share.* configs (kafka-configs --entity-type groups).", no_args_is_help=True,
                   cls=OneLineGroup)

@@ -74,8 +74,8 @@ def consume(
                 break
             batch = consumer.poll(0.5)
             for msg in batch:
-                if msg.error():
-                    err = msg.error()
+                err = msg.error()
+                if err:
                     if err.fatal() or not err.retriable():
                         raise KafkaException(err)
                     continue

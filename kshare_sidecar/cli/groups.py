@@ -11,7 +11,7 @@ import datetime as dt
 import json
 import sys
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypedDict
 
 import typer
 from kio.schema.errors import ErrorCode
@@ -19,15 +19,35 @@ from rich.console import Console
 from rich.table import Table
 from typer.core import TyperCommand, TyperGroup
 
+from ..protocol.constants import SHARE_GROUP_STATES
 from .kclient import EARLIEST, LATEST, AdminClient, ClientError
 
 # Typer (>= 0.26, pinned <0.30) vendors click: the click package is not a dependency of ours.
 from typer._click import exceptions as _typer_click_exc
 
-_USAGE_ERRORS: tuple[type[Exception], ...] = (_typer_click_exc.UsageError,)
+_USAGE_ERRORS: tuple[type[_typer_click_exc.UsageError], ...] = (_typer_click_exc.UsageError,)
 _HELP_ERRORS: tuple[type[Exception], ...] = (_typer_click_exc.NoArgsIsHelpError,)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+
+
+class _OffsetRow(TypedDict):
+    """One partition of ``describe --offsets`` (also its --json shape)."""
+
+    topic: str
+    partition: int
+    start_offset: int | None
+    lag: int | None
+    error: str | None
+
+
+class _ResetRow(TypedDict):
+    """One partition of ``reset-offsets`` (also its --json shape)."""
+
+    topic: str
+    partition: int
+    new_start_offset: int
+    error: str | None
 
 
 # -- shared CLI plumbing (also used by cli/configs.py and cli/consume.py) ------------------------
@@ -102,7 +122,7 @@ app = typer.Typer(help="Share groups: list, describe, reset offsets, delete.", n
 
 
 # -- list --------------------------------------------------------------------------------------
-_STATES = {"empty": "Empty", "stable": "Stable", "dead": "Dead"}
+_STATES = {state.lower(): state for state in SHARE_GROUP_STATES}
 
 
 @app.command("list", cls=OneLineCommand)
@@ -180,15 +200,15 @@ def describe(
                 console().print(table)
             return EXIT_OK
         if view == "members":
-            rows = [{"member_id": m.member_id, "client_id": m.client_id, "host": m.client_host,
+            members = [{"member_id": m.member_id, "client_id": m.client_id, "host": m.client_host,
                      "rack": m.rack_id, "member_epoch": m.member_epoch,
                      "subscribed": list(m.subscribed_topic_names),
                      "assignment": {tp.topic_name: list(tp.partitions) for tp in m.assignment.topic_partitions}}
                     for m in d.members]
             if as_json:
-                out_json({"group": d.group_id, "state": d.group_state, "members": rows})
+                out_json({"group": d.group_id, "state": d.group_state, "members": members})
                 return EXIT_OK
-            if not rows:
+            if not members:
                 err_console().print(f"Share group '{d.group_id}' has no active members.")
                 return EXIT_OK
             table = Table("GROUP", "MEMBER-ID", "CLIENT-ID", "HOST", "EPOCH", "ASSIGNMENT", box=None, pad_edge=False)
@@ -200,7 +220,7 @@ def describe(
         if g.error_code != ErrorCode.none:
             fail(prog, f"cannot read offsets of '{group}': {error_name(g.error_code)}"
                  + (f" ({g.error_message})" if g.error_message else ""), EXIT_FAILED)
-        rows = []
+        rows: list[_OffsetRow] = []
         for t in g.topics:
             for p in t.partitions:
                 rows.append({"topic": t.topic_name, "partition": p.partition_index,
@@ -322,10 +342,10 @@ def reset_offsets(
                 offsets.update(ends)
         bad = {k: v for k, v in offsets.items() if isinstance(v, ErrorCode)}
         if bad:
-            (t, p), code = next(iter(sorted(bad.items())))
-            fail(prog, f"cannot list offsets of {t}-{p}: {error_name(code)}", EXIT_FAILED)
+            (t, p), bad_code = next(iter(sorted(bad.items())))
+            fail(prog, f"cannot list offsets of {t}-{p}: {error_name(bad_code)}", EXIT_FAILED)
         plan = {t: {p: int(offsets[(t, p)]) for p in ps} for t, ps in resolved.items()}
-        rows = [{"topic": t, "partition": p, "new_start_offset": o, "error": None}
+        rows: list[_ResetRow] = [{"topic": t, "partition": p, "new_start_offset": o, "error": None}
                 for t, ps in sorted(plan.items()) for p, o in sorted(ps.items())]
         code = EXIT_OK
         if execute:

@@ -9,13 +9,9 @@ connect or protocol trouble) or are returned in the responses for callers to rep
 
 from __future__ import annotations
 
-import io
-import socket
-import struct
 from dataclasses import dataclass
 from typing import Any
 
-from kio.index import load_response_from_request
 from kio.schema.alter_share_group_offsets.v0 import request as alter_req
 from kio.schema.delete_groups.v2 import request as delete_groups_req
 from kio.schema.delete_share_group_offsets.v0 import request as delete_offsets_req
@@ -28,10 +24,17 @@ from kio.schema.list_groups.v5 import request as list_groups_req
 from kio.schema.list_offsets.v7 import request as list_offsets_req
 from kio.schema.metadata.v12 import request as metadata_req
 from kio.schema.share_group_describe.v1 import request as describe_req
-from kio.serial import entity_reader, entity_writer
+from kio.schema.types import BrokerId, GroupId, TopicName
+from kio.static.primitive import i8, i32, i64
 
-RESOURCE_GROUP = 32
-EARLIEST, LATEST = -2, -1
+from ..protocol.address import parse_bootstrap
+from ..protocol.blocking import BlockingConnection
+from ..protocol.constants import SHARE_GROUP_TYPE, ConfigResourceType, CoordinatorType, OffsetSpec
+
+#: ListOffsets specs the CLI asks for (``kshare groups reset-offsets --to-earliest/--to-latest``).
+EARLIEST, LATEST = OffsetSpec.EARLIEST, OffsetSpec.LATEST
+
+__all__ = ["EARLIEST", "LATEST", "AdminClient", "ClientError", "Node", "parse_bootstrap"]
 
 
 class ClientError(Exception):
@@ -45,66 +48,27 @@ class Node:
     port: int
 
 
-def parse_bootstrap(text: str) -> list[tuple[str, int]]:
-    out = []
-    for part in text.split(","):
-        host, sep, port = part.strip().rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise ValueError(f"bad bootstrap server {part.strip()!r}: expected host:port")
-        out.append((host.strip("[]"), int(port)))
-    if not out:
-        raise ValueError("no bootstrap server given")
-    return out
-
-
 class _Connection:
+    """A :class:`BlockingConnection` whose failures are :class:`ClientError` lines for the user."""
+
     def __init__(self, host: str, port: int, timeout: float, client_id: str) -> None:
         self.address = f"{host}:{port}"
-        self.client_id = client_id
         try:
-            self.sock = socket.create_connection((host, port), timeout=timeout)
+            self._conn = BlockingConnection(host, port, timeout=timeout, client_id=client_id)
         except OSError as exc:
             raise ClientError(f"cannot connect to {host}:{port}: {exc.strerror or exc}") from None
-        self.sock.settimeout(timeout)
-        self.correlation = 0
 
     def call(self, request: Any) -> Any:
-        self.correlation += 1
-        header_cls = request.__header_schema__
-        buf = io.BytesIO()
-        entity_writer(header_cls)(buf, header_cls(
-            request_api_key=request.__api_key__, request_api_version=request.__version__,
-            correlation_id=self.correlation, client_id=self.client_id))
-        entity_writer(type(request))(buf, request)
-        payload = buf.getvalue()
         try:
-            self.sock.sendall(struct.pack(">i", len(payload)) + payload)
-            size = struct.unpack(">i", self._read(4))[0]
-            frame = self._read(size)
+            return self._conn.call(request)
         except TimeoutError:
             raise ClientError(f"{self.address} did not answer {type(request).__name__} in time") from None
         except OSError as exc:
             raise ClientError(f"{self.address}: {exc.strerror or exc} (does it serve "
                               f"{type(request).__name__} v{request.__version__}?)") from None
-        response_cls = load_response_from_request(type(request))
-        _, offset = entity_reader(response_cls.__header_schema__)(frame, 0)
-        response, _ = entity_reader(response_cls)(frame, offset)
-        return response
-
-    def _read(self, size: int) -> bytes:
-        chunks = bytearray()
-        while len(chunks) < size:
-            chunk = self.sock.recv(size - len(chunks))
-            if not chunk:
-                raise ConnectionError("connection closed by the server")
-            chunks += chunk
-        return bytes(chunks)
 
     def close(self) -> None:
-        try:
-            self.sock.close()
-        except OSError:
-            pass
+        self._conn.close()
 
 
 class AdminClient:
@@ -146,7 +110,7 @@ class AdminClient:
         raise ClientError("; ".join(errors))
 
     def _coordinator(self, group_id: str) -> _Connection:
-        resp = self._any(find_req.FindCoordinatorRequest(key=group_id, key_type=0))
+        resp = self._any(find_req.FindCoordinatorRequest(key=group_id, key_type=i8(CoordinatorType.GROUP)))
         if resp.error_code != ErrorCode.none:
             raise ClientError(f"no coordinator for group {group_id}: {resp.error_code.name}"
                               + (f" ({resp.error_message})" if resp.error_message else ""))
@@ -154,7 +118,7 @@ class AdminClient:
 
     def metadata(self, topics: list[str] | None) -> Any:
         req = metadata_req.MetadataRequest(
-            topics=None if topics is None else tuple(metadata_req.MetadataRequestTopic(topic_id=None, name=t)
+            topics=None if topics is None else tuple(metadata_req.MetadataRequestTopic(topic_id=None, name=TopicName(t))
                                                      for t in topics),
             allow_auto_topic_creation=False, include_topic_authorized_operations=False)
         resp = self._any(req)
@@ -167,7 +131,7 @@ class AdminClient:
         """Share groups of every node (ListGroups v5 with the types filter)."""
         meta = self.metadata([])
         groups: dict[str, Any] = {}
-        req = list_groups_req.ListGroupsRequest(states_filter=tuple(states or ()), types_filter=("share",))
+        req = list_groups_req.ListGroupsRequest(states_filter=tuple(states or ()), types_filter=(SHARE_GROUP_TYPE,))
         for b in meta.brokers:
             resp = self._conn(b.host, b.port).call(req)
             if resp.error_code != ErrorCode.none:
@@ -178,35 +142,36 @@ class AdminClient:
 
     def describe_group(self, group_id: str) -> Any:
         resp = self._coordinator(group_id).call(describe_req.ShareGroupDescribeRequest(
-            group_ids=(group_id,), include_authorized_operations=False))
+            group_ids=(GroupId(group_id),), include_authorized_operations=False))
         return resp.groups[0]
 
     def describe_offsets(self, group_id: str, topics: dict[str, list[int]] | None = None) -> Any:
         req = describe_offsets_req.DescribeShareGroupOffsetsRequest(groups=(
             describe_offsets_req.DescribeShareGroupOffsetsRequestGroup(
-                group_id=group_id,
+                group_id=GroupId(group_id),
                 topics=None if topics is None else tuple(
-                    describe_offsets_req.DescribeShareGroupOffsetsRequestTopic(topic_name=t, partitions=tuple(ps))
+                    describe_offsets_req.DescribeShareGroupOffsetsRequestTopic(
+                        topic_name=TopicName(t), partitions=tuple(i32(p) for p in ps))
                     for t, ps in topics.items())),))
         return self._coordinator(group_id).call(req).groups[0]
 
     def alter_offsets(self, group_id: str, offsets: dict[str, dict[int, int]]) -> Any:
-        req = alter_req.AlterShareGroupOffsetsRequest(group_id=group_id, topics=tuple(
-            alter_req.AlterShareGroupOffsetsRequestTopic(topic_name=t, partitions=tuple(
-                alter_req.AlterShareGroupOffsetsRequestPartition(partition_index=p, start_offset=o)
+        req = alter_req.AlterShareGroupOffsetsRequest(group_id=GroupId(group_id), topics=tuple(
+            alter_req.AlterShareGroupOffsetsRequestTopic(topic_name=TopicName(t), partitions=tuple(
+                alter_req.AlterShareGroupOffsetsRequestPartition(partition_index=i32(p), start_offset=i64(o))
                 for p, o in sorted(parts.items())))
             for t, parts in offsets.items()))
         return self._coordinator(group_id).call(req)
 
     def delete_offsets(self, group_id: str, topics: list[str]) -> Any:
-        req = delete_offsets_req.DeleteShareGroupOffsetsRequest(group_id=group_id, topics=tuple(
-            delete_offsets_req.DeleteShareGroupOffsetsRequestTopic(topic_name=t) for t in topics))
+        req = delete_offsets_req.DeleteShareGroupOffsetsRequest(group_id=GroupId(group_id), topics=tuple(
+            delete_offsets_req.DeleteShareGroupOffsetsRequestTopic(topic_name=TopicName(t)) for t in topics))
         return self._coordinator(group_id).call(req)
 
     def delete_groups(self, group_ids: list[str]) -> dict[str, ErrorCode]:
         out: dict[str, ErrorCode] = {}
         for group_id in group_ids:
-            resp = self._coordinator(group_id).call(delete_groups_req.DeleteGroupsRequest(groups_names=(group_id,)))
+            resp = self._coordinator(group_id).call(delete_groups_req.DeleteGroupsRequest(groups_names=(GroupId(group_id),)))
             for r in resp.results:
                 out[r.group_id] = r.error_code
         return out
@@ -214,7 +179,7 @@ class AdminClient:
     # -- configs --------------------------------------------------------------------------------
     def describe_group_configs(self, group_id: str, keys: list[str] | None = None) -> Any:
         req = describe_configs_req.DescribeConfigsRequest(resources=(describe_configs_req.DescribeConfigsResource(
-            resource_type=RESOURCE_GROUP, resource_name=group_id,
+            resource_type=i8(ConfigResourceType.GROUP), resource_name=group_id,
             configuration_keys=None if not keys else tuple(keys)),), include_synonyms=False,
             include_documentation=True)
         return self._any(req).results[0]
@@ -222,8 +187,8 @@ class AdminClient:
     def alter_group_configs(self, group_id: str, ops: list[tuple[str, int, str | None]],
                             validate_only: bool = False) -> Any:
         req = alter_configs_req.IncrementalAlterConfigsRequest(resources=(alter_configs_req.AlterConfigsResource(
-            resource_type=RESOURCE_GROUP, resource_name=group_id, configs=tuple(
-                alter_configs_req.AlterableConfig(name=n, config_operation=op, value=v) for n, op, v in ops)),),
+            resource_type=i8(ConfigResourceType.GROUP), resource_name=group_id, configs=tuple(
+                alter_configs_req.AlterableConfig(name=n, config_operation=i8(op), value=v) for n, op, v in ops)),),
             validate_only=validate_only)
         return self._any(req).responses[0]
 
@@ -257,9 +222,10 @@ class AdminClient:
                 by_node.setdefault(node, {}).setdefault(topic, []).append(p)
         for node, topics in by_node.items():
             n = self._nodes[node]
-            req = list_offsets_req.ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=tuple(
-                list_offsets_req.ListOffsetsTopic(name=t, partitions=tuple(
-                    list_offsets_req.ListOffsetsPartition(partition_index=p, current_leader_epoch=-1, timestamp=spec)
+            req = list_offsets_req.ListOffsetsRequest(replica_id=BrokerId(-1), isolation_level=i8(0), topics=tuple(
+                list_offsets_req.ListOffsetsTopic(name=TopicName(t), partitions=tuple(
+                    list_offsets_req.ListOffsetsPartition(partition_index=i32(p), current_leader_epoch=i32(-1),
+                                                       timestamp=i64(spec))
                     for p in ps)) for t, ps in topics.items()))
             resp = self._conn(n.host, n.port).call(req)
             for t in resp.topics:

@@ -12,19 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from enum import IntEnum
+
+from kshare_sidecar.states import AcknowledgeType  # the one definition (GAP, ACCEPT, RELEASE, REJECT, RENEW)
 
 from .errors import AckStateError
-
-
-class AcknowledgeType(IntEnum):
-    """KIP-932 acknowledgement types as they go on the wire."""
-
-    GAP = 0  # no data record at this offset (control record, compaction hole): archive it
-    ACCEPT = 1
-    RELEASE = 2  # make it available again; delivery count is kept, so redelivery counts up
-    REJECT = 3  # archive it: never delivered again
-    RENEW = 4  # (v2) restart the acquisition lock; the record stays acquired
 
 
 @dataclass(frozen=True, slots=True)

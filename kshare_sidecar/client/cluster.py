@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from ..protocol.address import parse_bootstrap
 from . import protocol
 from .conn import BrokerConnError, NodeConn
 
@@ -23,21 +24,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kshare.client")
 
-Tp = tuple[uuid.UUID, int]
+Tp = protocol.Tp
 TRANSPORT_ERRORS = (BrokerConnError, TimeoutError, OSError)
-
-
-def parse_bootstrap(servers: str | list[str]) -> list[tuple[str, int]]:
-    items = servers.split(",") if isinstance(servers, str) else servers
-    out = []
-    for item in items:
-        host, sep, port = item.strip().rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise ValueError(f"bad bootstrap server {item.strip()!r}: expected host:port")
-        out.append((host.strip("[]"), int(port)))
-    if not out:
-        raise ValueError("no bootstrap server given")
-    return out
+__all__ = ["TRANSPORT_ERRORS", "Cluster", "Tp", "parse_bootstrap"]  # consumer.py imports these from here
 
 
 class Cluster:

@@ -9,12 +9,10 @@ are pure (bytes in, kio entities out).
 from __future__ import annotations
 
 import datetime
-import io
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from kio.index import load_response_from_request
 from kio.schema.api_versions.v3 import request as api_versions_req
 from kio.schema.find_coordinator.v3 import request as find_req
 from kio.schema.metadata.v12 import request as metadata_req
@@ -23,44 +21,40 @@ from kio.schema.share_acknowledge.v2 import request as ack2
 from kio.schema.share_fetch.v1 import request as fetch1
 from kio.schema.share_fetch.v2 import request as fetch2
 from kio.schema.share_group_heartbeat.v1 import request as hb_req
-from kio.serial import entity_reader, entity_writer
+from kio.schema.types import GroupId, TopicName
+from kio.static.primitive import i8, i32
 
+from ..protocol.constants import ApiKey
+from ..protocol.requests import decode_response_to, request_payload
+from ..protocol.types import TopicIdPartition
 from .acks import AckBatch
 
-SHARE_GROUP_HEARTBEAT, SHARE_FETCH, SHARE_ACKNOWLEDGE = 76, 78, 79
+SHARE_GROUP_HEARTBEAT, SHARE_FETCH, SHARE_ACKNOWLEDGE = (ApiKey.SHARE_GROUP_HEARTBEAT, ApiKey.SHARE_FETCH,
+                                                         ApiKey.SHARE_ACKNOWLEDGE)
 #: (api key, lowest version we speak, highest)
 WANTED_VERSIONS = {SHARE_GROUP_HEARTBEAT: (1, 1), SHARE_FETCH: (1, 2), SHARE_ACKNOWLEDGE: (1, 2)}
 
 _FETCH = {1: fetch1, 2: fetch2}
 _ACK = {1: ack1, 2: ack2}
 
-#: A partition key: (topic id, partition index).
-Tp = tuple[uuid.UUID, int]
+#: A partition key: (topic id, partition index) — Kafka's TopicIdPartition.
+Tp = TopicIdPartition
 
 
 def encode(request: Any, client_id: str, correlation_id: int = 0) -> bytes:
     """Header + body without the size prefix (BrokerConn frames it and sets the correlation id)."""
-    header_cls = request.__header_schema__
-    buf = io.BytesIO()
-    entity_writer(header_cls)(buf, header_cls(
-        request_api_key=request.__api_key__, request_api_version=request.__version__,
-        correlation_id=correlation_id, client_id=client_id))
-    entity_writer(type(request))(buf, request)
-    return buf.getvalue()
+    return request_payload(request, correlation_id, client_id)
 
 
 def decode(request: Any, payload: bytes) -> Any:
     """The response entity for ``request`` from a response payload (header + body)."""
-    response_cls = load_response_from_request(type(request))
-    _, offset = entity_reader(response_cls.__header_schema__)(payload, 0)
-    response, _ = entity_reader(response_cls)(payload, offset)
-    return response
+    return decode_response_to(request, payload)
 
 
 def negotiate(ranges: Mapping[int, tuple[int, int]], cap: int | None = None) -> dict[int, int]:
     """Highest common version per share API (ShareFetch / ShareAcknowledge at most ``cap``);
     raises if the broker lacks one (no share groups)."""
-    out = {}
+    out: dict[int, int] = {}
     for key, (lo, hi) in WANTED_VERSIONS.items():
         if cap is not None and key != SHARE_GROUP_HEARTBEAT:
             hi = max(lo, min(hi, cap))
@@ -81,17 +75,19 @@ def api_versions() -> Any:
 
 def metadata(topics: Iterable[str]) -> Any:
     return metadata_req.MetadataRequest(
-        topics=tuple(metadata_req.MetadataRequestTopic(topic_id=None, name=t) for t in topics),
+        topics=tuple(metadata_req.MetadataRequestTopic(topic_id=None, name=TopicName(t)) for t in topics),
         allow_auto_topic_creation=False, include_topic_authorized_operations=False)
 
 
 def find_coordinator(group_id: str) -> Any:
-    return find_req.FindCoordinatorRequest(key=group_id, key_type=0)
+    return find_req.FindCoordinatorRequest(key=group_id, key_type=i8(0))  # 0: a group
 
 
 def heartbeat(group_id: str, member_id: str, epoch: int, topics: tuple[str, ...] | None) -> Any:
-    return hb_req.ShareGroupHeartbeatRequest(group_id=group_id, member_id=member_id, member_epoch=epoch,
-                                             rack_id=None, subscribed_topic_names=topics)
+    names = None if topics is None else tuple(TopicName(t) for t in topics)
+    return hb_req.ShareGroupHeartbeatRequest(group_id=GroupId(group_id), member_id=member_id,
+                                             member_epoch=i32(epoch), rack_id=None,
+                                             subscribed_topic_names=names)
 
 
 def _grouped(tps: Iterable[Tp]) -> dict[uuid.UUID, list[int]]:

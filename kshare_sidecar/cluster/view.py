@@ -51,7 +51,8 @@ class ClusterView:
         endpoints = self.map.nodes.get(node_id)
         if not endpoints:
             return None
-        host, port = endpoints.get(listener) if listener in endpoints else next(iter(endpoints.values()))
+        host, port = endpoints[listener] if listener is not None and listener in endpoints \
+            else next(iter(endpoints.values()))
         return Node(node_id, host, port)
 
     def nodes(self, listener: str | None) -> list[Node]:

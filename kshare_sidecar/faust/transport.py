@@ -99,6 +99,7 @@ class Consumer(_FaustConsumer):
 
     logger = logger
     consumer_stopped_errors = (ConsumerStoppedError,)
+    transport: Transport  # always the kshare Transport below (its default_port and options)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -32,6 +32,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..log.brokerconn import BrokerConn, BrokerConnError
+from ..protocol.constants import ApiKey
 from ..ratelog import backend_failures
 from ..wire import codec
 from ..wire.errors import CloseConnection
@@ -48,7 +49,7 @@ failures = backend_failures(log)
 _RETRY_COORDINATOR = {int(ErrorCode.not_coordinator), int(ErrorCode.coordinator_not_available)}
 _RETRY_LEADER = {int(ErrorCode.not_leader_or_follower), int(ErrorCode.leader_not_available),
                  int(ErrorCode.fenced_leader_epoch), int(ErrorCode.unknown_leader_epoch)}
-_PRODUCE, _FETCH = 0, 1
+_PRODUCE, _FETCH = ApiKey.PRODUCE, ApiKey.FETCH
 
 
 #: APIs decoded to check they leave kshare's state alone (small admin / transactional requests).
@@ -188,6 +189,7 @@ class Forwarder:
             return answer
         parts = routes.split_keys(decoded.body, spec, nodes.__getitem__)
         responses = await self._send_parts(up, decoded, parts)
+        assert spec.resp_list is not None  # several coordinators: several keys, so a batched API
         merged = routes.merge_lists(responses, spec.resp_list)
         for code in routes.error_codes(merged):
             if code in _RETRY_COORDINATOR:
@@ -224,8 +226,12 @@ class Forwarder:
                     leaders[(key, index)] = refused
                 else:
                     leaders[(key, index)] = single if single is not None else await self.pool.leader(key, index)
-        parts = routes.split_partitions(body, spec, lambda t, p: leaders[(t, p)] if leaders[(t, p)] is not None
-                                        else orphan)
+
+        def leader_of(t: Any, index: int) -> int:
+            node = leaders[(t, index)]
+            return orphan if node is None else node
+
+        parts = routes.split_partitions(body, spec, leader_of)
         expect = not (api_key == _PRODUCE and int(getattr(body, "acks", 1)) == 0)
         responses = []
         if refused in parts:
@@ -307,11 +313,12 @@ class Forwarder:
                  getattr(decoded.header, "client_id", None), code.name)
         if api_key in reserved_keys.TOPIC_KEYED:
             response = routes.keyed_error_response(decoded.response_class, body, reserved_keys.TOPIC_KEYED[api_key], code)
-        elif api_key == 20:
+        elif api_key == ApiKey.DELETE_TOPICS:
             names = body.topic_names if hasattr(body, "topic_names") else tuple(t.name for t in body.topics)
             response = routes.keyed_error_response(decoded.response_class, _Names(tuple(names)), _NAMES, code)
-        elif api_key == 33:
+        elif api_key == ApiKey.ALTER_CONFIGS:
             item = routes.item_class(decoded.response_class, "responses")
+            assert item is not None  # AlterConfigs' responses are entities in every version
             response = routes.error_entity(decoded.response_class, ErrorCode.none, responses=tuple(
                 routes.error_entity(item, code, resource_type=r.resource_type, resource_name=r.resource_name,
                                     error_message="reserved for kshare's share state") for r in body.resources))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -23,9 +24,9 @@ from ..api.admin import visible_groups
 from ..api.context import KafkaError, RequestContext, acl_of
 from ..auth.acls import CLUSTER_NAME, Op, Res
 from ..api.registry import ApiRegistry
+from ..protocol.constants import ApiKey, ConfigResourceType
 from .pool import GROUP_KEY, BackendPool, BackendUnavailable, CoordinatorError, make
 
-RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_GROUP = 2, 4, 8, 32
 _NO_OPS = -(2**31)
 
 LocalHandler = Callable[[RequestContext, Any, Any], Awaitable[Any]]
@@ -121,11 +122,11 @@ def delete_groups(local: LocalHandler, pool: BackendPool, is_share_group: Callab
 
 # -- DescribeConfigs (32) / IncrementalAlterConfigs (44): GROUP here, the rest at the backend -----
 def configs(local: LocalHandler, pool: BackendPool, api_key: int, out_list: str,
-            node_id: Callable[[], int], hidden: set[str] = frozenset()) -> LocalHandler:
+            node_id: Callable[[], int], hidden: AbstractSet[str] = frozenset()) -> LocalHandler:
     async def handler(ctx: RequestContext, header: Any, req: Any) -> Any:
         resources = list(req.resources)
         answers: dict[int, Any] = {}
-        ours = [i for i, r in enumerate(resources) if r.resource_type == RESOURCE_GROUP]
+        ours = [i for i, r in enumerate(resources) if r.resource_type == ConfigResourceType.GROUP]
         if ours:
             mine = await local(ctx, header, dataclasses.replace(req, resources=tuple(resources[i] for i in ours)))
             answers |= dict(zip(ours, mine[out_list]))
@@ -137,12 +138,12 @@ def configs(local: LocalHandler, pool: BackendPool, api_key: int, out_list: str,
             denied = _config_denied(acl, api_key, r)
             if denied is not None:
                 answers[i] = {"error_code": denied[0], "error_message": denied[1], "resource_type": r.resource_type,
-                              "resource_name": r.resource_name, **({"configs": ()} if api_key == 32 else {})}
+                              "resource_name": r.resource_name, **({"configs": ()} if api_key == ApiKey.DESCRIBE_CONFIGS else {})}
                 continue
-            if r.resource_type == RESOURCE_TOPIC and r.resource_name in hidden:  # kshare's state topic
+            if r.resource_type == ConfigResourceType.TOPIC and r.resource_name in hidden:  # kshare's state topic
                 answers[i] = {"error_code": ErrorCode.unknown_topic_or_partition, "error_message": None,
                               "resource_type": r.resource_type, "resource_name": r.resource_name,
-                              **({"configs": ()} if api_key == 32 else {})}
+                              **({"configs": ()} if api_key == ApiKey.DESCRIBE_CONFIGS else {})}
                 continue
             node, renamed = _config_node(r, pool, node_id())
             routed.setdefault(node, []).append((i, r, renamed))
@@ -158,7 +159,7 @@ def configs(local: LocalHandler, pool: BackendPool, api_key: int, out_list: str,
                 for i, r, _ in items:
                     answers[i] = {"error_code": ErrorCode.request_timed_out, "error_message": str(exc),
                                   "resource_type": r.resource_type, "resource_name": r.resource_name,
-                                  **({"configs": ()} if api_key == 32 else {})}
+                                  **({"configs": ()} if api_key == ApiKey.DESCRIBE_CONFIGS else {})}
                 return
             for (i, r, _), result in zip(items, getattr(answer, out_list)):
                 answers[i] = {**_entity_dict(result), "resource_name": r.resource_name}
@@ -169,18 +170,18 @@ def configs(local: LocalHandler, pool: BackendPool, api_key: int, out_list: str,
     return handler
 
 
-_CLUSTER_CONFIG_TYPES = (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, 16)  # 16: CLIENT_METRICS
+_CLUSTER_CONFIG_TYPES = (ConfigResourceType.BROKER, ConfigResourceType.BROKER_LOGGER, ConfigResourceType.CLIENT_METRICS)
 
 
 def _config_denied(acl: Any, api_key: int, resource: Any) -> tuple[ErrorCode, str | None] | None:
     """Kafka's ConfigHelper / ControllerApis rules for backend resources: DESCRIBE_CONFIGS (32) or
     ALTER_CONFIGS (44) on the TOPIC, or on the CLUSTER for broker, broker-logger and client-metrics
     resources."""
-    op = Op.DESCRIBE_CONFIGS if api_key == 32 else Op.ALTER_CONFIGS
-    if resource.resource_type == RESOURCE_TOPIC and not acl.allows(op, Res.TOPIC, resource.resource_name):
-        return ErrorCode.topic_authorization_failed, "Topic authorization failed." if api_key == 32 else None
+    op = Op.DESCRIBE_CONFIGS if api_key == ApiKey.DESCRIBE_CONFIGS else Op.ALTER_CONFIGS
+    if resource.resource_type == ConfigResourceType.TOPIC and not acl.allows(op, Res.TOPIC, resource.resource_name):
+        return ErrorCode.topic_authorization_failed, "Topic authorization failed." if api_key == ApiKey.DESCRIBE_CONFIGS else None
     if resource.resource_type in _CLUSTER_CONFIG_TYPES and not acl.allows(op, Res.CLUSTER, CLUSTER_NAME):
-        return ErrorCode.cluster_authorization_failed, "Cluster authorization failed." if api_key == 32 else None
+        return ErrorCode.cluster_authorization_failed, "Cluster authorization failed." if api_key == ApiKey.DESCRIBE_CONFIGS else None
     return None
 
 
@@ -194,7 +195,7 @@ def _config_node(resource: Any, pool: BackendPool, sidecar_id: int) -> tuple[int
     BROKER / BROKER_LOGGER resources name one broker; clients know only the sidecar's node id,
     which maps to the backend's lowest broker id (and back, in the answer).
     """
-    if resource.resource_type not in (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER) or not resource.resource_name:
+    if resource.resource_type not in (ConfigResourceType.BROKER, ConfigResourceType.BROKER_LOGGER) or not resource.resource_name:
         return -1, None
     try:
         wanted = int(resource.resource_name)
@@ -223,7 +224,7 @@ def describe_cluster(pool: BackendPool) -> LocalHandler:
 
 
 # -- DescribeTopicPartitions (75): the backend's answer, leaders rewritten to the sidecar ------------
-def describe_topic_partitions(pool: BackendPool, hidden: set[str]) -> LocalHandler:
+def describe_topic_partitions(pool: BackendPool, hidden: AbstractSet[str]) -> LocalHandler:
     async def handler(ctx: RequestContext, header: Any, req: Any) -> Any:
         try:
             answer = await pool.call(None, req)
@@ -254,7 +255,7 @@ def describe_topic_partitions(pool: BackendPool, hidden: set[str]) -> LocalHandl
 
 
 def register(registry: ApiRegistry, pool: BackendPool, *, is_share_group: Callable[[str], bool],
-             node_id: Callable[[], int], hidden: set[str]) -> None:
+             node_id: Callable[[], int], hidden: AbstractSet[str]) -> None:
     """Wrap the sidecar's own ListGroups, DeleteGroups and config handlers; add DescribeCluster
     and DescribeTopicPartitions. Ranges are clamped to what the backend speaks."""
     def wrap(api_key: int, make_handler: Callable[[LocalHandler], LocalHandler]) -> None:

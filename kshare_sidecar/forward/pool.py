@@ -27,6 +27,9 @@ from kio.schema.errors import ErrorCode
 
 from ..log.brokerconn import BrokerConn, BrokerConnError
 from ..log.errors import LEADER_NOT_AVAILABLE, BackendUnavailableError
+from ..protocol.address import parse_bootstrap
+from ..protocol.constants import CoordinatorType
+from ..protocol.requests import request_payload
 from ..wire import codec
 from . import routes
 
@@ -40,7 +43,7 @@ _FIND_COORDINATOR_MAX = 4  # batched keys from v4; v5+ only adds error codes for
 #: topic must not turn into a Metadata storm on the backend).
 _MIN_REFRESH_S = 0.5
 
-GROUP_KEY, TXN_KEY = 0, 1
+GROUP_KEY, TXN_KEY = CoordinatorType.GROUP, CoordinatorType.TRANSACTION
 
 
 class BackendUnavailable(BackendUnavailableError):
@@ -60,7 +63,7 @@ def make(api_key: int, version: int, **values: Any) -> Any:
 
 def encode(request: Any, client_id: str | None = "kshare") -> bytes:
     """A request entity as a payload (no size prefix; the correlation id is set on send)."""
-    return codec.encode_request(request, 0, client_id)[4:]
+    return request_payload(request, 0, client_id)
 
 
 def decode(api_key: int, version: int, payload: bytes) -> Any:
@@ -79,7 +82,7 @@ class BackendPool:
     """Backend brokers, partition leaders and coordinators, from the backend's own answers."""
 
     def __init__(self, bootstrap: str, *, request_timeout_s: float = 30.0, security: Any = None) -> None:
-        self._bootstrap = [_split(a) for a in bootstrap.split(",") if a.strip()]
+        self._bootstrap = parse_bootstrap(bootstrap)
         self.security = security  # log.security.BackendSecurity: TLS/SASL for every connection
         self._timeout = request_timeout_s
         self.brokers: dict[int, tuple[str, int]] = {}
@@ -312,8 +315,3 @@ class Upstream:
 def _topic_entry(cls: type, name: str) -> Any:
     names = {f.name for f in dataclasses.fields(cls)}
     return cls(**{"name": name, **({"topic_id": _ZERO_UUID} if "topic_id" in names else {})})
-
-
-def _split(address: str) -> tuple[str, int]:
-    host, _, port = address.strip().rpartition(":")
-    return host.strip("[]"), int(port)

@@ -21,6 +21,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ..protocol.constants import ApiKey, ConfigResourceType
 from . import routes
 
 #: Admin requests naming topics: (request list, item name attribute or None, response list, name).
@@ -29,7 +30,6 @@ TOPIC_KEYED: dict[int, routes.KeySpec] = {
     37: routes.KeySpec("topics", "name", "results", "name"),
 }
 WRITE_REFUSAL = {19: ErrorCode.invalid_topic_exception}
-RESOURCE_TOPIC = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,17 +49,17 @@ class Reserved:
         if api_key in TOPIC_KEYED:
             if any(self.topic(k) for k in routes.request_keys(body, TOPIC_KEYED[api_key])):
                 return WRITE_REFUSAL.get(api_key, ErrorCode.unknown_topic_or_partition)
-        elif api_key == 20:  # DeleteTopics: names up to v5, topics[].name from v6
+        elif api_key == ApiKey.DELETE_TOPICS:  # DeleteTopics: names up to v5, topics[].name from v6
             names = body.topic_names if hasattr(body, "topic_names") else [t.name for t in body.topics]
             if any(self.topic(n) for n in names):
                 return ErrorCode.unknown_topic_or_partition
-        elif api_key == 21:  # DeleteRecords
+        elif api_key == ApiKey.DELETE_RECORDS:  # DeleteRecords
             if any(self.topic(t.name) for t in body.topics):
                 return ErrorCode.unknown_topic_or_partition
-        elif api_key == 33:  # AlterConfigs (legacy)
-            if any(r.resource_type == RESOURCE_TOPIC and self.topic(r.resource_name) for r in body.resources):
+        elif api_key == ApiKey.ALTER_CONFIGS:  # AlterConfigs (legacy)
+            if any(r.resource_type == ConfigResourceType.TOPIC and self.topic(r.resource_name) for r in body.resources):
                 return ErrorCode.unknown_topic_or_partition
-        elif api_key == 24:
+        elif api_key == ApiKey.ADD_PARTITIONS_TO_TXN:
             names = [t.name for t in getattr(body, "v3_and_below_topics", ())]
             if any(self.topic(n) for n in names):
                 return ErrorCode.invalid_topic_exception

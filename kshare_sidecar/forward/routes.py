@@ -22,6 +22,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ..protocol.constants import ApiKey
+
 
 class Route(enum.Enum):
     ANY = "any"  # any backend broker
@@ -99,13 +101,13 @@ CLAMP_MAX = {24: 3}
 def route(api_key: int, version: int) -> tuple[Route, KeySpec | PartitionSpec | None]:
     if api_key in PARTITIONS:
         return Route.LEADER, PARTITIONS[api_key]
-    if api_key == 9:
+    if api_key == ApiKey.OFFSET_FETCH:
         return Route.GROUP, OFFSET_FETCH_BATCH if version >= 8 else OFFSET_FETCH_SINGLE
     if api_key in GROUP_KEYS:
         return Route.GROUP, GROUP_KEYS[api_key]
     if api_key in TXN_KEYS:
         return Route.TXN, TXN_KEYS[api_key]
-    if api_key == 66:
+    if api_key == ApiKey.LIST_TRANSACTIONS:
         return Route.ALL, None
     return Route.ANY, None
 
@@ -125,7 +127,7 @@ def split_partitions(
     body: Any, spec: PartitionSpec, leader: Callable[[Any, int], int]
 ) -> dict[int, Any]:
     """Node id → a copy of ``body`` naming only the partitions that node leads."""
-    per_node: dict[int, dict[int, list[tuple[Any, list[Any]]]]] = {}
+    per_node: dict[int, dict[int, tuple[Any, list[Any]]]] = {}  # node -> topic index -> (topic, parts)
     for t_index, topic in enumerate(getattr(body, spec.req_topics)):
         key = topic_key(topic)
         for part in getattr(topic, spec.req_parts):
@@ -212,10 +214,10 @@ def item_class(cls: type, field: str) -> type | None:
     """The entity class inside ``cls.field`` (a tuple of entities or one entity), if any."""
     tp = _hints(cls)[field]
     for arg in (tp, *typing.get_args(tp)):
-        if dataclasses.is_dataclass(arg):
+        if isinstance(arg, type) and dataclasses.is_dataclass(arg):
             return arg
         for inner in typing.get_args(arg):
-            if dataclasses.is_dataclass(inner):
+            if isinstance(inner, type) and dataclasses.is_dataclass(inner):
                 return inner
     return None
 
@@ -246,7 +248,7 @@ def _placeholder(cls: type, f: dataclasses.Field) -> Any:
     nullable = typing.get_origin(tp) in (typing.Union, types.UnionType) and type(None) in typing.get_args(tp)
     if typing.get_origin(tp) is tuple:
         return ()
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return error_entity(tp, ErrorCode.none)
     if nullable:
         return None
@@ -289,7 +291,7 @@ def partition_error_response(resp_cls: type, body: Any, spec: PartitionSpec, cod
 
 def keyed_error_response(resp_cls: type, body: Any, spec: KeySpec, code: ErrorCode) -> Any:
     """The response to a batched coordinator request with ``code`` on every key."""
-    if spec.resp_list is None:
+    if spec.resp_list is None or spec.resp_item_key is None:
         return None
     item_cls = item_class(resp_cls, spec.resp_list)
     if item_cls is None:

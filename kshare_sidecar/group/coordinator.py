@@ -119,6 +119,13 @@ class HeartbeatResult:
     initialize: Partitions = field(default_factory=dict)
 
 
+def _config_ms(value: object) -> int:
+    """A per-group duration override: an int once validated (AdminService), the record's string
+    after a restore."""
+    assert isinstance(value, (int, str)), f"group config value {value!r}"
+    return int(value)
+
+
 def _only_assignable(assigned: Mapping[uuid.UUID, Iterable[int]], assignable: Partitions) -> Assignment:
     """An assignor's result for one member without the partitions that may not be assigned (a
     topic the assignor itself left empty stays, empty)."""
@@ -335,15 +342,17 @@ class ShareGroupCoordinator:
         group.group_epoch += 1
 
     def _session_timeout(self, group: ShareGroup | None) -> int:
-        return int(group.configs.get("share.session.timeout.ms", self.session_timeout_ms)) if group else \
-            self.session_timeout_ms
+        if group is None:
+            return self.session_timeout_ms
+        return _config_ms(group.configs.get("share.session.timeout.ms", self.session_timeout_ms))
 
     def _assignment_interval(self, group: ShareGroup) -> int:
-        return int(group.configs.get("share.assignment.interval.ms", self.assignment_interval_ms))
+        return _config_ms(group.configs.get("share.assignment.interval.ms", self.assignment_interval_ms))
 
     def _interval(self, group: ShareGroup | None) -> int:
-        return int(group.configs.get("share.heartbeat.interval.ms", self.heartbeat_interval_ms)) if group else \
-            self.heartbeat_interval_ms
+        if group is None:
+            return self.heartbeat_interval_ms
+        return _config_ms(group.configs.get("share.heartbeat.interval.ms", self.heartbeat_interval_ms))
 
     # -- time and administration --------------------------------------------------------------
     def expire_members(self) -> list[tuple[str, str]]:

@@ -27,6 +27,7 @@ from aiokafka.client import AIOKafkaClient, ConnectionGroup
 from aiokafka.errors import KafkaError, RequestTimedOutError
 
 from ..metrics import STATS
+from ..protocol.types import TopicPartition
 from . import errors as E
 from .errors import BackendError, BackendUnavailableError, UnknownTopicError, error_for
 from .health import BackendHealth, aiokafka_gate
@@ -48,8 +49,6 @@ log = logging.getLogger(__name__)
 
 OffsetSpec = Literal["earliest", "latest"] | int
 """``"earliest"``, ``"latest"``, or a timestamp in ms (first offset with timestamp ≥ it)."""
-
-TopicPartition = tuple[str, int]
 
 
 class Backend:
@@ -361,6 +360,7 @@ class Backend:
         """The offset for ``spec``: ``"earliest"`` = log start, ``"latest"`` = high watermark (or
         LSO with ``isolation_level=1``), an int = first offset whose timestamp ≥ it in ms; ``None``
         when no record is that recent (callers then use ``"latest"``)."""
+        ts: int
         if spec == "earliest":
             ts = EARLIEST
         elif spec == "latest":

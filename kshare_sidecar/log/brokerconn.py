@@ -36,6 +36,8 @@ import collections
 import logging
 from typing import TYPE_CHECKING, Any
 
+from kio.schema.errors import ErrorCode
+
 from .sasl import SaslError, sasl_authenticate
 
 if TYPE_CHECKING:
@@ -45,7 +47,7 @@ log = logging.getLogger("kshare.brokerconn")
 
 _MAX_CORRELATION = 2**31 - 1
 _HIGH_WATER = 1 << 20
-_SASL_AUTHENTICATION_FAILED = 58
+_SASL_AUTHENTICATION_FAILED = int(ErrorCode.sasl_authentication_failed)
 _REAUTH_AT = 0.85  # fraction of the broker's session lifetime after which a connection re-authenticates
 
 
@@ -61,7 +63,7 @@ class _FrameProtocol(asyncio.BufferedProtocol):
     """Receives each response frame into its own ``bytearray`` (size prefix included)."""
 
     def __init__(self, conn: BrokerConn, max_frame: int) -> None:
-        self._conn = conn
+        self._conn: BrokerConn | _Detached = conn
         self._max = max_frame
         self._head = bytearray(4)
         self._frame: bytearray | None = None

@@ -7,18 +7,20 @@ manager whether waiting and trying again can help.
 
 from __future__ import annotations
 
-# Kafka error codes the backend layer produces or reacts to (names as in Kafka's Errors.java).
-OFFSET_OUT_OF_RANGE = 1
-UNKNOWN_TOPIC_OR_PARTITION = 3
-LEADER_NOT_AVAILABLE = 5
-NOT_LEADER_OR_FOLLOWER = 6
-REQUEST_TIMED_OUT = 7
-NETWORK_EXCEPTION = 13
-UNSUPPORTED_VERSION = 35
-FENCED_LEADER_EPOCH = 74
-UNKNOWN_LEADER_EPOCH = 75
-UNKNOWN_TOPIC_ID = 100
-UNKNOWN_SERVER_ERROR = -1
+from kio.schema.errors import ErrorCode
+
+# Kafka error codes the backend layer produces or reacts to, as plain ints (kio's ErrorCode is the map).
+OFFSET_OUT_OF_RANGE = int(ErrorCode.offset_out_of_range)
+UNKNOWN_TOPIC_OR_PARTITION = int(ErrorCode.unknown_topic_or_partition)
+LEADER_NOT_AVAILABLE = int(ErrorCode.leader_not_available)
+NOT_LEADER_OR_FOLLOWER = int(ErrorCode.not_leader_or_follower)
+REQUEST_TIMED_OUT = int(ErrorCode.request_timed_out)
+NETWORK_EXCEPTION = int(ErrorCode.network_exception)
+UNSUPPORTED_VERSION = int(ErrorCode.unsupported_version)
+FENCED_LEADER_EPOCH = int(ErrorCode.fenced_leader_epoch)
+UNKNOWN_LEADER_EPOCH = int(ErrorCode.unknown_leader_epoch)
+UNKNOWN_TOPIC_ID = int(ErrorCode.unknown_topic_id)
+UNKNOWN_SERVER_ERROR = int(ErrorCode.unknown_server_error)
 
 # Codes after which fresh metadata (a new leader, a recreated topic) may make a retry succeed.
 REFRESH_AND_RETRY = frozenset(

@@ -17,12 +17,14 @@ import dataclasses
 import functools
 import io
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 from kio.index import load_payload_module, load_response_schema
-from kio.serial import entity_reader, entity_writer
+from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
 
+from ..protocol.requests import read_response_header, reader, request_body, request_header
 from .errors import BackendError
 
 Builder = Callable[[Any, int], Any]
@@ -30,17 +32,7 @@ Builder = Callable[[Any, int], Any]
 
 
 @functools.cache
-def _writer(cls: type) -> Callable[[Any, Any], None]:
-    return entity_writer(cls)
-
-
-@functools.cache
-def _reader(cls: type) -> Callable[[Any, int], tuple[Any, int]]:
-    return entity_reader(cls)
-
-
-@functools.cache
-def request_module(api_key: int, version: int):
+def request_module(api_key: int, version: int) -> ModuleType:
     """The kio payload module of one request version (nested classes live there)."""
     return load_payload_module(api_key, version, EntityType.request)
 
@@ -83,7 +75,7 @@ class _ResponseDecoder:
         # kio wants a read-only buffer; a read-only view of the frame avoids one copy.
         view = buf.getbuffer().toreadonly()
         try:
-            entity, _ = _reader(self._cls)(view, buf.tell())
+            entity, _ = reader(self._cls)(view, buf.tell())
         finally:
             view.release()
         return entity
@@ -100,27 +92,15 @@ class _KioStruct:
         self.RESPONSE_TYPE = _ResponseDecoder(self._response_cls)
 
     def build_request_header(self, correlation_id: int, client_id: str) -> _Encoded:
-        header_cls = self.entity.__header_schema__
-        header = header_cls(
-            request_api_key=self.entity.__api_key__,
-            request_api_version=self.entity.__version__,
-            correlation_id=correlation_id,
-            client_id=client_id,
-        )
-        buf = io.BytesIO()
-        _writer(header_cls)(buf, header)
-        return _Encoded(buf.getvalue())
+        return _Encoded(request_header(self.entity, correlation_id, client_id))
 
     def encode(self) -> bytes:
-        buf = io.BytesIO()
-        _writer(type(self.entity))(buf, self.entity)
-        return buf.getvalue()
+        return request_body(self.entity)
 
     def parse_response_header(self, buf: io.BytesIO) -> Any:
-        header_cls = self._response_cls.__header_schema__
         view = buf.getbuffer().toreadonly()
         try:
-            header, size = _reader(header_cls)(view, buf.tell())
+            header, size = read_response_header(view, buf.tell(), self._response_cls)
         finally:
             view.release()
         buf.seek(buf.tell() + size)
@@ -147,7 +127,7 @@ class KioRequest:
         usable = [v for v in self._versions if low <= v <= high]
         if not usable:
             raise BackendError(
-                35,  # UNSUPPORTED_VERSION
+                int(ErrorCode.unsupported_version),
                 f"backend supports api {self.API_KEY} v{low}..v{high}; kshare needs "
                 f"v{self._versions.start}..v{self._versions.stop - 1}",
             )

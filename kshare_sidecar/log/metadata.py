@@ -14,10 +14,11 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ..protocol.constants import ApiKey
 from .kio_bridge import KioRequest, make
 from .types import TopicInfo
 
-METADATA_API = 3
+METADATA_API = ApiKey.METADATA
 # v1 is the first to accept "null = all topics"; v10 adds topic IDs; v12 is the newest shape
 # every supported backend speaks (v13 only adds a top-level error code).
 METADATA_VERSIONS = range(1, 13)

@@ -12,16 +12,17 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from .batches import parse_batches
+from ..protocol.constants import ApiKey, OffsetSpec
 from .kio_bridge import KioRequest, make
 from .types import FetchResult
 
-FETCH_API = 1
+FETCH_API = ApiKey.FETCH
 FETCH_VERSIONS = range(4, 13)  # v4: isolation level, LSO, aborted txns; Kafka 4 dropped < v4
-LIST_OFFSETS_API = 2
+LIST_OFFSETS_API = ApiKey.LIST_OFFSETS
 LIST_OFFSETS_VERSIONS = range(1, 8)  # v2: isolation level; v7: max-timestamp spec (-3)
 
-EARLIEST = -2
-LATEST = -1
+EARLIEST = OffsetSpec.EARLIEST
+LATEST = OffsetSpec.LATEST
 INT32_MAX = 2**31 - 1
 
 

@@ -13,15 +13,16 @@ the open connection before that lifetime ends, because a broker with
 
 from __future__ import annotations
 
-import io
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar
 
 from kio.schema.errors import ErrorCode
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_authenticate.v2.response import SaslAuthenticateResponse
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from kio.schema.sasl_handshake.v1.response import SaslHandshakeResponse
-from kio.serial import entity_reader, entity_writer
+from kio.static.protocol import RequestPayload, ResponsePayload
+
+from ..protocol.requests import decode_response, request_payload
 
 if TYPE_CHECKING:
     from .brokerconn import BrokerConn
@@ -36,19 +37,15 @@ class SaslError(Exception):
         self.code = code
 
 
-def _payload(request: Any) -> bytes:
-    cls = type(request)
-    header_cls = cls.__header_schema__
-    buf = io.BytesIO()
-    entity_writer(header_cls)(buf, header_cls(request_api_key=cls.__api_key__, request_api_version=cls.__version__,
-                                              correlation_id=0, client_id="kshare"))
-    entity_writer(cls)(buf, request)
-    return buf.getvalue()
+_Response = TypeVar("_Response", bound=ResponsePayload)
 
 
-def _answer(cls: type, payload: bytes) -> Any:
-    _, offset = entity_reader(cls.__header_schema__)(payload, 0)
-    body, _ = entity_reader(cls)(payload, offset)
+def _payload(request: RequestPayload) -> bytes:
+    return request_payload(request, 0, "kshare")  # BrokerConn sets the correlation id
+
+
+def _answer(cls: type[_Response], payload: bytes) -> _Response:
+    body: _Response = decode_response(payload, cls)[1]
     return body
 
 

@@ -234,16 +234,17 @@ async def diagnose(bootstrap_servers: str, security: BackendSecurity, timeout_s:
     """
     from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
-    from ..wire import codec
+    from ..protocol.address import first_server
+    from ..protocol.requests import request_payload
     from .brokerconn import BrokerAuthError, BrokerConn, BrokerConnError
     from .oauth import TokenError
 
     if security.protocol == "PLAINTEXT":
         return None
-    host, _, port = bootstrap_servers.split(",")[0].strip().rpartition(":")
-    conn = BrokerConn(host.strip("[]"), int(port), security=security, connect_timeout_s=timeout_s)
-    payload = codec.encode_request(ApiVersionsRequest(client_software_name="kshare",
-                                                      client_software_version="0"), 0, "kshare")[4:]
+    host, port = first_server(bootstrap_servers)
+    conn = BrokerConn(host, port, security=security, connect_timeout_s=timeout_s)
+    payload = request_payload(ApiVersionsRequest(client_software_name="kshare", client_software_version="0"),
+                              0, "kshare")
     try:
         if security.mechanism == "OAUTHBEARER" and security.sasl:
             await security._token_provider().token()

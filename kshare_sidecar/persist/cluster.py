@@ -98,6 +98,13 @@ class ClusterOwnershipMixin:
             entities = self._placed(entities, p)
             epoch = max(stats.owner_epoch, owners.get(p, NO_EPOCH), self._own_epochs.get(p, NO_EPOCH), 0) + 1
             await self._commit(p, [codec.encode(KIND_OWNER, p, epoch)])
+            if self.replay_rule == "owner":
+                # No transaction to abort: a write of the previous owner may have landed between
+                # our init and our owner record. Read up to it again, so this view is what every
+                # later replay accepts (after it, the leader refuses the previous owner's epoch).
+                entities, owners, stats = {}, {}, RecoveryStats()
+                await self._replay(replay_sink(entities, stats, owners, self.replay_rule), [p])
+                entities = self._placed(entities, p)
         except BaseException:
             if self.blocked.get(p) == "acquiring":
                 self.blocked[p] = "unowned"

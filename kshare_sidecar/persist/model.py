@@ -9,17 +9,12 @@ record is written as AVAILABLE with the delivery count it had when it was acquir
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import IntEnum
 
+from kshare_sidecar.states import RecordState
 
-class DeliveryState(IntEnum):
-    """Record states with Kafka's wire/persisted numbering (ACQUIRED exists only in memory)."""
-
-    AVAILABLE = 0
-    ACQUIRED = 1
-    ACKNOWLEDGED = 2
-    ARCHIVED = 4
-
+# The persisted field's name (Kafka's share-group state records call it DeliveryState) for the one
+# enum of record states, kshare_sidecar/states.py: same numbers, same members, one definition.
+DeliveryState = RecordState
 
 PERSISTED_STATES = frozenset({DeliveryState.AVAILABLE, DeliveryState.ACKNOWLEDGED, DeliveryState.ARCHIVED})
 

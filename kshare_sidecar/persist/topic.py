@@ -28,6 +28,7 @@ from typing import Any
 
 import aiokafka.producer.sender as _aiokafka_sender
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.client import AIOKafkaClient
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.producer.transaction_manager import TransactionState
@@ -39,7 +40,12 @@ from aiokafka.errors import (
     for_code,
 )
 
+from kio.schema.errors import ErrorCode
+
 from kshare_sidecar.persist.base import BasePersister, Record, ReplaySink
+from kshare_sidecar.persist.codec import KIND_OWNER
+from kshare_sidecar.persist import codec
+from kshare_sidecar.persist.epochwriter import EpochFencedError, EpochWriter
 from kshare_sidecar.persist.watch import StateWatchMixin
 from kshare_sidecar.persist.errors import (
     BackendWriteError,
@@ -51,6 +57,8 @@ from kshare_sidecar.persist.errors import (
 )
 
 log = logging.getLogger("kshare_sidecar.persist.topic")
+
+UNKNOWN_TOPIC_OR_PARTITION = int(ErrorCode.unknown_topic_or_partition)
 
 DEFAULT_TOPIC = "__kshare_state"
 DEFAULT_TOPIC_CONFIGS: dict[str, str] = {
@@ -86,11 +94,18 @@ def _fast_concurrent_txn_retry() -> None:
         _aiokafka_sender.BACKOFF_OVERRIDE = min(_aiokafka_sender.BACKOFF_OVERRIDE, CONCURRENT_TXN_RETRY_S)
 
 
-#: ``transactional``: a Kafka transaction per write; ``idempotent``: plain idempotent produce, for
-#: backends without transactions (docs/persistence.md, "Without transactions").
-WRITE_MODES = ("transactional", "idempotent")
+#: ``fenced`` (the default): idempotent batches under a transactional id's producer epoch, fenced by
+#: the partition leader (persist/epochwriter.py); ``transactional``: a Kafka transaction per write;
+#: ``idempotent``: plain idempotent produce, for backends without transactions (docs/persistence.md).
+WRITE_MODES = ("fenced", "transactional", "idempotent")
 
-_FENCING_ERRORS = (ProducerFenced, InvalidProducerEpoch, TransactionalIdAuthorizationFailed)
+_FENCING_ERRORS = (ProducerFenced, InvalidProducerEpoch, TransactionalIdAuthorizationFailed, EpochFencedError)
+
+#: How often a ``fenced``-mode writer takes a new producer epoch and writes its owner record again,
+#: so that neither the transactional id (``transactional.id.expiration.ms``, Kafka's default 7 days)
+#: nor the producer state on the state partition (``producer.id.expiration.ms``, default 1 day)
+#: expires while this sidecar owns it — an expired one would let a zombie's write land.
+WRITER_REFRESH_S = 3600.0
 
 
 def _is_fenced(exc: BaseException) -> bool:
@@ -129,13 +144,19 @@ class TopicPersister(StateWatchMixin, BasePersister):
         transaction_timeout_ms: int = 60_000,
         commit_timeout_s: float = 30.0,
         recovery_timeout_s: float = 300.0,
-        write_mode: str = "transactional",
+        write_mode: str = "fenced",
+        writer_refresh_s: float = WRITER_REFRESH_S,
     ):
         super().__init__(partitions=partitions, linger_ms=linger_ms, max_batch=max_batch)
         if write_mode not in WRITE_MODES:
             raise ValueError(f"write_mode must be one of {', '.join(WRITE_MODES)}, got {write_mode!r}")
         self.write_mode = write_mode
+        # fenced: the leader refuses a zombie's batches once the owner record is written at the new
+        # epoch; the owner rule of replay stays behind it (an expired producer state, see above).
         self.replay_rule = "key" if write_mode == "transactional" else "owner"
+        self.writer_refresh_s = writer_refresh_s
+        self._client: AIOKafkaClient | None = None  # fenced mode: the writers' client
+        self._refresher: asyncio.Task | None = None
         self._replayed_to: dict[int, int] = {}  # partition -> offset the last full replay reached
         self._watcher: asyncio.Task | None = None
         self.bootstrap_servers = bootstrap_servers
@@ -158,7 +179,7 @@ class TopicPersister(StateWatchMixin, BasePersister):
         self.commit_timeout_s = commit_timeout_s
         self.recovery_timeout_s = recovery_timeout_s
         self.takeover_grace_s = 2.0
-        self._producers: dict[int, AIOKafkaProducer] = {}
+        self._producers: dict[int, Any] = {}  # AIOKafkaProducer, or EpochWriter in fenced mode
         self._admin: AIOKafkaAdminClient | None = None
 
     def transactional_id(self, partition: int) -> str:
@@ -174,6 +195,15 @@ class TopicPersister(StateWatchMixin, BasePersister):
         finally:
             await self._admin.close()
             self._admin = None
+        if self.write_mode == "fenced" and self._client is None:
+            self._client = AIOKafkaClient(bootstrap_servers=self.bootstrap_servers,
+                                          request_timeout_ms=self.request_timeout_ms,
+                                          client_id="kshare-state-writer", **self.client_options)
+            await self._client.bootstrap()
+            self._client.add_topic(self.topic)
+            await self._client.force_metadata_update()
+            self._refresher = asyncio.get_running_loop().create_task(self._refresh_writers(),
+                                                                     name="kshare-state-writer-refresh")
         if self.cluster:  # writers are opened per state partition when the group assigns it
             return
         # Producers first: init_transactions fences older writers and resolves their open
@@ -187,7 +217,12 @@ class TopicPersister(StateWatchMixin, BasePersister):
                                     f"{self.topic!r}: {errors[0]!r}")
         self._producers = producers
 
-    def _new_producer(self, partition: int) -> AIOKafkaProducer:
+    def _new_producer(self, partition: int) -> Any:
+        if self.write_mode == "fenced":
+            assert self._client is not None
+            return EpochWriter(self._client, self.topic, partition, self.transactional_id(partition),
+                               transaction_timeout_ms=self.transaction_timeout_ms,
+                               request_timeout_ms=self.request_timeout_ms)
         if self.write_mode == "idempotent":
             return AIOKafkaProducer(
                 bootstrap_servers=self.bootstrap_servers, enable_idempotence=True, acks="all", linger_ms=0,
@@ -218,7 +253,7 @@ class TopicPersister(StateWatchMixin, BasePersister):
             return None
         (meta,) = await self._admin.describe_topics([self.topic])
         error = meta.get("error_code", 0)
-        if error == 3:  # UNKNOWN_TOPIC_OR_PARTITION
+        if error == UNKNOWN_TOPIC_OR_PARTITION:
             return None
         if error:
             raise BackendWriteError(f"cannot describe state topic {self.topic!r}: {for_code(error).__name__}")
@@ -340,7 +375,7 @@ class TopicPersister(StateWatchMixin, BasePersister):
         producer = self._producers.get(partition)
         if producer is None:
             raise WriterFencedError(f"state partition {partition} of {self.topic!r} has no usable writer")
-        write = self._transaction if self.write_mode == "transactional" else self._send_all
+        write = {"transactional": self._transaction, "fenced": self._send_fenced}.get(self.write_mode, self._send_all)
         try:
             await asyncio.wait_for(write(producer, partition, records), self.commit_timeout_s)
         except PersistError:
@@ -348,7 +383,7 @@ class TopicPersister(StateWatchMixin, BasePersister):
         except BaseException as exc:
             if isinstance(exc, asyncio.CancelledError):
                 raise
-            if _is_fenced(exc) or producer._txn_manager.is_fatal_error():
+            if _is_fenced(exc) or (isinstance(producer, AIOKafkaProducer) and producer._txn_manager.is_fatal_error()):
                 raise WriterFencedError(
                     f"state partition {partition} of {self.topic!r}: transactional.id "
                     f"{self.transactional_id(partition)!r} was fenced ({type(exc).__name__}); re-reading ownership"
@@ -376,6 +411,29 @@ class TopicPersister(StateWatchMixin, BasePersister):
                 else:
                     f.add_done_callback(lambda fut: fut.cancelled() or fut.exception())
 
+    async def _send_fenced(self, writer: EpochWriter, partition: int, records: list[Record]) -> None:
+        """Fenced mode: one idempotent batch at the writer's epoch; done when the leader has it."""
+        if _TEST_COMMIT_HOLD_S:
+            await asyncio.sleep(_TEST_COMMIT_HOLD_S)
+        await writer.send(records)
+
+    async def _refresh_writers(self) -> None:
+        """Fenced mode, every ``writer_refresh_s``: each owned, serving state partition gets a new
+        producer epoch and its owner record written at it (see :data:`WRITER_REFRESH_S`)."""
+        while not self._closed:
+            await asyncio.sleep(self.writer_refresh_s)
+            for p, writer in list(self._producers.items()):
+                if self._closed or p in self.blocked or not isinstance(writer, EpochWriter):
+                    continue
+                try:
+                    await asyncio.wait_for(writer.refresh(), self.commit_timeout_s)
+                    await asyncio.wait_for(writer.send([codec.encode(KIND_OWNER, p, self._own_epoch(p))]),
+                                           self.commit_timeout_s)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - the next state write meets the same fault
+                    log.warning("state partition %d: refreshing the writer's producer epoch failed: %r", p, exc)
+
     async def _send_all(self, producer: AIOKafkaProducer, partition: int, records: list[Record]) -> None:
         """Idempotent mode: the records in one produce batch (acks=all); done when acknowledged and
         the state-topic watch has confirmed no newer owner precedes them (persist/watch.py)."""
@@ -398,6 +456,11 @@ class TopicPersister(StateWatchMixin, BasePersister):
         producer = self._producers.get(partition)
         if producer is None:
             return False
+        if isinstance(producer, EpochWriter):  # the lost batch sent again at its sequence
+            try:
+                return await asyncio.wait_for(producer.settle(), self.commit_timeout_s)
+            except asyncio.TimeoutError:  # still unanswered: a new epoch (after the owner check) decides
+                return False
         if self.write_mode == "idempotent":  # delivered or failed once the producer has drained
             try:
                 await asyncio.wait_for(producer.flush(), self.commit_timeout_s)
@@ -467,6 +530,8 @@ class TopicPersister(StateWatchMixin, BasePersister):
 
     async def _drop_producer(self, partition: int) -> None:
         producer = self._producers.pop(partition, None)
+        if isinstance(producer, EpochWriter):  # nothing to stop: its client is the persister's
+            return
         if producer is not None:
             try:
                 await asyncio.wait_for(producer.stop(), 10)
@@ -480,12 +545,18 @@ class TopicPersister(StateWatchMixin, BasePersister):
         if watcher is not None:
             watcher.cancel()
             await asyncio.gather(watcher, return_exceptions=True)
+        refresher, self._refresher = self._refresher, None
+        if refresher is not None:
+            refresher.cancel()
+            await asyncio.gather(refresher, return_exceptions=True)
         producers, self._producers = self._producers, {}
-        await asyncio.gather(*(p.stop() for p in producers.values()), return_exceptions=True)
+        await asyncio.gather(*(p.stop() for p in producers.values() if isinstance(p, AIOKafkaProducer)),
+                             return_exceptions=True)
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
 
 
 class _UnknownStateTopic(BackendWriteError):
     """The broker asked does not know the state topic (yet)."""
 
-
-UNKNOWN_TOPIC_OR_PARTITION = 3

@@ -20,7 +20,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
@@ -37,90 +37,29 @@ from ..log.errors import BackendError
 from ..log.types import TopicInfo
 from ..persist.errors import PersistError
 from ..persist.model import SharePartitionKey
+from ..protocol.constants import AlterConfigOp, ConfigSource, ConfigType
+from .admin_model import (
+    AdminError,
+    ConfigValue,
+    GroupDescription,
+    GroupListing,
+    MemberInfo,
+    PartitionOffset,
+    TopicOffsets,
+)
+
+if TYPE_CHECKING:
+    from ..log.backend import Backend
+    from ..persist.records import StateSummary
+    from ..persist.protocol import Persister
+    from .cluster import GroupConfigTail, PeerConfigs
+    from .groups import GroupService
+    from .partitions import SharePartitionManager
 
 log = logging.getLogger("kshare.admin")
 
-#: ConfigResource.Type on the wire (DescribeConfigs / IncrementalAlterConfigs).
-RESOURCE_UNKNOWN, RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_BROKER_LOGGER = 0, 2, 4, 8
-RESOURCE_CLIENT_METRICS, RESOURCE_GROUP = 16, 32
-#: DescribeConfigs ConfigSource values.
-SOURCE_GROUP_CONFIG, SOURCE_DEFAULT_CONFIG, SOURCE_STATIC_BROKER_CONFIG = 8, 5, 4
-#: DescribeConfigs ConfigType values.
-TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_DOUBLE = 1, 2, 3, 6
-#: IncrementalAlterConfigs operations.
-OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
-
-SHARE_STATES = ("Empty", "Stable", "Dead")
-
-
-class AdminError(Exception):
-    """A request-level failure with a Kafka error code."""
-
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-@dataclass(frozen=True)
-class GroupListing:
-    group_id: str
-    state: str
-    group_type: str = "share"
-    protocol_type: str = "share"
-
-
-@dataclass(frozen=True)
-class MemberInfo:
-    member_id: str
-    rack_id: str | None
-    member_epoch: int
-    client_id: str
-    client_host: str
-    subscribed: tuple[str, ...]
-    assignment: tuple[tuple[uuid.UUID, str, tuple[int, ...]], ...]  # (topic id, name, partitions)
-
-
-@dataclass(frozen=True)
-class GroupDescription:
-    group_id: str
-    error: ErrorCode = ErrorCode.none
-    message: str | None = None
-    state: str = ""  # Kafka leaves the state empty when it answers with an error
-    group_epoch: int = 0
-    assignment_epoch: int = 0
-    assignor: str = ""
-    members: tuple[MemberInfo, ...] = ()
-
-
-@dataclass
-class PartitionOffset:
-    partition: int
-    start_offset: int = -1
-    leader_epoch: int = 0
-    lag: int = -1
-    error: ErrorCode = ErrorCode.none
-    message: str | None = None
-
-
-@dataclass
-class TopicOffsets:
-    name: str
-    topic_id: uuid.UUID
-    partitions: list[PartitionOffset] = field(default_factory=list)
-    error: ErrorCode = ErrorCode.none  # topic-level (delete offsets)
-    message: str | None = None
-
-
-@dataclass(frozen=True)
-class ConfigValue:
-    name: str
-    value: str
-    source: int  # SOURCE_GROUP_CONFIG, SOURCE_STATIC_BROKER_CONFIG or SOURCE_DEFAULT_CONFIG
-    config_type: int
-    doc: str
-    default: str
-
+__all__ = ["AdminError", "AdminService", "ConfigValue", "GroupDescription", "GroupListing", "MemberInfo",
+           "PartitionOffset", "TopicOffsets"]
 
 _ZERO_UUID = uuid.UUID(int=0)
 
@@ -128,8 +67,8 @@ _ZERO_UUID = uuid.UUID(int=0)
 class AdminService:
     """Admin operations over the sidecar's coordinator, group service, partitions and persister."""
 
-    def __init__(self, *, config: SidecarConfig, coordinator: ShareGroupCoordinator, groups, partitions,
-                 persister, backend) -> None:
+    def __init__(self, *, config: SidecarConfig, coordinator: ShareGroupCoordinator, groups: GroupService,
+                 partitions: SharePartitionManager, persister: Persister, backend: Backend) -> None:
         self.config = config
         self.coordinator = coordinator
         self.groups = groups
@@ -139,9 +78,9 @@ class AdminService:
         self._locks: dict[str, asyncio.Lock] = {}
         #: a cluster of sidecars: per-group configs of groups coordinated elsewhere (service/cluster.py)
         self.remote_group_configs: dict[str, dict[str, str]] | None = None
-        self.remote_state = None  # the GroupConfigTail: share-partition snapshots of other sidecars
+        self.remote_state: GroupConfigTail | None = None  # share-partition snapshots of other sidecars
         #: a cluster of sidecars: forwards config changes to the group's coordinator (service/cluster.py)
-        self.peer_configs = None
+        self.peer_configs: PeerConfigs | None = None
 
     # -- which groups exist ------------------------------------------------------------------
     def _group(self, group_id: str) -> ShareGroup | None:
@@ -163,7 +102,7 @@ class AdminService:
                           key=lambda k: (k.group_id, k.topic_id, k.partition))
         return keys
 
-    def _remote_summary(self, key: SharePartitionKey):
+    def _remote_summary(self, key: SharePartitionKey) -> StateSummary | None:
         """A share-partition led by another sidecar: its newest snapshot read from the state topic."""
         return self.remote_state.summary(key) if self.remote_state is not None else None
 
@@ -252,15 +191,15 @@ class AdminService:
                                name))
         else:
             infos = await self._describe(list(topics))
-            for name, parts in topics.items():
+            for name, asked in topics.items():
                 info = infos.get(name)
                 if info is None:
                     wanted.append((TopicOffsets(name, _ZERO_UUID, [
                         PartitionOffset(p, error=ErrorCode.unknown_topic_or_partition,
-                                        message=f"topic {name} does not exist") for p in parts]), None))
+                                        message=f"topic {name} does not exist") for p in asked]), None))
                     continue
                 res = TopicOffsets(name, info.topic_id)
-                for p in parts:
+                for p in asked:
                     po = PartitionOffset(p)
                     if not 0 <= p < info.partitions:
                         po.error, po.message = ErrorCode.unknown_topic_or_partition, \
@@ -277,7 +216,7 @@ class AdminService:
         async def fill(key: SharePartitionKey) -> None:
             topic, name, po = keys[key]
             summary = summaries.get(key)
-            if summary is None or isinstance(summary, PersistError) or summary.start_offset < 0:
+            if name is None or summary is None or isinstance(summary, PersistError) or summary.start_offset < 0:
                 return  # no state: StartOffset -1, LeaderEpoch 0, Lag -1 (Kafka's answer)
             po.start_offset = summary.start_offset
             po.leader_epoch = max(0, summary.leader_epoch)
@@ -286,7 +225,8 @@ class AdminService:
             except BackendError as exc:
                 log.info("lag of %s-%d unknown: %s", name, po.partition, exc)
                 return
-            po.lag = summary.lag(end)
+            lag = summary.lag(end)
+            po.lag = -1 if lag is None else lag
 
         await asyncio.gather(*(fill(k) for k in keys))
         return [t for t, _ in wanted]
@@ -436,13 +376,13 @@ class AdminService:
             base = group_config_setting(name)
             default = _text(defaults[name])
             if name in overrides:
-                value, source = _text(overrides[name]), SOURCE_GROUP_CONFIG
+                value, source = _text(overrides[name]), ConfigSource.GROUP_CONFIG
             elif GROUP_CONFIGS.get(name) in self.config.explicit:  # the operator set the broker-level default
-                value, source = default, SOURCE_STATIC_BROKER_CONFIG
+                value, source = default, ConfigSource.STATIC_BROKER_CONFIG
             else:
-                value, source = default, SOURCE_DEFAULT_CONFIG
-            kind = TYPE_INT if base.kind is int else TYPE_BOOLEAN if base.kind is bool else \
-                TYPE_DOUBLE if base.kind is float else TYPE_STRING
+                value, source = default, ConfigSource.DEFAULT_CONFIG
+            kind = ConfigType.INT if base.kind is int else ConfigType.BOOLEAN if base.kind is bool else \
+                ConfigType.DOUBLE if base.kind is float else ConfigType.STRING
             out.append(ConfigValue(name, value, source, kind, base.doc, default))
         return out
 
@@ -457,9 +397,9 @@ class AdminService:
                                  f"{', '.join(GROUP_CONFIG_NAMES)})")
             if name in changes:
                 raise AdminError(ErrorCode.invalid_request, f"config {name} appears more than once")
-            if op == OP_DELETE:
+            if op == AlterConfigOp.DELETE:
                 changes[name] = None
-            elif op == OP_SET:
+            elif op == AlterConfigOp.SET:
                 if value is None:
                     raise AdminError(ErrorCode.invalid_config, f"{name}: a value is required")
                 try:
@@ -467,7 +407,7 @@ class AdminService:
                         name, value, assignors=self.coordinator.assignors or None)
                 except ConfigError as exc:
                     raise AdminError(ErrorCode.invalid_config, str(exc)) from None
-            elif op in (OP_APPEND, OP_SUBTRACT):
+            elif op in (AlterConfigOp.APPEND, AlterConfigOp.SUBTRACT):
                 raise AdminError(ErrorCode.invalid_config,
                                  f"{name}: APPEND/SUBTRACT apply to list configs only; use SET")
             else:

@@ -334,9 +334,9 @@ def _check_cluster_config(cfg: SidecarConfig, specs: list[ListenerSpec], persist
     if not hasattr(persister, "enable_cluster") or getattr(persister, "name", "") != "topic":
         raise ConfigError(f"cluster.name = {cfg['cluster.name']!r} needs persister = 'topic' (the sidecars share "
                           f"the state topic), got {cfg['persister']!r}")
-    if cfg["state.write.mode"] != "transactional":
-        raise ConfigError(f"cluster.name = {cfg['cluster.name']!r} needs state.write.mode = 'transactional' (handover "
-                          f"fences the previous owner's writer), got {cfg['state.write.mode']!r}")
+    if cfg["state.write.mode"] not in ("fenced", "transactional"):
+        raise ConfigError(f"cluster.name = {cfg['cluster.name']!r} needs state.write.mode = 'fenced' or 'transactional' "
+                          f"(handover fences the previous owner's writer), got {cfg['state.write.mode']!r}")
     for spec in specs:
         if not spec.advertised_port:
             raise ConfigError(f"cluster.name = {cfg['cluster.name']!r} needs listeners with an explicit port (the other "

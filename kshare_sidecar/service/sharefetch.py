@@ -23,15 +23,12 @@ from kio.schema.errors import ErrorCode
 from ..log.batches import slice_batches
 from ..log.types import BatchInfo
 from ..metrics import STATS as _METRICS  # kshare metrics (issue 7)
+from ..protocol.types import TopicIdPartition
 from ..share.sessions import ShareSession, ShareSessionCache
 from ..share.types import AcquiredRecords, AcquireMode
 from . import keyorder
 from .logreader import ShareLogReader, _Budget
 from .partitions import PartitionError, SharePartitionManager, Slot
-
-#: A partition as ShareFetch names it: (topic id, partition index). Defined here once; the
-#: modules of the fetch path import it from here.
-TopicPartition = tuple[uuid.UUID, int]
 
 
 @dataclass
@@ -58,7 +55,7 @@ class FetchParams:
 
 #: ``session_slots(session, group_id, out, skip)``: the session's share-partitions in this
 #: round's order (ShareService: rotated, loaded on demand; lookup errors go into ``out``)
-SessionSlots = Callable[[ShareSession, str, dict[TopicPartition, PartitionOut], AbstractSet[TopicPartition]],
+SessionSlots = Callable[[ShareSession, str, dict[TopicIdPartition, PartitionOut], AbstractSet[TopicIdPartition]],
                         Awaitable[list[Slot]]]
 
 
@@ -84,7 +81,7 @@ class DelayedShareFetch:
     def __init__(self, session: ShareSession, group_id: str, member_id: str, params: FetchParams, *,
                  sessions: ShareSessionCache, partitions: SharePartitionManager, reader: ShareLogReader,
                  session_slots: SessionSlots, read_committed: bool,
-                 skip: AbstractSet[TopicPartition] = frozenset()) -> None:
+                 skip: AbstractSet[TopicIdPartition] = frozenset()) -> None:
         self.session = session
         self.group_id = group_id
         self.member_id = member_id
@@ -99,12 +96,12 @@ class DelayedShareFetch:
         self.deadline = time.monotonic() + params.max_wait_ms / 1000
         self.budget = _Budget(params.max_records, params.max_bytes)
 
-    async def run(self, on_park: Callable[[], None] | None = None) -> dict[TopicPartition, PartitionOut]:
+    async def run(self, on_park: Callable[[], None] | None = None) -> dict[TopicIdPartition, PartitionOut]:
         """Acquire until MinBytes is met, MaxRecords is used up, a partition fails or the time is up.
         ``on_park`` is called once, just before the first wait: only waiting is left, so the
         connection's next request may run (wire.Connection.release_ordering)."""
         params, budget = self.params, self.budget
-        out: dict[TopicPartition, PartitionOut] = {}
+        out: dict[TopicIdPartition, PartitionOut] = {}
         while True:
             if self.sessions.get(self.session.key) is not self.session:
                 return out  # closed while parked (TCP disconnect, epoch -1): acquire nothing for it

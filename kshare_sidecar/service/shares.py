@@ -28,17 +28,18 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from ..metrics import STATS as _METRICS  # kshare metrics (issue 7)
+from ..protocol.types import TopicIdPartition
 from ..share.acks import parse_ack_batches
 from ..share.sessions import SessionError, ShareSession, ShareSessionCache
 from ..share.types import AckBatch
 from .logreader import ShareLogReader
 from .partitions import PartitionError, PendingAcks, SharePartitionManager, Slot
-from .sharefetch import DelayedShareFetch, FetchParams, PartitionOut, TopicPartition
+from .sharefetch import DelayedShareFetch, FetchParams, PartitionOut
 
 if TYPE_CHECKING:
     from ..log.backend import Backend
 
-__all__ = ["FetchParams", "PartitionOut", "ShareOut", "ShareService", "TopicPartition"]
+__all__ = ["FetchParams", "PartitionOut", "ShareOut", "ShareService"]
 
 log = logging.getLogger("kshare.shares")
 
@@ -72,7 +73,7 @@ class ShareService:
 
     # -- entry points ------------------------------------------------------------------------
     async def share_fetch(self, *, conn_id: int, group_id: str, member_id: str, epoch: int, params: FetchParams,
-                          topics: RequestTopics, forgotten: list[TopicPartition], is_renew: bool = False,
+                          topics: RequestTopics, forgotten: list[TopicIdPartition], is_renew: bool = False,
                           on_park: Callable[[], None] | None = None, readable: Readable | None = None) -> ShareOut:
         _METRICS.share_fetch_requests += 1  # metrics (issue 7)
         key = (group_id, member_id)
@@ -99,14 +100,14 @@ class ShareService:
         # Kafka keeps partitions of topics the principal may not READ in the session and answers
         # them TOPIC_AUTHORIZATION_FAILED on every fetch; their acks are not applied.
         denied = await self._denied(readable, set(session.partitions) | set(acks))
-        out: dict[TopicPartition, PartitionOut] = {}
+        out: dict[TopicIdPartition, PartitionOut] = {}
         t0 = time.monotonic()
         # The durable write of the piggybacked acks and the acquisition of new records run side by
         # side: the response waits for both, so a fetch costs max(write, read), not their sum.
         allowed_acks = {tp: b for tp, b in acks.items() if tp not in denied}
         ack_task = asyncio.ensure_future(self._acknowledge(group_id, member_id, allowed_acks,
                                                            allow_renew=is_renew)) if allowed_acks else None
-        fetched: dict[TopicPartition, PartitionOut] = {}
+        fetched: dict[TopicIdPartition, PartitionOut] = {}
         try:
             if epoch != -1 and not is_renew and params.max_records > 0 and params.max_bytes > 0 \
                     and session.partitions - denied:
@@ -175,12 +176,12 @@ class ShareService:
             log.info("connection %d closed: share session of group=%s member=%s released %d records",
                      conn_id, session.key[0], session.key[1], released)
 
-    async def _denied(self, readable: Readable | None, tps: set[TopicPartition]) -> set[TopicPartition]:
+    async def _denied(self, readable: Readable | None, tps: set[TopicIdPartition]) -> set[TopicIdPartition]:
         """The partitions whose topic the principal may not READ (unknown ids are left to the
         UNKNOWN_TOPIC_ID answer, as Kafka does)."""
         if readable is None or not tps:
             return set()
-        denied: set[TopicPartition] = set()
+        denied: set[TopicIdPartition] = set()
         for topic_id in {t for t, _ in tps}:
             info = await self.backend.resolve_topic_id(topic_id)
             if info is not None and not readable(info.name):
@@ -211,9 +212,9 @@ class ShareService:
         self.partitions.release_member(session.key[0], session.key[1], session.partitions)
 
     # -- acknowledgements --------------------------------------------------------------------
-    async def _acknowledge(self, group_id: str, member_id: str, acks: dict[TopicPartition, list[AckBatch]],
-                           *, allow_renew: bool) -> dict[TopicPartition, ErrorCode]:
-        results: dict[TopicPartition, ErrorCode] = {}
+    async def _acknowledge(self, group_id: str, member_id: str, acks: dict[TopicIdPartition, list[AckBatch]],
+                           *, allow_renew: bool) -> dict[TopicIdPartition, ErrorCode]:
+        results: dict[TopicIdPartition, ErrorCode] = {}
         planned: list[tuple[Slot, object]] = []  # (slot, PendingAcks): persist_plans takes AckPlans too
         for (topic_id, p), batches in acks.items():
             if isinstance(parse_ack_batches(batches, allow_renew=allow_renew), ErrorCode):
@@ -256,8 +257,8 @@ class ShareService:
         return await self.partitions.get(group_id, topic_id, partition, info.name)
 
     async def _session_slots(self, session: ShareSession, group_id: str,
-                             out: dict[TopicPartition, PartitionOut],
-                             skip: AbstractSet[TopicPartition] = frozenset()) -> list[Slot]:
+                             out: dict[TopicIdPartition, PartitionOut],
+                             skip: AbstractSet[TopicIdPartition] = frozenset()) -> list[Slot]:
         """The session's share-partitions, rotated so every partition gets its turn first (each
         round of a DelayedShareFetch asks again: a share-partition may be loaded meanwhile)."""
         tps = sorted(session.partitions - skip)
@@ -279,9 +280,9 @@ class ShareService:
 
 
 def _merge_acks(topics: Iterable[tuple[uuid.UUID, int, list[AckBatch]]]
-                ) -> dict[TopicPartition, list[AckBatch]]:
+                ) -> dict[TopicIdPartition, list[AckBatch]]:
     """Clients may list one TopicId (and even one partition) more than once: merge, keep order."""
-    acks: dict[TopicPartition, list[AckBatch]] = {}
+    acks: dict[TopicIdPartition, list[AckBatch]] = {}
     for topic_id, p, batches in topics:
         if batches:
             acks.setdefault((topic_id, p), []).extend(batches)

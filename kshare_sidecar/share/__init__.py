@@ -3,18 +3,21 @@
 `SharePartition` is one share-partition; see docs/engine.md for the model and the API.
 """
 
-from kshare_sidecar.share.acks import AckPlan, parse_ack_batches
+from kshare_sidecar.share.acks import AckPlan, Run, parse_ack_batches
 from kshare_sidecar.share.config import ShareConfig
 from kshare_sidecar.share.partition import SharePartition
-from kshare_sidecar.share.types import AckBatch, AckType, AcquiredRecords, AcquireMode, LogBatch
+from kshare_sidecar.share.types import AckBatch, AcquiredRecords, AcquireMode, LogBatch
+from kshare_sidecar.states import AcknowledgeType, RecordState
 
 __all__ = [
     "AckBatch",
     "AckPlan",
-    "AckType",
+    "AcknowledgeType",
     "AcquireMode",
     "AcquiredRecords",
     "LogBatch",
+    "RecordState",
+    "Run",
     "ShareConfig",
     "SharePartition",
     "parse_ack_batches",

@@ -19,11 +19,11 @@ from the injected clocks (``clock`` monotonic for deadlines, ``wall`` for what i
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
-from kshare_sidecar.persist.model import DeliveryState, PartitionState, StateBatch
-from kshare_sidecar.share.acks import AckPlan, Run
+from kshare_sidecar.persist.model import PartitionState, StateBatch
+from kshare_sidecar.share.acks import Run
 from kshare_sidecar.share.backoff import backoff_ms
 from kshare_sidecar.share.config import Extensions, ShareConfig
 from kshare_sidecar.share.holds import (
@@ -44,25 +44,19 @@ from kshare_sidecar.share.holds import (
 )
 from kshare_sidecar.share.keyorder import KeyIndex
 from kshare_sidecar.share.partition import SharePartition
+from kshare_sidecar.share.ranges import InFlightRange
 from kshare_sidecar.share.types import AcquiredRecords
-
-AV, AQ, AK, AR = 0, 1, 2, 4
-_GAP, _ACCEPT, _RELEASE, _REJECT, _RENEW = 0, 1, 2, 3, 4
-_STATES = {0: DeliveryState.AVAILABLE, 2: DeliveryState.ACKNOWLEDGED, 4: DeliveryState.ARCHIVED}
-
-
-class _Plan(AckPlan):
-    """An AckPlan whose persisted form includes the holds the acks create."""
-
-    __slots__ = ()
-
-    @property
-    def state(self) -> PartitionState:
-        if not self.ok:
-            raise ValueError(f"plan failed validation with {self.error!r}; nothing to persist")
-        if self._state is None or self.stale:
-            self._state = self.partition.persisted(self.member_id, self.runs)  # type: ignore[attr-defined]
-        return self._state
+from kshare_sidecar.states import (
+    ACCEPT,
+    ACKNOWLEDGED,
+    ACQUIRED,
+    ARCHIVED,
+    AVAILABLE,
+    REJECT,
+    RELEASE,
+    RENEW,
+    RecordState,
+)
 
 
 class ExtendedSharePartition(SharePartition):
@@ -76,7 +70,7 @@ class ExtendedSharePartition(SharePartition):
         self.key_index = KeyIndex()  # used with ext.key_ordering only
 
     # ------------------------------------------------------------------ decisions
-    def _after_failure(self, r) -> Decision | None:
+    def _after_failure(self, r: InFlightRange) -> Decision | None:
         """Where a record goes after an unsuccessful delivery (release, expiry, member gone)."""
         if r.count >= self._limit:
             return Decision(DEAD_LETTER, cause=CAUSE_LIMIT) if self.ext.dead_letter else None
@@ -88,18 +82,15 @@ class ExtendedSharePartition(SharePartition):
             return Decision(BACKOFF, self._clock() + delay, self._wall() + delay)
         return None
 
-    def _on_reject(self, r) -> Decision | None:
+    def _on_reject(self, r: InFlightRange) -> Decision | None:
         return Decision(DEAD_LETTER, cause=CAUSE_REJECTED) if self.ext.dead_letter else None
 
     def _decide(self, member_id: str, t: int) -> Callable | None:
         if member_id in HOLDERS:
             return None
-        return self._after_failure if t == _RELEASE else self._on_reject if t == _REJECT else None
+        return self._after_failure if t == RELEASE else self._on_reject if t == REJECT else None
 
     # ------------------------------------------------------------------ engine overrides
-    def prepare_acknowledge(self, member_id: str, batches: Iterable[Any], *, allow_renew: bool = True) -> AckPlan:
-        plan = super().prepare_acknowledge(member_id, batches, allow_renew=allow_renew)
-        return _Plan(plan.partition, plan.member_id, plan.runs, plan.error, plan.version)
 
     def _apply_acks(self, member_id: str, runs: list[Run]) -> None:
         engine_runs: list[Run] = []
@@ -115,8 +106,9 @@ class ExtendedSharePartition(SharePartition):
             self._unblock({k for first, last, _t in runs for k in idx.keys_of(range(first, last + 1))})
             idx.prune(self._spso)
 
-    def _state_after(self, runs: list[Run]) -> PartitionState:  # pragma: no cover - plans use persisted()
-        raise NotImplementedError("ExtendedSharePartition plans compute their state with persisted(member, runs)")
+    def _state_after(self, member_id: str, runs: list[Run]) -> PartitionState:
+        """An AckPlan's persisted form here includes the holds the acks create."""
+        return self.persisted(member_id, runs)
 
     def expire(self, now: int | None = None) -> int:
         if now is None:
@@ -159,7 +151,7 @@ class ExtendedSharePartition(SharePartition):
             return True
         if offset >= self._end:
             return False
-        return self._rs[bisect_right(self._firsts, offset) - 1].state >= AK
+        return self._rs[bisect_right(self._firsts, offset) - 1].state >= ACKNOWLEDGED
 
     def order_by_key(self, member_id: str, acquired: list[AcquiredRecords],
                      key_of: Callable[[int], bytes | None]) -> list[AcquiredRecords]:
@@ -217,7 +209,7 @@ class ExtendedSharePartition(SharePartition):
                 continue
             r = self._rs[bisect_right(self._firsts, h) - 1]
             lk = r.lock
-            if r.state == AQ and isinstance(lk, Hold) and lk.member == KEY_ORDER:
+            if r.state == ACQUIRED and isinstance(lk, Hold) and lk.member == KEY_ORDER:
                 released += self._release_lock(lk)
         if released:
             self.version += 1
@@ -236,7 +228,7 @@ class ExtendedSharePartition(SharePartition):
         sp.ext, sp._wall = ext, wall
         now, wall_now = clock(), wall()
         for b in state.state_batches:
-            if b.delivery_state != DeliveryState.AVAILABLE:
+            if b.delivery_state != RecordState.AVAILABLE:
                 continue
             if b.dead_letter is not None and ext.dead_letter:
                 d = Decision(DEAD_LETTER, cause=b.dead_letter)
@@ -244,7 +236,7 @@ class ExtendedSharePartition(SharePartition):
                 d = Decision(BACKOFF, now + (b.available_at - wall_now), b.available_at)
             else:
                 continue
-            hold_available(sp, b.first_offset, b.last_offset, lambda _r, d=d: d)
+            hold_available(sp, b.first_offset, b.last_offset, _always(d))
         return sp
 
     # ------------------------------------------------------------------ dead-letter writer API
@@ -255,59 +247,65 @@ class ExtendedSharePartition(SharePartition):
     # ------------------------------------------------------------------ persisted form
     def persisted(self, member_id: str, runs: list[Run]) -> PartitionState:
         """The persisted state after ``member_id``'s ``runs`` (validated) are applied; no mutation."""
-        out: list[list[Any]] = []  # [first, last, state, count, at, dlq]
+        out: list[StateBatch] = []
         spso: int | None = None
 
         def emit(first: int, last: int, state: int, count: int, at: int | None = None,
                  dlq: str | None = None) -> None:
             nonlocal spso
             if spso is None:
-                if state >= AK:
+                if state >= ACKNOWLEDGED:
                     return
                 spso = first
-            if state == AV and count <= 0 and at is None and dlq is None:
+            if state == AVAILABLE and count <= 0 and at is None and dlq is None:
                 return
             if out:
                 p = out[-1]
-                if p[1] + 1 == first and p[2:] == [state, count, at, dlq]:
-                    p[1] = last
+                if p.last_offset + 1 == first and p.delivery_state == state and p.delivery_count == count \
+                        and p.available_at == at and p.dead_letter == dlq:
+                    out[-1] = StateBatch(p.first_offset, last, p.delivery_state, count, at, dlq)
                     return
-            out.append([first, last, state, count, at, dlq])
+            out.append(StateBatch(first, last, RecordState(state), count, at, dlq))
 
-        def unchanged(r, a: int, b: int) -> None:
+        def unchanged(r: InFlightRange, a: int, b: int) -> None:
             lk = r.lock
-            if r.state == AQ and isinstance(lk, Hold):
+            if r.state == ACQUIRED and isinstance(lk, Hold):
                 p = persisted_piece(a, b, r.count, lk.member, lk.wall_until, lk.cause)
-                emit(a, b, AV, p.delivery_count, p.available_at, p.dead_letter)
-            elif r.state == AQ:
-                emit(a, b, AV, r.count - 1)
+                emit(a, b, AVAILABLE, p.delivery_count, p.available_at, p.dead_letter)
+            elif r.state == ACQUIRED:
+                emit(a, b, AVAILABLE, r.count - 1)
             else:
                 emit(a, b, r.state, r.count)
 
-        def acked(r, a: int, b: int, t: int) -> None:
-            if r.state != AQ or t == _RENEW:
+        def acked(r: InFlightRange, a: int, b: int, t: int) -> None:
+            if r.state != ACQUIRED or t == RENEW:
                 unchanged(r, a, b)
                 return
             decide = self._decide(member_id, t)
             d = decide(r) if decide is not None else None
             if d is not None:
                 p = persisted_piece(a, b, r.count + d.count_delta, d.holder, d.wall_until, d.cause)
-                emit(a, b, AV, p.delivery_count, p.available_at, p.dead_letter)
-            elif t == _ACCEPT:
-                emit(a, b, AK, r.count)
-            elif t == _RELEASE:
+                emit(a, b, AVAILABLE, p.delivery_count, p.available_at, p.dead_letter)
+            elif t == ACCEPT:
+                emit(a, b, ACKNOWLEDGED, r.count)
+            elif t == RELEASE:
                 emit(a, b, self._release_state(r), r.count)
             else:
-                emit(a, b, AR, r.count)
+                emit(a, b, ARCHIVED, r.count)
 
         ri, nr = 0, len(runs)
         for r in self._rs:
             f, lst = r.first, r.last
-            while ri < nr and runs[ri][1] < f:
+            while ri < nr:  # skip runs that end before this range
+                _a, b, _t = runs[ri]
+                if b >= f:
+                    break
                 ri += 1
             pos, k = f, ri
-            while k < nr and runs[k][0] <= lst:
+            while k < nr:
                 a, b, t = runs[k]
+                if a > lst:
+                    break
                 if a > pos:
                     unchanged(r, pos, a - 1)
                     pos = a
@@ -323,5 +321,10 @@ class ExtendedSharePartition(SharePartition):
             state_epoch=self.state_epoch,
             leader_epoch=self.leader_epoch,
             start_offset=self._end if spso is None else spso,
-            state_batches=tuple(StateBatch(f, lst, _STATES[s], c, at, dlq) for f, lst, s, c, at, dlq in out),
+            state_batches=tuple(out),
         )
+
+
+def _always(d: Decision) -> Callable[[InFlightRange], Decision]:
+    """A decision rule that puts every range it is asked about under the same hold."""
+    return lambda _r: d

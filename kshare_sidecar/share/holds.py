@@ -11,8 +11,8 @@ records fail validation (INVALID_RECORD_STATE, as for records another member hol
 hold's deadline is the moment the records become AVAILABLE again (the engine's expiry does it),
 and dead-letter and key-order holds never expire (they end explicitly).
 
-These functions work on the engine's ranges (``SharePartition._rs``) like its own methods do,
-so that share/partition.py does not grow; they keep its invariants: contiguous sorted ranges,
+These functions work on the engine's ranges (``InFlight._rs``, share/ranges.py) like its own
+methods do, so that the engine's modules do not grow; they keep its invariants: contiguous sorted ranges,
 ``lock.live`` = records under the lock, ``_available`` = AVAILABLE records. Pure: no I/O.
 """
 
@@ -20,15 +20,13 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
-from kshare_sidecar.persist.model import DeliveryState, PartitionState, StateBatch
+from kshare_sidecar.persist.model import PartitionState, StateBatch
 from kshare_sidecar.share.locks import Lock
+from kshare_sidecar.share.ranges import InFlight, InFlightRange
+from kshare_sidecar.states import ACQUIRED, AVAILABLE, RecordState
 
-if TYPE_CHECKING:
-    from kshare_sidecar.share.partition import SharePartition, _Range
-
-AV, AQ = 0, 1
 NEVER = 2**62  # deadline of holds that end explicitly
 
 # Pseudo-members (> 36 characters: no client can send these member ids).
@@ -65,20 +63,20 @@ class Decision(NamedTuple):
     count_delta: int = 0
 
 
-Decide = Callable[["_Range"], Decision | None]
+Decide = Callable[[InFlightRange], Decision | None]
 
 
-def _new_hold(sp: SharePartition, r: _Range, d: Decision) -> None:
+def _new_hold(sp: InFlight, r: InFlightRange, d: Decision) -> None:
     size = r.last - r.first + 1
     hold = sp._locks.new(d.holder, d.deadline, r.first, r.last, size, kind=Hold)
     hold.wall_until = d.wall_until  # type: ignore[attr-defined]
     hold.cause = d.cause  # type: ignore[attr-defined]
     r.lock = hold
-    r.state = AQ
+    r.state = ACQUIRED
     r.count += d.count_delta
 
 
-def transfer(sp: SharePartition, first: int, last: int, member: str, decide: Decide) -> list[tuple[int, int]]:
+def transfer(sp: InFlight, first: int, last: int, member: str, decide: Decide) -> list[tuple[int, int]]:
     """Move the records of [first, last] that ``member`` holds into holds chosen by ``decide``.
 
     Ranges ``decide`` leaves (None), and ranges not held by ``member`` (a GAP over log holes),
@@ -91,7 +89,7 @@ def transfer(sp: SharePartition, first: int, last: int, member: str, decide: Dec
     left: list[tuple[int, int]] = []
     for k in range(i, j):
         r = rs[k]
-        d = decide(r) if r.state == AQ and r.lock is not None and r.lock.member == member else None
+        d = decide(r) if r.state == ACQUIRED and r.lock is not None and r.lock.member == member else None
         if d is None:
             if left and left[-1][1] + 1 == r.first:
                 left[-1] = (left[-1][0], r.last)
@@ -103,7 +101,7 @@ def transfer(sp: SharePartition, first: int, last: int, member: str, decide: Dec
     return left
 
 
-def hold_available(sp: SharePartition, first: int, last: int, decide: Decide) -> int:
+def hold_available(sp: InFlight, first: int, last: int, decide: Decide) -> int:
     """Put the AVAILABLE records of [first, last] under holds (restoring persisted holds); returns how many."""
     if first > last or first >= sp._end:
         return 0
@@ -113,7 +111,7 @@ def hold_available(sp: SharePartition, first: int, last: int, decide: Decide) ->
     held = 0
     for k in range(i, j):
         r = sp._rs[k]
-        if r.state != AV:
+        if r.state != AVAILABLE:
             continue
         d = decide(r)
         if d is None:
@@ -127,7 +125,7 @@ def hold_available(sp: SharePartition, first: int, last: int, decide: Decide) ->
     return held
 
 
-def under_lock(sp: SharePartition, lock: Lock) -> Iterator[_Range]:
+def under_lock(sp: InFlight, lock: Lock) -> Iterator[InFlightRange]:
     """The ranges still held under ``lock`` (a snapshot list: callers may re-hold them)."""
     rs = sp._rs
     start = max(sp._spso, lock.first)
@@ -144,7 +142,7 @@ def under_lock(sp: SharePartition, lock: Lock) -> Iterator[_Range]:
     return iter(out)
 
 
-def release_with(sp: SharePartition, lock: Lock, decide: Decide | None) -> int:
+def release_with(sp: InFlight, lock: Lock, decide: Decide | None) -> int:
     """End ``lock`` (expiry, member gone): ranges ``decide`` picks go to holds, the rest are
     released as the engine releases them (AVAILABLE, or ARCHIVED at the limit). Returns records changed."""
     changed = 0
@@ -161,11 +159,11 @@ def release_with(sp: SharePartition, lock: Lock, decide: Decide | None) -> int:
     return changed
 
 
-def held(sp: SharePartition, holder: str | None = None) -> Iterator[tuple[_Range, Hold]]:
+def held(sp: InFlight, holder: str | None = None) -> Iterator[tuple[InFlightRange, Hold]]:
     """(range, hold) for every held range in the window (optionally of one holder)."""
     for r in sp._rs:
         lk = r.lock
-        if r.state == AQ and isinstance(lk, Hold) and (holder is None or lk.member == holder):
+        if r.state == ACQUIRED and isinstance(lk, Hold) and (holder is None or lk.member == holder):
             yield r, lk
 
 
@@ -174,7 +172,7 @@ def persisted_piece(first: int, last: int, count: int, holder: str, wall_until: 
     """How held records are persisted: AVAILABLE with their delivery count (not count - 1 as for a
     consumer's acquisition: no delivery is in progress), plus the backoff end or dead-letter cause
     (key-order holds persist as plain AVAILABLE: the order is recomputed after a restart)."""
-    return StateBatch(first, last, DeliveryState.AVAILABLE, count,
+    return StateBatch(first, last, RecordState.AVAILABLE, count,
                       wall_until if holder == BACKOFF else None, cause if holder == DEAD_LETTER else None)
 
 
@@ -205,7 +203,7 @@ def overlay(state: PartitionState, pieces: Iterable[StateBatch]) -> PartitionSta
     out.extend(pieces[pi:])
     merged: list[StateBatch] = []
     for b in sorted(out, key=lambda x: x.first_offset):
-        if b.delivery_state == DeliveryState.AVAILABLE and b.delivery_count <= 0 and b.available_at is None \
+        if b.delivery_state == RecordState.AVAILABLE and b.delivery_count <= 0 and b.available_at is None \
                 and b.dead_letter is None:
             continue
         if merged:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kshare_sidecar.persist.model import DeliveryState, PartitionState, StateBatch
+from kshare_sidecar.persist.model import PartitionState, StateBatch
+from kshare_sidecar.states import ACKNOWLEDGED, ACQUIRED, AVAILABLE, RecordState
 
-_STATES = {0: DeliveryState.AVAILABLE, 2: DeliveryState.ACKNOWLEDGED, 4: DeliveryState.ARCHIVED}
+_STATES = {s.value: s for s in RecordState}  # int -> enum member without an enum call per batch
 
 
 def to_partition_state(
@@ -22,27 +23,31 @@ def to_partition_state(
     Kafka: acquisition is never persisted); AVAILABLE with count 0 is implied and left out;
     equal neighbours are merged.
     """
-    out: list[list[int]] = []
+    batches: list[StateBatch] = []
     spso: int | None = None
+    # the piece being merged, written out when the next one differs (p_first < 0: none yet)
+    p_first = p_last = p_state = p_count = -1
     for first, last, state, count in pieces:
         if spso is None:
-            if state >= 2:
+            if state >= ACKNOWLEDGED:
                 continue
             spso = first
-        if state == 1:
-            state = 0
+        if state == ACQUIRED:
+            state = AVAILABLE
             count -= 1
-        if state == 0 and count <= 0:
+        if state == AVAILABLE and count <= 0:
             continue
-        if out:
-            prev = out[-1]
-            if prev[1] + 1 == first and prev[2] == state and prev[3] == count:
-                prev[1] = last
+        if p_first >= 0:
+            if p_last + 1 == first and p_state == state and p_count == count:
+                p_last = last
                 continue
-        out.append([first, last, state, count])
+            batches.append(StateBatch(p_first, p_last, _STATES[p_state], p_count))
+        p_first, p_last, p_state, p_count = first, last, state, count
+    if p_first >= 0:
+        batches.append(StateBatch(p_first, p_last, _STATES[p_state], p_count))
     return PartitionState(
         state_epoch=state_epoch,
         leader_epoch=leader_epoch,
         start_offset=end if spso is None else spso,
-        state_batches=tuple(StateBatch(f, lst, _STATES[s], c) for f, lst, s, c in out),
+        state_batches=tuple(batches),
     )

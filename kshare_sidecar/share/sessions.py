@@ -8,12 +8,12 @@ does that with the partitions this module hands back. Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-TopicPartition = tuple[uuid.UUID, int]
+from ..protocol.types import TopicIdPartition
+
 SessionKey = tuple[str, str]  # (group id, member id)
 
 _MAX_EPOCH = 2**31 - 1
@@ -28,7 +28,7 @@ class ShareSession:
     key: SessionKey
     conn_id: int
     epoch: int = 1  # the epoch the next request must carry
-    partitions: set[TopicPartition] = field(default_factory=set)
+    partitions: set[TopicIdPartition] = field(default_factory=set)
 
 
 class SessionError(Exception):

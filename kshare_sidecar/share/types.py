@@ -1,19 +1,12 @@
-"""Small value types shared by the engine and its callers (wire numbering kept where one exists)."""
+"""Small value types shared by the engine and its callers (wire numbering kept where one exists).
+
+Record states and acknowledge types are in kshare_sidecar/states.py (RecordState, AcknowledgeType).
+"""
 
 from __future__ import annotations
 
 from enum import IntEnum
 from typing import NamedTuple
-
-
-class AckType(IntEnum):
-    """AcknowledgeTypes values of ShareFetch/ShareAcknowledge (v1; RENEW is v2 with IsRenewAck)."""
-
-    GAP = 0
-    ACCEPT = 1
-    RELEASE = 2
-    REJECT = 3
-    RENEW = 4
 
 
 class AcquireMode(IntEnum):

@@ -22,10 +22,14 @@ import json
 import logging
 import time
 import uuid
+from typing import TYPE_CHECKING
 
 from . import lifecycle
 from . import ranges as R
 from .options import SourceOptions
+
+if TYPE_CHECKING:  # imported when the first batch is planned (see consumer())
+    from confluent_kafka import ShareConsumer
 
 #: librdkafka statistics interval (assignment / join state; cheap at a few partitions).
 STATS_INTERVAL_MS = 500
@@ -42,7 +46,7 @@ class Acquirer:
     def __init__(self, opts: SourceOptions, sid: str | None = None) -> None:
         self.opts = opts
         self.sid = sid or uuid.uuid4().hex[:12]
-        self._consumer = None
+        self._consumer: ShareConsumer | None = None
         #: seq -> ranges acquired in this session and not yet acknowledged or released.
         self.outstanding: dict[int, dict[str, list[R.Range]]] = {}
         self._acquired_at: dict[int, float] = {}
@@ -52,7 +56,7 @@ class Acquirer:
         self.joined = False
 
     # -- client ------------------------------------------------------------------------
-    def consumer(self):
+    def consumer(self) -> ShareConsumer:
         if self._consumer is None:
             from confluent_kafka import ShareConsumer
 

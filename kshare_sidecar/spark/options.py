@@ -19,6 +19,7 @@ import re
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import overload
 
 #: Kafka's default acquisition lock (``group.share.record.lock.duration.ms``).
 DEFAULT_LOCK_MS = 30_000
@@ -145,6 +146,12 @@ def did_you_mean(key: str) -> str:
         return ""
     name = CANONICAL.get(close[0]) or _KAFKA_SOURCE_ONLY_LC[close[0]][0]
     return f" (did you mean '{name}'?)"
+
+
+@overload
+def _int(opts: Mapping[str, str], name: str, default: int, *, minimum: int) -> int: ...
+@overload
+def _int(opts: Mapping[str, str], name: str, default: None, *, minimum: int) -> int | None: ...
 
 
 def _int(opts: Mapping[str, str], name: str, default: int | None, *, minimum: int) -> int | None:

@@ -18,8 +18,12 @@ import atexit
 import logging
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from .options import SourceOptions
+
+if TYPE_CHECKING:  # imported lazily at run time: executors load it only when reading
+    from confluent_kafka import Consumer
 
 log = logging.getLogger("kshare.spark")
 
@@ -31,7 +35,8 @@ CONSUME_BATCH = 10_000
 _TS_TYPE = {1: 0, 2: 1}
 
 #: One plain consumer per Python worker process and configuration (see the module docstring).
-_CONSUMERS: dict[tuple, object] = {}
+_ConsumerKey = tuple[tuple[str, str], ...]
+_CONSUMERS: dict[_ConsumerKey, Consumer] = {}
 
 
 def arrow_schema():
@@ -87,9 +92,9 @@ class _Columns:
         import pyarrow as pa
 
         n = len(self.offsets)
-        runs = self.counts + [(n, None)]
+        ends = [start for start, _ in self.counts[1:]] + [n]
         counts: list[int] = []
-        for (start, count), (end, _) in zip(runs, runs[1:]):
+        for (start, count), end in zip(self.counts, ends):
             counts.extend([count] * (end - start))
         f = {field.name: field.type for field in schema}
         arrays = [
@@ -110,7 +115,7 @@ class _Columns:
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def _consumer(opts: SourceOptions):
+def _consumer(opts: SourceOptions) -> tuple[_ConsumerKey, Consumer]:
     from confluent_kafka import Consumer
 
     config = opts.plain_consumer_config()
@@ -121,7 +126,7 @@ def _consumer(opts: SourceOptions):
     return key, consumer
 
 
-def _drop(key) -> None:
+def _drop(key: _ConsumerKey) -> None:
     consumer = _CONSUMERS.pop(key, None)
     if consumer is not None:
         try:
@@ -176,6 +181,7 @@ def read_ranges(opts: SourceOptions, topic: str, partition: int, ranges: list[li
                             continue
                         raise KafkaException(err)
                     offset = msg.offset()
+                    assert offset is not None  # a record (not an error event) always has its offset
                     if offset < position:
                         continue
                     if offset > last:

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 
+from ..protocol.address import first_server, parse_host_port
 from .errors import HarnessError
 from .kafka import KafkaBroker, resolve_version
 from .probe import broker_ready
@@ -36,8 +37,7 @@ class Cluster:
 
     @property
     def host_port(self) -> tuple[str, int]:
-        host, _, port = self.bootstrap.rpartition(":")
-        return host, int(port)
+        return parse_host_port(self.bootstrap)
 
 
 @cache
@@ -60,10 +60,11 @@ def external_cluster(alias: str) -> Cluster | None:
     bootstrap = os.environ.get(var)
     if not bootstrap:
         return None
-    host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
-    if not host or not port.isdigit():
-        raise HarnessError(f"{var}={bootstrap!r} is not host:port: set it like 127.0.0.1:9092 or unset it")
-    if not broker_ready(host, int(port), timeout=5):
+    try:
+        host, port = first_server(bootstrap)
+    except ValueError:
+        raise HarnessError(f"{var}={bootstrap!r} is not host:port: set it like 127.0.0.1:9092 or unset it") from None
+    if not broker_ready(host, port, timeout=5):
         raise HarnessError(f"{var}={bootstrap} does not answer Kafka Metadata: start that cluster or unset {var}")
     return Cluster(bootstrap, os.environ.get(f"{var}_VERSION", "external"), "external", alias != "3.9")
 

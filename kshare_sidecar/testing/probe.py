@@ -1,55 +1,24 @@
 """A tiny blocking Kafka client for readiness probes: one request, one response, over kio.
 
-The harness must not depend on the code under test (aiokafka, the sidecar's own wire layer),
-so it carries this minimal framing of its own.
+Framing comes from :mod:`kshare_sidecar.protocol` (kio and sockets only), shared with the CLI:
+the harness must not depend on the code under test — the sidecar's server (``wire/``, ``api/``)
+and its backend client (``log/``, aiokafka) — and ``protocol/`` is neither. A probe that must send
+*malformed* frames is a different tool: ``testing/wirefuzz.py`` writes raw bytes itself.
 """
 
 from __future__ import annotations
 
-import io
-import socket
-import struct
 from typing import Any
 
 
-def call(host: str, port: int, request: Any, *, timeout: float = 5.0, correlation_id: int = 1) -> Any:
-    """Send ``request`` (a kio request entity) and return the decoded response entity."""
+def call(host: str, port: int, request: Any, *, timeout: float = 5.0) -> Any:
+    """Send ``request`` (a kio request entity) on a new connection; the decoded response entity."""
     # kio is imported on use: the harness loads as a pytest plugin, before hypothesis's own
     # plugin, and kio's import would otherwise trip hypothesis's side-effect warning.
-    from kio.index import load_response_from_request
-    from kio.serial import entity_reader, entity_writer
+    from ..protocol.blocking import BlockingConnection
 
-    header_cls = request.__header_schema__
-    buf = io.BytesIO()
-    entity_writer(header_cls)(
-        buf,
-        header_cls(
-            request_api_key=request.__api_key__,
-            request_api_version=request.__version__,
-            correlation_id=correlation_id,
-            client_id="kshare-harness",
-        ),
-    )
-    entity_writer(type(request))(buf, request)
-    payload = buf.getvalue()
-    with socket.create_connection((host, port), timeout=timeout) as sock:
-        sock.sendall(struct.pack(">i", len(payload)) + payload)
-        size = struct.unpack(">i", _read_exact(sock, 4))[0]
-        frame = _read_exact(sock, size)
-    response_cls = load_response_from_request(type(request))
-    _, offset = entity_reader(response_cls.__header_schema__)(frame, 0)
-    response, _ = entity_reader(response_cls)(frame, offset)
-    return response
-
-
-def _read_exact(sock: socket.socket, size: int) -> bytes:
-    chunks = bytearray()
-    while len(chunks) < size:
-        chunk = sock.recv(size - len(chunks))
-        if not chunk:
-            raise ConnectionError("connection closed by the broker")
-        chunks += chunk
-    return bytes(chunks)
+    with BlockingConnection(host, port, timeout=timeout, client_id="kshare-harness") as conn:
+        return conn.call(request)
 
 
 def broker_ready(host: str, port: int, *, timeout: float = 2.0) -> bool:

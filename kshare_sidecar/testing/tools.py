@@ -13,10 +13,17 @@ import asyncio
 import os
 import subprocess
 import threading
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .maven import require_tool, resolve_artifacts
+
+if TYPE_CHECKING:
+    from ..service.runner import Sidecar
+
+T = TypeVar("T")
 
 KAFKA_TOOLS_VERSION = "4.3.1"
 SHARE_GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
@@ -65,17 +72,19 @@ def run_configs(bootstrap: str, *args: str, timeout: float = 120) -> ToolResult:
 class SidecarThread:
     """A :class:`~kshare_sidecar.service.runner.Sidecar` on a private event loop in a daemon thread."""
 
-    def __init__(self, overrides: dict) -> None:
+    def __init__(self, overrides: dict[str, Any]) -> None:
         self.overrides = overrides if overrides.get("listeners") else {"listen": "127.0.0.1:0", **overrides}
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="kshare-sidecar", daemon=True)
-        self.sidecar = None
+        self.sidecar: Sidecar | None = None
 
     @property
     def bootstrap(self) -> str:
+        if self.sidecar is None:
+            raise RuntimeError("SidecarThread.start() first")
         return f"127.0.0.1:{self.sidecar.port}"
 
-    def run(self, coro, timeout: float = 60):
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 60) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def start(self) -> SidecarThread:

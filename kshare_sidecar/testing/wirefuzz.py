@@ -15,6 +15,8 @@ import struct
 import uuid
 from collections.abc import Sequence
 
+from kio.static.protocol import RequestPayload
+
 from ..wire import codec
 from ..wire.prescan import _K_BYTES, _K_ENTITY, _K_FIXED, _K_STRING, _Field, _Plan, plan_for
 
@@ -60,9 +62,10 @@ class FrameFactory:
 
     def structured(self, api: tuple[int, int] | None = None) -> bytes:
         key, version = api or self.pick_api()
-        cls = codec.request_class(key, version)
+        cls: type[RequestPayload] = codec.request_class(key, version)
         head = struct.pack(">hhi", key, version, self.rng.randint(0, 2**31 - 1))
-        header = plan_for(cls.__header_schema__)
+        header_cls: type = cls.__header_schema__  # plan_for is cached by class
+        header = plan_for(header_cls)
         client = self.rng.choice((b"fuzz", b"", None))
         head += struct.pack(">h", -1) if client is None else struct.pack(">h", len(client)) + client
         if header.flexible:

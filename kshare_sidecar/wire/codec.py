@@ -6,7 +6,9 @@ all, and the one exception to "unknown version closes the connection", ApiVersio
 answered with a v0 body listing the served ranges so that a newer client can downgrade.
 
 kio looks classes up dynamically and builds readers/writers per class; both are cached per class
-here so the per-request path is two dict hits. Readers need immutable ``bytes``.
+(in ``protocol/requests.py``, shared with every client kshare has) so the per-request path is two
+dict hits. Readers need immutable ``bytes``. Encoding *requests* is the clients' business
+(``protocol/requests.py``); :func:`encode_request` here frames one for tests and tools.
 """
 
 from __future__ import annotations
@@ -21,14 +23,20 @@ from kio.index import KioIndexError, load_request_schema, load_response_schema
 from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i16
 
+from ..protocol.constants import ApiKey
+from ..protocol.requests import decode_response, reader, request_frame, writer
 from .errors import MalformedFrame, UnsupportedRequest
 from .framing import frame
 from .prescan import prescan
 
+__all__ = ["API_VERSIONS_KEY", "DecodedRequest", "RequestPeek", "api_versions_fallback", "check_request",
+           "decode_request", "decode_response", "encode_request", "encode_response", "peek", "reader",
+           "request_class", "response_class", "writer"]
+
 #: API key of ApiVersions, the request every client sends first and the one special case.
-API_VERSIONS_KEY = 18
+API_VERSIONS_KEY = ApiKey.API_VERSIONS
 
 #: A request header starts with api_key int16, api_version int16, correlation_id int32 in every
 #: header version, so these eight bytes can be read before the header version is known.
@@ -82,7 +90,7 @@ def peek(frame_bytes: bytes) -> RequestPeek:
 
 
 @functools.cache
-def request_class(api_key: int, api_version: int) -> type:
+def request_class(api_key: int, api_version: int) -> Any:  # a kio class: its ClassVars are not on `type`
     """kio's request class for (key, version); :class:`UnsupportedRequest` when kio has none."""
     try:
         return load_request_schema(api_key, api_version)
@@ -91,24 +99,12 @@ def request_class(api_key: int, api_version: int) -> type:
 
 
 @functools.cache
-def response_class(api_key: int, api_version: int) -> type:
+def response_class(api_key: int, api_version: int) -> Any:
     """kio's response class for (key, version); :class:`UnsupportedRequest` when kio has none."""
     try:
         return load_response_schema(api_key, api_version)
     except KioIndexError as exc:
         raise UnsupportedRequest(f"api key {api_key} version {api_version} is unknown") from exc
-
-
-@functools.cache
-def reader(cls: type) -> Any:
-    """Cached kio reader: ``reader(cls)(buffer, offset) -> (entity, size)``."""
-    return entity_reader(cls)
-
-
-@functools.cache
-def writer(cls: type) -> Any:
-    """Cached kio writer: ``writer(cls)(io, entity)``."""
-    return entity_writer(cls)
 
 
 def decode_request(frame_bytes: bytes) -> DecodedRequest:
@@ -167,7 +163,7 @@ def encode_response(response: Any, correlation_id: int) -> bytes:
     kio's ``__header_schema__`` already encodes the quirks: response header v1 for flexible
     versions, v0 otherwise, and v0 for every ApiVersions response.
     """
-    cls = type(response)
+    cls: Any = type(response)
     header_cls = cls.__header_schema__
     buf = io.BytesIO()
     writer(header_cls)(buf, header_cls(correlation_id=correlation_id))
@@ -177,27 +173,7 @@ def encode_response(response: Any, correlation_id: int) -> bytes:
 
 def encode_request(request: Any, correlation_id: int, client_id: str | None = "kshare") -> bytes:
     """Frame ``request`` with its header (used by tests and small tools, not by the server)."""
-    cls = type(request)
-    header_cls = cls.__header_schema__
-    buf = io.BytesIO()
-    writer(header_cls)(
-        buf,
-        header_cls(
-            request_api_key=cls.__api_key__,
-            request_api_version=cls.__version__,
-            correlation_id=correlation_id,
-            client_id=client_id,
-        ),
-    )
-    writer(cls)(buf, request)
-    return frame(buf.getvalue())
-
-
-def decode_response(frame_bytes: bytes, response_cls: type) -> tuple[Any, Any]:
-    """Parse a response frame (payload without size prefix) into (header, body)."""
-    header, offset = reader(response_cls.__header_schema__)(frame_bytes, 0)
-    body, _ = reader(response_cls)(frame_bytes, offset)
-    return header, body
+    return request_frame(request, correlation_id, client_id)
 
 
 def api_versions_fallback(correlation_id: int, ranges: Iterable[tuple[int, int, int]]) -> bytes:
@@ -211,7 +187,7 @@ def api_versions_fallback(correlation_id: int, ranges: Iterable[tuple[int, int, 
     body = ApiVersionsResponseV0(
         error_code=ErrorCode.unsupported_version,
         api_keys=tuple(
-            ApiVersionV0(api_key=key, min_version=lo, max_version=hi) for key, lo, hi in ranges
+            ApiVersionV0(api_key=i16(key), min_version=i16(lo), max_version=i16(hi)) for key, lo, hi in ranges
         ),
     )
     return encode_response(body, correlation_id)

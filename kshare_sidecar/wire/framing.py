@@ -10,7 +10,10 @@ default 100 MiB, closes the connection the same way).
 
 from __future__ import annotations
 
+from ..protocol.requests import frame
 from .errors import FrameTooLarge, MalformedFrame
+
+__all__ = ["DEFAULT_MAX_FRAME_BYTES", "FrameDecoder", "frame"]  # frame: the inverse of FrameDecoder
 
 #: Kafka's default ``socket.request.max.bytes``.
 DEFAULT_MAX_FRAME_BYTES = 104_857_600
@@ -78,8 +81,3 @@ class FrameDecoder:
             frames.append(bytes(self._buffer[: self._need]))
             del self._buffer[: self._need]
             self._need = None
-
-
-def frame(payload: bytes) -> bytes:
-    """Prefix ``payload`` with its int32 size (the inverse of :class:`FrameDecoder`)."""
-    return len(payload).to_bytes(_SIZE_BYTES, "big", signed=True) + payload

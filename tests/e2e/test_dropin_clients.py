@@ -219,10 +219,10 @@ def test_kafka_topic_command_through_the_sidecar(sidecar):
 def _api_versions(bootstrap: str) -> dict[int, tuple[int, int]]:
     from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
-    from kshare_sidecar.cli.kclient import _Connection
+    from kshare_sidecar.protocol.address import parse_host_port
+    from kshare_sidecar.protocol.blocking import BlockingConnection
 
-    host, _, port = bootstrap.rpartition(":")
-    conn = _Connection(host, int(port), 15, "dropin-test")
+    conn = BlockingConnection(*parse_host_port(bootstrap), timeout=15, client_id="dropin-test")
     try:
         answer = conn.call(ApiVersionsRequest(client_software_name="t", client_software_version="1"))
     finally:

@@ -8,6 +8,13 @@
 Every verdict comes from the state topic itself (read_committed, decoded with persist/codec.py)
 and from what the consumers saw. Each scenario gets its own state topic, so the session's other
 sidecars are not involved. ``KSHARE_FENCING_REPEAT=5`` runs each scenario that many times.
+
+Each scenario runs per state write mode in ``KSHARE_FENCING_MODES`` (default: ``fenced``, the
+default mode; ``make test-fencing`` adds ``transactional``). In ``transactional`` mode A is frozen
+inside an open state transaction and the backend must abort it; in ``fenced`` mode (no
+transactions) A is frozen while its writes are held (the test hook) and the partition leader must
+refuse every write A attempts after B's owner record — checked as "no share-partition record of an
+older owner after a newer owner record" on the state topic.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from tests.support import create_topic, produce, unique
 pytestmark = pytest.mark.kafka
 
 REPEAT = int(os.environ.get("KSHARE_FENCING_REPEAT", "1"))
+MODES = os.environ.get("KSHARE_FENCING_MODES", "fenced").split(",")
 PARTITIONS = 3
 SUPERSEDED = "this sidecar stops serving share groups"
 
@@ -168,26 +176,48 @@ def kill(workers: list[Worker]) -> None:
             w.proc.wait(10)
 
 
-def sidecar(kafka, tmp, name: str, state_topic: str, **env) -> SidecarProcess:
-    """Every state transaction is held open 200 ms (test hook), so a SIGSTOP lands inside one."""
+def sidecar(kafka, tmp, name: str, state_topic: str, mode: str, **env) -> SidecarProcess:
+    """Every state write is held 200 ms (test hook: a transaction open, or a batch not yet sent),
+    so a SIGSTOP lands inside one."""
     return SidecarProcess(kafka.bootstrap, tmp / f"{name}.log",
-                          env={"KSHARE_STATE_TOPIC": state_topic, "KSHARE_TEST_STATE_COMMIT_HOLD_MS": "200", **env})
+                          env={"KSHARE_STATE_TOPIC": state_topic, "KSHARE_TEST_STATE_COMMIT_HOLD_MS": "200",
+                               "KSHARE_STATE_WRITE_MODE": mode, **env})
 
 
+def freeze(sc: SidecarProcess, state_topic: str, mode: str) -> None:
+    if mode == "transactional":
+        freeze_inside_a_transaction(sc, state_topic)
+    else:  # writes are held 200 ms of every write cycle: most moments are inside one
+        os.kill(sc.proc.pid, signal.SIGSTOP)
+
+
+def assert_one_writer_at_a_time(state: StateLog) -> None:
+    """Once a newer owner record is committed on a partition, no share-partition record of an
+    older owner follows it there."""
+    newest: dict[int, int] = {}
+    for p, offset, kind, _ident, entity in state.records:
+        if kind == KIND_OWNER:
+            newest[p] = max(newest.get(p, -1), entity)
+        elif kind == KIND_PARTITION and entity is not None and entity.state.leader_epoch >= 0:
+            assert entity.state.leader_epoch >= newest.get(p, -1), \
+                f"partition {p} offset {offset}: owner {entity.state.leader_epoch} wrote after owner {newest[p]}"
+
+
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("run", range(REPEAT))
-def test_frozen_owner_resumed_after_takeover_never_moves_state_backwards(kafka_39, tmp_path, run):
+def test_frozen_owner_resumed_after_takeover_never_moves_state_backwards(kafka_39, tmp_path, run, mode):
     first, more = 20_000, 5_000
     topic, group, state_topic = unique("fence"), unique("g"), unique("__kshare_state_fence")
     create_topic(kafka_39.bootstrap, topic, PARTITIONS)
     produce(kafka_39.bootstrap, topic, first, partitions=PARTITIONS)
-    a = sidecar(kafka_39, tmp_path, "a", state_topic).start()
-    b = sidecar(kafka_39, tmp_path, "b", state_topic)
+    a = sidecar(kafka_39, tmp_path, "a", state_topic, mode).start()
+    b = sidecar(kafka_39, tmp_path, "b", state_topic, mode)
     workers_a: list[Worker] = []
     workers_b: list[Worker] = []
     try:
         workers_a = start_workers(a, group, topic, tmp_path, "a")
         assert wait_until(lambda: len(delivered(workers_a)) > first // 4, 90), a.log_tail()
-        freeze_inside_a_transaction(a, state_topic)
+        freeze(a, state_topic, mode)
         frozen_at = len(delivered(workers_a))
         kill(workers_a)  # their sockets hang on the frozen A; the consumers move to B
         b.start()
@@ -210,27 +240,32 @@ def test_frozen_owner_resumed_after_takeover_never_moves_state_backwards(kafka_3
     state = read_state(kafka_39.bootstrap, state_topic)
     assert_never_backwards(state)
     assert_all_accepted(state, group, end_offsets(kafka_39.bootstrap, topic))
-    assert state.uncommitted > len(state.records), "no open state transaction was aborted: A froze outside one"
+    if mode == "transactional":
+        assert state.uncommitted > len(state.records), "no open state transaction was aborted: A froze outside one"
+    else:
+        assert state.uncommitted == len(state.records)  # no transactions at all
+        assert_one_writer_at_a_time(state)  # A's writes after B's owner record were refused
     owners = [e for _p, _o, e in state.owner_records()]
     assert len(set(owners)) == 2 and min(owners) < max(owners), owners  # A's epoch, then B's, larger
     recovered, stats = replay_like_a_fresh_sidecar(kafka_39.bootstrap, state_topic)
     last = {k: snaps[-1][1] for k, snaps in state.snapshots().items()}
     assert recovered == last  # a fresh sidecar recovers B's final state
-    c = sidecar(kafka_39, tmp_path, "c", state_topic).start()  # and really starts on it
+    c = sidecar(kafka_39, tmp_path, "c", state_topic, mode).start()  # and really starts on it
     c.stop()
-    print(f"\n[fencing] frozen A after {frozen_at}/{first}: {len(state.records)} committed state records, "
+    print(f"\n[fencing {mode}] frozen A after {frozen_at}/{first}: {len(state.records)} committed state records, "
           f"{state.uncommitted - len(state.records)} aborted, owner epochs {sorted(set(owners))}, "
           f"{stats.stale_ignored} stale ignored on replay")
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("run", range(REPEAT))
-def test_killed_owner_restarted_while_successor_serves_leaves_one_writer(kafka_39, tmp_path, run):
+def test_killed_owner_restarted_while_successor_serves_leaves_one_writer(kafka_39, tmp_path, run, mode):
     first = 20_000
     topic, group, state_topic = unique("fence"), unique("g"), unique("__kshare_state_fence")
     create_topic(kafka_39.bootstrap, topic, PARTITIONS)
     produce(kafka_39.bootstrap, topic, first, partitions=PARTITIONS)
-    a = sidecar(kafka_39, tmp_path, "a", state_topic).start()
-    b = sidecar(kafka_39, tmp_path, "b", state_topic)
+    a = sidecar(kafka_39, tmp_path, "a", state_topic, mode).start()
+    b = sidecar(kafka_39, tmp_path, "b", state_topic, mode)
     workers: list[Worker] = []
     try:
         workers += start_workers(a, group, topic, tmp_path, "a")
@@ -256,32 +291,25 @@ def test_killed_owner_restarted_while_successor_serves_leaves_one_writer(kafka_3
     state = read_state(kafka_39.bootstrap, state_topic)
     assert_never_backwards(state)
     assert_all_accepted(state, group, end_offsets(kafka_39.bootstrap, topic))
-    # exactly one writer per state partition at any time: once a newer owner record is committed on
-    # a partition, no share-partition record of an older owner follows it there
-    newest: dict[int, int] = {}
-    for p, offset, kind, _ident, entity in state.records:
-        if kind == KIND_OWNER:
-            newest[p] = max(newest.get(p, -1), entity)
-        elif kind == KIND_PARTITION and entity is not None and entity.state.leader_epoch >= 0:
-            assert entity.state.leader_epoch >= newest.get(p, -1), \
-                f"partition {p} offset {offset}: owner {entity.state.leader_epoch} wrote after owner {newest[p]}"
+    assert_one_writer_at_a_time(state)  # exactly one writer per state partition at any time
     assert len({e for _p, _o, e in state.owner_records()}) == 3  # A, B, A restarted
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("run", range(REPEAT))
-def test_lone_owner_frozen_past_the_transaction_timeout_does_not_regress(kafka_39, tmp_path, run):
+def test_lone_owner_frozen_past_the_transaction_timeout_does_not_regress(kafka_39, tmp_path, run, mode):
     """Kafka 3.9's default transaction.abort.timed.out.transaction.cleanup.interval.ms is 10 s: with
     a 3 s state transaction timeout, a 16 s freeze outlives the transaction for certain."""
     first = 20_000
     topic, group, state_topic = unique("fence"), unique("g"), unique("__kshare_state_fence")
     create_topic(kafka_39.bootstrap, topic, PARTITIONS)
     produce(kafka_39.bootstrap, topic, first, partitions=PARTITIONS)
-    a = sidecar(kafka_39, tmp_path, "a", state_topic, KSHARE_STATE_TRANSACTION_TIMEOUT_MS="3000").start()
+    a = sidecar(kafka_39, tmp_path, "a", state_topic, mode, KSHARE_STATE_TRANSACTION_TIMEOUT_MS="3000").start()
     workers: list[Worker] = []
     try:
         workers = start_workers(a, group, topic, tmp_path, "a", idle_s=15)
         assert wait_until(lambda: len(delivered(workers)) > first // 4, 90), a.log_tail()
-        freeze_inside_a_transaction(a, state_topic)
+        freeze(a, state_topic, mode)
         frozen_at = len(delivered(workers))
         time.sleep(16)
         os.kill(a.proc.pid, signal.SIGCONT)
@@ -289,9 +317,10 @@ def test_lone_owner_frozen_past_the_transaction_timeout_does_not_regress(kafka_3
             assert w.wait(240) == 0, w.stderr()
         log_text = a.log_path.read_text(errors="replace")
         assert SUPERSEDED not in log_text, "the only sidecar must keep serving"
-        # its open transaction was aborted by the backend (epoch bumped): it re-read ownership, found
-        # itself still the newest owner and took the partition over again
-        assert "took it over again" in log_text, a.log_tail()
+        if mode == "transactional":
+            # its open transaction was aborted by the backend (epoch bumped): it re-read ownership,
+            # found itself still the newest owner and took the partition over again
+            assert "took it over again" in log_text, a.log_tail()
         assert frozen_at < first
     finally:
         kill(workers)
@@ -300,7 +329,10 @@ def test_lone_owner_frozen_past_the_transaction_timeout_does_not_regress(kafka_3
     state = read_state(kafka_39.bootstrap, state_topic)
     assert_never_backwards(state)
     assert_all_accepted(state, group, end_offsets(kafka_39.bootstrap, topic))
-    assert state.uncommitted > len(state.records), "no transaction was aborted: the freeze proves nothing"
-    print(f"\n[fencing] lone A frozen 16 s after {frozen_at}/{first}: {state.uncommitted - len(state.records)} "
+    if mode == "transactional":
+        assert state.uncommitted > len(state.records), "no transaction was aborted: the freeze proves nothing"
+    else:  # nothing to abort without transactions: the writer just goes on at its epoch
+        assert_one_writer_at_a_time(state)
+    print(f"\n[fencing {mode}] lone A frozen 16 s after {frozen_at}/{first}: {state.uncommitted - len(state.records)} "
           f"aborted records; took over again: {log_text.count('took it over again')}, "
           f"re-read after unconfirmed commits: {log_text.count('serving again')}")

@@ -13,7 +13,8 @@ from kio.schema.describe_share_group_offsets.v1.request import (DescribeShareGro
                                                                   DescribeShareGroupOffsetsRequestGroup,
                                                                   DescribeShareGroupOffsetsRequestTopic)
 
-from kshare_sidecar.cli.kclient import _Connection
+from kshare_sidecar.protocol.address import parse_host_port
+from kshare_sidecar.protocol.blocking import BlockingConnection
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -42,8 +43,7 @@ def scenario(bootstrap: str) -> list:
     for future in admin.delete_consumer_groups([group], request_timeout=30).values():
         future.result(30)
 
-    host, _, port = bootstrap.rpartition(":")
-    conn = _Connection(host, int(port), 15, "parity")
+    conn = BlockingConnection(*parse_host_port(bootstrap), timeout=15, client_id="parity")
     seen = []
     try:
         for group_id, topics in ((group, None), (group, ((topic, (0, 1)),)), (f"never-{suffix}", None)):

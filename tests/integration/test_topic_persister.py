@@ -6,6 +6,7 @@ Run: python -m pytest tests/integration/test_topic_persister.py -m kafka -s   (-
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import textwrap
@@ -46,6 +47,9 @@ def unique_topic(tag: str) -> str:
 def persister(bootstrap: str, topic: str, **kw) -> TopicPersister:
     kw.setdefault("partitions", 2)
     kw.setdefault("replication_factor", 1)
+    # These tests pin the transactional mode: they write states at arbitrary epochs, which its key
+    # rule judges per key; fenced mode (the default) has its own tests in test_epoch_writer.py.
+    kw.setdefault("write_mode", os.environ.get("KSHARE_TEST_PERSISTER_MODE", "transactional"))
     return TopicPersister(bootstrap, topic=topic, **kw)
 
 

@@ -2,66 +2,45 @@
 
 The harness must see exactly what a broker answers, so nothing here interprets a response
 (no retries, no metadata refresh): one TCP connection, one request at a time, kio entities in
-and out. It uses the sidecar's codec for framing only because that is kio's own reader/writer
-with caching; the bytes on the wire are kio's.
+and out. The connection is kshare's :class:`~kshare_sidecar.protocol.blocking.BlockingConnection`
+(framing only: kio's reader/writer, a correlation-id check); the bytes on the wire are kio's.
 """
 
 from __future__ import annotations
 
-import socket
-import struct
 import time
 from typing import Any
 
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.memory_records import MemoryRecords
 
-from kshare_sidecar.wire.codec import decode_response, encode_request, response_class
+from kshare_sidecar.protocol.address import parse_host_port
+from kshare_sidecar.protocol.blocking import BlockingConnection
 
 
 class Wire:
-    """One connection to one target (``host:port``)."""
+    """One connection to one target (``host:port``), opened on first use."""
 
     def __init__(self, bootstrap: str, *, client_id: str = "kshare-parity", timeout_s: float = 30.0) -> None:
-        host, port = bootstrap.rsplit(":", 1)
-        self._addr = (host, int(port))
+        self._addr = parse_host_port(bootstrap)
         self._client_id = client_id
         self._timeout = timeout_s
-        self._sock: socket.socket | None = None
-        self._correlation = 0
+        self._conn: BlockingConnection | None = None
 
     def call(self, request: Any) -> Any:
         """Send one request and return its decoded response body."""
-        if self._sock is None:
-            self._sock = socket.create_connection(self._addr, timeout=self._timeout)
-        self._correlation += 1
-        cls = type(request)
+        if self._conn is None:
+            self._conn = BlockingConnection(*self._addr, timeout=self._timeout, client_id=self._client_id)
         try:
-            self._sock.sendall(encode_request(request, self._correlation, self._client_id))
-            size = struct.unpack(">i", self._read(4))[0]
-            frame = self._read(size)
+            return self._conn.call(request)
         except OSError:
             self.close()
             raise
-        header, body = decode_response(frame, response_class(cls.__api_key__, cls.__version__))
-        if header.correlation_id != self._correlation:
-            raise AssertionError(f"correlation id {header.correlation_id} != {self._correlation}")
-        return body
-
-    def _read(self, size: int) -> bytes:
-        assert self._sock is not None
-        chunks = bytearray()
-        while len(chunks) < size:
-            chunk = self._sock.recv(size - len(chunks))
-            if not chunk:
-                raise ConnectionError("connection closed by the target")
-            chunks += chunk
-        return bytes(chunks)
 
     def close(self) -> None:
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
     def __enter__(self) -> Wire:
         return self

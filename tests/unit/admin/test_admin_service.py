@@ -18,7 +18,8 @@ from kshare_sidecar.group.coordinator import ShareGroupCoordinator
 from kshare_sidecar.log.types import TopicInfo
 from kshare_sidecar.persist.memory import MemoryPersister
 from kshare_sidecar.persist.model import SharePartitionKey
-from kshare_sidecar.service.admin import OP_APPEND, OP_DELETE, OP_SET, AdminError, AdminService
+from kshare_sidecar.protocol.constants import AlterConfigOp
+from kshare_sidecar.service.admin import AdminError, AdminService
 from kshare_sidecar.service.groups import GroupService
 from kshare_sidecar.service.partitions import SharePartitionManager
 
@@ -72,12 +73,12 @@ def _join(admin, group="g"):
 
 async def test_config_ops_validate_bounds_and_keys(env):
     admin = env
-    assert admin.check_config_ops([("share.delivery.count.limit", OP_SET, "3")]) == {"share.delivery.count.limit": 3}
-    assert admin.check_config_ops([("share.isolation.level", OP_DELETE, None)]) == {"share.isolation.level": None}
-    for ops, key in [([("share.delivery.count.limit", OP_SET, "50")], "share.delivery.count.limit"),
-                     ([("share.auto.offset.reset", OP_SET, "sometimes")], "share.auto.offset.reset"),
-                     ([("share.nope", OP_SET, "1")], "share.nope"),
-                     ([("share.isolation.level", OP_APPEND, "x")], "share.isolation.level")]:
+    assert admin.check_config_ops([("share.delivery.count.limit", AlterConfigOp.SET, "3")]) == {"share.delivery.count.limit": 3}
+    assert admin.check_config_ops([("share.isolation.level", AlterConfigOp.DELETE, None)]) == {"share.isolation.level": None}
+    for ops, key in [([("share.delivery.count.limit", AlterConfigOp.SET, "50")], "share.delivery.count.limit"),
+                     ([("share.auto.offset.reset", AlterConfigOp.SET, "sometimes")], "share.auto.offset.reset"),
+                     ([("share.nope", AlterConfigOp.SET, "1")], "share.nope"),
+                     ([("share.isolation.level", AlterConfigOp.APPEND, "x")], "share.isolation.level")]:
         with pytest.raises(AdminError) as err:
             admin.check_config_ops(ops)
         assert err.value.code == ErrorCode.invalid_config and key in err.value.message

@@ -18,8 +18,8 @@ from kshare_sidecar.group.coordinator import ShareGroupCoordinator
 from kshare_sidecar.log.types import TopicInfo
 from kshare_sidecar.persist.memory import MemoryLog, MemoryPersister
 from kshare_sidecar.service import runner
-from kshare_sidecar.service.admin import OP_DELETE, OP_SET, SOURCE_DEFAULT_CONFIG, SOURCE_GROUP_CONFIG, \
-    SOURCE_STATIC_BROKER_CONFIG, TYPE_STRING, AdminError, AdminService
+from kshare_sidecar.protocol.constants import AlterConfigOp, ConfigSource, ConfigType
+from kshare_sidecar.service.admin import AdminError, AdminService
 from kshare_sidecar.service.groups import GroupService
 from kshare_sidecar.service.partitions import SharePartitionManager
 
@@ -75,11 +75,11 @@ def shape(admin: AdminService, group: str) -> tuple[list[int], list[int]]:
 
 
 def test_unknown_assignor_is_invalid_config_naming_key_and_allowed_values(admin):
-    assert admin.check_config_ops([("share.assignor", OP_SET, "uniform")]) == {"share.assignor": "uniform"}
-    assert admin.check_config_ops([("share.assignor", OP_DELETE, None)]) == {"share.assignor": None}
+    assert admin.check_config_ops([("share.assignor", AlterConfigOp.SET, "uniform")]) == {"share.assignor": "uniform"}
+    assert admin.check_config_ops([("share.assignor", AlterConfigOp.DELETE, None)]) == {"share.assignor": None}
     for bad in ("sticky", "", "Uniform"):
         with pytest.raises(AdminError) as err:
-            admin.check_config_ops([("share.assignor", OP_SET, bad)])
+            admin.check_config_ops([("share.assignor", AlterConfigOp.SET, bad)])
         assert err.value.code == ErrorCode.invalid_config
         assert "share.assignor" in err.value.message and "allowed values are simple, uniform" in err.value.message
         assert "\n" not in err.value.message
@@ -104,16 +104,16 @@ async def test_describe_hides_an_unset_assignor_from_describe_all_only(admin):
     names = [v.name for v in admin.describe_configs("g")]
     assert "share.assignor" not in names and len(names) == 17  # exactly Kafka 4.3.1's keys
     (asked,) = admin.describe_configs("g", ["share.assignor"])
-    assert (asked.value, asked.source, asked.config_type) == ("simple", SOURCE_DEFAULT_CONFIG, TYPE_STRING)
+    assert (asked.value, asked.source, asked.config_type) == ("simple", ConfigSource.DEFAULT_CONFIG, ConfigType.STRING)
     await admin.alter_configs("g", {"share.assignor": "uniform"})
     values = {v.name: v for v in admin.describe_configs("g")}
-    assert (values["share.assignor"].value, values["share.assignor"].source) == ("uniform", SOURCE_GROUP_CONFIG)
+    assert (values["share.assignor"].value, values["share.assignor"].source) == ("uniform", ConfigSource.GROUP_CONFIG)
     handler = configs_api.make_describe_configs(admin)
     req = dc.DescribeConfigsRequest(include_synonyms=True, include_documentation=True, resources=(
         dc.DescribeConfigsResource(resource_type=32, resource_name="g", configuration_keys=("share.assignor",)),))
     (entry,) = (await handler(None, None, req))["results"][0]["configs"]
     assert [(s["name"], s["value"], s["source"]) for s in entry["synonyms"]] == [
-        ("share.assignor", "uniform", SOURCE_GROUP_CONFIG), ("assignor", "simple", SOURCE_STATIC_BROKER_CONFIG)]
+        ("share.assignor", "uniform", ConfigSource.GROUP_CONFIG), ("assignor", "simple", ConfigSource.STATIC_BROKER_CONFIG)]
     assert "assignor" in entry["documentation"]
 
 
@@ -121,7 +121,7 @@ async def test_operator_default_is_static_broker_config():
     a = await make_admin(MemoryLog(), assignor="uniform")
     try:
         (asked,) = a.describe_configs("g", ["share.assignor"])
-        assert (asked.value, asked.source) == ("uniform", SOURCE_STATIC_BROKER_CONFIG)
+        assert (asked.value, asked.source) == ("uniform", ConfigSource.STATIC_BROKER_CONFIG)
         assert "share.assignor" not in [v.name for v in a.describe_configs("g")]
     finally:
         await a.persister.close()

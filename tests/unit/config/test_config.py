@@ -42,8 +42,8 @@ def test_file_then_env_then_flags(tmp_path):
     ({"share.isolation.level": "dirty"}, "allowed values are read_uncommitted, read_committed"),
     ({"share.auto.offset.reset": "by_duration:1h"}, "is not an ISO-8601 duration"),
     ({"node.id": "x"}, "node.id (from command line) must be int"),
-    ({"state.write.mode": "fast"}, "state.write.mode (from command line) = 'fast': allowed values are transactional, "
-                                   "idempotent"),
+    ({"state.write.mode": "fast"}, "state.write.mode (from command line) = 'fast': allowed values are fenced, "
+                                   "transactional, idempotent"),
     ({"lock.duration.ms": 5}, "unknown setting 'lock.duration.ms'"),
 ])
 def test_errors_name_the_key(overrides, needle):
