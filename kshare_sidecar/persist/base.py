@@ -8,12 +8,10 @@ the other), ``_reopen`` (take one partition over again: fence every other writer
 ``_close``. Decisions (fencing, validation) live in :mod:`kshare_sidecar.persist.fencing`, so
 the memory persister and the compacted-topic persister behave identically.
 
-Writes are queued per state partition. A writer task per partition waits ``linger_ms`` after
-the first queued request, evaluates every queued request in order against the committed state
-plus the batch's own earlier changes, writes the final value of each touched key in one
-backend commit, and only then updates the in-memory view and answers the callers. Requests
-that fail fencing are answered at once and write nothing; if the commit fails, every request
-of the batch fails and the in-memory view is unchanged.
+Writes go through the coalescing writer (:mod:`kshare_sidecar.persist.writer`, mixed in): one
+queue and writer task per state partition, one backend commit per batch of requests, answers only
+after the commit. This module is the lifecycle (start, recovery, close) and the
+:class:`~kshare_sidecar.persist.protocol.Persister` methods, each a fencing decision queued there.
 
 Takeover and fencing (see docs/persistence.md): ``start()`` opens every partition's writer
 (fencing older ones), replays, then takes an **owner epoch** one above every epoch the state
@@ -32,31 +30,20 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from kshare_sidecar.persist import codec, fencing
+from kshare_sidecar.persist import fencing
 from kshare_sidecar.persist.cluster import ClusterOwnershipMixin
 from kshare_sidecar.persist.codec import KIND_GROUP, KIND_PARTITION, KIND_TOPIC_ID
 from kshare_sidecar.persist.errors import (
-    BackendWriteError,
-    CommitOutcomeUnknownError,
     NotReadyError,
-    PersistError,
     PersisterClosedError,
+    PersistError,
     UnknownSharePartitionError,
-    WriterFencedError,
 )
 from kshare_sidecar.persist.fencing import UNCHANGED
 from kshare_sidecar.persist.model import PartitionState, SharePartitionKey
-from kshare_sidecar.persist.ownership import (  # noqa: F401 - re-exported
-    EntityKey,
-    OwnershipMixin,
-    ReplaySink,
-    is_older,
-    replay_sink,
-    state_partition_for,
-)
+from kshare_sidecar.persist.ownership import EntityKey, OwnershipMixin, ReplaySink, replay_sink
 from kshare_sidecar.persist.records import (
     UNSET_OFFSET,
     GroupRecord,
@@ -67,21 +54,14 @@ from kshare_sidecar.persist.records import (
     WriteItem,
     summarize,
 )
+from kshare_sidecar.persist.writer import CoalescingWriter, Decision, Record
+
+__all__ = ["BasePersister", "Record", "ReplaySink"]
 
 log = logging.getLogger("kshare_sidecar.persist")
 
-Record = tuple[bytes, bytes | None]
 
-
-@dataclass(slots=True)
-class _Op:
-    kind: str
-    ident: Any
-    fn: Callable[[Any], tuple[Any, Any]]
-    future: asyncio.Future = field(repr=False)
-
-
-class BasePersister(ClusterOwnershipMixin, OwnershipMixin):
+class BasePersister(ClusterOwnershipMixin, OwnershipMixin, CoalescingWriter):
     """Shared implementation of the :class:`~kshare_sidecar.persist.protocol.Persister` protocol."""
 
     name = "base"
@@ -89,7 +69,7 @@ class BasePersister(ClusterOwnershipMixin, OwnershipMixin):
     #: where the backend does not fence writers (non-transactional writes)
     replay_rule = "key"
 
-    def __init__(self, *, partitions: int = 1, linger_ms: float = 0.0, max_batch: int = 10_000):
+    def __init__(self, *, partitions: int = 1, linger_ms: float = 0.0, max_batch: int = 10_000) -> None:
         if partitions < 1:
             raise ValueError("partitions must be >= 1")
         self.partitions = partitions
@@ -99,9 +79,7 @@ class BasePersister(ClusterOwnershipMixin, OwnershipMixin):
         self._ready = False
         self._closed = False
         self._started = False
-        self._queues: dict[int, list[_Op]] = {}
-        self._wakeups: dict[int, asyncio.Event] = {}
-        self._writers: dict[int, asyncio.Task] = {}
+        self._init_writers()  # queues and writer tasks per state partition (persist/writer.py)
         self.fenced_partitions: set[int] = set()
         self.recovery_stats = RecoveryStats()
         self.commits = 0  # backend commits made (observability / tests)
@@ -115,7 +93,7 @@ class BasePersister(ClusterOwnershipMixin, OwnershipMixin):
         self.takeovers = 0  # partitions taken over again after a fencing by a non-owner
         self.reload_listeners: list[Callable[[set[SharePartitionKey]], None]] = []
         self.superseded_listeners: list[Callable[[str], None]] = []
-        self._resolvers: dict[int, asyncio.Task] = {}
+        self._resolvers: dict[int, asyncio.Task[None]] = {}
         #: how long a fenced writer that is still the newest owner waits before taking its
         #: partition back (a starting sidecar fences first and records its epoch just after)
         self.takeover_grace_s = 0.0
@@ -185,26 +163,15 @@ class BasePersister(ClusterOwnershipMixin, OwnershipMixin):
         if self.recovery_stats.stale_keys:
             await self.rewrite_current(self.recovery_stats.stale_keys)
 
-    def _start_writers(self, blocked: str | None = None) -> None:
-        loop = asyncio.get_running_loop()
-        for p in range(self.partitions):
-            self._queues[p] = []
-            self._wakeups[p] = asyncio.Event()
-            self._idle[p] = asyncio.Event()
-            self._idle[p].set()
-            if blocked is not None:
-                self.blocked[p] = blocked
-            self._writers[p] = loop.create_task(self._writer(p), name=f"kshare-persist-writer-{p}")
-
     async def rewrite_current(self, keys: Iterable[EntityKey]) -> None:
         """Write this owner's view of ``keys`` again, at its own owner epoch: where a stale record
         (an older owner's late write) is the newest of its key, compaction would otherwise keep it
         and drop the record the replay accepted. Best effort: a failure is logged and the key is
         rewritten by its next ordinary write."""
-        futures = []
+        futures: list[asyncio.Future[Any]] = []
         own = self.owner_epoch
         for kind, ident in keys:
-            def fn(cur, _own=own):
+            def fn(cur: Any, _own: int | None = own) -> tuple[None, Any]:
                 if cur is None:
                     return None, UNCHANGED
                 if isinstance(cur, StoredPartition) and _own is not None and cur.state.leader_epoch < _own:
@@ -243,6 +210,7 @@ class BasePersister(ClusterOwnershipMixin, OwnershipMixin):
         return stats
 
     async def wait_ready(self, timeout: float | None = None) -> None:
+        """Until recovery finished; NotReadyError after ``timeout`` s, PersisterClosedError if closed."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self.ready:
             if self._closed:
@@ -260,122 +228,8 @@ class BasePersister(ClusterOwnershipMixin, OwnershipMixin):
         for task in self._resolvers.values():
             task.cancel()
         await asyncio.gather(*self._resolvers.values(), return_exceptions=True)
-        for event in self._wakeups.values():
-            event.set()
-        if self._writers:
-            await asyncio.gather(*self._writers.values(), return_exceptions=True)
-        for queue in self._queues.values():
-            for op in queue:
-                if not op.future.done():
-                    op.future.set_exception(PersisterClosedError(f"{self.name} persister closed"))
-            queue.clear()
+        await self._stop_writers()
         await self._close()
-
-    # ------------------------------------------------------------------------------ writers
-    def _check_serving(self) -> None:
-        if self._closed:
-            raise PersisterClosedError(f"{self.name} persister is closed")
-        if not self._ready:
-            raise NotReadyError(f"{self.name} persister is loading its state")
-
-    def _enqueue(self, kind: str, ident: Any, fn: Callable[[Any], tuple[Any, Any]]) -> asyncio.Future:
-        self._check_serving()
-        future = asyncio.get_running_loop().create_future()
-        p = state_partition_for(kind, ident, self.partitions, self.placement)
-        if p in self.blocked:
-            future.set_exception(self._blocked_error(p))
-            return future
-        self._queues[p].append(_Op(kind, ident, fn, future))
-        self._wakeups[p].set()
-        return future
-
-    async def _writer(self, p: int) -> None:
-        event, queue = self._wakeups[p], self._queues[p]
-        while True:
-            await event.wait()
-            if self.linger_ms > 0 and not self._closed:
-                await asyncio.sleep(self.linger_ms / 1000)
-            event.clear()
-            if not queue:
-                if self._closed:
-                    return
-                continue
-            batch = queue[: self.max_batch]
-            del queue[: self.max_batch]
-            if queue:
-                event.set()
-            idle = self._idle.get(p)
-            if idle is not None:
-                idle.clear()  # a release waits for the batch in flight (persist/cluster.py)
-            try:
-                await self._flush(p, batch)
-            except Exception as exc:  # never let one batch kill the writer
-                log.exception("state partition %d: flush failed", p)
-                for op in batch:
-                    if not op.future.done():
-                        op.future.set_exception(BackendWriteError(f"internal error: {exc!r}"))
-            finally:
-                if idle is not None:
-                    idle.set()
-
-    async def _flush(self, p: int, batch: list[_Op]) -> None:
-        if p in self.blocked:
-            for op in batch:
-                if not op.future.done():
-                    op.future.set_exception(self._blocked_error(p))
-            return
-        overlay: dict[EntityKey, Any] = {}
-        accepted: list[tuple[_Op, Any]] = []
-        for op in batch:
-            if op.future.done():  # caller gave up
-                continue
-            k = (op.kind, op.ident)
-            current = overlay[k] if k in overlay else self._entities.get(k)
-            try:
-                result, new = op.fn(current)
-            except PersistError as exc:
-                op.future.set_exception(exc)
-                continue
-            if new is not UNCHANGED:
-                overlay[k] = new
-            accepted.append((op, result))
-        if overlay:
-            records = [codec.encode(kind, ident, entity) for (kind, ident), entity in overlay.items()]
-            try:
-                await self._commit(p, records)
-            except Exception as exc:
-                # Never a certain failure: block the partition, read the truth back, then go on.
-                fenced = isinstance(exc, WriterFencedError)
-                if not fenced and not isinstance(exc, CommitOutcomeUnknownError):
-                    exc = CommitOutcomeUnknownError(f"state write to partition {p} not confirmed: {exc!r}")
-                self._block(p, "fenced" if fenced else "unknown", exc)
-                self._fail(accepted, exc)
-                return
-            self.commits += 1
-            for k, entity in overlay.items():
-                if entity is None:
-                    self._entities.pop(k, None)
-                else:
-                    self._entities[k] = entity
-        for op, result in accepted:
-            if not op.future.done():
-                op.future.set_result(result)
-
-    @staticmethod
-    def _fail(accepted: list[tuple[_Op, Any]], exc: PersistError) -> None:
-        for op, _ in accepted:
-            if not op.future.done():
-                op.future.set_exception(exc)
-
-    @staticmethod
-    async def _gather(keys: Sequence[Any], futures: Sequence[asyncio.Future]) -> dict[Any, Any]:
-        results = await asyncio.gather(*futures, return_exceptions=True)
-        out: dict[Any, Any] = {}
-        for key, res in zip(keys, results, strict=True):
-            if isinstance(res, BaseException) and not isinstance(res, PersistError):
-                raise res
-            out[key] = res
-        return out
 
     # ---------------------------------------------------------------- share-partition state
     async def initialize(self, key: SharePartitionKey, state_epoch: int,
@@ -384,7 +238,7 @@ class BasePersister(ClusterOwnershipMixin, OwnershipMixin):
         return await self._enqueue(KIND_PARTITION, key,
                                    lambda cur: fencing.initialize(key, cur, state_epoch, start_offset))
 
-    async def _apply_each(self, ops: list[tuple[SharePartitionKey, Callable[[Any], tuple[Any, Any]]]]
+    async def _apply_each(self, ops: list[tuple[SharePartitionKey, Decision]]
                           ) -> dict[SharePartitionKey, PersistError | None]:
         """Enqueue one fencing decision per share-partition; per-key outcome (None = success)."""
         futures = [self._enqueue(KIND_PARTITION, key, fn) for key, fn in ops]
@@ -392,9 +246,9 @@ class BasePersister(ClusterOwnershipMixin, OwnershipMixin):
         return {k: (v if isinstance(v, PersistError) else None) for k, v in res.items()}
 
     async def initialize_many(self, items: Iterable[InitializeItem]) -> dict[SharePartitionKey, PersistError | None]:
+        """InitializeShareGroupState for many share-partitions, coalesced; per-key outcome."""
         return await self._apply_each([
-            (it.key, lambda cur, it=it: fencing.initialize(it.key, cur, it.state_epoch, it.start_offset))
-            for it in items])
+            (it.key, _decision(fencing.initialize, it.key, it.state_epoch, it.start_offset)) for it in items])
 
     async def read(self, keys: Iterable[SharePartitionKey], *,
                    leader_epoch: int | None = None) -> dict[SharePartitionKey, PartitionState | PersistError]:
@@ -409,8 +263,7 @@ class BasePersister(ClusterOwnershipMixin, OwnershipMixin):
                 out[key] = stored.state if stored is not None else UnknownSharePartitionError(
                     f"no state for share-partition {key.group_id}/{key.topic_id}/{key.partition}")
             return out
-        futures = [self._enqueue(KIND_PARTITION, k, lambda cur, k=k: fencing.claim(k, cur, leader_epoch))
-                   for k in keys]
+        futures = [self._enqueue(KIND_PARTITION, k, _decision(fencing.claim, k, leader_epoch)) for k in keys]
         return await self._gather(keys, futures)
 
     async def read_one(self, key: SharePartitionKey, *, leader_epoch: int | None = None) -> PartitionState:
@@ -422,7 +275,7 @@ class BasePersister(ClusterOwnershipMixin, OwnershipMixin):
 
     async def advance_epoch(self, keys: Iterable[SharePartitionKey], epoch: int) -> dict[SharePartitionKey, PersistError | None]:
         """The owner's epoch moved on without a change of owner: raise the current epoch only."""
-        return await self._apply_each([(k, lambda cur, k=k: fencing.advance(k, cur, epoch)) for k in keys])
+        return await self._apply_each([(k, _decision(fencing.advance, k, epoch)) for k in keys])
 
     async def write(self, key: SharePartitionKey, state: PartitionState, writer_epoch: int) -> None:
         """WriteShareGroupState: store a complete snapshot; raises FencedStateEpochError,
@@ -432,11 +285,11 @@ class BasePersister(ClusterOwnershipMixin, OwnershipMixin):
     async def write_many(self, items: Iterable[WriteItem]) -> dict[SharePartitionKey, PersistError | None]:
         """Many writes, coalesced into as few backend commits as possible; per-key outcome."""
         return await self._apply_each([
-            (it.key, lambda cur, it=it: fencing.write(it.key, cur, it.state, it.writer_epoch)) for it in items])
+            (it.key, _decision(fencing.write, it.key, it.state, it.writer_epoch)) for it in items])
 
     async def delete(self, keys: Iterable[SharePartitionKey]) -> dict[SharePartitionKey, PersistError | None]:
         """DeleteShareGroupState: tombstones; deleting absent state succeeds."""
-        return await self._apply_each([(k, lambda cur, k=k: fencing.delete(k, cur)) for k in keys])
+        return await self._apply_each([(k, _decision(fencing.delete, k)) for k in keys])
 
     async def read_summary(self, keys: Iterable[SharePartitionKey]) -> dict[SharePartitionKey, StateSummary | PersistError]:
         """ReadShareGroupStateSummary: state epoch, leader epoch, SPSO and lag inputs."""
@@ -459,22 +312,24 @@ class BasePersister(ClusterOwnershipMixin, OwnershipMixin):
     # --------------------------------------------------------------------------- groups
     async def put_group(self, record: GroupRecord) -> None:
         """Create or replace a group record."""
-        def fn(cur):
+        def fn(cur: GroupRecord | None) -> tuple[None, Any]:
             return None, (UNCHANGED if cur == record else record)
         await self._enqueue(KIND_GROUP, record.group_id, fn)
 
     def get_group(self, group_id: str) -> GroupRecord | None:
+        """The group's record (None: no such group)."""
         self._check_serving()
         return self._entities.get((KIND_GROUP, group_id))
 
     def list_groups(self) -> dict[str, GroupRecord]:
+        """Every group record, by group id."""
         self._check_serving()
         return {ident: ent for (kind, ident), ent in self._entities.items() if kind == KIND_GROUP}
 
     async def delete_group(self, group_id: str, *, with_state: bool = True) -> None:
         """Tombstone the group record and, by default, every share-partition state of the group."""
         keys = self.keys(group_id) if with_state else []
-        futures = [self._enqueue(KIND_PARTITION, k, lambda cur, k=k: fencing.delete(k, cur)) for k in keys]
+        futures = [self._enqueue(KIND_PARTITION, k, _decision(fencing.delete, k)) for k in keys]
         futures.append(self._enqueue(KIND_GROUP, group_id, lambda cur: (None, UNCHANGED if cur is None else None)))
         res = await self._gather(list(range(len(futures))), futures)
         errors = [e for e in res.values() if isinstance(e, PersistError)]
@@ -489,7 +344,7 @@ class BasePersister(ClusterOwnershipMixin, OwnershipMixin):
         if existing is not None or not create:
             return existing
 
-        def fn(cur):
+        def fn(cur: str | None) -> tuple[str, Any]:
             if cur is not None:
                 return cur, UNCHANGED
             minted = str(uuid.uuid4())
@@ -503,6 +358,7 @@ class BasePersister(ClusterOwnershipMixin, OwnershipMixin):
                             lambda cur: (None, UNCHANGED if cur == topic_id else topic_id))
 
     async def delete_topic_id(self, topic_name: str) -> None:
+        """Forget a topic's id (the topic was deleted)."""
         await self._enqueue(KIND_TOPIC_ID, topic_name, lambda cur: (None, UNCHANGED if cur is None else None))
 
     def topic_ids(self) -> dict[str, str]:
@@ -513,3 +369,9 @@ class BasePersister(ClusterOwnershipMixin, OwnershipMixin):
     def topic_names(self) -> Mapping[str, str]:
         """topic id -> topic name (reverse map)."""
         return {v: k for k, v in self.topic_ids().items()}
+
+
+def _decision(rule: Callable[..., tuple[Any, Any]], key: SharePartitionKey, *args: Any) -> Decision:
+    """``rule(key, current, *args)`` as a writer decision on ``current`` (the fencing.py rules
+    take the key first, then the stored entity)."""
+    return lambda cur: rule(key, cur, *args)

@@ -4,7 +4,7 @@ Keys are JSON arrays whose first element names the kind, so compaction keeps exa
 record per entity:
 
 * ``["p", group_id, topic_id, partition]`` — one share-partition (value: a complete snapshot);
-* ``["g", group_id]`` — a group record;
+* ``["g", group_id]`` — a group record (epoch, initialized share-partitions, configs);
 * ``["t", topic_name]`` — the topic-id map entry for one topic (value: its stable UUID);
 * ``["o", state_partition]`` — the owner epoch of the sidecar that last took over that state
   partition (value ``{"v": 1, "e": epoch}``): the backend-derived source of owner epochs.
@@ -104,11 +104,12 @@ def _encode_batch(b: StateBatch) -> list:
 
 
 def encode_group(record: GroupRecord) -> bytes:
+    """``epoch``, ``init`` and ``cfg``. Older builds also wrote ``type`` (always "share") and
+    ``topics`` (subscriptions), which nothing read; :func:`decode_group` ignores them, and those
+    builds read these records (they default both)."""
     return orjson.dumps({
         "v": VALUE_VERSION,
-        "type": record.group_type,
         "epoch": record.group_epoch,
-        "topics": list(record.subscribed_topics),
         "init": {t: list(ps) for t, ps in record.initialized.items()},
         "cfg": dict(record.configs),
     })
@@ -147,11 +148,11 @@ def decode_partition(raw: bytes) -> StoredPartition:
     batches_raw = value.get("b", [])
     if not isinstance(batches_raw, list):
         raise CodecError("field 'b' is not a list")
-    batches = []
+    batches: list[StateBatch] = []
     try:
         for raw in batches_raw:
-            first, last, state, count = raw[:4]
-            if not all(type(x) is int for x in (first, last, state, count)):
+            first, last, code, count = raw[:4]
+            if not all(type(x) is int for x in (first, last, code, count)):
                 raise CodecError("state batch fields must be integers")
             at = dlq = None
             if len(raw) == 5:
@@ -163,7 +164,7 @@ def decode_partition(raw: bytes) -> StoredPartition:
                     raise CodecError("state batch extension has a bad 'at' or 'dlq'")
             elif len(raw) != 4:
                 raise CodecError(f"state batch has {len(raw)} fields")
-            batches.append(StateBatch(first, last, DeliveryState(state), count, at, dlq))
+            batches.append(StateBatch(first, last, DeliveryState(code), count, at, dlq))
     except (TypeError, ValueError) as exc:
         if isinstance(exc, CodecError):
             raise
@@ -177,10 +178,8 @@ def decode_group(group_id: str, raw: bytes) -> GroupRecord:
     value = _load_value(raw)
     try:
         init = {str(t): tuple(int(p) for p in ps) for t, ps in value.get("init", {}).items()}
-        return GroupRecord(group_id=group_id, group_type=str(value.get("type", "share")),
-                           group_epoch=_int(value, "epoch"),
-                           subscribed_topics=tuple(str(t) for t in value.get("topics", [])),
-                           initialized=init, configs={str(k): str(v) for k, v in value.get("cfg", {}).items()})
+        return GroupRecord(group_id=group_id, group_epoch=_int(value, "epoch"), initialized=init,
+                           configs={str(k): str(v) for k, v in value.get("cfg", {}).items()})
     except (TypeError, ValueError, AttributeError) as exc:
         if isinstance(exc, CodecError):
             raise

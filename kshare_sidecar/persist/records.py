@@ -62,16 +62,18 @@ def summarize(state: PartitionState) -> StateSummary:
 
 @dataclass(frozen=True, slots=True)
 class GroupRecord:
-    """A share group's durable metadata (kind ``g`` in the state topic).
+    """A share group's durable metadata (kind ``g`` in the state topic): what a restarted (or
+    taking-over) coordinator restores (service/groups.py ``restore_record``).
 
+    ``group_epoch``: the group's epoch, so members rejoining see it move on, never back.
     ``initialized``: topic id -> partitions whose share-partition state has been initialized
     (KIP-932's ShareGroupStatePartitionMetadata). ``configs``: per-group config overrides.
+    Subscriptions are not kept: members send theirs again when they rejoin (records written
+    before carry ``type`` and ``topics``, which decoding ignores).
     """
 
     group_id: str
-    group_type: str = "share"
     group_epoch: int = 0
-    subscribed_topics: tuple[str, ...] = ()
     initialized: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     configs: Mapping[str, str] = field(default_factory=dict)
 

@@ -3,8 +3,8 @@
 Resolves subscribed topics through the backend, initializes the share-partitions the coordinator
 asks for (those of newly subscribed topics: start offset unset, resolved at the first fetch, as
 Kafka does) and tells it when they are, and keeps each group's durable record (epoch,
-subscriptions, initialized share-partitions, per-group configs) in the persister so a restarted
-sidecar knows its groups.
+initialized share-partitions, per-group configs) in the persister so a restarted sidecar knows
+its groups (subscriptions come back with the members' heartbeats).
 
 Kafka answers the heartbeat first and initializes afterwards; the coordinator only assigns
 initialized partitions, so either way they reach the members at a later heartbeat, one group
@@ -18,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, cast
 
 from kio.schema.errors import ErrorCode
 
@@ -30,14 +32,21 @@ from ..persist.records import GroupRecord
 from ..ratelog import RateLimitedLog, backend_failures
 from .partitions import SharePartitionManager
 
+if TYPE_CHECKING:
+    from ..log.backend import Backend
+    from ..log.types import TopicInfo
+    from ..persist.base import BasePersister
+    from ..persist.ownership import EntityKey
+    from ..persist.protocol import Persister
+
 log = logging.getLogger("kshare.groups")
 _rejections = RateLimitedLog(log)
 _backend_failures = backend_failures(log)
 
 
 class GroupService:
-    def __init__(self, *, coordinator: ShareGroupCoordinator, partitions: SharePartitionManager, backend,
-                 persister) -> None:
+    def __init__(self, *, coordinator: ShareGroupCoordinator, partitions: SharePartitionManager, backend: Backend,
+                 persister: Persister) -> None:
         self.coordinator = coordinator
         self.partitions = partitions
         self.backend = backend
@@ -45,24 +54,27 @@ class GroupService:
         #: a cluster of sidecars (issue 15): this sidecar coordinates the groups whose record's
         #: state partition it owns; they come and go with those partitions
         self.cluster = bool(getattr(persister, "cluster", False))
-        if self.cluster:
-            persister.acquired_listeners.append(self._acquired)
-            persister.released_listeners.append(self._released)
+        #: in a cluster, the persister's ownership of state partitions (BasePersister's, persist/cluster.py)
+        self._owner = cast("BasePersister", persister) if self.cluster else None
+        if self._owner is not None:
+            self._owner.acquired_listeners.append(self._acquired)
+            self._owner.released_listeners.append(self._released)
 
     def coordinates(self, group_id: str) -> ErrorCode:
         """NONE when this sidecar coordinates ``group_id``; else what a broker that is not (or not
         yet) its coordinator answers: NOT_COORDINATOR, or COORDINATOR_LOAD_IN_PROGRESS while the
         group's state partition is being taken over here."""
-        if not self.cluster:
+        owner = self._owner
+        if owner is None:
             return ErrorCode.none
-        p = group_home(group_id, self.persister.partitions)
-        if self.persister.owns(p):
+        p = group_home(group_id, owner.partitions)
+        if owner.owns(p):
             return ErrorCode.none
-        if self.persister.blocked.get(p) == "acquiring":
+        if owner.blocked.get(p) == "acquiring":
             return ErrorCode.coordinator_load_in_progress
         return ErrorCode.not_coordinator
 
-    def _acquired(self, p: int, keys) -> None:
+    def _acquired(self, p: int, keys: Iterable[EntityKey]) -> None:
         """A state partition was taken over: coordinate its groups (members rejoin, as after a restart)."""
         names = [ident for kind, ident in keys if kind == KIND_GROUP]
         for group_id in names:
@@ -73,9 +85,11 @@ class GroupService:
         if names:
             log.info("state partition %d taken over: coordinating %d share groups", p, len(names))
 
-    def _released(self, p: int, _keys) -> None:
+    def _released(self, p: int, _keys: Iterable[EntityKey]) -> None:
         """A state partition was given up: its groups are coordinated elsewhere now."""
-        gone = [g for g in self.coordinator.groups if group_home(g, self.persister.partitions) == p]
+        if self._owner is None:  # only a cluster's persister releases state partitions
+            return
+        gone = [g for g in self.coordinator.groups if group_home(g, self._owner.partitions) == p]
         for group_id in gone:
             del self.coordinator.groups[group_id]
         if gone:
@@ -148,7 +162,8 @@ class GroupService:
                                        member_id, member_epoch)
         return result
 
-    async def _initialize(self, group_id: str, parts, topics) -> bool:
+    async def _initialize(self, group_id: str, parts: Mapping[uuid.UUID, Iterable[int]],
+                          topics: Mapping[str, TopicInfo]) -> bool:
         """Initialize the share-partitions the coordinator asked for and report the outcome to it.
 
         A failure does not fail the heartbeat (as in Kafka, whose initialization runs after the
@@ -192,7 +207,7 @@ class GroupService:
             return
         initialized = self.coordinator.initialized_partitions(group_id)
         await self.persister.put_group(GroupRecord(
-            group_id, group_epoch=group.group_epoch, subscribed_topics=tuple(sorted(group.subscribed_topics())),
+            group_id, group_epoch=group.group_epoch,
             initialized={str(t): tuple(sorted(ps))
                          for t, ps in sorted(initialized.items(), key=lambda kv: str(kv[0]))},
             configs={k: str(v) for k, v in group.configs.items()}))

@@ -1,9 +1,17 @@
-"""ShareFetch and ShareAcknowledge: share sessions, piggybacked acks, long-poll acquisition.
+"""ShareFetch and ShareAcknowledge: share sessions, piggybacked acks, then acquisition.
 
 Order inside one request, as Kafka does it: session epoch rules first, then acknowledgements
-(applied on arrival and answered only after the durable write), then — unless the request is
-ack-only or closes the session — records are acquired, waiting up to MaxWaitMs when there are
-none. An empty answer is never sent early: librdkafka refetches at once and would spin.
+(applied on arrival and answered only after the durable write) side by side with — unless the
+request is ack-only or closes the session — the acquisition of records, which waits up to
+MaxWaitMs when there are none. An empty answer is never sent early: librdkafka refetches at once
+and would spin.
+
+Where the pieces are (Kafka's names where our classes play its roles): this module is the entry
+of both requests (KafkaApis' handlers and SharePartitionManager's fetchMessages/acknowledge);
+the share sessions are :class:`~kshare_sidecar.share.sessions.ShareSessionCache`; one request's
+acquisition and parking is :class:`.sharefetch.DelayedShareFetch`; backend reads, the batch
+cache and read-ahead are :class:`.logreader.ShareLogReader`; the loaded share-partitions and
+their durable writes are :class:`.partitions.SharePartitionManager`.
 """
 
 from __future__ import annotations
@@ -12,41 +20,33 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from ..log.errors import BackendError, UnknownTopicError
-from ..log.batches import slice_batches
-from ..log.types import BatchInfo, FetchResult
 from ..metrics import STATS as _METRICS  # kshare metrics (issue 7)
 from ..protocol.types import TopicIdPartition
-from ..ratelog import backend_failures
-from ..share.sessions import SessionError, ShareSession, ShareSessionCache
-from ..share.types import AcquiredRecords, AcquireMode
-from . import keyorder
-from .partitions import PartitionError, PendingAcks, SharePartitionManager, Slot
 from ..share.acks import parse_ack_batches
-from .readcache import BatchCache  # noqa: F401 - re-exported
+from ..share.sessions import SessionError, ShareSession, ShareSessionCache
+from ..share.types import AckBatch
+from .logreader import ShareLogReader
+from .partitions import PartitionError, PendingAcks, SharePartitionManager, Slot
+from .sharefetch import DelayedShareFetch, FetchParams, PartitionOut
+
+if TYPE_CHECKING:
+    from ..log.backend import Backend
+
+__all__ = ["FetchParams", "PartitionOut", "ShareOut", "ShareService"]
 
 log = logging.getLogger("kshare.shares")
-_backend_failures = backend_failures(log)  # one line a minute: the outage itself is logged once (log/health.py)
 
 #: ``readable(topic_name) -> bool``: may the requesting principal READ the topic (authorization on)
 Readable = Callable[[str], bool]
-
-
-@dataclass
-class PartitionOut:
-    topic_id: uuid.UUID
-    partition: int
-    error: ErrorCode = ErrorCode.none
-    message: str | None = None
-    ack_error: ErrorCode | None = None  # None: the partition carried no acks
-    ack_message: str | None = None
-    records: bytes = b""
-    acquired: list[AcquiredRecords] = field(default_factory=list)
+#: a request's topics: (topic id, partition, its AcknowledgementBatches)
+RequestTopics = list[tuple[uuid.UUID, int, list[AckBatch]]]
 
 
 @dataclass
@@ -57,32 +57,24 @@ class ShareOut:
     partitions: list[PartitionOut] = field(default_factory=list)
 
 
-@dataclass
-class FetchParams:
-    max_wait_ms: int = 500
-    min_bytes: int = 1
-    max_bytes: int = 52_428_800
-    max_records: int = 500
-    batch_size: int = 500
-    mode: int = AcquireMode.BATCH_OPTIMIZED
-
-
 class ShareService:
-    def __init__(self, *, sessions: ShareSessionCache, partitions: SharePartitionManager, backend,
-                 group_config, cache_bytes: int = 64 * 1024 * 1024, read_ahead: bool = False) -> None:
+    """ShareFetch and ShareAcknowledge for every share group this sidecar serves."""
+
+    def __init__(self, *, sessions: ShareSessionCache, partitions: SharePartitionManager, backend: Backend,
+                 group_config: Callable[[str], Mapping[str, Any]], cache_bytes: int = 64 * 1024 * 1024,
+                 read_ahead: bool = False) -> None:
         self.sessions = sessions
         self.partitions = partitions
         self.backend = backend
         self.group_config = group_config
-        self.cache = BatchCache(cache_bytes)
-        self.read_ahead = read_ahead  # read.ahead.enable
-        self._rotation: dict[tuple[str, str], int] = {}
-        self._reading_ahead: dict[tuple, asyncio.Task] = {}  # log key -> its read-ahead (readcache.py)
+        self.reader = ShareLogReader(backend, cache_bytes=cache_bytes, read_ahead=read_ahead)
+        self.cache = self.reader.cache  # the read cache (tests size it)
+        self._rotation: dict[tuple[str, str], int] = {}  # session key -> next partition to go first
 
     # -- entry points ------------------------------------------------------------------------
     async def share_fetch(self, *, conn_id: int, group_id: str, member_id: str, epoch: int, params: FetchParams,
-                          topics: list[tuple[uuid.UUID, int, list]], forgotten: list[TopicIdPartition],
-                          is_renew: bool = False, on_park=None, readable: Readable | None = None) -> ShareOut:
+                          topics: RequestTopics, forgotten: list[TopicIdPartition], is_renew: bool = False,
+                          on_park: Callable[[], None] | None = None, readable: Readable | None = None) -> ShareOut:
         _METRICS.share_fetch_requests += 1  # metrics (issue 7)
         key = (group_id, member_id)
         lock_ms = int(self.group_config(group_id)["share.record.lock.duration.ms"])
@@ -119,7 +111,11 @@ class ShareService:
         try:
             if epoch != -1 and not is_renew and params.max_records > 0 and params.max_bytes > 0 \
                     and session.partitions - denied:
-                fetched = await self._fetch(session, group_id, member_id, params, on_park, skip=denied)
+                read_committed = self.group_config(group_id)["share.isolation.level"] == "read_committed"
+                fetched = await DelayedShareFetch(
+                    session, group_id, member_id, params, sessions=self.sessions, partitions=self.partitions,
+                    reader=self.reader, session_slots=self._session_slots, read_committed=read_committed,
+                    skip=denied).run(on_park)
         finally:
             ack_results = await ack_task if ack_task is not None else {}
         if fetched and self.sessions.get(key) is None:
@@ -149,7 +145,7 @@ class ShareService:
         return ShareOut(lock_timeout_ms=lock_ms, partitions=list(out.values()))
 
     async def share_acknowledge(self, *, conn_id: int, group_id: str, member_id: str, epoch: int,
-                                topics: list[tuple[uuid.UUID, int, list]], is_renew: bool = False,
+                                topics: RequestTopics, is_renew: bool = False,
                                 readable: Readable | None = None) -> ShareOut:
         _METRICS.share_ack_requests += 1  # metrics (issue 7)
         key = (group_id, member_id)
@@ -193,7 +189,7 @@ class ShareService:
         return denied
 
     # -- sessions ----------------------------------------------------------------------------
-    async def _open(self, key, conn_id: int, max_wait_ms: int) -> ShareSession:
+    async def _open(self, key: tuple[str, str], conn_id: int, max_wait_ms: int) -> ShareSession:
         try:
             session, _replaced = self.sessions.open(key, conn_id)
         except SessionError:
@@ -201,7 +197,7 @@ class ShareService:
             session, _replaced = self.sessions.open(key, conn_id)  # raises again if still full
         return session
 
-    def _existing_session(self, key, epoch: int, conn_id: int) -> ShareSession:
+    def _existing_session(self, key: tuple[str, str], epoch: int, conn_id: int) -> ShareSession:
         """Epoch -1 names the session to close; any other epoch must be the session's next one."""
         if epoch == -1:
             session = self.sessions.get(key)
@@ -216,10 +212,10 @@ class ShareService:
         self.partitions.release_member(session.key[0], session.key[1], session.partitions)
 
     # -- acknowledgements --------------------------------------------------------------------
-    async def _acknowledge(self, group_id: str, member_id: str, acks: dict[TopicIdPartition, list],
+    async def _acknowledge(self, group_id: str, member_id: str, acks: dict[TopicIdPartition, list[AckBatch]],
                            *, allow_renew: bool) -> dict[TopicIdPartition, ErrorCode]:
         results: dict[TopicIdPartition, ErrorCode] = {}
-        planned: list[tuple[Slot, PendingAcks]] = []
+        planned: list[tuple[Slot, object]] = []  # (slot, PendingAcks): persist_plans takes AckPlans too
         for (topic_id, p), batches in acks.items():
             if isinstance(parse_ack_batches(batches, allow_renew=allow_renew), ErrorCode):
                 results[(topic_id, p)] = ErrorCode.invalid_request  # Kafka validates batches first
@@ -260,52 +256,17 @@ class ShareService:
                                  f"group {group_id} is not loaded: nothing was fetched from it")
         return await self.partitions.get(group_id, topic_id, partition, info.name)
 
-    # -- fetching ----------------------------------------------------------------------------
-    async def _fetch(self, session: ShareSession, group_id: str, member_id: str,
-                     params: FetchParams, on_park=None, skip: set[TopicIdPartition] = frozenset()
-                     ) -> dict[TopicIdPartition, PartitionOut]:
-        deadline = time.monotonic() + params.max_wait_ms / 1000
-        out: dict[TopicIdPartition, PartitionOut] = {}
-        budget = _Budget(params.max_records, params.max_bytes)
-        read_committed = self.group_config(group_id)["share.isolation.level"] == "read_committed"
-        while True:
-            if self.sessions.get(session.key) is not session:
-                return out  # closed while parked (TCP disconnect, epoch -1): acquire nothing for it
-            slots = await self._session_slots(session, group_id, out, skip)
-            for slot in slots:
-                if budget.records <= 0 or budget.bytes <= 0:
-                    break
-                tp = (uuid.UUID(slot.key.topic_id), slot.key.partition)
-                try:
-                    got = await self._acquire(slot, member_id, params, budget, read_committed)
-                except PartitionError as exc:
-                    out[tp] = PartitionOut(*tp, error=exc.code, message=str(exc))
-                    continue
-                if got is not None:
-                    records, acquired = got
-                    part = out.setdefault(tp, PartitionOut(*tp))
-                    part.records += records
-                    part.acquired += acquired
-            acquired_bytes = params.max_bytes - budget.bytes
-            remaining = deadline - time.monotonic()
-            if any(p.error != ErrorCode.none for p in out.values()) or remaining <= 0 or \
-                    (acquired_bytes and acquired_bytes >= max(params.min_bytes, 1)) or budget.records <= 0:
-                return out
-            if on_park is not None:  # only waiting is left: let the connection's next request run
-                on_park()
-                on_park = None
-            await self._wait(slots, remaining, read_committed)
-
     async def _session_slots(self, session: ShareSession, group_id: str,
                              out: dict[TopicIdPartition, PartitionOut],
-                             skip: set[TopicIdPartition] = frozenset()) -> list[Slot]:
-        """The session's share-partitions, rotated so every partition gets its turn first."""
+                             skip: AbstractSet[TopicIdPartition] = frozenset()) -> list[Slot]:
+        """The session's share-partitions, rotated so every partition gets its turn first (each
+        round of a DelayedShareFetch asks again: a share-partition may be loaded meanwhile)."""
         tps = sorted(session.partitions - skip)
         if not tps:
             return []
         start = self._rotation.get(session.key, 0) % len(tps)
         self._rotation[session.key] = start + 1
-        slots = []
+        slots: list[Slot] = []
         for tp in tps[start:] + tps[:start]:
             try:
                 slots.append(await self._slot(group_id, *tp))
@@ -313,199 +274,16 @@ class ShareService:
                 out[tp] = PartitionOut(*tp, error=exc.code, message=str(exc))
         return slots
 
-    async def _acquire(self, slot: Slot, member_id: str, params: FetchParams, budget: _Budget,
-                       read_committed: bool) -> tuple[bytes, list[AcquiredRecords]] | None:
-        sp = slot.partition
-        if not sp.can_acquire():
-            return None
-        async with slot.fetch_lock:  # members of one share-partition read the log one at a time
-            offset = sp.next_fetch_offset()
-            if offset is None:
-                return None
-            isolation = 1 if read_committed else 0
-            # keyed by topic *id*: a deleted and recreated topic reuses offsets under the same name
-            log_key = (slot.key.topic_id, slot.key.partition)
-            result = self.cache.get(log_key, offset, isolation)
-            if result is None:
-                try:
-                    share = self.cache.max_bytes // (len(self.cache) + 1)  # read-ahead: the cache's share
-                    result = await self.backend.fetch(slot.topic, slot.key.partition, offset,
-                                                      max_bytes=min(_read_size(slot, offset, budget), share),
-                                                      max_wait_ms=0, isolation_level=isolation)
-                except BackendError as exc:
-                    _backend_failures.log("read", logging.WARNING, "backend read failed for group=%s partition=%s-%d: "
-                                          "%s", slot.key.group_id, slot.topic, slot.key.partition, exc)
-                    raise PartitionError(_share_error(exc), str(exc)) from exc
-                _METRICS.high_watermarks[slot.key] = result.high_watermark  # metrics (issue 7): lag
-                sp.move_log_start(result.log_start_offset)
-                if result.error_code:  # OFFSET_OUT_OF_RANGE: the log start moved past us; archived above
-                    self.cache.drop(log_key)
-                    return None
-                self.cache.put(log_key, isolation, result)
-                if result.batches:
-                    count = result.batches[-1].last_offset - result.batches[0].base_offset + 1
-                    sample = len(result.records) / max(count, 1)
-                    slot.bytes_per_record = sample if not slot.bytes_per_record else \
-                        0.7 * slot.bytes_per_record + 0.3 * sample
-            batches = [b for b in result.batches if b.last_offset >= offset]
-            if not batches:
-                return None
-            acquired = sp.acquire(member_id, [(b.base_offset, b.last_offset, b.producer_id, b.is_transactional,
-                                               b.is_control) for b in batches],
-                                  budget.records, params.batch_size, mode=params.mode, fetch_offset=offset,
-                                  aborted_transactions=result.aborted_transactions if read_committed else None)
-            if acquired and getattr(sp, "ext", None) is not None and sp.ext.key_ordering:
-                acquired = await keyorder.order(self.backend, slot, member_id, acquired, result, batches)
-        if not acquired:
-            return None
-        self._read_ahead(slot, log_key, result, isolation)
-        self.partitions.track(slot)
-        records = _slice(result.records, batches, acquired)
-        n = sum(a.last_offset - a.first_offset + 1 for a in acquired)
-        budget.records -= n
-        budget.bytes -= len(records)
-        _METRICS.delivered_records += n
-        _METRICS.delivered_bytes += len(records)
-        return records, acquired
-
-    def _read_ahead(self, slot: Slot, log_key: tuple, result: FetchResult, isolation: int) -> None:
-        """Read the next window's bytes in the background when less than half a window is cached
-        beyond the window's end (see readcache.py): the ShareFetch that acknowledges the current
-        window then acquires from the cache instead of waiting for a backend round trip."""
-        if not self.read_ahead:
-            return
-        sp = slot.partition
-        end = result.batches[-1].last_offset
-        cap = sp.in_flight + sp.free_locks
-        if end + 1 >= result.high_watermark or not slot.bytes_per_record or end - sp.speo >= cap // 2 \
-                or log_key in self._reading_ahead or self.cache.has_ahead(log_key, isolation):
-            return
-        size = max(_MIN_READ, min(int(cap * slot.bytes_per_record * 1.25),
-                                  self.cache.max_bytes // (len(self.cache) + 1)))
-        if self.cache.bytes + size > self.cache.max_bytes:
-            return  # a read-ahead never evicts: bytes read and dropped unused are read amplification
-        task = asyncio.ensure_future(self._read_ahead_into_cache(slot, log_key, end + 1, size, isolation))
-        self._reading_ahead[log_key] = task
-        task.add_done_callback(lambda _t: self._reading_ahead.pop(log_key, None))
-
-    async def _read_ahead_into_cache(self, slot: Slot, log_key: tuple, offset: int, size: int, isolation: int) -> None:
-        try:
-            result = await self.backend.fetch(slot.topic, slot.key.partition, offset, max_bytes=size,
-                                              max_wait_ms=0, isolation_level=isolation)
-        except BackendError as exc:  # the acquisition that needs these bytes reads them itself
-            log.debug("read-ahead of %s-%d at %d failed: %s", slot.topic, slot.key.partition, offset, exc)
-            return
-        if result.batches and not result.error_code:
-            self.cache.put(log_key, isolation, result, ahead=True)
-
     async def close(self) -> None:
         """Stop background reads (the backend is closed after this)."""
-        tasks = list(self._reading_ahead.values())
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-    async def _wait(self, slots: list[Slot], remaining_s: float, read_committed: bool) -> None:
-        """Park until a share-partition changes (ack, release, lock expiry), new data arrives in
-        the backend, or the time is up."""
-        loop = asyncio.get_running_loop()
-        waiter = loop.create_future()
-        for slot in slots:
-            slot.waiters.add(waiter)
-        pending = [waiter]
-        poll_ms = int(remaining_s * 1000)
-        isolation = 1 if read_committed else 0
-        for slot in slots:
-            offset = slot.partition.next_fetch_offset()
-            if offset is not None and slot.partition.can_acquire():
-                pending.append(asyncio.ensure_future(self._long_poll(slot, offset, poll_ms, isolation)))
-        try:
-            await asyncio.wait(pending, timeout=remaining_s, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for fut in pending:
-                if not fut.done():
-                    fut.cancel()
-            for fut in pending[1:]:
-                if fut.done() and not fut.cancelled():
-                    fut.exception()  # retrieved: a failed long-poll just ends the wait
-            for slot in slots:
-                slot.waiters.discard(waiter)
-
-    async def _long_poll(self, slot: Slot, offset: int, poll_ms: int, isolation: int) -> None:
-        """Wait in the backend for data at ``offset``. What it returns (at least one whole batch)
-        goes into the cache, where the acquisition it wakes will find it: read once, not twice."""
-        result = await self.backend.fetch(slot.topic, slot.key.partition, offset, max_bytes=1,
-                                          max_wait_ms=poll_ms, isolation_level=isolation)
-        if result.batches and not result.error_code:
-            self.cache.put((slot.key.topic_id, slot.key.partition), isolation, result)
+        await self.reader.close()
 
 
-#: Bounds of one backend read: at least a useful chunk, never more than the client's budget.
-_MIN_READ, _FIRST_READ = 64 * 1024, 1024 * 1024
-#: Windows read beyond the free room when reading at the window's end (issue 14, see _read_size).
-_EXTRA_WINDOWS = 2
-
-
-def _read_size(slot: Slot, offset: int, budget: _Budget) -> int:
-    """Bytes to ask the backend for: what this share-partition can still acquire plus a bounded
-    read-ahead (and, by the caller, no more than its share of the read cache), never what the
-    client could take. A read sized by the client's MaxBytes (~50 MiB) fetches far more than the
-    in-flight window (max_record_locks) lets anyone acquire; the rest is evicted from the cache
-    before it is used and read again — read amplification (issue 14). So: free window room (or
-    plus the re-available records, when reading behind the window's end) × the partition's observed
-    bytes per record, with 25% headroom; Kafka returns at least one whole batch whatever we ask.
-
-    Why ``_EXTRA_WINDOWS`` more when reading at the window's end: a Fetch cuts the last batch at
-    the byte limit, and the cut batch is read again by the next read — on average half a batch
-    per read. With 1 MB producer batches and a 2 MiB window that was 28% of all bytes read (1M
-    run: 1.28–1.32). Reading three windows makes the cut a third as large relative to the read,
-    and the bytes beyond this window wait in the cache for the acquisitions after the next acks
-    (cache hits instead of a round trip on the ShareFetch path). The caller's cap (the cache's
-    share per partition) keeps all partitions' reads resident together."""
-    sp = slot.partition
-    behind_end = sp.speo + 1 - offset if offset <= sp.speo else 0  # re-available records to re-read
-    records = behind_end + sp.free_locks
-    if not slot.bytes_per_record:
-        return max(_MIN_READ, min(budget.bytes, _FIRST_READ))
-    wanted = min(budget.bytes, int(records * slot.bytes_per_record * 1.25))
-    if not behind_end:
-        wanted += int(_EXTRA_WINDOWS * (sp.in_flight + sp.free_locks) * slot.bytes_per_record)
-    return max(_MIN_READ, wanted)
-
-
-@dataclass
-class _Budget:
-    records: int
-    bytes: int
-
-
-def _share_error(exc: BackendError) -> ErrorCode:
-    """Only codes share clients expect at partition level: unknown topic, or "leader unavailable"
-    (which makes them refresh metadata and retry) for anything transient."""
-    if isinstance(exc, UnknownTopicError):
-        return ErrorCode.unknown_topic_or_partition
-    return ErrorCode.not_leader_or_follower
-
-
-def _merge_acks(topics: Iterable[tuple[uuid.UUID, int, list]]) -> dict[TopicIdPartition, list]:
+def _merge_acks(topics: Iterable[tuple[uuid.UUID, int, list[AckBatch]]]
+                ) -> dict[TopicIdPartition, list[AckBatch]]:
     """Clients may list one TopicId (and even one partition) more than once: merge, keep order."""
-    acks: dict[TopicIdPartition, list] = {}
+    acks: dict[TopicIdPartition, list[AckBatch]] = {}
     for topic_id, p, batches in topics:
         if batches:
             acks.setdefault((topic_id, p), []).extend(batches)
     return acks
-
-
-def _slice(records: bytes, batches: list[BatchInfo], acquired: list[AcquiredRecords]) -> bytes:
-    """The fetched bytes of exactly the log batches that overlap an acquired range, unchanged
-    (never decoded: batches are forwarded as the backend wrote them)."""
-    ranges = sorted((a.first_offset, a.last_offset) for a in acquired)
-    chosen, i = [], 0
-    for b in batches:
-        while i < len(ranges) and ranges[i][1] < b.base_offset:
-            i += 1
-        if i == len(ranges):
-            break
-        if ranges[i][0] <= b.last_offset:
-            chosen.append(b)
-    return slice_batches(records, chosen)

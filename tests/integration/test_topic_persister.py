@@ -31,8 +31,8 @@ from kshare_sidecar.persist import (
     WriteItem,
     WriterFencedError,
 )
-from kshare_sidecar.persist.base import state_partition_for
 from kshare_sidecar.persist.codec import KIND_PARTITION
+from kshare_sidecar.persist.ownership import state_partition_for
 from kshare_sidecar.persist.topic import TopicPersister
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
@@ -81,8 +81,7 @@ READER = textwrap.dedent("""
                 s.state_epoch, s.leader_epoch, s.start_offset,
                 [[b.first_offset, b.last_offset, int(b.delivery_state), b.delivery_count] for b in s.state_batches]]
         for g, rec in p.list_groups().items():
-            out["groups"][g] = [rec.group_epoch, list(rec.subscribed_topics), {t: list(v) for t, v in rec.initialized.items()},
-                                dict(rec.configs)]
+            out["groups"][g] = [rec.group_epoch, {t: list(v) for t, v in rec.initialized.items()}, dict(rec.configs)]
         await p.close()
         sys.stdout.write(orjson.dumps(out).decode())
 
@@ -99,7 +98,7 @@ async def test_state_survives_restart_in_a_new_process(kafka_39):
     assert await a.initialize_many(InitializeItem(k, 1, 0) for k in keys) == dict.fromkeys(keys)
     assert await a.write_many(WriteItem(k, state_for(k.partition), 0) for k in keys) == dict.fromkeys(keys)
     await a.delete(keys[:5])
-    group = GroupRecord("group-1", group_epoch=3, subscribed_topics=("orders",), initialized={TID: (1, 5, 9)},
+    group = GroupRecord("group-1", group_epoch=3, initialized={TID: (1, 5, 9)},
                         configs={"share.auto.offset.reset": "earliest"})
     await a.put_group(group)
     orders_id = await a.topic_id("orders")
@@ -111,7 +110,7 @@ async def test_state_survives_restart_in_a_new_process(kafka_39):
     assert proc.returncode == 0, proc.stderr
     got = orjson.loads(proc.stdout)
     assert got["states"] == expected
-    assert got["groups"] == {"group-1": [3, ["orders"], {TID: [1, 5, 9]}, {"share.auto.offset.reset": "earliest"}]}
+    assert got["groups"] == {"group-1": [3, {TID: [1, 5, 9]}, {"share.auto.offset.reset": "earliest"}]}
     assert got["topic_ids"] == {"orders": orders_id}
     assert got["skipped"] == 0
 

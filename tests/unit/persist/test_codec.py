@@ -30,10 +30,22 @@ def test_partition_roundtrip(key, value):
 
 
 def test_group_and_topic_id_roundtrip():
-    rec = GroupRecord("g", group_epoch=3, subscribed_topics=("a", "b"), initialized={"tid": (0, 1, 2)},
+    rec = GroupRecord("g", group_epoch=3, initialized={"tid": (0, 1, 2)},
                       configs={"share.record.lock.duration.ms": "15000"})
     assert codec.decode(*codec.encode(codec.KIND_GROUP, "g", rec)) == (codec.KIND_GROUP, "g", rec)
     assert codec.decode(*codec.encode(codec.KIND_TOPIC_ID, "orders", "u-1")) == (codec.KIND_TOPIC_ID, "orders", "u-1")
+
+
+def test_group_record_of_an_older_build_decodes():
+    """Records written before ``type`` and ``topics`` were dropped (nothing read them) still decode,
+    to the same record; new records no longer carry them."""
+    old = (b'{"v":1,"type":"share","epoch":4,"topics":["a","b"],"init":{"tid":[0,2]},'
+           b'"cfg":{"share.isolation.level":"read_committed"}}')
+    kind, ident, rec = codec.decode(codec.group_key("g"), old)
+    assert (kind, ident) == (codec.KIND_GROUP, "g")
+    assert rec == GroupRecord("g", group_epoch=4, initialized={"tid": (0, 2)},
+                              configs={"share.isolation.level": "read_committed"})
+    assert set(orjson.loads(codec.encode_group(rec))) == {"v", "epoch", "init", "cfg"}
 
 
 def test_value_has_version_field():

@@ -201,7 +201,7 @@ async def test_restart_recovers_identical_state_and_groups_and_topic_ids():
     await a.write_many(WriteItem(k, st(state_epoch=2, start=k.partition,
                                        batches=[(k.partition + 1, k.partition + 3, DeliveryState.ARCHIVED, 2)]), 1)
                        for k in keys)
-    group = GroupRecord("g0", group_epoch=7, subscribed_topics=("orders",), initialized={TID: (0, 3)},
+    group = GroupRecord("g0", group_epoch=7, initialized={TID: (0, 3)},
                         configs={"share.auto.offset.reset": "earliest"})
     await a.put_group(group)
     tid = await a.topic_id("orders")
@@ -290,7 +290,7 @@ async def test_new_writer_fences_old_one_and_nothing_is_silently_lost():
 
 async def test_groups_and_topic_ids(persister):
     await persister.put_group(GroupRecord("ga", group_epoch=1))
-    await persister.put_group(GroupRecord("ga", group_epoch=2, subscribed_topics=("t",)))
+    await persister.put_group(GroupRecord("ga", group_epoch=2, initialized={TID: (0,)}))
     await persister.initialize(SharePartitionKey("ga", TID, 0), 1)
     assert persister.get_group("ga").group_epoch == 2
     assert set(persister.list_groups()) == {"ga"}

@@ -1,0 +1,210 @@
+"""One ShareFetch's acquisition: Kafka's DelayedShareFetch.
+
+Why a module of its own: this is the fetch half of the hot path — try to acquire from every
+session partition (rotated), and when nothing was acquired, park until a share-partition changes
+(an ack, a release, a lock expiry wakes ``Slot.waiters``), the backend has new data (a
+long-poll), or MaxWaitMs passes. Sessions and acknowledgements stay in :mod:`.shares`, the
+backend reads in :mod:`.logreader`. The work per request is per partition and per log batch,
+never per record: acquired bytes are sliced out of the backend's buffer whole
+(``log/batches.slice_batches``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+
+from kio.schema.errors import ErrorCode
+
+from ..log.batches import slice_batches
+from ..log.types import BatchInfo
+from ..metrics import STATS as _METRICS  # kshare metrics (issue 7)
+from ..protocol.types import TopicIdPartition
+from ..share.sessions import ShareSession, ShareSessionCache
+from ..share.types import AcquiredRecords, AcquireMode
+from . import keyorder
+from .logreader import ShareLogReader, _Budget
+from .partitions import PartitionError, SharePartitionManager, Slot
+
+
+@dataclass
+class PartitionOut:
+    topic_id: uuid.UUID
+    partition: int
+    error: ErrorCode = ErrorCode.none
+    message: str | None = None
+    ack_error: ErrorCode | None = None  # None: the partition carried no acks
+    ack_message: str | None = None
+    records: bytes = b""
+    acquired: list[AcquiredRecords] = field(default_factory=list)
+
+
+@dataclass
+class FetchParams:
+    max_wait_ms: int = 500
+    min_bytes: int = 1
+    max_bytes: int = 52_428_800
+    max_records: int = 500
+    batch_size: int = 500
+    mode: int = AcquireMode.BATCH_OPTIMIZED
+
+
+#: ``session_slots(session, group_id, out, skip)``: the session's share-partitions in this
+#: round's order (ShareService: rotated, loaded on demand; lookup errors go into ``out``)
+SessionSlots = Callable[[ShareSession, str, dict[TopicIdPartition, PartitionOut], AbstractSet[TopicIdPartition]],
+                        Awaitable[list[Slot]]]
+
+
+class DelayedShareFetch:
+    """The acquisition for one ShareFetch request, from its first try to its answer or deadline."""
+
+    __slots__ = (
+        "budget",
+        "deadline",
+        "group_id",
+        "isolation",
+        "member_id",
+        "params",
+        "partitions",
+        "read_committed",
+        "reader",
+        "session",
+        "session_slots",
+        "sessions",
+        "skip",
+    )
+
+    def __init__(self, session: ShareSession, group_id: str, member_id: str, params: FetchParams, *,
+                 sessions: ShareSessionCache, partitions: SharePartitionManager, reader: ShareLogReader,
+                 session_slots: SessionSlots, read_committed: bool,
+                 skip: AbstractSet[TopicIdPartition] = frozenset()) -> None:
+        self.session = session
+        self.group_id = group_id
+        self.member_id = member_id
+        self.params = params
+        self.sessions = sessions
+        self.partitions = partitions
+        self.reader = reader
+        self.session_slots = session_slots
+        self.read_committed = read_committed
+        self.isolation = 1 if read_committed else 0
+        self.skip = skip  # partitions answered TOPIC_AUTHORIZATION_FAILED instead
+        self.deadline = time.monotonic() + params.max_wait_ms / 1000
+        self.budget = _Budget(params.max_records, params.max_bytes)
+
+    async def run(self, on_park: Callable[[], None] | None = None) -> dict[TopicIdPartition, PartitionOut]:
+        """Acquire until MinBytes is met, MaxRecords is used up, a partition fails or the time is up.
+        ``on_park`` is called once, just before the first wait: only waiting is left, so the
+        connection's next request may run (wire.Connection.release_ordering)."""
+        params, budget = self.params, self.budget
+        out: dict[TopicIdPartition, PartitionOut] = {}
+        while True:
+            if self.sessions.get(self.session.key) is not self.session:
+                return out  # closed while parked (TCP disconnect, epoch -1): acquire nothing for it
+            slots = await self.session_slots(self.session, self.group_id, out, self.skip)
+            for slot in slots:
+                if budget.records <= 0 or budget.bytes <= 0:
+                    break
+                tp = (uuid.UUID(slot.key.topic_id), slot.key.partition)
+                try:
+                    got = await self._acquire(slot)
+                except PartitionError as exc:
+                    out[tp] = PartitionOut(*tp, error=exc.code, message=str(exc))
+                    continue
+                if got is not None:
+                    records, acquired = got
+                    part = out.setdefault(tp, PartitionOut(*tp))
+                    part.records += records
+                    part.acquired += acquired
+            acquired_bytes = params.max_bytes - budget.bytes
+            remaining = self.deadline - time.monotonic()
+            if any(p.error != ErrorCode.none for p in out.values()) or remaining <= 0 or \
+                    (acquired_bytes and acquired_bytes >= max(params.min_bytes, 1)) or budget.records <= 0:
+                return out
+            if on_park is not None:  # only waiting is left: let the connection's next request run
+                on_park()
+                on_park = None
+            await self._wait(slots, remaining)
+
+    async def _acquire(self, slot: Slot) -> tuple[bytes, list[AcquiredRecords]] | None:
+        """Acquire whole batches of one share-partition from its next fetch offset; the bytes of
+        exactly the acquired batches, unchanged, with the acquired ranges."""
+        sp = slot.partition
+        if not sp.can_acquire():
+            return None
+        params, budget = self.params, self.budget
+        async with slot.fetch_lock:  # members of one share-partition read the log one at a time
+            offset = sp.next_fetch_offset()
+            if offset is None:
+                return None
+            result = await self.reader.read(slot, offset, self.isolation, budget)
+            if result is None:
+                return None
+            batches = [b for b in result.batches if b.last_offset >= offset]
+            if not batches:
+                return None
+            acquired = sp.acquire(self.member_id, [(b.base_offset, b.last_offset, b.producer_id, b.is_transactional,
+                                                    b.is_control) for b in batches],
+                                  budget.records, params.batch_size, mode=params.mode, fetch_offset=offset,
+                                  aborted_transactions=result.aborted_transactions if self.read_committed else None)
+            ext = getattr(sp, "ext", None)  # ExtendedSharePartition: groups using kshare's extensions
+            if acquired and ext is not None and ext.key_ordering:
+                acquired = await keyorder.order(self.reader.backend, slot, self.member_id, acquired, result, batches)
+        if not acquired:
+            return None
+        self.reader.read_ahead(slot, result, self.isolation)
+        self.partitions.track(slot)
+        records = _slice(result.records, batches, acquired)
+        n = sum(a.last_offset - a.first_offset + 1 for a in acquired)
+        budget.records -= n
+        budget.bytes -= len(records)
+        _METRICS.delivered_records += n
+        _METRICS.delivered_bytes += len(records)
+        return records, acquired
+
+    async def _wait(self, slots: list[Slot], remaining_s: float) -> None:
+        """Park until a share-partition changes (ack, release, lock expiry), new data arrives in
+        the backend, or the time is up."""
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        for slot in slots:
+            slot.waiters.add(waiter)
+        pending: list[asyncio.Future[None]] = [waiter]
+        poll_ms = int(remaining_s * 1000)
+        for slot in slots:
+            offset = slot.partition.next_fetch_offset()
+            if offset is not None and slot.partition.can_acquire():
+                pending.append(asyncio.ensure_future(self.reader.long_poll(slot, offset, poll_ms, self.isolation)))
+        try:
+            await asyncio.wait(pending, timeout=remaining_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for fut in pending:
+                if not fut.done():
+                    fut.cancel()
+            for fut in pending[1:]:
+                if fut.done() and not fut.cancelled():
+                    fut.exception()  # retrieved: a failed long-poll just ends the wait
+            for slot in slots:
+                slot.waiters.discard(waiter)
+
+
+def _slice(records: bytes, batches: list[BatchInfo], acquired: list[AcquiredRecords]) -> bytes:
+    """The fetched bytes of exactly the log batches that overlap an acquired range, unchanged
+    (never decoded: batches are forwarded as the backend wrote them). Choosing the batches is a
+    merge of two sorted lists (per batch, not per record); cutting them out is
+    ``log/batches.slice_batches``, the one implementation."""
+    ranges = sorted((a.first_offset, a.last_offset) for a in acquired)
+    chosen: list[BatchInfo] = []
+    i = 0
+    for b in batches:
+        while i < len(ranges) and ranges[i][1] < b.base_offset:
+            i += 1
+        if i == len(ranges):
+            break
+        if ranges[i][0] <= b.last_offset:
+            chosen.append(b)
+    return slice_batches(records, chosen)
