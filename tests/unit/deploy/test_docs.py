@@ -118,3 +118,61 @@ def test_toml_examples_load(tmp_path):
         path.write_text(block)
         cfg = load_config(path, env={})
         assert cfg["bootstrap.servers"]
+
+
+# --- code named in the docs exists (issue 20: docs/architecture.md re-read against the code) ----
+
+PACKAGE = REPO / "kshare_sidecar"
+#: Documents whose code references are checked.
+CODE_DOCS = ("architecture.md", "engine.md", "persistence.md", "testing.md", "extensions.md")
+_PATH = re.compile(r"`((?:kshare_sidecar|tests|benchmarks|plugins|compose)/[\w./*-]+|[a-z_]+/[\w/*-]+\.py)`")
+
+
+def _repo_path_exists(name: str) -> bool:
+    """A path as docs write it: from the repository root, or relative to kshare_sidecar/."""
+    name = name.rstrip("/")
+    for base in (REPO, PACKAGE):
+        if "*" in name:
+            if any(base.glob(name)):
+                return True
+        elif (base / name).exists():
+            return True
+    return False
+
+
+@pytest.mark.parametrize("doc", CODE_DOCS)
+def test_paths_named_in_the_docs_exist(doc):
+    text = (REPO / "docs" / doc).read_text()
+    missing = sorted({m for m in _PATH.findall(text) if not _repo_path_exists(m)})
+    assert missing == [], f"docs/{doc} names paths that do not exist: {missing}"
+
+
+def _layout_block() -> str:
+    text = (REPO / "docs" / "architecture.md").read_text()
+    start = text.index("```\nkshare_sidecar/\n")
+    return text[start + 4:text.index("```", start + 4)]
+
+
+def test_architecture_layout_names_real_modules():
+    """Every top-level entry of the layout exists, and every `module.Class` it names is defined in
+    a module of that name (in the entry's package first)."""
+    missing = []
+    package = PACKAGE
+    for line in _layout_block().splitlines()[1:]:
+        entry = re.match(r"  (\S.*?)\s{2,}", line)  # "  share/  ..." or "  hookspecs.py, plugins.py, ...  ..."
+        if entry:
+            names = re.findall(r"[\w.]+/?", entry.group(1))
+            missing += [f"kshare_sidecar/{n}" for n in names if not (PACKAGE / n.rstrip("/")).exists()]
+            package = PACKAGE / names[0].rstrip("/")
+        elif re.match(r"\S", line):  # plugins/, tests/, ... at the repository root
+            name = line.split()[0]
+            if not (REPO / name).exists():
+                missing.append(name)
+            package = REPO / name
+        for module, cls in re.findall(r"\b([a-z_]+)\.([A-Z]\w+)", line):
+            candidates = [package / f"{module}.py", package / module / "__init__.py",
+                          *PACKAGE.rglob(f"{module}.py"), *PACKAGE.rglob(f"{module}/__init__.py")]
+            defined = re.compile(rf"^(class {cls}\b|{cls}\b.*=|from .* import .*\b{cls}\b)", re.M)
+            if not any(c.is_file() and defined.search(c.read_text()) for c in candidates):
+                missing.append(f"{module}.{cls}")
+    assert missing == [], f"docs/architecture.md's layout names what does not exist: {missing}"
