@@ -26,19 +26,45 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from kshare_sidecar.persist import codec
 from kshare_sidecar.persist.codec import KIND_OWNER
 from kshare_sidecar.persist.errors import WriterFencedError
 from kshare_sidecar.persist.records import NO_EPOCH, RecoveryStats
 
+if TYPE_CHECKING:  # ownership.py and writer.py are imported where used (see _placed)
+    from kshare_sidecar.persist.errors import PersistError
+    from kshare_sidecar.persist.ownership import EntityKey, ReplaySink
+    from kshare_sidecar.persist.writer import Record, _Op
+
 log = logging.getLogger("kshare_sidecar.persist")
+
+#: Told which entities a state partition's acquisition or release changed: ``(partition, keys)``.
+OwnershipListener = Callable[[int, set["EntityKey"]], None]
 
 
 class ClusterOwnershipMixin:
     """acquire / release of single state partitions (only used when ``self.cluster``)."""
+
+    # Provided by BasePersister, its writer (persist/writer.py) and the ownership mixin (declared
+    # for the type checker; BasePersister.__init__ sets them).
+    partitions: int
+    replay_rule: str
+    owner_epoch: int | None
+    blocked: dict[int, str]
+    fenced_partitions: set[int]
+    _entities: dict[EntityKey, Any]
+    _owner_epochs: dict[int, int]
+    _queues: dict[int, list[_Op]]
+    _resolvers: dict[int, asyncio.Task[None]]
+    if TYPE_CHECKING:  # the backend hooks (BasePersister) and the ownership mixin's methods
+        async def _commit(self, partition: int, records: list[Record]) -> None: ...
+        async def _replay(self, sink: ReplaySink, partitions: Sequence[int] | None = None) -> None: ...
+        async def _await_stable(self, partition: int) -> None: ...
+        async def _reopen(self, partition: int) -> None: ...
+        def _blocked_error(self, p: int) -> PersistError: ...
 
     def _init_cluster(self) -> None:
         #: where share-partition records go (ownership.PLACEMENTS); "topic-partition" in a cluster
@@ -49,8 +75,8 @@ class ClusterOwnershipMixin:
         self.owned: set[int] = set()
         self._own_epochs: dict[int, int] = {}
         self._idle: dict[int, asyncio.Event] = {}  # per partition: set while no batch is in flight
-        self.acquired_listeners: list[Callable[[int, set], None]] = []
-        self.released_listeners: list[Callable[[int, set], None]] = []
+        self.acquired_listeners: list[OwnershipListener] = []
+        self.released_listeners: list[OwnershipListener] = []
 
     def enable_cluster(self) -> None:
         """Before ``start()``: own nothing until assigned; place share-partitions by topic-partition."""
@@ -180,7 +206,7 @@ class ClusterOwnershipMixin:
         return state_partition_for(key[0], key[1], self.partitions, self.placement)
 
     @staticmethod
-    def _notify(listeners, p: int, keys: set) -> None:
+    def _notify(listeners: list[OwnershipListener], p: int, keys: set[EntityKey]) -> None:
         for listener in listeners:
             try:
                 listener(p, keys)

@@ -15,13 +15,18 @@ from kshare_sidecar.persist.base import BasePersister, Record, ReplaySink
 from kshare_sidecar.persist.errors import CommitOutcomeUnknownError, WriterFencedError
 
 
+#: What the log holds: the persister's records, and (``produce_raw``, tests) records a producer
+#: other than kshare might leave on a state topic, such as one without a key.
+LogRecord = tuple[bytes | None, bytes | None]
+
+
 class MemoryLog:
     """Per-partition lists of ``(key, value)`` records, with writer fencing and compaction."""
 
     _tokens = itertools.count(1)
 
     def __init__(self, partitions: int = 1):
-        self.partitions: list[list[Record]] = [[] for _ in range(partitions)]
+        self.partitions: list[list[LogRecord]] = [[] for _ in range(partitions)]
         self._owner: dict[int, int] = {}
         self._faults: dict[int, list[str]] = {}
 
@@ -53,7 +58,7 @@ class MemoryLog:
     def compact(self) -> None:
         """Keep the last record per key; drop tombstones (what log compaction converges to)."""
         for p, records in enumerate(self.partitions):
-            last: dict[bytes | None, Record] = {}
+            last: dict[bytes | None, LogRecord] = {}
             for rec in records:
                 last.pop(rec[0], None)
                 last[rec[0]] = rec

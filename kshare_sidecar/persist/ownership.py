@@ -12,14 +12,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import zlib
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from kshare_sidecar.persist import codec
 from kshare_sidecar.persist.codec import KIND_GROUP, KIND_OWNER, KIND_PARTITION, CodecError
 from kshare_sidecar.persist.errors import BackendWriteError, NotReadyError, PersistError, WriterFencedError
 from kshare_sidecar.persist.model import SharePartitionKey
 from kshare_sidecar.persist.records import NO_EPOCH, RecoveryStats, StoredPartition
+
+if TYPE_CHECKING:  # writer.py imports this module
+    from kshare_sidecar.persist.writer import Record, _Op
 
 log = logging.getLogger("kshare_sidecar.persist")
 
@@ -129,6 +132,39 @@ def replay_sink(entities: dict[EntityKey, Any], stats: RecoveryStats, owners: di
 class OwnershipMixin:
     """Takeover at start-up, blocking and resolving after failed commits, supersession."""
 
+    # Provided by BasePersister, its writer (persist/writer.py) and the cluster mixin (declared
+    # for the type checker; BasePersister.__init__ sets them).
+    name: str
+    partitions: int
+    replay_rule: str
+    placement: str
+    cluster: bool
+    owned: set[int]
+    owner_epoch: int | None
+    recovery_stats: RecoveryStats
+    blocked: dict[int, str]
+    fenced_partitions: set[int]
+    superseded: bool
+    takeover_grace_s: float
+    takeovers: int
+    reloads: int
+    reload_listeners: list[Callable[[set[SharePartitionKey]], None]]
+    superseded_listeners: list[Callable[[str], None]]
+    _closed: bool
+    _entities: dict[EntityKey, Any]
+    _owner_epochs: dict[int, int]
+    _own_epochs: dict[int, int]
+    _queues: dict[int, list[_Op]]
+    _resolvers: dict[int, asyncio.Task[None]]
+    if TYPE_CHECKING:  # the backend hooks (BasePersister) and the cluster mixin's methods
+        async def _commit(self, partition: int, records: list[Record]) -> None: ...
+        async def _replay(self, sink: ReplaySink, partitions: Sequence[int] | None = None) -> None: ...
+        async def _settle(self, partition: int) -> bool: ...
+        async def _await_stable(self, partition: int) -> None: ...
+        async def _reopen(self, partition: int) -> None: ...
+        def _placed(self, entities: dict[EntityKey, Any], p: int) -> dict[EntityKey, Any]: ...
+        def _lose(self, p: int, newer: int) -> None: ...
+
     async def _take_ownership(self) -> None:
         """Take an owner epoch above every epoch the backend holds and record it on every partition.
 
@@ -195,7 +231,7 @@ class OwnershipMixin:
         if p not in self._resolvers and not self._closed and reason not in ("unowned", "acquiring"):
             task = asyncio.get_running_loop().create_task(self._resolve(p), name=f"kshare-persist-resolve-{p}")
             self._resolvers[p] = task
-            task.add_done_callback(lambda _t, p=p: self._resolvers.pop(p, None))
+            task.add_done_callback(lambda _t: self._resolvers.pop(p, None))
 
     async def _resolve(self, p: int) -> None:
         """Bring partition ``p`` back in line with the backend, then unblock it.

@@ -2,17 +2,20 @@
 
 * The topic (default ``__kshare_state``) is created when missing with ``cleanup.policy=compact``
   and settings that keep it small; an existing topic that is not compacted is refused with a
-  message naming the topic and the fix.
+  message naming the topic and the fix (:mod:`kshare_sidecar.persist.topicsetup`).
 * One record per entity (share-partition snapshot, group record, topic-id entry), keyed by
   :mod:`kshare_sidecar.persist.codec`; deletes are tombstones.
-* Writes are coalesced per state-topic partition (``linger_ms``) and written in one Kafka
-  transaction per batch by a transactional producer whose ``transactional.id`` is
-  ``<prefix>-<topic>-<partition>``: starting a second instance for the same partition bumps
+* Writes are coalesced per state-topic partition (``linger_ms``); each batch is written by the
+  partition's writer (:data:`WRITE_MODES`; by default idempotent batches at the producer epoch of
+  ``transactional.id`` ``<prefix>-<topic>-<partition>``, persist/epochwriter.py, or one Kafka
+  transaction per batch under that id): starting a second instance for the same partition bumps
   the producer epoch and the backend fences the first one, which then fails its writes with
   :class:`WriterFencedError` and re-reads ownership (never a silent loss). Callers proceed
   only after the commit (acks=all, idempotent) returned. A commit that times out is *not*
   a failure: the producer is never re-initialised to recover from it (that would fence a live
   owner); the engine waits for the producer's transaction to end and re-reads the partition.
+  (``idempotent`` mode, for backends without transactions, is fenced by replay and
+  persist/watch.py instead.)
 * Recovery replays every partition with ``isolation_level=read_committed`` up to the
   last-stable offset before the persister is ``ready``.
 """
@@ -29,22 +32,17 @@ from typing import Any
 import aiokafka.producer.sender as _aiokafka_sender
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.client import AIOKafkaClient
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.producer.transaction_manager import TransactionState
 from aiokafka.errors import (
     InvalidProducerEpoch,
     ProducerFenced,
-    TopicAlreadyExistsError,
     TransactionalIdAuthorizationFailed,
-    for_code,
 )
-
-from kio.schema.errors import ErrorCode
 
 from kshare_sidecar.persist.base import BasePersister, Record, ReplaySink
 from kshare_sidecar.persist.codec import KIND_OWNER
-from kshare_sidecar.persist import codec
+from kshare_sidecar.persist import codec, topicsetup
 from kshare_sidecar.persist.epochwriter import EpochFencedError, EpochWriter
 from kshare_sidecar.persist.watch import StateWatchMixin
 from kshare_sidecar.persist.errors import (
@@ -52,26 +50,13 @@ from kshare_sidecar.persist.errors import (
     CommitOutcomeUnknownError,
     NotReadyError,
     PersistError,
-    StateTopicMisconfiguredError,
     WriterFencedError,
 )
+from kshare_sidecar.persist.topicsetup import DEFAULT_TOPIC_CONFIGS
 
 log = logging.getLogger("kshare_sidecar.persist.topic")
 
-UNKNOWN_TOPIC_OR_PARTITION = int(ErrorCode.unknown_topic_or_partition)
-
 DEFAULT_TOPIC = "__kshare_state"
-DEFAULT_TOPIC_CONFIGS: dict[str, str] = {
-    "cleanup.policy": "compact",
-    # Roll segments often so superseded snapshots become cleanable soon (the active segment is
-    # never compacted); small segments keep each cleaning pass short.
-    "segment.ms": "600000",  # 10 minutes
-    "segment.bytes": "16777216",  # 16 MiB
-    # Clean as soon as 10% of the log is superseded snapshots (broker default is 50%).
-    "min.cleanable.dirty.ratio": "0.1",
-    # Tombstones stay readable for an hour: long enough for any replay in progress to see them.
-    "delete.retention.ms": "3600000",
-}
 
 #: Fault-injection hook for the fencing e2e tests only: hold every state transaction open this long
 #: between its records and its commit, so a SIGSTOP lands inside an open transaction for certain.
@@ -158,7 +143,7 @@ class TopicPersister(StateWatchMixin, BasePersister):
         self._client: AIOKafkaClient | None = None  # fenced mode: the writers' client
         self._refresher: asyncio.Task | None = None
         self._replayed_to: dict[int, int] = {}  # partition -> offset the last full replay reached
-        self._watcher: asyncio.Task | None = None
+        self._watcher = None  # idempotent mode: the state-topic watch (persist/watch.py)
         self.bootstrap_servers = bootstrap_servers
         self.topic = topic
         self.replication_factor = replication_factor
@@ -245,88 +230,19 @@ class TopicPersister(StateWatchMixin, BasePersister):
             **self.client_options,
         )
 
-    async def _describe_partitions(self) -> int | None:
-        assert self._admin is not None
-        # Never ask for the topic by name before it exists: a Metadata request naming it would
-        # let a broker with auto.create.topics.enable create it with cleanup.policy=delete.
-        if self.topic not in await self._admin.list_topics():
-            return None
-        (meta,) = await self._admin.describe_topics([self.topic])
-        error = meta.get("error_code", 0)
-        if error == UNKNOWN_TOPIC_OR_PARTITION:
-            return None
-        if error:
-            raise BackendWriteError(f"cannot describe state topic {self.topic!r}: {for_code(error).__name__}")
-        return len(meta["partitions"])
-
     async def _ensure_topic(self) -> None:
+        """Create the state topic when missing (persist/topicsetup.py); adopt an existing topic's
+        partition count; refuse a topic that is not compacted."""
         assert self._admin is not None
-        count = await self._describe_partitions()
-        if count is None:
-            if not self.create_topic:
-                raise StateTopicMisconfiguredError(
-                    f"state topic {self.topic!r} does not exist and create_topic is off; create it with "
-                    f"cleanup.policy=compact or let kshare create it")
-            # aiokafka only accepts replication_factor=-1 (broker default, CreateTopics v4+) when
-            # replica_assignments is not None; an empty mapping assigns nothing explicitly.
-            new = NewTopic(name=self.topic, num_partitions=self.partitions,
-                           replication_factor=self.replication_factor, topic_configs=self.topic_configs,
-                           replica_assignments={} if self.replication_factor == -1 else None)
-            response = await self._admin.create_topics([new])
-            for name, code, *rest in response.topic_errors:
-                if code and not issubclass(for_code(code), TopicAlreadyExistsError):
-                    message = rest[0] if rest else ""
-                    raise BackendWriteError(
-                        f"cannot create state topic {name!r}: {for_code(code).__name__} {message or ''}".strip())
-                if not code:
-                    log.info("created state topic %r (%d partitions, configs %s)", name, self.partitions,
-                             self.topic_configs)
-            deadline = time.monotonic() + self.request_timeout_ms / 1000
-            while (count := await self._describe_partitions()) is None:
-                if time.monotonic() > deadline:
-                    raise BackendWriteError(f"state topic {self.topic!r} did not appear after creation")
-                await asyncio.sleep(0.1)
+        timeout_s = self.request_timeout_ms / 1000
+        count = await topicsetup.create_or_describe(
+            self._admin, self.topic, partitions=self.partitions, replication_factor=self.replication_factor,
+            configs=self.topic_configs, create=self.create_topic, timeout_s=timeout_s)
         if count != self.partitions:
             log.warning("state topic %r has %d partitions (configured %d): using %d; the partition count "
                         "of an existing state topic must never change", self.topic, count, self.partitions, count)
             self.partitions = count
-        policy = await self._cleanup_policy_when_known()
-        if policy != "compact":
-            raise StateTopicMisconfiguredError(
-                f"state topic {self.topic!r} exists with cleanup.policy={policy!r}, but kshare keeps share-group "
-                f"state there and needs cleanup.policy=compact (with 'delete' the state of idle share-partitions "
-                f"would be lost). Fix: kafka-configs.sh --bootstrap-server <backend> --alter --entity-type topics "
-                f"--entity-name {self.topic} --add-config cleanup.policy=compact  (or: rpk topic alter-config "
-                f"{self.topic} --set cleanup.policy=compact), or configure another state topic name.")
-
-    async def _cleanup_policy_when_known(self) -> str:
-        """The state topic's cleanup.policy. On a multi-broker backend the broker the admin client
-        asks may learn of a topic created a moment ago only after a metadata round: UNKNOWN_TOPIC
-        is retried until the request timeout (a start-up race, seen with three brokers)."""
-        deadline = time.monotonic() + self.request_timeout_ms / 1000
-        while True:
-            try:
-                return await self._cleanup_policy()
-            except _UnknownStateTopic:
-                if time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.2)
-
-    async def _cleanup_policy(self) -> str:
-        assert self._admin is not None
-        responses = await self._admin.describe_configs(
-            [ConfigResource(ConfigResourceType.TOPIC, self.topic, configs=None)])
-        for response in responses:
-            for resource in response.resources:
-                error_code, error_message, _type, _name, entries = resource[:5]
-                if error_code:
-                    cls = _UnknownStateTopic if error_code == UNKNOWN_TOPIC_OR_PARTITION else BackendWriteError
-                    raise cls(f"cannot read configs of state topic {self.topic!r}: "
-                              f"{for_code(error_code).__name__} {error_message or ''}")
-                for entry in entries:
-                    if entry[0] == "cleanup.policy":
-                        return ",".join(part.strip() for part in (entry[1] or "").split(","))
-        raise StateTopicMisconfiguredError(f"state topic {self.topic!r}: cleanup.policy not reported")
+        await topicsetup.check_compacted(self._admin, self.topic, timeout_s)
 
     # ----------------------------------------------------------------------------- replay
     async def _replay(self, sink: ReplaySink, partitions=None) -> None:
@@ -555,8 +471,4 @@ class TopicPersister(StateWatchMixin, BasePersister):
         client, self._client = self._client, None
         if client is not None:
             await client.close()
-
-
-class _UnknownStateTopic(BackendWriteError):
-    """The broker asked does not know the state topic (yet)."""
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
@@ -29,16 +30,32 @@ from kshare_sidecar.persist.errors import WriterFencedError
 
 log = logging.getLogger("kshare_sidecar.persist.topic")
 
+if TYPE_CHECKING:
+    # The type checker sees the engine this mixin is put in front of (its start(), ownership and
+    # rewrite_current); at run time the mixin is a plain class, so the MRO stays the persister's.
+    from kshare_sidecar.persist.base import BasePersister as _Host
+else:
+    _Host = object
 
-class StateWatchMixin:
+
+class StateWatchMixin(_Host):
     """Mixed into :class:`~kshare_sidecar.persist.topic.TopicPersister` (uses its settings)."""
+
+    # Settings and replay progress of the TopicPersister (declared for the type checker).
+    write_mode: str
+    bootstrap_servers: str | list[str]
+    topic: str
+    request_timeout_ms: int
+    client_options: dict[str, Any]
+    _replayed_to: dict[int, int]  # partition -> offset the last full replay (then this watch) reached
+    _watcher: asyncio.Task[None] | None
 
     async def start(self) -> None:
         await super().start()
         if self.write_mode == "idempotent" and self._watcher is None:
             self._newer_owner_at: dict[int, int] = {}  # partition -> offset of the first newer owner record
             self._watch_progress = asyncio.Condition()
-            self._rewrites: set[asyncio.Task] = set()
+            self._rewrites: set[asyncio.Task[None]] = set()
             self._watcher = asyncio.get_running_loop().create_task(self._watch(), name="kshare-state-watch")
 
     async def _confirm_by_watch(self, partition: int, offset: int) -> None:
