@@ -17,8 +17,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/kshare demo
 
+# The type check runs first (seconds; a type error fails the suite before the brokers start).
 # The Spark source has its own suite (PySpark is ~450 MB and the suite takes minutes): test-spark.
 test: $(STAMP)
+	$(PY) -m mypy
 	$(PY) -m pytest -q -rfEs --ignore=tests/spark
 
 test-spark: $(STAMP)
@@ -28,7 +30,7 @@ test-spark: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q tests/unit
 
-# mypy over kshare_sidecar/ with the settings in pyproject.toml ([tool.mypy]).
+# mypy over kshare_sidecar/ with the settings in pyproject.toml ([tool.mypy]); also the first step of `test`.
 typecheck: $(STAMP)
 	$(PY) -m mypy
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from .protocol.address import parse_host_port
 from .config_sections import (
     AuthorizerSettings,
     BackendSettings,
@@ -141,8 +142,7 @@ class SidecarConfig:
 
     @property
     def advertised(self) -> tuple[str, int]:
-        host, _, port = (self.listener.advertised_listener or self.listener.listen).rpartition(":")
-        return host, int(port)
+        return parse_host_port(self.listener.advertised_listener or self.listener.listen, "advertised.listener")
 
     @property
     def sasl_mechanisms(self) -> tuple[str, ...]:
@@ -262,10 +262,10 @@ def _listener_specs(listener: ListenerSettings, security: ListenerSecuritySettin
     declared: list[tuple[str, str, int]]
     advertised: dict[str, tuple[str, int]]
     if not listener.listeners:
-        bind_host, _, bind_port = listener.listen.rpartition(":")
-        told_host, _, told_port = (listener.advertised_listener or listener.listen).rpartition(":")
-        declared = [("PLAINTEXT", bind_host.strip("[]"), int(bind_port))]
-        advertised = {"PLAINTEXT": (told_host.strip("[]"), int(told_port))} if listener.advertised_listener else {}
+        bind_host, bind_port = parse_host_port(listener.listen, "listen")  # both checked when loaded
+        declared = [("PLAINTEXT", bind_host, bind_port)]
+        advertised = {"PLAINTEXT": parse_host_port(listener.advertised_listener, "advertised.listener")
+                      } if listener.advertised_listener else {}
     else:
         declared = parse_listeners(listener.listeners)
         advertised = {n: (h, p) for n, h, p in parse_listeners(listener.advertised_listeners)

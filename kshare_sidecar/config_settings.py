@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .protocol import address
+
 
 class ConfigError(ValueError):
     """A configuration value is unknown or out of range; the message names the key."""
@@ -64,18 +66,19 @@ class Setting:
 
 
 def _host_port(value: str) -> str | None:
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
-        return "expected host:port, for example 127.0.0.1:9192"
-    return None
+    return address.problem(value)  # named: docs/configuration.md describes validators by name (configdoc)
+
+
+def _optional_host_port(value: str) -> str | None:
+    return address.problem(value) if value else None
 
 
 def _bootstrap(value: str) -> str | None:
     if not value:
         return "required: the backend cluster's bootstrap servers, host:port[,host:port...]"
     for part in value.split(","):
-        if problem := _host_port(part.strip()):
-            return problem
+        if why := _host_port(part):
+            return why
     return None
 
 
@@ -160,7 +163,7 @@ SETTINGS: tuple[Setting, ...] = (
     _S("listen", "127.0.0.1:9192", str, "Address of the single PLAINTEXT listener when `listeners` is not set.",
        check=_host_port),
     _S("advertised.listener", "", str, "host:port clients are told to connect to (default: listen); with `listen` "
-       "only."),
+       "only.", check=_optional_host_port),
     _S("listeners", "", str, "Kafka's form: NAME://host:port[,...], e.g. PLAINTEXT://127.0.0.1:9192,"
        "SASL_SSL://0.0.0.0:9194 ('' = one PLAINTEXT listener on `listen`).", check=_listeners),
     _S("advertised.listeners", "", str, "NAME://host:port[,...] clients are told to connect to, per listener "

@@ -30,6 +30,7 @@ END = "<!-- END GENERATED SETTINGS -->"
 _CHECKS = {
     "_bootstrap": "`host:port[,host:port...]`, required",
     "_host_port": "`host:port`",
+    "_optional_host_port": "`host:port` or empty",
     "_offset_reset": "`latest`, `earliest`, `by_duration:<ISO-8601 duration>`",
     "_listeners": "`NAME://host:port[,...]`",
     "_protocol_map": "`NAME:PROTOCOL[,...]`; protocols `PLAINTEXT`, `SSL`, `SASL_PLAINTEXT`, `SASL_SSL`",

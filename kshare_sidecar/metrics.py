@@ -30,13 +30,17 @@ from __future__ import annotations
 
 import logging
 import resource
+import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from kshare_sidecar.states import AcknowledgeType
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
 
 log = logging.getLogger("kshare.metrics")
 
@@ -215,8 +219,8 @@ class MetricsServer:
         self.sidecar = sidecar
         self.port = port
         self.host = host
-        self._server = None
-        self._thread = None
+        self._server: WSGIServer | None = None
+        self._thread: threading.Thread | None = None
 
     def start(self) -> None:
         from prometheus_client import start_http_server

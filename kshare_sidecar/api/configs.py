@@ -58,7 +58,7 @@ def make_describe_configs(admin: AdminService):
 
 
 def _entry(v, synonyms: bool, docs: bool) -> dict[str, Any]:
-    syn = ()
+    syn: tuple[dict[str, Any], ...] = ()
     if synonyms:
         chain = []
         if v.source == ConfigSource.GROUP_CONFIG:

@@ -28,6 +28,7 @@ from typing import Any
 
 from kio.index import load_payload_module
 from kio.schema.errors import ErrorCode
+from kio.schema.index import PayloadEntityType
 from kio.static.constants import EntityType
 
 _MISSING = object()
@@ -143,7 +144,7 @@ def convert_to_version(source: Any, version: int, *, api_key: int | None = None)
 
 
 @functools.cache
-def target_class(api_key: int, version: int, entity_type: EntityType, name: str | None = None) -> type:
+def target_class(api_key: int, version: int, entity_type: PayloadEntityType, name: str | None = None) -> type:
     """The top-level class of (api key, version, request|response), optionally by class name."""
     module = load_payload_module(api_key, version, entity_type)
     if name is not None:

@@ -9,14 +9,18 @@ as non-fatal and report it to the application).
 from __future__ import annotations
 
 import datetime
+from typing import cast
 
 from kio.schema.share_group_heartbeat.v1 import response as r1
 
 from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32, i32Timedelta
 
 from ..auth.acls import Op, Res
 from ..protocol.constants import ApiKey
 from .context import RequestContext, acl_of
+
+_ZERO = i32Timedelta.parse(datetime.timedelta(0))
 
 
 def make_handler(groups):
@@ -40,17 +44,19 @@ def make_handler(groups):
         if result.error:  # Kafka's error response: the code and message, every other field at its default
             return _error(result.error, result.message)
         return r1.ShareGroupHeartbeatResponse(
-            throttle_time=datetime.timedelta(0), error_code=result.error, error_message=result.message,
-            member_id=result.member_id, member_epoch=result.member_epoch,
-            heartbeat_interval=datetime.timedelta(milliseconds=result.heartbeat_interval_ms), assignment=assignment)
+            throttle_time=_ZERO, error_code=result.error, error_message=result.message,
+            member_id=result.member_id, member_epoch=i32(result.member_epoch),
+            # share.heartbeat.interval.ms is validated to an int32 range: a cast, no check
+            heartbeat_interval=cast(i32Timedelta, datetime.timedelta(milliseconds=result.heartbeat_interval_ms)),
+            assignment=assignment)
 
     return share_group_heartbeat
 
 
 def _error(code, message: str | None = None):
     return r1.ShareGroupHeartbeatResponse(
-        throttle_time=datetime.timedelta(0), error_code=code, error_message=message,
-        member_id=None, member_epoch=0, heartbeat_interval=datetime.timedelta(0), assignment=None)
+        throttle_time=_ZERO, error_code=code, error_message=message,
+        member_id=None, member_epoch=i32(0), heartbeat_interval=_ZERO, assignment=None)
 
 
 def register(registry, groups) -> None:

@@ -15,6 +15,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v13 import response as v13
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import i32, i32Timedelta
 
 from ..protocol.constants import ApiKey
 from ..auth.acls import CLUSTER_NAME, Decider, Op, Res
@@ -27,6 +29,7 @@ API_KEY = ApiKey.METADATA
 MIN_VERSION, MAX_VERSION = 0, 13
 _FIRST_ID_LOOKUP_VERSION = 12
 _ZERO_UUID = uuid.UUID(int=0)
+_NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 
 
 class MetadataHandler:
@@ -170,8 +173,8 @@ def _with_backend(p: v13.MetadataResponsePartition, backend: tuple[int, int, Err
     leader, epoch, code = backend
     if leader < 0:
         return dataclasses.replace(p, error_code=code if code != ErrorCode.none else ErrorCode.leader_not_available,
-                                   leader_id=-1, leader_epoch=epoch)
-    return dataclasses.replace(p, leader_epoch=epoch)
+                                   leader_id=BrokerId(-1), leader_epoch=i32(epoch))
+    return dataclasses.replace(p, leader_epoch=i32(epoch))
 
 
 def _led_by(cluster: Any, topic: v13.MetadataResponseTopic) -> v13.MetadataResponseTopic:
@@ -189,18 +192,19 @@ def _led_by(cluster: Any, topic: v13.MetadataResponseTopic) -> v13.MetadataRespo
 
 
 def _topic(info: TopicInfo, node: int) -> v13.MetadataResponseTopic:
-    replicas = (node,)
+    leader = BrokerId(node)
+    replicas = (leader,)
     return v13.MetadataResponseTopic(
         error_code=ErrorCode.none,
-        name=info.name,
+        name=TopicName(info.name),
         topic_id=info.topic_id,
         is_internal=info.internal,
         partitions=tuple(
             v13.MetadataResponsePartition(
                 error_code=ErrorCode.none,
-                partition_index=p,
-                leader_id=node,
-                leader_epoch=0,
+                partition_index=i32(p),
+                leader_id=leader,
+                leader_epoch=i32(0),
                 replica_nodes=replicas,
                 isr_nodes=replicas,
                 offline_replicas=(),
@@ -211,9 +215,10 @@ def _topic(info: TopicInfo, node: int) -> v13.MetadataResponseTopic:
 
 
 def _unknown_name(
-    name: str, code: ErrorCode = ErrorCode.unknown_topic_or_partition
+    name: str | None, code: ErrorCode = ErrorCode.unknown_topic_or_partition
 ) -> v13.MetadataResponseTopic:
-    return v13.MetadataResponseTopic(error_code=code, name=name, topic_id=None, partitions=())
+    return v13.MetadataResponseTopic(error_code=code, name=None if name is None else TopicName(name),
+                                     topic_id=None, partitions=())
 
 
 def _unknown_id(
@@ -225,15 +230,16 @@ def _unknown_id(
 def _response(ctx: RequestContext, topics: list[v13.MetadataResponseTopic],
               brokers: list | None = None) -> v13.MetadataResponse:
     node = ctx.node
-    listed = (v13.MetadataResponseBroker(node_id=node.node_id, host=node.host, port=node.port, rack=node.rack),)
+    listed: tuple[v13.MetadataResponseBroker, ...] = (v13.MetadataResponseBroker(
+        node_id=BrokerId(node.node_id), host=node.host, port=i32(node.port), rack=node.rack),)
     if brokers:
         listed += tuple(v13.MetadataResponseBroker(node_id=b.node_id, host=b.host, port=b.port, rack=None)
                         for b in brokers if b.node_id != node.node_id)
     return v13.MetadataResponse(
-        throttle_time=datetime.timedelta(0),
+        throttle_time=_NO_THROTTLE,
         brokers=listed,
         cluster_id=node.cluster_id,
-        controller_id=node.effective_controller_id,
+        controller_id=BrokerId(node.effective_controller_id),
         topics=tuple(topics),
         error_code=ErrorCode.none,
     )
@@ -256,7 +262,7 @@ def metadata_error_response(ctx: RequestContext, request: Any, code: ErrorCode, 
             # Names are non-nullable in responses before v12: echo the ID with an empty name.
             entry = _unknown_id(getattr(t, "topic_id", None), code)
             if ctx.api_version < _FIRST_ID_LOOKUP_VERSION:
-                entry = dataclasses.replace(entry, name="")
+                entry = dataclasses.replace(entry, name=TopicName(""))
             topics.append(entry)
     return _response(ctx, topics)
 

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import datetime
 import uuid
+from typing import cast
 
 from kio.schema.errors import ErrorCode
 
 from kio.schema.share_acknowledge.v2 import response as a2
 from kio.schema.share_fetch.v2 import response as f2
+from kio.static.primitive import i32Timedelta
 
 from ..auth.acls import Op, Res
 from ..protocol.constants import ApiKey
@@ -21,7 +23,13 @@ from ..service.shares import FetchParams, ShareOut
 from ..share.types import AckBatch
 from .context import KafkaError, RequestContext, acl_of
 
-_ZERO = datetime.timedelta(0)
+_ZERO = i32Timedelta.parse(datetime.timedelta(0))
+
+
+def _lock_timeout(ms: int) -> i32Timedelta:
+    """The response's AcquisitionLockTimeoutMs (a group config bounded to int32 by its validation,
+    so a cast: no per-response range check)."""
+    return cast(i32Timedelta, datetime.timedelta(milliseconds=ms))
 
 
 #: kio reads the all-zero TopicId as ``None``; Kafka carries it as Uuid.ZERO_UUID, an id no topic
@@ -115,8 +123,9 @@ def make_fetch_handler(shares, cluster=None):
             f2.ShareFetchableTopicResponse(topic_id=topic_id, partitions=tuple(
                 f2.PartitionData(
                     partition_index=p.partition, error_code=p.error, error_message=p.message,
-                    # kio types acknowledge_error_code int16 (not ErrorCode): an int encodes the first time
-                    acknowledge_error_code=int(p.ack_error or 0), acknowledge_error_message=p.ack_message,
+                    # kio types acknowledge_error_code int16 (not ErrorCode): the code's i16 value
+                    acknowledge_error_code=(p.ack_error or ErrorCode.none).value,
+                    acknowledge_error_message=p.ack_message,
                     current_leader=_leader(ctx, f2, cluster, topic_id, p.partition), records=p.records,
                     acquired_records=tuple(f2.AcquiredRecords(first_offset=a.first_offset, last_offset=a.last_offset,
                                                               delivery_count=a.delivery_count) for a in p.acquired))
@@ -124,7 +133,7 @@ def make_fetch_handler(shares, cluster=None):
             for topic_id, parts in _by_topic(out).items())
         return f2.ShareFetchResponse(
             throttle_time=_ZERO, error_code=out.error, error_message=out.message,
-            acquisition_lock_timeout=datetime.timedelta(milliseconds=out.lock_timeout_ms),
+            acquisition_lock_timeout=_lock_timeout(out.lock_timeout_ms),
             responses=responses if not out.error else (), node_endpoints=_endpoints(ctx, f2, cluster))
 
     return share_fetch
@@ -145,7 +154,7 @@ def make_ack_handler(shares, cluster=None):
             for topic_id, parts in _by_topic(out).items())
         return a2.ShareAcknowledgeResponse(
             throttle_time=_ZERO, error_code=out.error, error_message=out.message,
-            acquisition_lock_timeout=datetime.timedelta(milliseconds=out.lock_timeout_ms),
+            acquisition_lock_timeout=_lock_timeout(out.lock_timeout_ms),
             responses=responses if not out.error else (), node_endpoints=_endpoints(ctx, a2, cluster))
 
     return share_acknowledge

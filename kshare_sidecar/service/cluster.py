@@ -332,8 +332,10 @@ class PeerConfigs:
 
     async def alter(self, group_id: str, changes: Mapping[str, object | None], text) -> tuple[int, str | None]:
         from kio.schema.incremental_alter_configs.v0 import request as alter_req
+        from kio.static.primitive import i8
 
         from ..client import protocol
+        from ..protocol.constants import AlterConfigOp, ConfigResourceType
         from ..log.brokerconn import BrokerConn
 
         owner = self.view.coordinator(group_id)
@@ -341,8 +343,9 @@ class PeerConfigs:
         if node is None or owner == self.view.node_id:
             return 15, "the group's coordinator is not known yet; retry"  # COORDINATOR_NOT_AVAILABLE
         request = alter_req.IncrementalAlterConfigsRequest(resources=(alter_req.AlterConfigsResource(
-            resource_type=32, resource_name=group_id, configs=tuple(
-                alter_req.AlterableConfig(name=k, config_operation=1 if v is None else 0,
+            resource_type=i8(ConfigResourceType.GROUP), resource_name=group_id, configs=tuple(
+                alter_req.AlterableConfig(name=k, config_operation=i8(AlterConfigOp.DELETE if v is None
+                                                                      else AlterConfigOp.SET),
                                           value=None if v is None else text(v)) for k, v in changes.items())),),
             validate_only=False)
         conn = BrokerConn(node.host, node.port, node_id=node.node_id, connect_timeout_s=5)

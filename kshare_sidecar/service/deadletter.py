@@ -135,7 +135,7 @@ class DeadLetterWriter:
                                   f"errors.deadletterqueue.topic.name.prefix {self.prefix!r}")
         try:
             n_partitions = await self._partitions(dlq_topic)
-            records = {}
+            records: dict = {}  # offset -> RawRecord, as _read returns
             if copy_record:
                 for first, last, _count, _cause in pending:
                     records |= await self._read(topic, partition, first, last)
@@ -173,9 +173,10 @@ class DeadLetterService:
         pending = getattr(slot.partition, "dead_letter_pending", None)
         if pending is None or slot.key in self._tasks or not pending():
             return
-        task = asyncio.create_task(self._drain(slot), name=f"kshare-dead-letter-{slot.key.group_id}")
-        self._tasks[slot.key] = task
-        task.add_done_callback(lambda _t, k=slot.key: self._tasks.pop(k, None))
+        key = slot.key
+        task = asyncio.create_task(self._drain(slot), name=f"kshare-dead-letter-{key.group_id}")
+        self._tasks[key] = task
+        task.add_done_callback(lambda _t: self._tasks.pop(key, None))
 
     async def _drain(self, slot) -> None:
         from .partitions import PendingAcks

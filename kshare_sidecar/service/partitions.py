@@ -180,7 +180,7 @@ class SharePartitionManager:
         task = self._loading.get(key)
         if task is None:
             task = self._loading[key] = asyncio.create_task(self._load(key, topic))
-            task.add_done_callback(lambda _t, k=key: self._loading.pop(k, None))
+            task.add_done_callback(lambda _t: self._loading.pop(key, None))  # `key` is not rebound
         return await asyncio.shield(task)
 
     def loaded(self, group_id: str, topic_id: uuid.UUID, partition: int) -> Slot | None:
@@ -253,6 +253,7 @@ class SharePartitionManager:
                 # DescribeShareGroupOffsets shows no start offset, as on Kafka 4.3.1 (found by the
                 # long differential run), and a reload before it resolves the offset again, as Kafka's.
                 start = await self.initial_offset(key.group_id, topic, key.partition)
+                sp: SharePartition
                 if ext.enabled:  # groups without extensions keep the plain engine (docs/extensions.md)
                     sp = ExtendedSharePartition(config, self.clock, ext=ext, wall=wall_ms, start_offset=start,
                                                 state_epoch=state.state_epoch, leader_epoch=epoch)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from ..config_sections import GroupConfig
 from ..metrics import STATS as _METRICS  # kshare metrics (issue 7)
 from ..protocol.types import TopicIdPartition
 from ..share.acks import parse_ack_batches
@@ -77,7 +78,8 @@ class ShareService:
                           on_park: Callable[[], None] | None = None, readable: Readable | None = None) -> ShareOut:
         _METRICS.share_fetch_requests += 1  # metrics (issue 7)
         key = (group_id, member_id)
-        lock_ms = int(self.group_config(group_id)["share.record.lock.duration.ms"])
+        group = GroupConfig.of(self.group_config(group_id))  # read once per request, typed
+        lock_ms = group.record_lock_duration_ms
         acks = _merge_acks(topics)
         if not member_id or len(member_id) > 36:
             _METRICS.share_fetch_failed += 1  # metrics (issue 7)
@@ -111,7 +113,7 @@ class ShareService:
         try:
             if epoch != -1 and not is_renew and params.max_records > 0 and params.max_bytes > 0 \
                     and session.partitions - denied:
-                read_committed = self.group_config(group_id)["share.isolation.level"] == "read_committed"
+                read_committed = group.isolation_level == "read_committed"
                 fetched = await DelayedShareFetch(
                     session, group_id, member_id, params, sessions=self.sessions, partitions=self.partitions,
                     reader=self.reader, session_slots=self._session_slots, read_committed=read_committed,
@@ -149,7 +151,7 @@ class ShareService:
                                 readable: Readable | None = None) -> ShareOut:
         _METRICS.share_ack_requests += 1  # metrics (issue 7)
         key = (group_id, member_id)
-        lock_ms = int(self.group_config(group_id)["share.record.lock.duration.ms"])
+        lock_ms = GroupConfig.of(self.group_config(group_id)).record_lock_duration_ms
         try:
             if epoch == 0:
                 raise SessionError(ErrorCode.invalid_share_session_epoch,

@@ -37,6 +37,10 @@ def test_file_then_env_then_flags(tmp_path):
 @pytest.mark.parametrize("overrides,needle", [
     ({}, "bootstrap.servers (from defaults) = '': required"),
     ({"listen": "nohost"}, "listen (from command line) = 'nohost': expected host:port"),
+    ({"advertised.listener": "kshare.example"}, "advertised.listener (from command line) = 'kshare.example': "
+                                                "expected host:port"),
+    ({"bootstrap.servers": "a:1,[]:9092"}, "bootstrap.servers (from command line) = 'a:1,[]:9092': expected "
+                                           "host:port"),
     ({"group.share.delivery.count.limit": 1}, "group.share.delivery.count.limit (from command line) = 1 is out "
                                               "of range: allowed 2..10"),
     ({"share.isolation.level": "dirty"}, "allowed values are read_uncommitted, read_committed"),
