@@ -13,7 +13,7 @@ the open connection before that lifetime ends, because a broker with
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
@@ -25,8 +25,14 @@ from kio.static.protocol import RequestPayload, ResponsePayload
 from ..protocol.requests import decode_response, request_payload
 
 if TYPE_CHECKING:
-    from .brokerconn import BrokerConn
     from .security import BackendSecurity
+
+
+class RawRequester(Protocol):
+    """What the exchange needs of a connection (brokerconn.BrokerConn is one; it imports this
+    module, so naming it here would be an import circle)."""
+
+    async def request(self, payload: bytes, *, timeout_s: float | None = None, _raw: bool = False) -> bytes: ...
 
 
 class SaslError(Exception):
@@ -49,7 +55,7 @@ def _answer(cls: type[_Response], payload: bytes) -> _Response:
     return body
 
 
-async def sasl_authenticate(conn: BrokerConn, security: BackendSecurity) -> float:
+async def sasl_authenticate(conn: RawRequester, security: BackendSecurity) -> float:
     """Authenticate ``conn`` (just connected, or re-authenticating with nothing else in flight) as
     ``security`` says; returns the session lifetime in seconds the broker granted (0: unlimited)."""
     mechanism = security.mechanism or "PLAIN"

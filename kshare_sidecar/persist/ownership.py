@@ -21,8 +21,8 @@ from kshare_sidecar.persist.errors import BackendWriteError, NotReadyError, Pers
 from kshare_sidecar.persist.model import SharePartitionKey
 from kshare_sidecar.persist.records import NO_EPOCH, RecoveryStats, StoredPartition
 
-if TYPE_CHECKING:  # writer.py imports this module
-    from kshare_sidecar.persist.writer import Record, _Op
+if TYPE_CHECKING:
+    from kshare_sidecar.persist.ops import Record, _Op
 
 log = logging.getLogger("kshare_sidecar.persist")
 

@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from kshare_sidecar.persist import codec
@@ -32,23 +31,10 @@ from kshare_sidecar.persist.errors import (
     WriterFencedError,
 )
 from kshare_sidecar.persist.fencing import UNCHANGED
+from kshare_sidecar.persist.ops import Decision, Record, _Op
 from kshare_sidecar.persist.ownership import EntityKey, state_partition_for
 
 log = logging.getLogger("kshare_sidecar.persist")
-
-#: One state-topic record: (key, value); a ``None`` value is a tombstone.
-Record = tuple[bytes, bytes | None]
-#: A queued request: ``fn(current entity or None) -> (result for the caller, new entity or UNCHANGED)``.
-Decision = Callable[[Any], tuple[Any, Any]]
-
-
-@dataclass(slots=True)
-class _Op:
-    kind: str
-    ident: Any
-    fn: Decision
-    future: asyncio.Future[Any] = field(repr=False)
-
 
 class CoalescingWriter:
     """Per state partition: a queue, a wake-up event and a writer task that flushes in batches."""

@@ -45,3 +45,58 @@ def test_the_layer_check_sees_relative_imports():
     names = _imported(PACKAGE / "app.py")
     assert "kshare_sidecar.api" in names and "kshare_sidecar.wire.server" in names
     assert "kshare_sidecar.service.shares" in names
+
+
+def _module_name(path: Path) -> str:
+    parts = ["kshare_sidecar", *path.relative_to(PACKAGE).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _module_level_imports(path: Path, modules: set[str]) -> set[str]:
+    """kshare_sidecar modules ``path`` imports outside functions (TYPE_CHECKING blocks included: a
+    circle of annotations is still a circle to a reader); ``from pkg import sub`` names ``sub``."""
+    name = _module_name(path)
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    out: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                continue
+            if isinstance(child, ast.Import):
+                out.update(a.name for a in child.names if a.name in modules)
+            elif isinstance(child, ast.ImportFrom):
+                base = package[: len(package) - child.level + 1] if child.level else []
+                module = ".".join([*base, *(child.module or "").split(".")]).strip(".")
+                for alias in child.names:
+                    target = f"{module}.{alias.name}" if f"{module}.{alias.name}" in modules else module
+                    if target in modules:
+                        out.add(target)
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    out.discard(name)
+    return out
+
+
+def test_no_import_circles():
+    """No two modules import each other, directly or round a loop (issue 20: share/acks.py and
+    share/partition.py did). Imports inside functions are allowed to break a loop at import time."""
+    paths = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph = {m: _module_level_imports(p, set(paths)) for m, p in paths.items()}
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    circles: list[list[str]] = []
+
+    def walk(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for n in sorted(graph[m]):
+            if state.get(n) == 1:
+                circles.append(path[path.index(n):] + [n])
+            elif n not in state:
+                walk(n, [*path, n])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            walk(m, [m])
+    assert circles == []
