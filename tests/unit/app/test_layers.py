@@ -5,6 +5,10 @@ not even inside a function (docs/architecture.md, "Layout and data flow")."""
 from __future__ import annotations
 
 import ast
+import functools
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import kshare_sidecar
@@ -29,7 +33,7 @@ def _imported(path: Path) -> set[str]:
     return {name for name in out if name.startswith("kshare_sidecar")}
 
 
-def test_nothing_below_api_imports_api_wire_or_the_wiring():
+def _upward() -> list[str]:
     upward = []
     for package in BELOW_API:
         for path in sorted((PACKAGE / package).rglob("*.py")):
@@ -37,12 +41,27 @@ def test_nothing_below_api_imports_api_wire_or_the_wiring():
                 parts = name.split(".")
                 if len(parts) > 1 and parts[1] in UPPER:
                     upward.append(f"{path.relative_to(PACKAGE)} imports {name}")
-    assert upward == []
+    return upward
+
+
+@functools.cache
+def _analysis() -> dict:
+    """Every check of this module, computed in a fresh interpreter: after some earlier tests of a
+    full run, CPython 3.11.7's ``ast.parse`` raised ``SystemError: AST constructor recursion depth
+    mismatch`` on a plain module (a bug in CPython's recursion bookkeeping, not in the parsed code);
+    a new process has clean bookkeeping."""
+    done = subprocess.run([sys.executable, __file__], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_nothing_below_api_imports_api_wire_or_the_wiring():
+    assert _analysis()["upward"] == []
 
 
 def test_the_layer_check_sees_relative_imports():
     """The check itself: app.py's own imports of api/ and wire/ are found."""
-    names = _imported(PACKAGE / "app.py")
+    names = set(_analysis()["app"])
     assert "kshare_sidecar.api" in names and "kshare_sidecar.wire.server" in names
     assert "kshare_sidecar.service.shares" in names
 
@@ -79,9 +98,7 @@ def _module_level_imports(path: Path, modules: set[str]) -> set[str]:
     return out
 
 
-def test_no_import_circles():
-    """No two modules import each other, directly or round a loop (issue 20: share/acks.py and
-    share/partition.py did). Imports inside functions are allowed to break a loop at import time."""
+def _circles() -> list[list[str]]:
     paths = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
     graph = {m: _module_level_imports(p, set(paths)) for m, p in paths.items()}
     state: dict[str, int] = {}  # 1 = on the current path, 2 = done
@@ -99,4 +116,14 @@ def test_no_import_circles():
     for m in sorted(graph):
         if m not in state:
             walk(m, [m])
-    assert circles == []
+    return circles
+
+
+def test_no_import_circles():
+    """No two modules import each other, directly or round a loop (issue 20: share/acks.py and
+    share/partition.py did). Imports inside functions are allowed to break a loop at import time."""
+    assert _analysis()["circles"] == []
+
+
+if __name__ == "__main__":
+    print(json.dumps({"upward": _upward(), "app": sorted(_imported(PACKAGE / "app.py")), "circles": _circles()}))
