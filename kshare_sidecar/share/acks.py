@@ -303,17 +303,7 @@ class Acknowledgement(InFlight):
                 else:
                     r.state = ARCHIVED
                 self._terminal += size
-            # merge equal neighbours around i .. j-1
-            k = j if j < len(rs) else len(rs) - 1
-            lo = i - 1 if i > 0 else 0
-            while k > lo:
-                b = rs[k]
-                a = rs[k - 1]
-                if a.state == b.state and a.count == b.count and b.state != ACQUIRED:
-                    a.last = b.last
-                    del rs[k]
-                    del firsts[k]
-                k -= 1
+            self._coalesce(i, j - 1)  # merge equal neighbours around i .. j-1
         self.version += 1
         if rs and rs[0].state >= ACKNOWLEDGED:
             self._advance()
