@@ -298,7 +298,7 @@ class Sidecar:
         metadata_api.register(registry, BackendCatalog(self.backend, hidden), backend=self.pool)
         coordinator_api.register(registry, check=self.pool.check_coordinator)
         txn_prefix = getattr(self.persister, "transactional_id_prefix", "kshare-state")
-        reserved = Reserved(frozenset(hidden), (f"{txn_prefix}-",))
+        reserved = Reserved(frozenset(hidden), (f"{txn_prefix}-",), await self.pool.topic_ids(hidden))
         self.forwarder = install(registry, self.pool, replaceable={0, 1, 2}, reserved=reserved,
                                  node=self.node_for)
         self.forwarder.client_credentials = self.config.passthrough.credentials == "client"

@@ -292,7 +292,7 @@ class Forwarder:
         reserved = self.reserved
         assert reserved is not None
         if api_key == _PRODUCE:
-            return any(reserved.topic(n) for n in produce.topic_names(frame, version))
+            return any(reserved.topic(t) for t in produce.topic_keys(frame, version))
         if api_key in _GUARDED:
             body = codec.decode_request(frame).body
             if reserved.refused(api_key, version, body) is not None:

@@ -196,6 +196,12 @@ class BackendPool:
             if topic_id is not None and topic_id != _ZERO_UUID:
                 self._names[topic_id] = topic.name
 
+    async def topic_ids(self, names: Iterable[str]) -> frozenset[uuid.UUID]:
+        """The backend's ids of ``names`` (asked now; topics without an id are left out)."""
+        wanted = set(names)
+        await self.metadata(sorted(wanted))
+        return frozenset(i for i, name in self._names.items() if name in wanted)
+
     async def leader(self, topic: Any, partition: int) -> int | None:
         """The backend leader of ``topic`` (name or topic id) / ``partition``; ``None`` if unknown
         or leaderless after one (rate-limited) refresh."""

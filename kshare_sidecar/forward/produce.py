@@ -1,13 +1,18 @@
 """What the forwarder needs from a Produce frame, read without decoding (or copying) its records.
 
 A Produce request carries megabytes of record batches behind a few header fields; routing needs
-only ``acks`` (acks=0 has no response) and the topic names (kshare's state topic is refused).
-Frames reach here after the bounds pre-pass, so every length read below is inside the frame.
+only ``acks`` (acks=0 has no response) and the topics (kshare's state topic is refused): by name
+up to v12, by topic id from v13 (KIP-516, Kafka 4.1+; a client sends ids whenever the backend
+offers v13). Frames reach here after the bounds pre-pass, so every length read below is inside
+the frame.
 """
 
 from __future__ import annotations
 
+import uuid
+
 _FIRST_FLEXIBLE = 9
+_FIRST_TOPIC_ID = 13
 
 
 def acks(frame: bytes, version: int) -> int:
@@ -16,21 +21,26 @@ def acks(frame: bytes, version: int) -> int:
     return int.from_bytes(frame[pos:pos + 2], "big", signed=True)
 
 
-def topic_names(frame: bytes, version: int) -> list[str]:
-    """The request's topic names, in order; record batches are skipped by length."""
+def topic_keys(frame: bytes, version: int) -> list[str | uuid.UUID]:
+    """The request's topics in order — names up to v12, topic ids from v13; record batches are
+    skipped by length."""
     pos, flexible = _after_transactional_id(frame, version)
     pos += 2 + 4  # acks, timeout
-    names: list[str] = []
+    names: list[str | uuid.UUID] = []
     count, pos = _count(frame, pos, flexible)
     for _ in range(count):
-        if flexible:
-            length, pos = uvarint(frame, pos)
-            length -= 1
+        if version >= _FIRST_TOPIC_ID:
+            names.append(uuid.UUID(bytes=bytes(frame[pos:pos + 16])))
+            pos += 16
         else:
-            length = int.from_bytes(frame[pos:pos + 2], "big", signed=True)
-            pos += 2
-        names.append(bytes(frame[pos:pos + length]).decode("utf-8", "replace"))
-        pos += length
+            if flexible:
+                length, pos = uvarint(frame, pos)
+                length -= 1
+            else:
+                length = int.from_bytes(frame[pos:pos + 2], "big", signed=True)
+                pos += 2
+            names.append(bytes(frame[pos:pos + length]).decode("utf-8", "replace"))
+            pos += length
         parts, pos = _count(frame, pos, flexible)
         for _ in range(parts):
             pos += 4  # partition index

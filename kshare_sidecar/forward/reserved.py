@@ -10,13 +10,14 @@ INVALID_TOPIC_EXCEPTION for writes, UNKNOWN_TOPIC_OR_PARTITION where the topic i
 not in Metadata), TRANSACTIONAL_ID_AUTHORIZATION_FAILED for the ids. Reads (Fetch, ListOffsets)
 are not refused: they cannot change state, and the topic is hidden from Metadata anyway.
 
-Produce is checked on the raw path by walking the frame for topic names only (``produce.py``:
-records are skipped by length, never copied); the admin APIs are small and decoded.
+Produce is checked on the raw path by walking the frame for its topics only, names or (v13+) ids
+(``produce.py``: records are skipped by length, never copied); the admin APIs are small and decoded.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -34,11 +35,16 @@ WRITE_REFUSAL = {19: ErrorCode.invalid_topic_exception}
 
 @dataclasses.dataclass(frozen=True)
 class Reserved:
+    """``topics`` by name, and their backend ``topic_ids``: requests name topics by id too
+    (Produce v13+, DeleteTopics v6+, Fetch v13+)."""
+
     topics: frozenset[str]
     txn_prefixes: tuple[str, ...] = ()
+    topic_ids: frozenset[uuid.UUID] = frozenset()
 
-    def topic(self, name: Any) -> bool:
-        return name in self.topics
+    def topic(self, key: Any) -> bool:
+        """``key``: a topic name or a topic id."""
+        return key in self.topic_ids if isinstance(key, uuid.UUID) else key in self.topics
 
     def txn(self, transactional_id: Any) -> bool:
         return isinstance(transactional_id, str) and transactional_id.startswith(self.txn_prefixes)
@@ -49,8 +55,8 @@ class Reserved:
         if api_key in TOPIC_KEYED:
             if any(self.topic(k) for k in routes.request_keys(body, TOPIC_KEYED[api_key])):
                 return WRITE_REFUSAL.get(api_key, ErrorCode.unknown_topic_or_partition)
-        elif api_key == ApiKey.DELETE_TOPICS:  # DeleteTopics: names up to v5, topics[].name from v6
-            names = body.topic_names if hasattr(body, "topic_names") else [t.name for t in body.topics]
+        elif api_key == ApiKey.DELETE_TOPICS:  # DeleteTopics: names up to v5, topics[] by name or id from v6
+            names = body.topic_names if hasattr(body, "topic_names") else [t.name or t.topic_id for t in body.topics]
             if any(self.topic(n) for n in names):
                 return ErrorCode.unknown_topic_or_partition
         elif api_key == ApiKey.DELETE_RECORDS:  # DeleteRecords

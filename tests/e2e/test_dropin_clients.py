@@ -14,6 +14,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, ShareConsumer, T
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions,
                                    NewTopic, OffsetSpec, ResourceType)
 
+from kshare_sidecar.protocol.blocking import BlockingConnection
 from kshare_sidecar.testing.tools import run_java_tool
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -278,5 +279,49 @@ def test_consumer_protocol_group_through_a_sidecar_on_kafka_4(native_kafka, tmp_
         got = _poll(consumer, topic, len(values))
         consumer.close()
         assert sorted(got) == sorted(values)
+        _produce_v13_by_topic_id(sc, native_kafka.bootstrap, topic)
     finally:
         sc.stop()
+
+
+def _produce_v13_by_topic_id(sc, backend: str, topic: str) -> None:
+    """Produce v13 (Kafka 4.1+) names topics by id. Through a sidecar on such a backend a record
+    reaches the user topic, and the state topic stays out of reach by id as by name (the sidecar
+    used to read v13 frames as names and fail every Produce; franz-go's suite found it)."""
+    import datetime
+
+    from kio.schema.errors import ErrorCode
+    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+    from kio.schema.produce.v13.request import PartitionProduceData, ProduceRequest, TopicProduceData
+
+    from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+    from kshare_sidecar.protocol.address import parse_host_port
+
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=0, producer_id=-1,
+                                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 16)
+    builder.append(0, timestamp=None, key=None, value=b"v13", headers=[])
+    batch = bytes(builder.build())
+
+    def topic_id(bootstrap: str, name: str) -> uuid.UUID:
+        host, port = parse_host_port(bootstrap)
+        with BlockingConnection(host, port, timeout=30, client_id="t") as conn:
+            answer = conn.call(MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name=name),),
+                                               allow_auto_topic_creation=False,
+                                               include_topic_authorized_operations=False))
+        (found,) = answer.topics
+        return found.topic_id
+
+    def produce(to: uuid.UUID) -> int:
+        request = ProduceRequest(transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=10),
+                                 topic_data=(TopicProduceData(topic_id=to, partition_data=(
+                                     PartitionProduceData(index=0, records=batch),)),))
+        host, port = parse_host_port(sc.bootstrap)
+        with BlockingConnection(host, port, timeout=30, client_id="t") as conn:
+            answer = conn.call(request)
+        (t,) = answer.responses
+        return int(t.partition_responses[0].error_code)
+
+    assert produce(topic_id(sc.bootstrap, topic)) == ErrorCode.none
+    state = sc.env["KSHARE_STATE_TOPIC"]
+    assert produce(topic_id(backend, state)) == ErrorCode.invalid_topic_exception

@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
+import uuid
 
 import pytest
 from kio.schema.fetch.v12.request import FetchRequest as FetchV12
 from kio.schema.produce.v3.request import ProduceRequest as ProduceV3
 from kio.schema.produce.v9.request import ProduceRequest as ProduceV9
+from kio.schema.produce.v13.request import ProduceRequest as ProduceV13
 
 from kshare_sidecar.api import ApiRegistry, Dispatcher, NodeIdentity
 from kshare_sidecar.forward import forwardable, kio_range
@@ -25,7 +27,7 @@ def _payload(request, client_id="app") -> bytes:
     return codec.encode_request(request, 7, client_id)[4:]
 
 
-@pytest.mark.parametrize("cls", [ProduceV3, ProduceV9])
+@pytest.mark.parametrize("cls", [ProduceV3, ProduceV9, ProduceV13])
 @pytest.mark.parametrize("acks", [0, 1, -1])
 @pytest.mark.parametrize("txn", [None, "txn-1"])
 @pytest.mark.parametrize("client_id", [None, "", "a-client"])
@@ -117,12 +119,29 @@ def test_produce_topics_are_read_without_decoding_records(cls):
                                                              for i in range(3)))
                    for name in ("orders", "__kshare_state", "été"))
     request = cls(transactional_id="t", acks=-1, timeout=datetime.timedelta(seconds=1), topic_data=topics)
-    assert produce.topic_names(_payload(request), cls.__version__) == ["orders", "__kshare_state", "été"]
+    assert produce.topic_keys(_payload(request), cls.__version__) == ["orders", "__kshare_state", "été"]
+
+
+def test_produce_v13_topics_are_read_as_topic_ids():
+    """Produce v13 (Kafka 4.1+, KIP-516) names topics by id: reading them as names broke every
+    Produce a client sent through a sidecar on a 4.1+ backend (franz-go's suite found it)."""
+    from kshare_sidecar.forward.routes import item_class
+
+    topic_cls = item_class(ProduceV13, "topic_data")
+    part_cls = item_class(topic_cls, "partition_data")
+    ids = [uuid.uuid4() for _ in range(3)]
+    topics = tuple(topic_cls(topic_id=i, partition_data=tuple(part_cls(index=p, records=b"\x01" * (p * 300))
+                                                              for p in range(3)))
+                   for i in ids)
+    request = ProduceV13(transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=1), topic_data=topics)
+    assert produce.topic_keys(_payload(request), 13) == ids
 
 
 def test_reserved_names_the_state_topic_and_writer_ids():
     from kshare_sidecar.forward import Reserved
 
-    reserved = Reserved(frozenset({"__kshare_state"}), ("kshare-state-",))
+    state_id = uuid.uuid4()
+    reserved = Reserved(frozenset({"__kshare_state"}), ("kshare-state-",), frozenset({state_id}))
     assert reserved.topic("__kshare_state") and not reserved.topic("orders")
+    assert reserved.topic(state_id) and not reserved.topic(uuid.uuid4())
     assert reserved.txn("kshare-state-__kshare_state-3") and not reserved.txn("app-txn") and not reserved.txn(None)
