@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-fast typecheck test-spark bench fuzz test-fencing test-parity test-cluster-faults test-sidecar-cluster clean
+.PHONY: demo test test-fast typecheck test-spark bench fuzz test-fencing test-parity test-cluster-faults test-sidecar-cluster test-franz clean
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "java not found: install a Java 17+ runtime"; exit 2; }
@@ -60,6 +60,11 @@ test-cluster-faults: $(STAMP)
 # A cluster of sidecars (issue 15): kill -9 / a fourth joining under 200k records, rolling restart; opt-in.
 test-sidecar-cluster: $(STAMP)
 	KSHARE_SIDECAR_CLUSTER=1 $(PY) -m pytest -q -rfEs -s tests/e2e/test_sidecar_cluster.py
+
+# franz-go's own integration suite (pkg/kgo, pinned version from the Go module proxy) with the
+# sidecar as its one bootstrap, on Kafka 3.9 and 4.3 backends, beside native Kafka 4.3; opt-in (~30 min).
+test-franz: $(STAMP)
+	KSHARE_FRANZ=1 $(PY) -m pytest -q -rfEs -s tests/e2e/test_franz_suite.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache
