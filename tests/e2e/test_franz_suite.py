@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from kshare_sidecar.testing import kafka_cluster
+from kshare_sidecar.testing.kafka import free_port
 
 from tests.e2e.conftest import SidecarProcess
 
@@ -68,9 +69,10 @@ def kgo_suite() -> Path:
     return binary
 
 
-def run_suite(binary: Path, seeds: str, log: Path) -> dict[str, str]:
+def run_suite(binary: Path, seeds: str, log: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     """Run the whole suite against ``seeds``: {test name: PASS | FAIL | SKIP} (top-level tests)."""
-    env = {**os.environ, "KGO_SEEDS": seeds, "KGO_TEST_RF": "1", "KGO_TEST_RECORDS": RECORDS, "KGO_LOG_LEVEL": "none"}
+    env = {**os.environ, "KGO_SEEDS": seeds, "KGO_TEST_RF": "1", "KGO_TEST_RECORDS": RECORDS, "KGO_LOG_LEVEL": "none",
+           **(extra or {})}
     args = [str(binary), "-test.v", "-test.timeout", "40m"]
     if os.environ.get("KSHARE_FRANZ_RUN"):
         args += ["-test.run", os.environ["KSHARE_FRANZ_RUN"]]
@@ -87,9 +89,19 @@ def run_suite(binary: Path, seeds: str, log: Path) -> dict[str, str]:
 
 
 def _through_sidecar(binary: Path, backend: str, tmp_path: Path, name: str) -> dict[str, str]:
-    sc = SidecarProcess(backend, tmp_path / f"sidecar-{name}.log", env=KAFKA_DEFAULTS).start()
+    """The suite through a sidecar with a PLAINTEXT listener (``KGO_SEEDS``) and a SASL_PLAINTEXT
+    one with a SCRAM-SHA-256 user (``KGO_TEST_SCRAM_SEEDS``: the suite's SCRAM tests, which the
+    native reference skips)."""
+    users = tmp_path / f"users-{name}"
+    users.write_text("franz:franz-secret\n")
+    port, sasl_port = free_port(), free_port()
+    env = {**KAFKA_DEFAULTS, "KSHARE_SASL_ENABLED_MECHANISMS": "SCRAM-SHA-256",
+           "KSHARE_SASL_AUTHENTICATOR": "static", "KSHARE_SASL_CREDENTIALS_FILE": str(users)}
+    sc = SidecarProcess(backend, tmp_path / f"sidecar-{name}.log", port=port, env=env,
+                        listeners=f"PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}").start()
     try:
-        return run_suite(binary, sc.bootstrap, tmp_path / f"franz-{name}.log")
+        return run_suite(binary, sc.bootstrap, tmp_path / f"franz-{name}.log",
+                         {"KGO_TEST_SCRAM": "franz:franz-secret:256", "KGO_TEST_SCRAM_SEEDS": f"127.0.0.1:{sasl_port}"})
     finally:
         sc.stop()
 
@@ -117,3 +129,6 @@ def test_franz_go_suite_through_the_sidecar_as_natively(kgo_suite, kafka_39, tmp
         assert not regressions, f"{name}: passes natively, not through kshare: {regressions} (logs in {tmp_path})"
         skipped_share = [t for t in share if results.get(t) != "PASS"]
         assert not skipped_share, f"{name}: share tests not passing through kshare: {skipped_share}"
+        if not os.environ.get("KSHARE_FRANZ_RUN"):
+            scram = {t: results.get(t) for t in ("TestSCRAMAuth", "TestSCRAMAuthBadCredentials")}
+            assert set(scram.values()) == {"PASS"}, f"{name}: the SCRAM tests on the SASL listener: {scram}"
