@@ -26,6 +26,7 @@ import pytest
 
 from kshare_sidecar.testing import kafka_cluster
 from kshare_sidecar.testing.kafka import free_port
+from kshare_sidecar.testing.maven import cache_root
 
 from tests.e2e.conftest import SidecarProcess
 
@@ -35,7 +36,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.skipif(
 FRANZ = "github.com/twmb/franz-go"
 VERSION = os.environ.get("KSHARE_FRANZ_VERSION", "v1.22.3")
 RECORDS = os.environ.get("KSHARE_FRANZ_RECORDS", "20000")  # KGO_TEST_RECORDS; the suite's default is 500k
-CACHE = Path(os.environ.get("KSHARE_CACHE_DIR", Path.home() / ".cache" / "kshare")) / f"franz-go-{VERSION}"
+CACHE = cache_root() / f"franz-go-{VERSION}"
 RESULT = re.compile(r"^--- (PASS|FAIL|SKIP): (\S+) \(")
 #: Kafka's defaults where the test sidecar's fixture shortens them (the suite sets what it needs
 #: per group, as it does on a native broker).
