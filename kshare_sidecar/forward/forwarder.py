@@ -31,7 +31,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ..log.brokerconn import BrokerConn, BrokerConnError
+from ..log.brokerconn import BrokerConn, BrokerConnClosed, BrokerConnError
 from ..protocol.constants import ApiKey
 from ..ratelog import backend_failures
 from ..wire import codec
@@ -95,6 +95,9 @@ class Forwarder:
             if self.reserved is not None and self._touches_reserved(frame, api_key, version):
                 return await self._refuse(upstream, frame, api_key, version, kind, spec)
             return await self._route(upstream, frame, api_key, version, kind, spec, release)
+        except BrokerConnClosed as exc:  # the client went away mid-request: its upstreams are closed
+            log.debug("api key %d v%d: client gone before the backend answered: %s", api_key, version, exc)
+            return None
         except (BackendUnavailable, BrokerConnError, TimeoutError) as exc:
             failures.log(f"forward-{api_key}", logging.WARNING, "api key %d v%d: backend unavailable: %s",
                          api_key, version, exc)

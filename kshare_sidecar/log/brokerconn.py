@@ -59,6 +59,11 @@ class BrokerAuthError(BrokerConnError):
     """The broker refused the credentials (SASL_AUTHENTICATION_FAILED)."""
 
 
+class BrokerConnClosed(BrokerConnError):
+    """Its owner closed the connection with this request in flight (a pass-through upstream whose
+    client went away): nobody waits for the answer, and the broker is not at fault."""
+
+
 class _FrameProtocol(asyncio.BufferedProtocol):
     """Receives each response frame into its own ``bytearray`` (size prefix included)."""
 
@@ -305,9 +310,10 @@ class BrokerConn:
             if proto.transport is not None:
                 proto.transport.abort() if self._pending else proto.transport.close()
         pending, self._pending = self._pending, collections.deque()
+        error = BrokerConnClosed if self._closed else BrokerConnError
         for _, _, fut, _ in pending:
             if not fut.done():
-                fut.set_exception(BrokerConnError(f"broker {self.node_id} ({self.host}:{self.port}): {reason}"))
+                fut.set_exception(error(f"broker {self.node_id} ({self.host}:{self.port}): {reason}"))
                 fut.exception()  # its waiter may be gone (a closed client): no "never retrieved" noise
 
 
@@ -321,4 +327,4 @@ class _Detached:
         pass
 
 
-__all__ = ["BrokerAuthError", "BrokerConn", "BrokerConnError"]
+__all__ = ["BrokerAuthError", "BrokerConn", "BrokerConnClosed", "BrokerConnError"]
