@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-fast typecheck test-spark bench fuzz test-fencing test-parity test-cluster-faults test-sidecar-cluster test-franz clean
+.PHONY: demo test test-fast typecheck test-spark bench fuzz test-fencing test-parity test-cluster-faults test-sidecar-cluster test-franz test-kafka-apps clean
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "java not found: install a Java 17+ runtime"; exit 2; }
@@ -65,6 +65,11 @@ test-sidecar-cluster: $(STAMP)
 # sidecar as its one bootstrap, on Kafka 3.9 and 4.3 backends, beside native Kafka 4.3; opt-in (~30 min).
 test-franz: $(STAMP)
 	KSHARE_FRANZ=1 $(PY) -m pytest -q -rfEs -s tests/e2e/test_franz_suite.py
+
+# Kafka 4.3's own applications (Kafka Streams EOS word count with a SIGKILL, VerifiableProducer/
+# VerifiableConsumer, TransactionalMessageCopier) through the sidecar and natively; opt-in.
+test-kafka-apps: $(STAMP)
+	KSHARE_KAFKA_APPS=1 $(PY) -m pytest -q -rfEs -s tests/e2e/test_kafka_apps.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache
