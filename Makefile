@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-fast typecheck test-spark bench fuzz test-fencing test-parity test-cluster-faults test-sidecar-cluster clean
+.PHONY: demo test test-fast typecheck test-spark bench fuzz test-fencing test-parity test-cluster-faults test-sidecar-cluster test-topology clean
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "java not found: install a Java 17+ runtime"; exit 2; }
@@ -61,6 +61,11 @@ test-cluster-faults: $(STAMP)
 # sidecar's (older layout) state topic taken over by three; opt-in.
 test-sidecar-cluster: $(STAMP)
 	KSHARE_SIDECAR_CLUSTER=1 $(PY) -m pytest -q -rfEs -s tests/e2e/test_sidecar_cluster.py tests/e2e/test_cluster_layout.py
+
+# The deployment topologies run for real (compose/kafka39-cluster.yml, compose/kubernetes/): each
+# host a network namespace (root and iproute2); opt-in, a few minutes.
+test-topology: $(STAMP)
+	KSHARE_TOPOLOGY=1 $(PY) -m pytest -q -rfEs -s tests/e2e/test_topology.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache
