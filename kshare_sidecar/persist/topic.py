@@ -279,8 +279,8 @@ class TopicPersister(StateWatchMixin, BasePersister):
             client_id="kshare-state-recovery",
             **self.client_options,
         )
-        await consumer.start()
         try:
+            await consumer.start()  # inside: a replay cancelled while starting still stops its consumer
             tps = [TopicPartition(self.topic, p)
                    for p in (range(self.partitions) if partitions is None else partitions)]
             consumer.assign(tps)
@@ -441,8 +441,8 @@ class TopicPersister(StateWatchMixin, BasePersister):
                                            isolation_level=iso, request_timeout_ms=self.request_timeout_ms,
                                            client_id="kshare-state-stable", **self.client_options)
                      for iso in ("read_uncommitted", "read_committed")}
-        await asyncio.gather(*(c.start() for c in consumers.values()))
         try:
+            await asyncio.gather(*(c.start() for c in consumers.values()))
             target = (await consumers["read_uncommitted"].end_offsets([tp]))[tp]
             deadline = time.monotonic() + 2 * self.transaction_timeout_ms / 1000 + 10
             while (await consumers["read_committed"].end_offsets([tp]))[tp] < target:
