@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-fast typecheck test-spark bench fuzz test-fencing test-parity test-cluster-faults test-sidecar-cluster test-franz test-kafka-apps clean
+.PHONY: demo test test-fast typecheck test-spark bench fuzz test-fencing test-parity test-cluster-faults test-sidecar-cluster test-franz test-kafka-apps test-topology clean
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "java not found: install a Java 17+ runtime"; exit 2; }
@@ -57,9 +57,15 @@ test-parity: $(STAMP)
 test-cluster-faults: $(STAMP)
 	KSHARE_CLUSTER_FAULTS=1 $(PY) -m pytest -q -rfEs tests/e2e/test_cluster3_failover.py
 
-# A cluster of sidecars (issue 15): kill -9 / a fourth joining under 200k records, rolling restart; opt-in.
+# A cluster of sidecars (issue 15): kill -9 / a fourth joining under 200k records, rolling restart, a single
+# sidecar's (older layout) state topic taken over by three; opt-in.
 test-sidecar-cluster: $(STAMP)
-	KSHARE_SIDECAR_CLUSTER=1 $(PY) -m pytest -q -rfEs -s tests/e2e/test_sidecar_cluster.py
+	KSHARE_SIDECAR_CLUSTER=1 $(PY) -m pytest -q -rfEs -s tests/e2e/test_sidecar_cluster.py tests/e2e/test_cluster_layout.py
+
+# The deployment topologies run for real (compose/kafka39-cluster.yml, compose/kubernetes/): each
+# host a network namespace (root and iproute2); opt-in, a few minutes.
+test-topology: $(STAMP)
+	KSHARE_TOPOLOGY=1 $(PY) -m pytest -q -rfEs -s tests/e2e/test_topology.py
 
 # franz-go's own integration suite (pkg/kgo, pinned version from the Go module proxy) with the
 # sidecar as its one bootstrap, on Kafka 3.9 and 4.3 backends, beside native Kafka 4.3; opt-in (~30 min).

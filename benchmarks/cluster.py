@@ -2,14 +2,18 @@
 
 The throughput benchmark's workload (1 KiB records, 4 partitions, 4 confluent-kafka
 ShareConsumer processes with implicit acknowledgement; --quick: 100k records, full: 1M), consumed
-through a cluster of N sidecars (``cluster.name`` set, a fresh state topic per run, consumers
-bootstrapped round-robin to different sidecars). Per run: records/s, machine-wide CPU
-utilisation, each sidecar's CPU seconds, and how the 4 partitions' leadership fell over the
-sidecars (4 user partitions are placed on the state partitions by hash: with 3 sidecars one of
-them may lead none, or two). The JSON has the scaling ratios (N sidecars ÷ 1 sidecar).
+through a cluster of N sidecars (``cluster.name`` set, a fresh state topic per run, every consumer
+given all sidecars as bootstrap). Per run: records/s, machine-wide CPU utilisation, the CPU seconds
+of each sidecar, of the broker and of the consumer processes — also per 1M records, the *cost* of a
+record, which stays comparable when the machine's cores bound the throughput — the CPU seconds of
+everything else on the machine (other users), load averages, and how the 4 partitions' leadership
+fell over the sidecars (4 user partitions are placed on the state partitions by hash: with 3
+sidecars one of them may lead none, or two). The JSON has the scaling ratios (N sidecars ÷ 1
+sidecar) of throughput (``scaling``) and of the sidecars' CPU seconds per record (``cost_scaling``).
 
 Everything — broker, sidecars, consumers — shares this machine: on 2 cores the sidecars compete
-with the broker and the consumers, so the ratio measures that contention as much as kshare.
+with the broker and the consumers, so the throughput ratio measures that contention as much as
+kshare; the cost ratio does not.
 
 Usage: python benchmarks/cluster.py [--quick] [--records N] [--sidecars 1,2,3] [--out DIR]
 """
@@ -17,21 +21,66 @@ Usage: python benchmarks/cluster.py [--quick] [--records N] [--sidecars 1,2,3] [
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import CpuSampler, SidecarProcess, base_parser, finish, free_port, loadavg, machine  # noqa: E402
+from common import (  # noqa: E402
+    CpuSampler,
+    SidecarProcess,
+    base_parser,
+    finish,
+    free_port,
+    loadavg,
+    machine,
+    metric_sum,
+)
 from throughput import CONSUMERS, PARTITIONS, RECORD_BYTES, consume, prepare_topic  # noqa: E402
+
+
+WARMUP_RECORDS = 200_000  # one unreported run through one sidecar first: the broker's JIT warms up there
+
+
+def _children_cpu_s() -> float:
+    """User + system CPU seconds of this process's reaped children (the consumer processes)."""
+    t = os.times()
+    return t.children_user + t.children_system
+
+
+def _switches(pid: int) -> int:
+    """Context switches of a process so far, voluntary + involuntary (from /proc): one voluntary
+    switch per wait of its event loop, so they count the loop's wake-ups."""
+    out = 0
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+            out += int(line.split()[1])
+    return out
 
 
 def _cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process (from /proc)."""
-    import os
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _requests(before: list[dict], after: list[dict], records: int) -> dict:
+    """Requests the sidecars served and sent, summed over them, per 1M records consumed: what the
+    per-record CPU follows (a consumer sends a ShareFetch to every sidecar leading one of its
+    partitions, so more sidecars mean more, smaller requests)."""
+    def total(name: str) -> float:
+        return sum(metric_sum(a, name) - metric_sum(b, name) for b, a in zip(before, after))
+
+    names = {"share_fetch": "kshare_total_share_fetch_requests_total",
+             "share_acknowledge": "kshare_total_share_acknowledgement_requests_total",
+             "backend_fetch": "kshare_backend_fetch_requests_total",
+             "state_writes": "kshare_share_coordinator_write_latency_seconds_count"}
+    out = {k: round(total(v) / max(records, 1) * 1e6) for k, v in names.items()}
+    delivered = total("kshare_share_fetch_delivered_bytes_total")
+    out["read_amplification"] = round(total("kshare_backend_fetch_bytes_total") / delivered, 3) if delivered else None
+    return out
 
 
 async def _leaders(port: int, topic: str) -> tuple[set[int], dict[int, int]]:
@@ -63,7 +112,8 @@ def settled(sidecars: list[SidecarProcess], topic: str, timeout_s: float = 90) -
     raise RuntimeError("the sidecars did not agree on the cluster")
 
 
-def run(bootstrap: str, topic: str, n: int, count: int, timeout_s: float) -> dict:
+def run(bootstrap: str, topic: str, n: int, count: int, timeout_s: float, broker_pid: int,
+        idle_s: float = 10.0) -> dict:
     from tests.support import unique
 
     name, state_topic = unique("bench-cl"), f"__kshare_state_{unique('bench')}"
@@ -74,14 +124,38 @@ def run(bootstrap: str, topic: str, n: int, count: int, timeout_s: float) -> dic
                 "KSHARE_CLUSTER_NAME": name, "KSHARE_NODE_ID": str(node), "KSHARE_STATE_TOPIC": state_topic,
                 "KSHARE_CLUSTER_SESSION_TIMEOUT_MS": "10000"}))
         leaders = settled(sidecars, topic)
+        # a sidecar's cost while nothing is consumed (group membership, its tail of the state topic,
+        # timers): measured first, so the per-record cost can be read without it
+        idle_before, idle_t0 = [_cpu_seconds(sc.proc.pid) for sc in sidecars], time.monotonic()
+        time.sleep(idle_s)
+        idle_rate = [(_cpu_seconds(sc.proc.pid) - b) / max(time.monotonic() - idle_t0, 1e-9)
+                     for sc, b in zip(sidecars, idle_before)]
         before = [_cpu_seconds(sc.proc.pid) for sc in sidecars]
+        switches = [_switches(sc.proc.pid) for sc in sidecars]
+        scraped = [sc.samples() for sc in sidecars]
+        broker_before, children_before, wall_before = _cpu_seconds(broker_pid), _children_cpu_s(), time.monotonic()
         load = loadavg()
         cpu = CpuSampler().start()
         bootstrap_list = ",".join(sc.bootstrap for sc in sidecars)  # each consumer may reach every sidecar
         result = consume("share", bootstrap_list, unique("bench-g"), topic, n, timeout_s)
-        result["machine_cpu_utilisation"] = cpu.stop()
+        result["machine_cpu_utilisation"] = busy = cpu.stop()
+        wall = time.monotonic() - wall_before  # the sampled window: consumers' start-up and exit included
         result["sidecar_cpu_s"] = [round(_cpu_seconds(sc.proc.pid) - b, 2) for sc, b in zip(sidecars, before)]
         result["sidecar_cpu_utilisation"] = [round(c / result["seconds"], 3) for c in result["sidecar_cpu_s"]]
+        cpu_s = {"sidecars": sum(result["sidecar_cpu_s"]), "broker": _cpu_seconds(broker_pid) - broker_before,
+                 "consumers": _children_cpu_s() - children_before}  # consumer processes: reaped children
+        if busy is not None:  # everything else busy on the machine meanwhile: other users' work
+            cpu_s["others"] = max(0.0, busy * wall * (os.cpu_count() or 1) - sum(cpu_s.values()))
+        result["cpu_s"] = {k: round(v, 2) for k, v in cpu_s.items()}
+        result["requests_per_1m_records"] = _requests(scraped, [sc.samples() for sc in sidecars], result["records"])
+        result["requests_per_1m_records"]["sidecar_context_switches"] = round(
+            sum(_switches(sc.proc.pid) - b for sc, b in zip(sidecars, switches)) / max(result["records"], 1) * 1e6)
+        result["cpu_window_s"] = round(wall, 2)
+        result["cpu_s_per_1m_records"] = {k: round(v / max(result["records"], 1) * 1e6, 2) for k, v in cpu_s.items()
+                                          if k != "others"}
+        result["sidecar_idle_cpu_per_s"] = [round(r, 4) for r in idle_rate]
+        busy_sidecars = cpu_s["sidecars"] - sum(idle_rate) * wall  # the same idle cost over the consume window
+        result["cpu_s_per_1m_records"]["sidecars_less_idle"] = round(busy_sidecars / max(result["records"], 1) * 1e6, 2)
         result["leaders"] = {str(p): node for p, node in sorted(leaders.items())}
         result["loadavg_before"] = load
         result["loadavg_after"] = loadavg()
@@ -96,6 +170,7 @@ def main() -> None:
     ap.add_argument("--records", type=int)
     ap.add_argument("--sidecars", default="1,2,3", help="cluster sizes to run, e.g. 1,3")
     ap.add_argument("--timeout", type=float, default=None, help="per-run limit in seconds")
+    ap.add_argument("--no-warmup", action="store_true", help="skip the unreported warm-up run")
     args = ap.parse_args()
     n = args.records or (100_000 if args.quick else 1_000_000)
     timeout = args.timeout or (180 if args.quick else 1200)
@@ -107,23 +182,41 @@ def main() -> None:
 
     results: dict[str, dict] = {}
     with KafkaBroker("3.9") as broker:
+        assert broker._proc is not None
+        broker_pid = broker._proc.pid
         topic = unique("cl-tput")
         prepare_topic(broker.bootstrap, topic, n)
+        if not args.no_warmup:  # the broker's JIT warms up here, not in the first measured run
+            warm = unique("cl-warm")
+            prepare_topic(broker.bootstrap, warm, WARMUP_RECORDS)
+            run(broker.bootstrap, warm, WARMUP_RECORDS, 1, timeout, broker_pid, idle_s=0)
         for count in sizes:
-            r = run(broker.bootstrap, topic, n, count, timeout)
+            r = run(broker.bootstrap, topic, n, count, timeout, broker_pid)
             results[f"{count}_sidecars"] = r
             print(f"{count} sidecar(s): {r['records']:>9} records in {r['seconds']:>8.2f} s  "
                   f"{r['records_per_s']:>10,.0f} rec/s  machine CPU {r['machine_cpu_utilisation']}, sidecar CPU s "
-                  f"{r['sidecar_cpu_s']}, leaders {r['leaders']}, load {r['loadavg_before']}"
+                  f"{r['sidecar_cpu_s']} ({r['cpu_s_per_1m_records']['sidecars']} per 1M records, "
+                  f"{r['cpu_s_per_1m_records']['sidecars_less_idle']} less idle {r['sidecar_idle_cpu_per_s']}/s), broker "
+                  f"{r['cpu_s_per_1m_records']['broker']}, consumers {r['cpu_s_per_1m_records']['consumers']} per 1M, "
+                  f"others {r['cpu_s'].get('others')} s, requests per 1M {r['requests_per_1m_records']}, leaders "
+                  f"{r['leaders']}, load {r['loadavg_before']}"
                   + ("" if r["complete"] else "  INCOMPLETE (timed out)"), flush=True)
 
     def ratio(k: int) -> float | None:
         a, b = results.get(f"{k}_sidecars"), results.get("1_sidecars")
         return round(a["records_per_s"] / b["records_per_s"], 3) if a and b and b["records_per_s"] else None
 
+    def cost_ratio(k: int, key: str = "sidecars") -> float | None:
+        a, b = results.get(f"{k}_sidecars"), results.get("1_sidecars")
+        if not a or not b or not b["cpu_s_per_1m_records"][key]:
+            return None
+        return round(a["cpu_s_per_1m_records"][key] / b["cpu_s_per_1m_records"][key], 3)
+
     summary = {"scenario": "cluster", "records": n, "record_bytes": RECORD_BYTES, "partitions": PARTITIONS,
                "consumers": CONSUMERS, "machine": machine(), "results": results,
-               "scaling": {f"{k}_to_1": ratio(k) for k in sizes if k != 1}}
+               "scaling": {f"{k}_to_1": ratio(k) for k in sizes if k != 1},
+               "cost_scaling": {f"{k}_to_1": cost_ratio(k) for k in sizes if k != 1},
+               "cost_scaling_less_idle": {f"{k}_to_1": cost_ratio(k, "sidecars_less_idle") for k in sizes if k != 1}}
     finish(summary, args.out, "cluster")
 
 

@@ -192,6 +192,12 @@ class SidecarConfig:
                        setting.check).coerce(raw, "group config")
 
 
+#: Settings an empty ``KSHARE_*`` variable leaves unset: the image sets ``KSHARE_LISTEN`` (a container
+#: must bind all interfaces), which a deployment using ``listeners`` clears with ``KSHARE_LISTEN=""``
+#: — an environment variable set by an image cannot be removed, only overridden (compose/kafka39-cluster.yml).
+CLEARED_BY_EMPTY_ENV = ("listen",)
+
+
 def load_config(path: str | Path | None = None, *, env: Mapping[str, str] | None = None,
                 overrides: Mapping[str, Any] | None = None) -> SidecarConfig:
     """Resolve settings: defaults < TOML file < ``KSHARE_*`` environment < explicit overrides."""
@@ -207,7 +213,11 @@ def load_config(path: str | Path | None = None, *, env: Mapping[str, str] | None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
         sources.append((str(path), _flatten(data)))
-    sources.append(("environment", {s.key: env[env_name(s.key)] for s in SETTINGS if env_name(s.key) in env}))
+    from_env = {s.key: env[env_name(s.key)] for s in SETTINGS if env_name(s.key) in env}
+    for key in CLEARED_BY_EMPTY_ENV:
+        if from_env.get(key) == "":
+            del from_env[key]
+    sources.append(("environment", from_env))
     sources.append(("command line", {k: v for k, v in (overrides or {}).items() if v is not None}))
     for source, mapping in sources:
         for key, raw in mapping.items():

@@ -160,7 +160,8 @@ _S = Setting
 SETTINGS: tuple[Setting, ...] = (
     # -- the sidecar itself
     _S("bootstrap.servers", "", str, "Backend cluster (Kafka or Redpanda) bootstrap servers.", check=_bootstrap),
-    _S("listen", "127.0.0.1:9192", str, "Address of the single PLAINTEXT listener when `listeners` is not set.",
+    _S("listen", "127.0.0.1:9192", str, "Address of the single PLAINTEXT listener when `listeners` is not set "
+       "(an empty KSHARE_LISTEN counts as not set: it clears the image's 0.0.0.0:9192 for `listeners`).",
        check=_host_port),
     _S("advertised.listener", "", str, "host:port clients are told to connect to (default: listen); with `listen` "
        "only.", check=_optional_host_port),
@@ -210,7 +211,8 @@ SETTINGS: tuple[Setting, ...] = (
     _S("cluster.name", "", str, "Name of the cluster of sidecars this one belongs to ('' = a single sidecar). "
        "Sidecars with the same name and state.topic share the share groups: the backend's consumer group "
        "kshare-cluster-<name> spreads the state partitions over them. Each needs its own node.id and advertised "
-       "address; the state topic must be a fresh one (share-partitions are placed by topic-partition)."),
+       "address. A single sidecar's state topic serves as it is (share-partitions are placed by topic-partition; "
+       "an older build's layout is moved once, docs/persistence.md)."),
     _S("cluster.session.timeout.ms", 10000, int, "How long a sidecar of the cluster may go silent before the backend "
        "gives its state partitions to the others (the failover gap after a crash; a clean stop hands over at "
        "once).", 1000, 1800000),

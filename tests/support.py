@@ -77,3 +77,29 @@ def assert_quiet_log(text: str, *, levels: str = "ERROR|CRITICAL", most: int = 2
     assert "UNKNOWN_SERVER_ERROR" not in text
     noisy = [line for line in text.splitlines() if re.search(rf" ({levels}) ", line)]
     assert len(noisy) <= most, "\n".join(noisy[:40])
+
+
+async def read_state_topic(bootstrap: str, topic: str, partitions: int,
+                           timeout_s: float = 120) -> list[tuple[int, int, bytes, bytes | None]]:
+    """Every committed record of a state topic, (partition, offset, key, value), sorted: what the
+    verdicts of fault tests read, without the persister."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+                                isolation_level="read_committed", auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        out = []
+        pending = {tp for tp in tps if ends[tp] > 0}
+        deadline = time.monotonic() + timeout_s
+        while pending and time.monotonic() < deadline:
+            for tp, msgs in (await consumer.getmany(*pending, timeout_ms=500)).items():
+                out += [(tp.partition, m.offset, m.key, m.value) for m in msgs]
+            pending = {tp for tp in pending if await consumer.position(tp) < ends[tp]}
+        return sorted(out)
+    finally:
+        await consumer.stop()

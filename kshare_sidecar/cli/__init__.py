@@ -10,6 +10,7 @@ from . import dev
 from . import groups as groups_cli
 from . import plugins as plugins_cli
 from . import sidecar as sidecar_cli
+from . import state as state_cli
 
 app = typer.Typer(
     name="kshare",
@@ -23,6 +24,7 @@ app.add_typer(plugins_cli.app, name="plugins")
 app.add_typer(sidecar_cli.app, name="sidecar")
 app.add_typer(groups_cli.app, name="groups")
 app.add_typer(configs_cli.app, name="configs")
+app.add_typer(state_cli.app, name="state")
 app.command("consume", cls=groups_cli.OneLineCommand)(consume_cli.consume)
 
 

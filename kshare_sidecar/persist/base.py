@@ -42,8 +42,9 @@ from kshare_sidecar.persist.errors import (
     UnknownSharePartitionError,
 )
 from kshare_sidecar.persist.fencing import UNCHANGED
+from kshare_sidecar.persist.layout import LayoutMixin
 from kshare_sidecar.persist.model import PartitionState, SharePartitionKey
-from kshare_sidecar.persist.ownership import EntityKey, OwnershipMixin, ReplaySink, replay_sink
+from kshare_sidecar.persist.ownership import EntityKey, OwnershipMixin, ReplaySink
 from kshare_sidecar.persist.records import (
     UNSET_OFFSET,
     GroupRecord,
@@ -61,7 +62,7 @@ __all__ = ["BasePersister", "Record", "ReplaySink"]
 log = logging.getLogger("kshare_sidecar.persist")
 
 
-class BasePersister(ClusterOwnershipMixin, OwnershipMixin, CoalescingWriter):
+class BasePersister(ClusterOwnershipMixin, LayoutMixin, OwnershipMixin, CoalescingWriter):
     """Shared implementation of the :class:`~kshare_sidecar.persist.protocol.Persister` protocol."""
 
     name = "base"
@@ -130,6 +131,12 @@ class BasePersister(ClusterOwnershipMixin, OwnershipMixin, CoalescingWriter):
     async def _close(self) -> None:
         """Release backend resources."""
 
+    def _single_twin(self) -> BasePersister:
+        """A persister like this one, on the same backend and topic, that owns every state partition
+        when started (not a cluster member): what moves another layout's records home for a cluster
+        (persist/layout.py)."""
+        raise NotImplementedError(f"the {self.name} persister cannot move state records for a cluster")
+
     # ---------------------------------------------------------------------------- lifecycle
     @property
     def ready(self) -> bool:
@@ -146,6 +153,7 @@ class BasePersister(ClusterOwnershipMixin, OwnershipMixin, CoalescingWriter):
         self._started = True
         await self._open()
         if self.cluster:  # nothing is owned until the sidecars' group assigns it (persist/cluster.py)
+            await self._ensure_cluster_layout()  # the whole topic in the current layout (persist/layout.py)
             self._start_writers(blocked="unowned")
             self._ready = True
             return
@@ -158,6 +166,7 @@ class BasePersister(ClusterOwnershipMixin, OwnershipMixin, CoalescingWriter):
             owner_epoch = self.owner_epoch
             await self.recover()
             self.owner_epoch = owner_epoch
+        await self._move_home()  # records of an older layout go home (persist/layout.py)
         self._start_writers()
         self._ready = True
         if self.recovery_stats.stale_keys:
@@ -190,7 +199,7 @@ class BasePersister(ClusterOwnershipMixin, OwnershipMixin, CoalescingWriter):
         entities: dict[EntityKey, Any] = {}
         owners: dict[int, int] = {}
         started = time.perf_counter()
-        await self._replay(replay_sink(entities, stats, owners, self.replay_rule))
+        await self._replay(self._sink(entities, stats, owners))
         self._entities = entities
         self._owner_epochs = owners
         for kind, _ in entities:
@@ -203,9 +212,9 @@ class BasePersister(ClusterOwnershipMixin, OwnershipMixin, CoalescingWriter):
         stats.seconds = time.perf_counter() - started
         self.recovery_stats = stats
         log.info("%s persister recovered %d records (%d share-partitions, %d groups, %d topic ids, "
-                 "%d skipped, %d stale ignored, newest owner epoch %d) in %.3fs", self.name, stats.records,
-                 stats.share_partitions, stats.groups, stats.topic_ids, stats.skipped_count, stats.stale_ignored,
-                 stats.owner_epoch, stats.seconds)
+                 "%d skipped, %d stale ignored, %d in an older layout, newest owner epoch %d) in %.3fs", self.name,
+                 stats.records, stats.share_partitions, stats.groups, stats.topic_ids, stats.skipped_count,
+                 stats.stale_ignored, len(stats.misplaced), stats.owner_epoch, stats.seconds)
         self._ready = was_ready or self._started
         return stats
 

@@ -30,12 +30,13 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kshare_sidecar.persist import codec
-from kshare_sidecar.persist.codec import KIND_OWNER
+from kshare_sidecar.persist.codec import KIND_LAYOUT, KIND_OWNER
 from kshare_sidecar.persist.errors import WriterFencedError
 from kshare_sidecar.persist.records import NO_EPOCH, RecoveryStats
 
-if TYPE_CHECKING:  # ownership.py and writer.py are imported where used (see _placed)
+if TYPE_CHECKING:  # ownership.py and writer.py are imported where used (see _home)
     from kshare_sidecar.persist.errors import PersistError
+    from kshare_sidecar.persist.records import RecoveryStats as _Stats
     from kshare_sidecar.persist.ownership import EntityKey, ReplaySink
     from kshare_sidecar.persist.writer import Record, _Op
 
@@ -65,10 +66,15 @@ class ClusterOwnershipMixin:
         async def _await_stable(self, partition: int) -> None: ...
         async def _reopen(self, partition: int) -> None: ...
         def _blocked_error(self, p: int) -> PersistError: ...
+        def _sink(self, entities: dict[EntityKey, Any], stats: _Stats, owners: dict[int, int]) -> ReplaySink: ...
+        def _misplaced_on(self, p: int, stats: _Stats) -> None: ...
+
+    layout_known: bool
 
     def _init_cluster(self) -> None:
-        #: where share-partition records go (ownership.PLACEMENTS); "topic-partition" in a cluster
-        self.placement = "key"
+        #: where share-partition records go (ownership.PLACEMENTS): "topic-partition", alone or in a
+        #: cluster; "key" only to emulate an older build's single sidecar (tests)
+        self.placement = "topic-partition"
         #: cluster mode: this instance owns only the state partitions the sidecars' group assigned
         #: it, each at its own owner epoch
         self.cluster = False
@@ -79,9 +85,11 @@ class ClusterOwnershipMixin:
         self.released_listeners: list[OwnershipListener] = []
 
     def enable_cluster(self) -> None:
-        """Before ``start()``: own nothing until assigned; place share-partitions by topic-partition."""
+        """Before ``start()``: own nothing until assigned (share-partitions are placed by
+        topic-partition, as by a single sidecar; persist/layout.py)."""
+        if self.placement != "topic-partition":
+            raise ValueError(f"a cluster of sidecars places share-partitions by topic-partition, not {self.placement!r}")
         self.cluster = True
-        self.placement = "topic-partition"
 
     def owns(self, p: int) -> bool:
         return not self.cluster or p in self.owned
@@ -91,22 +99,6 @@ class ClusterOwnershipMixin:
         if not self.cluster:
             return self.owner_epoch
         return self._own_epochs.get(p) if p in self.owned else None
-
-    def _placed(self, entities: dict, p: int) -> dict:
-        """Entities that belong on ``p`` under this placement. A record elsewhere was written by a
-        single sidecar (placement ``key``): a cluster needs a fresh state topic (docs/deployment.md)."""
-        from kshare_sidecar.persist.ownership import state_partition_for
-        out = {}
-        misplaced = 0
-        for (kind, ident), entity in entities.items():
-            if state_partition_for(kind, ident, self.partitions, self.placement) == p:
-                out[(kind, ident)] = entity
-            else:
-                misplaced += 1
-        if misplaced:
-            log.error("state partition %d holds %d records placed by a single sidecar's layout; a cluster of "
-                      "sidecars ignores them (use a fresh state.topic for a cluster)", p, misplaced)
-        return out
 
     async def acquire(self, p: int) -> int:
         """Take state partition ``p`` over (see the module docstring); returns the owner epoch."""
@@ -119,18 +111,20 @@ class ClusterOwnershipMixin:
             entities: dict = {}
             owners: dict[int, int] = {}
             stats = RecoveryStats()
-            from kshare_sidecar.persist.ownership import replay_sink
-            await self._replay(replay_sink(entities, stats, owners, self.replay_rule), [p])
-            entities = self._placed(entities, p)
+            await self._replay(self._sink(entities, stats, owners), [p])
+            self._misplaced_on(p, stats)  # another layout's records: refused, never served without them
             epoch = max(stats.owner_epoch, owners.get(p, NO_EPOCH), self._own_epochs.get(p, NO_EPOCH), 0) + 1
-            await self._commit(p, [codec.encode(KIND_OWNER, p, epoch)])
+            records = [codec.encode(KIND_OWNER, p, epoch)]
+            if self.layout_known and stats.layouts.get(p) != self.placement:  # persist/layout.py
+                records.append(codec.encode(KIND_LAYOUT, p, self.placement))
+            await self._commit(p, records)
             if self.replay_rule == "owner":
                 # No transaction to abort: a write of the previous owner may have landed between
                 # our init and our owner record. Read up to it again, so this view is what every
                 # later replay accepts (after it, the leader refuses the previous owner's epoch).
                 entities, owners, stats = {}, {}, RecoveryStats()
-                await self._replay(replay_sink(entities, stats, owners, self.replay_rule), [p])
-                entities = self._placed(entities, p)
+                await self._replay(self._sink(entities, stats, owners), [p])
+                self._misplaced_on(p, stats)
         except BaseException:
             if self.blocked.get(p) == "acquiring":
                 self.blocked[p] = "unowned"

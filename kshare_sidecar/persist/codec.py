@@ -7,7 +7,10 @@ record per entity:
 * ``["g", group_id]`` — a group record (epoch, initialized share-partitions, configs);
 * ``["t", topic_name]`` — the topic-id map entry for one topic (value: its stable UUID);
 * ``["o", state_partition]`` — the owner epoch of the sidecar that last took over that state
-  partition (value ``{"v": 1, "e": epoch}``): the backend-derived source of owner epochs.
+  partition (value ``{"v": 1, "e": epoch}``): the backend-derived source of owner epochs;
+* ``["l", state_partition]`` — the topic's layout (value ``{"v": 1, "layout": name}``): how
+  share-partitions are placed on the state partitions (persist/layout.py). One per partition, so
+  whichever partition a sidecar replays tells it; written only once the whole topic is in it.
 
 Values are JSON objects with a version field ``"v"``; a ``None`` value is a tombstone. Any key
 or value this module does not understand raises :class:`CodecError`; recovery skips such a
@@ -29,7 +32,8 @@ KIND_PARTITION = "p"
 KIND_GROUP = "g"
 KIND_TOPIC_ID = "t"
 KIND_OWNER = "o"
-KINDS = (KIND_PARTITION, KIND_GROUP, KIND_TOPIC_ID, KIND_OWNER)
+KIND_LAYOUT = "l"
+KINDS = (KIND_PARTITION, KIND_GROUP, KIND_TOPIC_ID, KIND_OWNER, KIND_LAYOUT)
 
 
 class CodecError(ValueError):
@@ -53,6 +57,10 @@ def owner_key(state_partition: int) -> bytes:
     return orjson.dumps([KIND_OWNER, state_partition])
 
 
+def layout_key(state_partition: int) -> bytes:
+    return orjson.dumps([KIND_LAYOUT, state_partition])
+
+
 def decode_key(raw: bytes | None) -> tuple[str, Any]:
     """-> (kind, identity): SharePartitionKey, group id or topic name."""
     if raw is None:
@@ -70,7 +78,7 @@ def decode_key(raw: bytes | None) -> tuple[str, Any]:
             return kind, SharePartitionKey(group_id, topic_id, partition)
     elif kind in (KIND_GROUP, KIND_TOPIC_ID) and len(parts) == 2 and isinstance(parts[1], str):
         return kind, parts[1]
-    elif kind == KIND_OWNER and len(parts) == 2 and type(parts[1]) is int:
+    elif kind in (KIND_OWNER, KIND_LAYOUT) and len(parts) == 2 and type(parts[1]) is int:
         return kind, parts[1]
     raise CodecError(f"unknown key kind or shape: {parts[:1]!r} with {len(parts)} elements")
 
@@ -121,6 +129,10 @@ def encode_topic_id(topic_id: str) -> bytes:
 
 def encode_owner(epoch: int) -> bytes:
     return orjson.dumps({"v": VALUE_VERSION, "e": epoch})
+
+
+def encode_layout(layout: str) -> bytes:
+    return orjson.dumps({"v": VALUE_VERSION, "layout": layout})
 
 
 def _load_value(raw: bytes) -> dict:
@@ -198,6 +210,13 @@ def decode_owner(raw: bytes) -> int:
     return _int(_load_value(raw), "e")
 
 
+def decode_layout(raw: bytes) -> str:
+    layout = _load_value(raw).get("layout")
+    if not isinstance(layout, str) or not layout:
+        raise CodecError("layout record has no 'layout'")
+    return layout
+
+
 def decode(raw_key: bytes | None, raw_value: bytes | None) -> tuple[str, Any, Any]:
     """-> (kind, identity, entity or None for a tombstone)."""
     kind, ident = decode_key(raw_key)
@@ -209,6 +228,8 @@ def decode(raw_key: bytes | None, raw_value: bytes | None) -> tuple[str, Any, An
         return kind, ident, decode_group(ident, raw_value)
     if kind == KIND_OWNER:
         return kind, ident, decode_owner(raw_value)
+    if kind == KIND_LAYOUT:
+        return kind, ident, decode_layout(raw_value)
     return kind, ident, decode_topic_id(raw_value)
 
 
@@ -221,4 +242,6 @@ def encode(kind: str, ident: Any, entity: Any) -> tuple[bytes, bytes | None]:
         return topic_id_key(ident), None if entity is None else encode_topic_id(entity)
     if kind == KIND_OWNER:
         return owner_key(ident), None if entity is None else encode_owner(entity)
+    if kind == KIND_LAYOUT:
+        return layout_key(ident), None if entity is None else encode_layout(entity)
     raise ValueError(f"unknown kind {kind!r}")

@@ -72,12 +72,13 @@ class MemoryPersister(BasePersister):
     name = "memory"
 
     def __init__(self, *, log: MemoryLog | None = None, partitions: int | None = None,
-                 linger_ms: float = 0.0, max_batch: int = 10_000):
+                 linger_ms: float = 0.0, max_batch: int = 10_000, placement: str = "topic-partition"):
         if log is None:
             log = MemoryLog(partitions or 1)
         elif partitions is not None and partitions != len(log.partitions):
             raise ValueError(f"log has {len(log.partitions)} partitions, not {partitions}")
         super().__init__(partitions=len(log.partitions), linger_ms=linger_ms, max_batch=max_batch)
+        self.placement = placement  # "key": an older build's layout (tests of persist/layout.py)
         self.log = log
         self._tokens: dict[int, int] = {}
         #: tests: when set, resolving an unconfirmed commit waits for this event
@@ -87,6 +88,9 @@ class MemoryPersister(BasePersister):
         if self.cluster:  # a writer per partition when it is acquired (persist/cluster.py)
             return
         self._tokens = {p: self.log.open_writer(p) for p in range(self.partitions)}
+
+    def _single_twin(self) -> MemoryPersister:
+        return MemoryPersister(log=self.log, linger_ms=self.linger_ms, max_batch=self.max_batch)
 
     async def _drop_producer(self, partition: int) -> None:
         self._tokens.pop(partition, None)

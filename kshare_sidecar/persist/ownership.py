@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kshare_sidecar.persist import codec
-from kshare_sidecar.persist.codec import KIND_GROUP, KIND_OWNER, KIND_PARTITION, CodecError
+from kshare_sidecar.persist.codec import KIND_GROUP, KIND_LAYOUT, KIND_OWNER, KIND_PARTITION, CodecError
 from kshare_sidecar.persist.errors import BackendWriteError, NotReadyError, PersistError, WriterFencedError
 from kshare_sidecar.persist.model import SharePartitionKey
 from kshare_sidecar.persist.records import NO_EPOCH, RecoveryStats, StoredPartition
@@ -30,18 +30,22 @@ EntityKey = tuple[str, Any]  # (kind, identity)
 ReplaySink = Callable[[int, int, bytes | None, bytes | None], None]
 
 
-#: How share-partition records are spread over the state partitions. ``key``: by the whole key
-#: (group, topic, partition) — a single sidecar's layout, kept for its existing state topics.
-#: ``topic-partition``: by topic id and partition only, so every group's state of one user
-#: partition is on one state partition — a cluster of sidecars (issue 15) leads a user partition
-#: for all groups from the sidecar that owns that state partition, as a broker does.
+#: How share-partition records are spread over the state partitions. ``topic-partition`` (the
+#: layout of every sidecar, :data:`LAYOUT`): by topic id and partition only, so every group's state
+#: of one user partition is on one state partition — a cluster of sidecars (issue 15) leads a user
+#: partition for all groups from the sidecar that owns that state partition, as a broker does, and a
+#: single sidecar's state topic serves a cluster as it is. ``key``: by the whole key (group, topic,
+#: partition) — what single sidecars of older builds wrote; read only to move it (persist/layout.py).
 PLACEMENTS = ("key", "topic-partition")
+LAYOUT = "topic-partition"
+LEGACY_LAYOUT = "key"
 
 
-def state_partition_for(kind: str, ident: Any, partitions: int, placement: str = "key") -> int:
+def state_partition_for(kind: str, ident: Any, partitions: int, placement: str = LAYOUT) -> int:
     """Stable placement of an entity on the state topic's partitions (see :data:`PLACEMENTS`).
-    Group records and topic-id entries are placed by their kind and name in both layouts."""
-    if kind == KIND_OWNER:
+    Group records and topic-id entries are placed by their kind and name in both layouts; owner and
+    layout records name their partition."""
+    if kind in (KIND_OWNER, KIND_LAYOUT):
         return int(ident)
     if kind == KIND_PARTITION:
         if placement == "key":
@@ -85,8 +89,17 @@ RULES = ("key", "owner")
 
 
 def replay_sink(entities: dict[EntityKey, Any], stats: RecoveryStats, owners: dict[int, int],
-                rule: str = "key") -> ReplaySink:
-    """A replay sink applying the codec, the skip rule and the stale-record rule (:data:`RULES`)."""
+                rule: str = "key", placement: str | None = None, partitions: int = 0) -> ReplaySink:
+    """A replay sink applying the codec, the skip rule and the stale-record rule (:data:`RULES`).
+
+    With a ``placement``, a share-partition record (or tombstone) on a state partition other than
+    its home under that placement is kept apart, in ``stats.misplaced`` (the newest per key): it
+    was written in another layout and is moved by persist/layout.py, never mixed with the records
+    at home (a copy already moved home wins; a tombstone left where it was deletes nothing at
+    home). ``partitions``: the state topic's partition count (with a placement). Layout records go
+    to ``stats.layouts``."""
+    if placement is not None and partitions < 1:
+        raise ValueError("a placement-aware replay needs the partition count")
     def sink(partition: int, offset: int, raw_key: bytes | None, raw_value: bytes | None) -> None:
         stats.records += 1
         try:
@@ -99,6 +112,18 @@ def replay_sink(entities: dict[EntityKey, Any], stats: RecoveryStats, owners: di
             if entity is not None:
                 owners[partition] = max(owners.get(partition, NO_EPOCH), entity)
                 stats.owner_epoch = max(stats.owner_epoch, entity)
+            return
+        if kind == KIND_LAYOUT:
+            if entity is not None:
+                stats.layouts[partition] = entity
+            return
+        if (kind == KIND_PARTITION and placement is not None
+                and state_partition_for(kind, ident, partitions, placement) != partition):
+            if entity is None:
+                stats.misplaced.pop(ident, None)
+            elif not (rule == "owner" and NO_EPOCH < entity.state.leader_epoch < owners.get(partition, NO_EPOCH)):
+                stats.misplaced[ident] = (partition, entity)
+                stats.owner_epoch = max(stats.owner_epoch, entity.state.leader_epoch)
             return
         if entity is None:
             stats.tombstones += 1
@@ -126,7 +151,6 @@ def replay_sink(entities: dict[EntityKey, Any], stats: RecoveryStats, owners: di
             stats.stale_keys.discard((kind, ident))
         entities[(kind, ident)] = entity
     return sink
-
 
 
 class OwnershipMixin:
@@ -162,7 +186,6 @@ class OwnershipMixin:
         async def _settle(self, partition: int) -> bool: ...
         async def _await_stable(self, partition: int) -> None: ...
         async def _reopen(self, partition: int) -> None: ...
-        def _placed(self, entities: dict[EntityKey, Any], p: int) -> dict[EntityKey, Any]: ...
         def _lose(self, p: int, newer: int) -> None: ...
 
     async def _take_ownership(self) -> None:
@@ -296,10 +319,17 @@ class OwnershipMixin:
             return self._own_epochs.get(p, NO_EPOCH) if p is not None else NO_EPOCH
         return NO_EPOCH if self.owner_epoch is None else self.owner_epoch
 
+    def _sink(self, entities: dict[EntityKey, Any], stats: RecoveryStats, owners: dict[int, int]) -> ReplaySink:
+        """The replay sink of this persister: its stale-record rule, and its placement (records of
+        another layout kept apart in ``stats.misplaced``; persist/layout.py). The legacy ``key``
+        placement (tests: an older build's single sidecar) replays without one, as those builds did."""
+        placement = None if self.placement == LEGACY_LAYOUT else self.placement
+        return replay_sink(entities, stats, owners, self.replay_rule, placement, self.partitions)
+
     async def _read_owner(self, p: int) -> int:
         """The newest committed owner epoch of ``p`` (read_committed, to the last stable offset)."""
         owners: dict[int, int] = {}
-        await self._replay(replay_sink({}, RecoveryStats(), owners, self.replay_rule), [p])
+        await self._replay(self._sink({}, RecoveryStats(), owners), [p])
         return owners.get(p, NO_EPOCH)
 
     async def _newer_owner(self, p: int) -> bool:
@@ -341,9 +371,11 @@ class OwnershipMixin:
         entities: dict[EntityKey, Any] = {}
         owners: dict[int, int] = {}
         stats = RecoveryStats()
-        await self._replay(replay_sink(entities, stats, owners, self.replay_rule), [p])
-        if self.cluster:
-            entities = self._placed(entities, p)
+        await self._replay(self._sink(entities, stats, owners), [p])
+        if stats.misplaced:  # written after the start-up move, by an older build: not adopted, but said
+            log.error("state partition %d holds %d share-partition records in the single-sidecar layout of older "
+                      "builds (written after the topic was moved); they are not served: stop the sidecars and run "
+                      "`kshare state migrate`", p, len(stats.misplaced))
         old = {k: v for k, v in self._entities.items()
                if state_partition_for(k[0], k[1], self.partitions, self.placement) == p}
         for k in old:

@@ -115,6 +115,11 @@ class RecoveryStats:
     #: entity keys whose newest record was ignored as stale (the replay kept an older one):
     #: rewritten by the new owner under the owner-epoch rule so compaction cannot keep the stale one
     stale_keys: set = field(default_factory=set)
+    #: share-partition records on a state partition other than their home (another layout, read by
+    #: a placement-aware replay): key -> (state partition, newest record there); persist/layout.py
+    misplaced: dict = field(default_factory=dict)
+    #: state partition -> the layout its layout record names (persist/layout.py)
+    layouts: dict = field(default_factory=dict)
 
     def skip(self, partition: int, offset: int, reason: str, cap: int = 100) -> None:
         self.skipped_count += 1

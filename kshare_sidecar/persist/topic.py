@@ -44,6 +44,8 @@ from kshare_sidecar.persist.base import BasePersister, Record, ReplaySink
 from kshare_sidecar.persist.codec import KIND_OWNER
 from kshare_sidecar.persist import codec, topicsetup
 from kshare_sidecar.persist.epochwriter import EpochFencedError, EpochWriter
+from kshare_sidecar.persist.ownership import PLACEMENTS
+from kshare_sidecar.persist.records import RecoveryStats
 from kshare_sidecar.persist.watch import StateWatchMixin
 from kshare_sidecar.persist.errors import (
     BackendWriteError,
@@ -131,14 +133,22 @@ class TopicPersister(StateWatchMixin, BasePersister):
         recovery_timeout_s: float = 300.0,
         write_mode: str = "fenced",
         writer_refresh_s: float = WRITER_REFRESH_S,
+        placement: str | None = None,
     ):
+        self._options = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         super().__init__(partitions=partitions, linger_ms=linger_ms, max_batch=max_batch)
+        # "topic-partition" (every sidecar); "key" emulates an older build's single sidecar, for
+        # the tests of persist/layout.py only (KSHARE_TEST_STATE_PLACEMENT reaches a sidecar process)
+        self.placement = placement or os.environ.get("KSHARE_TEST_STATE_PLACEMENT") or "topic-partition"
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}, got {self.placement!r}")
         if write_mode not in WRITE_MODES:
             raise ValueError(f"write_mode must be one of {', '.join(WRITE_MODES)}, got {write_mode!r}")
         self.write_mode = write_mode
         # fenced: the leader refuses a zombie's batches once the owner record is written at the new
         # epoch; the owner rule of replay stays behind it (an expired producer state, see above).
         self.replay_rule = "key" if write_mode == "transactional" else "owner"
+        self.backend_fences_writers = write_mode != "idempotent"
         self.writer_refresh_s = writer_refresh_s
         self._client: AIOKafkaClient | None = None  # fenced mode: the writers' client
         self._refresher: asyncio.Task | None = None
@@ -167,19 +177,24 @@ class TopicPersister(StateWatchMixin, BasePersister):
         self._producers: dict[int, Any] = {}  # AIOKafkaProducer, or EpochWriter in fenced mode
         self._admin: AIOKafkaAdminClient | None = None
 
+    async def layout_report(self) -> RecoveryStats:
+        """Without starting (nothing is taken over or written): the existing state topic's partition
+        count is adopted and every partition read for its layout and misplaced records (`kshare
+        state migrate`'s dry run; persist/layout.py)."""
+        self.create_topic = False
+        await self._ensure_topic()
+        return await self.scan_layout()
+
+    def _single_twin(self) -> TopicPersister:
+        """Same backend, topic and writers, owning every partition when started (persist/layout.py)."""
+        return TopicPersister(**{**self._options, "partitions": self.partitions, "create_topic": False})
+
     def transactional_id(self, partition: int) -> str:
         return f"{self.transactional_id_prefix}-{self.topic}-{partition}"
 
     # ------------------------------------------------------------------------------- open
     async def _open(self) -> None:
-        self._admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers,
-                                          request_timeout_ms=self.request_timeout_ms, **self.client_options)
-        await self._admin.start()
-        try:
-            await self._ensure_topic()
-        finally:
-            await self._admin.close()
-            self._admin = None
+        await self._ensure_topic()
         if self.write_mode == "fenced" and self._client is None:
             self._client = AIOKafkaClient(bootstrap_servers=self.bootstrap_servers,
                                           request_timeout_ms=self.request_timeout_ms,
@@ -233,16 +248,22 @@ class TopicPersister(StateWatchMixin, BasePersister):
     async def _ensure_topic(self) -> None:
         """Create the state topic when missing (persist/topicsetup.py); adopt an existing topic's
         partition count; refuse a topic that is not compacted."""
-        assert self._admin is not None
-        timeout_s = self.request_timeout_ms / 1000
-        count = await topicsetup.create_or_describe(
-            self._admin, self.topic, partitions=self.partitions, replication_factor=self.replication_factor,
-            configs=self.topic_configs, create=self.create_topic, timeout_s=timeout_s)
-        if count != self.partitions:
-            log.warning("state topic %r has %d partitions (configured %d): using %d; the partition count "
-                        "of an existing state topic must never change", self.topic, count, self.partitions, count)
-            self.partitions = count
-        await topicsetup.check_compacted(self._admin, self.topic, timeout_s)
+        admin = self._admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers,
+                                                  request_timeout_ms=self.request_timeout_ms, **self.client_options)
+        await admin.start()
+        try:
+            timeout_s = self.request_timeout_ms / 1000
+            count = await topicsetup.create_or_describe(
+                admin, self.topic, partitions=self.partitions, replication_factor=self.replication_factor,
+                configs=self.topic_configs, create=self.create_topic, timeout_s=timeout_s)
+            if count != self.partitions:
+                log.warning("state topic %r has %d partitions (configured %d): using %d; the partition count "
+                            "of an existing state topic must never change", self.topic, count, self.partitions, count)
+                self.partitions = count
+            await topicsetup.check_compacted(admin, self.topic, timeout_s)
+        finally:
+            await admin.close()
+            self._admin = None
 
     # ----------------------------------------------------------------------------- replay
     async def _replay(self, sink: ReplaySink, partitions=None) -> None:
@@ -258,8 +279,8 @@ class TopicPersister(StateWatchMixin, BasePersister):
             client_id="kshare-state-recovery",
             **self.client_options,
         )
-        await consumer.start()
         try:
+            await consumer.start()  # inside: a replay cancelled while starting still stops its consumer
             tps = [TopicPartition(self.topic, p)
                    for p in (range(self.partitions) if partitions is None else partitions)]
             consumer.assign(tps)
@@ -420,8 +441,8 @@ class TopicPersister(StateWatchMixin, BasePersister):
                                            isolation_level=iso, request_timeout_ms=self.request_timeout_ms,
                                            client_id="kshare-state-stable", **self.client_options)
                      for iso in ("read_uncommitted", "read_committed")}
-        await asyncio.gather(*(c.start() for c in consumers.values()))
         try:
+            await asyncio.gather(*(c.start() for c in consumers.values()))
             target = (await consumers["read_uncommitted"].end_offsets([tp]))[tp]
             deadline = time.monotonic() + 2 * self.transaction_timeout_ms / 1000 + 10
             while (await consumers["read_committed"].end_offsets([tp]))[tp] < target:

@@ -44,6 +44,7 @@ from ..cluster.assign import (
     sticky_assign,
 )
 from ..cluster.view import ClusterView
+from ..persist.ownership import share_partition_home
 
 log = logging.getLogger("kshare.cluster")
 
@@ -279,6 +280,8 @@ class GroupConfigTail:
                             _kind, key = codec.decode_key(m.key)
                         except codec.CodecError:
                             continue
+                        if m.partition != share_partition_home(key.topic_id, key.partition, self.partitions):
+                            continue  # an older layout's record, or its tombstone once moved home (persist/layout.py)
                         if m.value is None:
                             self.snapshots.get(key.group_id, {}).pop(key, None)
                         else:

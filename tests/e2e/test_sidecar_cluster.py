@@ -40,7 +40,7 @@ from kshare_sidecar.testing.kafka import KAFKA_VERSIONS
 from kshare_sidecar.testing.maven import resolve_artifacts
 from kshare_sidecar.persist.ownership import share_partition_home
 from tests.e2e.conftest import SidecarProcess, Target, Worker, wait_until
-from tests.support import create_topic, produce, set_group_config, unique
+from tests.support import create_topic, produce, read_state_topic, set_group_config, unique
 
 pytestmark = pytest.mark.kafka
 LONG = pytest.mark.skipif(os.environ.get("KSHARE_SIDECAR_CLUSTER", "") in ("", "0"),
@@ -227,24 +227,7 @@ def check_clients(workers, records: int, partitions: int, handed: dict[int, list
 
 
 async def _state_records(bootstrap: str, topic: str) -> list:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                                isolation_level="read_committed", auto_offset_reset="earliest")
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in range(STATE_PARTITIONS)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
-        out = []
-        pending = {tp for tp in tps if ends[tp] > 0}
-        deadline = time.monotonic() + 120
-        while pending and time.monotonic() < deadline:
-            for tp, msgs in (await consumer.getmany(*pending, timeout_ms=500)).items():
-                out += [(tp.partition, m.offset, m.key, m.value) for m in msgs]
-            pending = {tp for tp in pending if await consumer.position(tp) < ends[tp]}
-        return sorted(out)
-    finally:
-        await consumer.stop()
+    return await read_state_topic(bootstrap, topic, STATE_PARTITIONS)
 
 
 def check_state(cluster: SidecarCluster, group: str, topic: str, partitions: int) -> None:

@@ -43,8 +43,8 @@ def test_placement_keeps_every_group_of_a_user_partition_together():
     homes = {state_partition_for(KIND_PARTITION, SharePartitionKey(g, TID, 3), 16, "topic-partition")
              for g in ("a", "b", "c", "d", "e")}
     assert homes == {share_partition_home(TID, 3, 16)}
-    # the single-sidecar layout is unchanged (existing state topics keep working)
-    legacy = {state_partition_for(KIND_PARTITION, SharePartitionKey(g, TID, 3), 16) for g in "abcdefgh"}
+    # the older builds' single-sidecar layout (read to move it, persist/layout.py) spread them
+    legacy = {state_partition_for(KIND_PARTITION, SharePartitionKey(g, TID, 3), 16, "key") for g in "abcdefgh"}
     assert len(legacy) > 1
     assert group_home("grp", 16) == state_partition_for(KIND_GROUP, "grp", 16, "topic-partition")
 

@@ -19,6 +19,21 @@ def test_listen_alone_is_one_plaintext_listener():
     assert specs(listen="127.0.0.1:0")[0].advertised_port is None  # the bound port, known after binding
 
 
+def test_an_empty_kshare_listen_clears_the_images_listen_for_listeners():
+    """The image sets KSHARE_LISTEN=0.0.0.0:9192, which a container cannot unset, only override: an
+    empty value is 'not set', so a compose service can use listeners (compose/kafka39-cluster.yml)."""
+    env = {"KSHARE_BOOTSTRAP_SERVERS": "kafka:19092", "KSHARE_LISTEN": "0.0.0.0:9192",
+           "KSHARE_LISTENERS": "INTERNAL://0.0.0.0:19192,EXTERNAL://0.0.0.0:9192",
+           "KSHARE_ADVERTISED_LISTENERS": "INTERNAL://kshare-1:19192,EXTERNAL://localhost:9192",
+           "KSHARE_LISTENER_SECURITY_PROTOCOL_MAP": "INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT"}
+    with pytest.raises(ConfigError, match="set either listeners or listen"):
+        load_config(env=env)
+    got = load_config(env={**env, "KSHARE_LISTEN": ""}).listener_specs()
+    assert [(s.name, s.port, s.advertised_host, s.advertised_port) for s in got] == [
+        ("INTERNAL", 19192, "kshare-1", 19192), ("EXTERNAL", 9192, "localhost", 9192)]
+    assert load_config(env={"KSHARE_BOOTSTRAP_SERVERS": "k:1", "KSHARE_LISTEN": ""})["listen"] == "127.0.0.1:9192"
+
+
 def test_several_listeners_advertised_per_name():
     got = specs(listeners="PLAINTEXT://127.0.0.1:9192,SASL_SSL://0.0.0.0:9194,INTERNAL://[::1]:9195",
                 **{"advertised.listeners": "SASL_SSL://kshare.example:443",

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kshare_sidecar.config import BY_KEY, ConfigError, env_name, load_config
+from kshare_sidecar.config import BY_KEY, CLEARED_BY_EMPTY_ENV, ConfigError, env_name, load_config
 
 from .cli_model import check_argv
 from .conftest import COMPOSE_DIR, DOCKERFILE, REPO, env_pairs, final_stage, interpolate, load_yaml
@@ -105,6 +105,8 @@ def test_every_kshare_env_var_is_a_real_setting_with_a_valid_value(compose):
                 continue
             assert var in SETTING_BY_ENV, (f"{path.name} service {name}: {var} is not a kshare setting "
                                            f"(settings: docs/configuration.md)")
+            if value == "" and SETTING_BY_ENV[var].key in CLEARED_BY_EMPTY_ENV:
+                continue  # clears the image's value (config.CLEARED_BY_EMPTY_ENV)
             try:
                 SETTING_BY_ENV[var].coerce(value, f"{path.name} {name} {var}")
             except ConfigError as exc:
@@ -140,6 +142,31 @@ def test_sidecar_configuration_is_complete_and_fits_the_backend(filename, docker
         assert f"{host}:{port}" in str(backends[host]), f"{filename}: {host} does not listen on {server}"
         condition = (svc.get("depends_on") or {}).get(host, {})
         assert condition.get("condition") == "service_healthy", f"{filename}: kshare must wait for {host}"
+
+
+def test_cluster_file_sidecars_resolve_with_the_image_and_reach_each_other_by_service_name(dockerfile):
+    """Each sidecar of the cluster file loads (the image's ENV under the service's), has its own node
+    id, advertises its service name to the compose network and a published localhost port to the
+    Docker host, and its healthcheck probes a listener it opens. (tests/e2e/test_topology.py runs it.)"""
+    path = COMPOSE_DIR / "kafka39-cluster.yml"
+    doc = load_yaml(path)
+    _, _, image_env = _image_defaults(dockerfile)
+    sidecars = kshare_services(path, doc)
+    assert len(sidecars) == 3
+    node_ids = set()
+    for name, svc in sidecars.items():
+        env = {**{k: v for k, v in image_env.items() if k.startswith("KSHARE_")}, **_env(svc)}
+        cfg = load_config(env=env)
+        node_ids.add(cfg["node.id"])
+        specs = {spec.name: spec for spec in cfg.listener_specs()}
+        assert (specs["INTERNAL"].advertised_host, specs["INTERNAL"].host) == (name, "0.0.0.0")
+        published = {str(p).rsplit(":", 1)[1]: str(p).rsplit(":", 1)[0] for p in svc.get("ports", [])}
+        external = specs["EXTERNAL"]
+        assert external.advertised_host == "localhost"
+        assert published.get(str(external.port)) == str(external.advertised_port)
+        check = svc["healthcheck"]["test"]
+        assert check[:2] == ["CMD", "kshare-healthcheck"] and check[2].endswith(f":{specs['INTERNAL'].port}")
+    assert node_ids == {1, 2, 3}
 
 
 @pytest.mark.parametrize("filename", BASE_FILES)

@@ -36,6 +36,12 @@ def test_group_and_topic_id_roundtrip():
     assert codec.decode(*codec.encode(codec.KIND_TOPIC_ID, "orders", "u-1")) == (codec.KIND_TOPIC_ID, "orders", "u-1")
 
 
+def test_layout_record_roundtrip():
+    raw_key, raw_value = codec.encode(codec.KIND_LAYOUT, 3, "topic-partition")
+    assert raw_key == b'["l",3]' and orjson.loads(raw_value) == {"v": 1, "layout": "topic-partition"}
+    assert codec.decode(raw_key, raw_value) == (codec.KIND_LAYOUT, 3, "topic-partition")
+
+
 def test_group_record_of_an_older_build_decodes():
     """Records written before ``type`` and ``topics`` were dropped (nothing read them) still decode,
     to the same record; new records no longer carry them."""
@@ -66,6 +72,8 @@ def test_value_has_version_field():
     (b'["p","g","t",0]', b'{"v":1,"se":1,"le":1,"ae":1,"so":1,"b":[[1,2]]}'),
     (b'["p","g","t",0]', b'{"v":1,"le":1,"ae":1,"so":1}'),
     (b'["g","g"]', b'{"v":1,"epoch":1,"init":[1]}'),
+    (b'["l","3"]', b'{"v":1,"layout":"topic-partition"}'),
+    (b'["l",3]', b'{"v":1}'),
     (None, b"{}"),
 ])
 def test_garbage_raises_codec_error(raw_key, raw_value):

@@ -235,7 +235,7 @@ async def test_compaction_keeps_one_record_per_key_and_same_state():
     await a.close()
     assert len(log) >= 220
     log.compact()
-    assert len(log) == 20 + 2  # one snapshot per key + one owner record per state partition
+    assert len(log) == 20 + 2 + 2  # one snapshot per key + one owner and one layout record per state partition
     b = MemoryPersister(log=log)
     await b.start()
     assert await b.read(keys) == before
@@ -258,10 +258,10 @@ async def test_garbage_records_are_skipped_counted_and_logged(caplog):
     with caplog.at_level("WARNING", logger="kshare_sidecar.persist"):
         await b.start()
     assert b.recovery_stats.skipped_count == 6
-    # offset 0: a's owner record, 1: the snapshot
-    assert [off for _, off, _ in b.recovery_stats.skipped] == [2, 3, 4, 5, 6, 7]
+    # offset 0: a's owner record, 1: its layout record, 2: the snapshot
+    assert [off for _, off, _ in b.recovery_stats.skipped] == [3, 4, 5, 6, 7, 8]
     assert "unknown value version 99" in b.recovery_stats.skipped[3][2]
-    assert "offset 5" in caplog.text
+    assert "offset 6" in caplog.text
     assert (await b.read_one(K)).start_offset == 5
     await b.close()
 
