@@ -136,17 +136,31 @@ def coordinator(port: int, group: str) -> tuple[ErrorCode, int]:
     return resp.error_code, resp.node_id
 
 
+#: KSHARE_WORKER_DEBUG (any value) also gives the Java consumer a debug log (slf4j-simple, the
+#: consumer internals, NetworkClient and Metadata at DEBUG) in ``java.out.debug.log``
+JAVA_DEBUG_LOGGERS = ("org.apache.kafka.clients.consumer.internals", "org.apache.kafka.clients.NetworkClient",
+                      "org.apache.kafka.clients.Metadata")
+
+
 def java_command(tmp: Path) -> list[str] | None:
     javac = shutil.which("javac")
     if javac is None:
         return None
     version = KAFKA_VERSIONS["4"]
-    libs = resolve_artifacts(f"kafka-clients-{version}", [("org.apache.kafka", "kafka-clients", version),
-                                                           ("org.slf4j", "slf4j-nop", "1.7.36")])
+    debug = bool(os.environ.get("KSHARE_WORKER_DEBUG"))
+    slf4j = ("org.slf4j", "slf4j-simple" if debug else "slf4j-nop", "1.7.36")
+    libs = resolve_artifacts(f"kafka-clients-{version}{'-simplelog' if debug else ''}",
+                             [("org.apache.kafka", "kafka-clients", version), slf4j])
     out = tmp / "java"
     out.mkdir(exist_ok=True)
     subprocess.run([javac, "-d", str(out), "-cp", f"{libs}/*", str(JAVA_SOURCE)], check=True, capture_output=True)
-    return ["java", "-cp", f"{out}:{libs}/*", "AckingShareConsume"]
+    props = []
+    if debug:
+        props = [f"-Dorg.slf4j.simpleLogger.logFile={tmp / 'java.out.debug.log'}",
+                 "-Dorg.slf4j.simpleLogger.showDateTime=true",
+                 "-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd HH:mm:ss.SSS",
+                 *(f"-Dorg.slf4j.simpleLogger.log.{name}=debug" for name in JAVA_DEBUG_LOGGERS)]
+    return ["java", *props, "-cp", f"{out}:{libs}/*", "AckingShareConsume"]
 
 
 class JavaWorker:
