@@ -34,7 +34,7 @@ from typing import Any
 
 from kshare_sidecar.persist import fencing
 from kshare_sidecar.persist.cluster import ClusterOwnershipMixin
-from kshare_sidecar.persist.codec import KIND_GROUP, KIND_PARTITION, KIND_TOPIC_ID
+from kshare_sidecar.persist.codec import KIND_GROUP, KIND_MEMBER, KIND_PARTITION, KIND_TOPIC_ID
 from kshare_sidecar.persist.errors import (
     NotReadyError,
     PersisterClosedError,
@@ -48,6 +48,7 @@ from kshare_sidecar.persist.records import (
     UNSET_OFFSET,
     GroupRecord,
     InitializeItem,
+    MemberRecord,
     RecoveryStats,
     StateSummary,
     StoredPartition,
@@ -198,14 +199,16 @@ class BasePersister(ClusterOwnershipMixin, OwnershipMixin, CoalescingWriter):
                 stats.share_partitions += 1
             elif kind == KIND_GROUP:
                 stats.groups += 1
+            elif kind == KIND_MEMBER:
+                stats.members += 1
             else:
                 stats.topic_ids += 1
         stats.seconds = time.perf_counter() - started
         self.recovery_stats = stats
-        log.info("%s persister recovered %d records (%d share-partitions, %d groups, %d topic ids, "
+        log.info("%s persister recovered %d records (%d share-partitions, %d groups, %d members, %d topic ids, "
                  "%d skipped, %d stale ignored, newest owner epoch %d) in %.3fs", self.name, stats.records,
-                 stats.share_partitions, stats.groups, stats.topic_ids, stats.skipped_count, stats.stale_ignored,
-                 stats.owner_epoch, stats.seconds)
+                 stats.share_partitions, stats.groups, stats.members, stats.topic_ids, stats.skipped_count,
+                 stats.stale_ignored, stats.owner_epoch, stats.seconds)
         self._ready = was_ready or self._started
         return stats
 
@@ -310,11 +313,34 @@ class BasePersister(ClusterOwnershipMixin, OwnershipMixin, CoalescingWriter):
         return self._entities.get((KIND_PARTITION, key))
 
     # --------------------------------------------------------------------------- groups
-    async def put_group(self, record: GroupRecord) -> None:
-        """Create or replace a group record."""
+    async def put_group(self, record: GroupRecord, *,
+                        members: Mapping[str, MemberRecord | None] | None = None) -> None:
+        """Create or replace a group record and, with ``members``, member records (None: a
+        tombstone). All are on the group's state partition and queued together, so they are
+        normally committed in one batch; unchanged ones are not written."""
         def fn(cur: GroupRecord | None) -> tuple[None, Any]:
             return None, (UNCHANGED if cur == record else record)
-        await self._enqueue(KIND_GROUP, record.group_id, fn)
+        futures = [self._enqueue(KIND_GROUP, record.group_id, fn)]
+        for member_id, member in (members or {}).items():
+            futures.append(self._enqueue(KIND_MEMBER, (record.group_id, member_id), _replace_with(member)))
+        res = await self._gather(list(range(len(futures))), futures)
+        errors = [e for e in res.values() if isinstance(e, PersistError)]
+        if errors:
+            raise errors[0]
+
+    def get_member(self, group_id: str, member_id: str) -> MemberRecord | None:
+        """A member's record (None: none stored)."""
+        self._check_serving()
+        return self._entities.get((KIND_MEMBER, (group_id, member_id)))
+
+    def list_members(self, group_id: str | None = None) -> dict[str, dict[str, MemberRecord]]:
+        """Member records by group id and member id (of one group, or of all)."""
+        self._check_serving()
+        out: dict[str, dict[str, MemberRecord]] = {}
+        for (kind, ident), ent in self._entities.items():
+            if kind == KIND_MEMBER and (group_id is None or ident[0] == group_id):
+                out.setdefault(ident[0], {})[ident[1]] = ent
+        return out
 
     def get_group(self, group_id: str) -> GroupRecord | None:
         """The group's record (None: no such group)."""
@@ -327,9 +353,12 @@ class BasePersister(ClusterOwnershipMixin, OwnershipMixin, CoalescingWriter):
         return {ident: ent for (kind, ident), ent in self._entities.items() if kind == KIND_GROUP}
 
     async def delete_group(self, group_id: str, *, with_state: bool = True) -> None:
-        """Tombstone the group record and, by default, every share-partition state of the group."""
+        """Tombstone the group record, its member records and, by default, every share-partition
+        state of the group."""
         keys = self.keys(group_id) if with_state else []
         futures = [self._enqueue(KIND_PARTITION, k, _decision(fencing.delete, k)) for k in keys]
+        for member_id in self.list_members(group_id).get(group_id, {}):
+            futures.append(self._enqueue(KIND_MEMBER, (group_id, member_id), _replace_with(None)))
         futures.append(self._enqueue(KIND_GROUP, group_id, lambda cur: (None, UNCHANGED if cur is None else None)))
         res = await self._gather(list(range(len(futures))), futures)
         errors = [e for e in res.values() if isinstance(e, PersistError)]
@@ -369,6 +398,11 @@ class BasePersister(ClusterOwnershipMixin, OwnershipMixin, CoalescingWriter):
     def topic_names(self) -> Mapping[str, str]:
         """topic id -> topic name (reverse map)."""
         return {v: k for k, v in self.topic_ids().items()}
+
+
+def _replace_with(entity: Any) -> Decision:
+    """Write ``entity`` (None: a tombstone) unless it is what is stored."""
+    return lambda cur: (None, UNCHANGED if cur == entity else entity)
 
 
 def _decision(rule: Callable[..., tuple[Any, Any]], key: SharePartitionKey, *args: Any) -> Decision:

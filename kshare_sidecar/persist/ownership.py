@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kshare_sidecar.persist import codec
-from kshare_sidecar.persist.codec import KIND_GROUP, KIND_OWNER, KIND_PARTITION, CodecError
+from kshare_sidecar.persist.codec import KIND_GROUP, KIND_MEMBER, KIND_OWNER, KIND_PARTITION, CodecError
 from kshare_sidecar.persist.errors import BackendWriteError, NotReadyError, PersistError, WriterFencedError
 from kshare_sidecar.persist.model import SharePartitionKey
 from kshare_sidecar.persist.records import NO_EPOCH, RecoveryStats, StoredPartition
@@ -40,9 +40,12 @@ PLACEMENTS = ("key", "topic-partition")
 
 def state_partition_for(kind: str, ident: Any, partitions: int, placement: str = "key") -> int:
     """Stable placement of an entity on the state topic's partitions (see :data:`PLACEMENTS`).
-    Group records and topic-id entries are placed by their kind and name in both layouts."""
+    Group records and topic-id entries are placed by their kind and name in both layouts; a
+    group's member records with its group record (its coordinator owns them all)."""
     if kind == KIND_OWNER:
         return int(ident)
+    if kind == KIND_MEMBER:
+        kind, ident = KIND_GROUP, ident[0]
     if kind == KIND_PARTITION:
         if placement == "key":
             text = f"{ident.group_id}:{ident.topic_id}:{ident.partition}"
