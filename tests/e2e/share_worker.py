@@ -5,9 +5,9 @@ Writes one JSON line per event to --out: {"ev": "rec", p, o, dc, v} for each rec
 records (counted from its last record, or from the end of a --grace-s start-up period if it got
 none), after --max-s, or on SIGTERM (closing the consumer cleanly).
 
-``KSHARE_WORKER_DEBUG=<librdkafka debug contexts>`` (e.g. ``cgrp,protocol,broker,metadata``):
+``--debug <librdkafka debug contexts>`` (or ``KSHARE_WORKER_DEBUG``; e.g. ``cgrp,protocol,broker,metadata``):
 librdkafka's debug log, with its own timestamps, goes to ``<out>.rdkafka.log`` (to find where a
-client spends its time after a fault; stderr is a pipe the test reads only at the end).
+client spends its time after a fault, or what it sent; stderr is a pipe the test reads only at the end).
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ def main() -> int:
     ap.add_argument("--max-s", type=float, default=120.0)
     ap.add_argument("--max-poll-records", type=int, default=500)
     ap.add_argument("--work-ms", type=float, default=0.0, help="simulated processing per record")
+    ap.add_argument("--debug", default=os.environ.get("KSHARE_WORKER_DEBUG", ""),
+                    help="librdkafka debug contexts, logged to <out>.rdkafka.log")
     args = ap.parse_args()
 
     stop = False
@@ -47,7 +49,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, on_term)
     conf = {"bootstrap.servers": args.bootstrap, "group.id": args.group, "log_level": 3,
             "share.acknowledgement.mode": args.mode, "max.poll.records": args.max_poll_records}
-    debug = os.environ.get("KSHARE_WORKER_DEBUG", "")
+    debug = args.debug
     if debug:
         log = open(args.out + ".rdkafka.log", "a", buffering=1)
         os.dup2(log.fileno(), 2)  # librdkafka's own logger writes to stderr, with timestamps

@@ -4,7 +4,9 @@ KafkaShareConsumer) bootstrapped to *different* sidecars.
 
 Default suite (short): three sidecars agree on brokers, leaders and coordinators; a request at
 the wrong sidecar gets NOT_LEADER_OR_FOLLOWER / NOT_COORDINATOR naming the right one; three
-consumers drain a topic through them; a SIGTERMed sidecar hands its partitions over at once.
+consumers drain a topic through them; the group's coordinator, SIGTERMed, hands its partitions over
+at once and the new coordinator knows the members (same ids and epochs: a ShareConsumer never
+rejoins, and the state topic holds the members' records).
 
 Opt-in (``make test-sidecar-cluster``): 200k records with kill -9 of one sidecar and a fourth
 started later; a rolling restart of all three under load. Verdicts from what the clients saw
@@ -39,7 +41,7 @@ from kshare_sidecar.persist.codec import KIND_PARTITION
 from kshare_sidecar.testing.kafka import KAFKA_VERSIONS
 from kshare_sidecar.testing.maven import resolve_artifacts
 from kshare_sidecar.persist.ownership import share_partition_home
-from tests.e2e.conftest import SidecarProcess, Target, Worker, wait_until
+from tests.e2e.conftest import SidecarProcess, Target, Worker, rdkafka_membership, wait_until
 from tests.support import create_topic, produce, set_group_config, unique
 
 pytestmark = pytest.mark.kafka
@@ -300,6 +302,14 @@ def baseline_gap(workers, partitions: set[int], until: float, window: float = 30
     return round(worst, 2)
 
 
+def by_kind(workers, partitions: set[int], since: float) -> dict[str, dict[int, float]]:
+    """:func:`gaps` per client kind (librdkafka's ShareConsumer, Java's KafkaShareConsumer): each
+    partition counted at the kind of consumer it was assigned to."""
+    kinds = {"confluent-kafka": [w for w in workers if isinstance(w, Worker)],
+             "java": [w for w in workers if isinstance(w, JavaWorker)]}
+    return {kind: found for kind, ws in kinds.items() if ws and (found := gaps(ws, partitions, since))}
+
+
 def gaps(workers, partitions: set[int], since: float) -> dict[int, float]:
     """Per partition: seconds from ``since`` to its first accepted record after it."""
     first: dict[int, float] = {}
@@ -351,13 +361,50 @@ def test_three_sidecars_route_by_owner_and_hand_over_on_sigterm(kafka_39, tmp_pa
             assert w.wait(180) == 0, w.stderr()
         check_clients(workers, records, partitions)
 
-        # SIGTERM: the sidecar gives its partitions up and leaves the group; the others take over at once
+        # Members outlive a move of their coordinator (Kafka persists them; so does kshare): a
+        # member of our own (raw requests) and a confluent-kafka ShareConsumer with a debug log
+        member = "raw-member-kept-across-a-move"
+        raw = call(cluster.nodes[owner].port, protocol.heartbeat(group, member, 0, (topic,)))
+        assert raw.error_code == ErrorCode.none, raw
+        keeper = Worker(Target("kshare", cluster.nodes[other].bootstrap, cluster.backend),
+                        group, topic, tmp_path / "keeper.jsonl", mode="explicit", idle_s=60, grace_s=60, max_s=120,
+                        debug="cgrp")
+        workers.append(keeper)
+        keeper_log = tmp_path / "keeper.jsonl.rdkafka.log"
+        assert wait_until(lambda: keeper_log.exists() and any(e > 0 for e in rdkafka_membership(keeper_log)[0]), 30)
+        epoch = raw.member_epoch
+        for _ in range(3):  # until the raw member is at the group's assignment epoch
+            raw = call(cluster.nodes[owner].port, protocol.heartbeat(group, member, epoch, None))
+            assert raw.error_code == ErrorCode.none, raw
+            epoch = raw.member_epoch
+
+        # SIGTERM of the group's coordinator: it gives its partitions up and leaves the group; the
+        # others take over at once, and the new coordinator knows the members
         stopped = time.monotonic()
-        cluster.nodes[3].stop()
-        assert wait_until(lambda: agreed(cluster, topic, {1, 2}), 20), cluster.logs()
+        cluster.nodes[owner].stop()
+        live = set(cluster.nodes) - {owner}
+        assert wait_until(lambda: agreed(cluster, topic, live), 20), cluster.logs()
         handover = time.monotonic() - stopped
         assert handover < SESSION_MS / 1000, f"handover took {handover:.1f} s: not faster than a crash"
-        print(f"\n[cluster] SIGTERM handover: routing agreed on the two others after {handover:.2f} s")
+        survivor = cluster.nodes[min(live)].port
+        moved = coordinator(survivor, group)
+        assert moved[0] == ErrorCode.none and moved[1] in live, moved
+        raw = call(cluster.nodes[moved[1]].port, protocol.heartbeat(group, member, epoch, None))
+        assert (raw.error_code, raw.member_epoch) == (ErrorCode.none, epoch), raw
+        heartbeats = len(rdkafka_membership(keeper_log)[0])
+        assert wait_until(lambda: len(rdkafka_membership(keeper_log)[0]) >= heartbeats + 3, 30)
+        keeper.proc.send_signal(signal.SIGTERM)
+        assert keeper.wait(30) == 0, keeper.stderr()
+        epochs, lost = rdkafka_membership(keeper_log)
+        assert not lost, f"the ShareConsumer lost its membership when the coordinator moved: {lost[:3]}"
+        assert epochs.count(0) == 1, f"the ShareConsumer rejoined (member epochs it sent: {epochs})"
+        stored = {ident[1]: entity for _p, _o, key, value in asyncio.run(_state_records(cluster.backend,
+                                                                                          cluster.state_topic))
+                  for kind, ident, entity in [codec.decode(key, value)] if kind == codec.KIND_MEMBER}
+        assert stored.get(member) is not None and stored[member].member_epoch == epoch, stored.get(member)
+        print(f"\n[cluster] SIGTERM of the coordinating sidecar {owner}: routing agreed on the others after "
+              f"{handover:.2f} s; the raw member kept epoch {epoch} at node {moved[1]}, the ShareConsumer sent "
+              f"member epochs {sorted(set(epochs))} and never rejoined")
     finally:
         for w in workers:
             if w.proc.poll() is None:
@@ -431,6 +478,7 @@ def test_kill_9_one_of_three_then_start_a_fourth_under_200k(kafka_39, tmp_path):
         assert wait_until(lambda: agreed(cluster, topic, {1, 2, 3} - {victim}), 60), cluster.logs()
         assert wait_until(lambda: len(gaps(workers, lost, t_kill)) == len(lost), 120), gaps(workers, lost, t_kill)
         report["gaps"] = gaps(workers, lost, t_kill)
+        report["by_kind"] = by_kind(workers, lost, t_kill)
         report["baseline"] = baseline_gap(workers, lost, t_kill)
         report["t_kill"] = t_kill
         done = sum(accepted(workers).values())
@@ -456,7 +504,8 @@ def test_kill_9_one_of_three_then_start_a_fourth_under_200k(kafka_39, tmp_path):
     print(f"\n[cluster] kill -9 of sidecar {report['victim']} after {report['at']} acks: its partitions "
           f"{report['lost']} taken over by the others {served} s after the kill (cluster.session.timeout.ms "
           f"{SESSION_MS}); clients accepted records of them again after {report['gaps']} s (max {gap}; before "
-          f"the kill a partition already waited up to {report['baseline']} s for its turn); a fourth sidecar took "
+          f"the kill a partition already waited up to {report['baseline']} s for its turn; per client kind: "
+          f"{report['by_kind']}); a fourth sidecar took "
           f"{report['moved_to_4']} at {report['join_at']} acks, accepted again after {report['join_gaps']} s; "
           f"Java consumer: {'yes' if java else 'no javac'}; {records} records accepted exactly once")
     # served again: the survivors took the partitions over within the session timeout (plus the takeover)
@@ -488,3 +537,86 @@ def test_rolling_restart_of_all_three_under_load(kafka_39, tmp_path):
 
     _run_under_load(cluster, tmp_path, records=records, partitions=partitions, java=None, faults_fn=roll)
     print(f"\n[cluster] rolling restart of 3 sidecars under {records} records: all accepted exactly once")
+
+
+# ------------------------------------------------------------------- the native reference (opt-in)
+def _native_leaders(bootstrap: str, topic: str) -> dict[int, int]:
+    from confluent_kafka.admin import AdminClient
+
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    return {p: m.leader for p, m in md.topics[topic].partitions.items()}
+
+
+@LONG
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_native_kafka_43_broker_kill_9_under_200k(tmp_path):
+    """The reference for the kill -9 figures above: a 3-broker Kafka 4.3.1 (share groups native,
+    topic and internal topics at replication factor 3), the same consumers and load, one broker —
+    leader of some partitions — SIGKILLed. ``broker.session.timeout.ms`` = the sidecars'
+    cluster.session.timeout.ms, so both detect the death on the same timer."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from kshare_sidecar.testing.multibroker import KafkaCluster
+    from tests.support import set_group_config
+
+    records, partitions = 200_000, 12
+    config = {"broker.session.timeout.ms": str(SESSION_MS), "broker.heartbeat.interval.ms": "1000",
+              "default.replication.factor": "3", "min.insync.replicas": "1",
+              "share.coordinator.state.topic.replication.factor": "3",
+              "share.coordinator.state.topic.min.isr": "1",
+              "group.share.heartbeat.interval.ms": "1000", "group.share.min.heartbeat.interval.ms": "1000"}
+    java = java_command(tmp_path)
+    with KafkaCluster("4", brokers=3, extra_config=config) as kafka:
+        topic, group = unique("nat"), unique("nat-g")
+        AdminClient({"bootstrap.servers": kafka.bootstrap}).create_topics(
+            [NewTopic(topic, num_partitions=partitions, replication_factor=3)])[topic].result(timeout=60)
+        set_group_config(kafka.bootstrap, group, {"share.auto.offset.reset": "earliest"})
+        produce_many(kafka.bootstrap, topic, records, partitions)
+        workers: list = []
+        try:
+            for node in kafka.nodes:
+                workers.append(Worker(Target("native", node.bootstrap, kafka.bootstrap), group, topic,
+                                      tmp_path / f"w{node.node_id}.jsonl", mode="explicit", max_poll_records=100,
+                                      work_ms=WORK_MS, idle_s=40, grace_s=60, max_s=900))
+            if java is not None:
+                workers.append(JavaWorker(java, kafka.nodes[0].bootstrap, group, topic, tmp_path / "java.out",
+                                          idle_ms=40_000, max_ms=900_000, work_us=int(WORK_MS * 1000)))
+            assert wait_until(lambda: sum(accepted(workers).values()) > records // 5, 300)
+            leaders = _native_leaders(kafka.bootstrap, topic)
+            victim = max((2, 3), key=lambda n: sum(1 for v in leaders.values() if v == n))
+            lost = unfinished(workers, {p for p, n in leaders.items() if n == victim}, records // partitions)
+            assert lost, f"broker {victim} leads no unfinished partition: {leaders}"
+            t_kill = time.time()
+            kafka.nodes[victim - 1].kill()
+            at = sum(accepted(workers).values())
+            elected: dict[int, float] = {}
+
+            def moved() -> bool:
+                try:
+                    now = _native_leaders(kafka.nodes[0].bootstrap, topic)
+                except Exception:  # noqa: BLE001 - a metadata answer during the failover
+                    return False
+                for p in lost:
+                    if p not in elected and now.get(p, victim) not in (victim, -1):
+                        elected[p] = time.time()
+                return len(elected) == len(lost)
+
+            assert wait_until(moved, 120, step=0.1)
+            assert wait_until(lambda: len(gaps(workers, lost, t_kill)) == len(lost), 180), gaps(workers, lost, t_kill)
+            client_gaps = gaps(workers, lost, t_kill)
+            kinds = by_kind(workers, lost, t_kill)
+            baseline = baseline_gap(workers, lost, t_kill)
+            for w in workers:
+                assert w.wait(960) == 0, w.stderr()
+        finally:
+            for w in workers:
+                if w.proc.poll() is None:
+                    w.proc.kill()
+    check_clients(workers, records, partitions, {p: [t] for p, t in elected.items()})
+    served = {p: round(t - t_kill, 2) for p, t in sorted(elected.items())}
+    print(f"\n[native] kill -9 of Kafka 4.3 broker {victim} after {at} acks: new leaders of its partitions "
+          f"{sorted(lost)} in metadata {served} s after the kill (broker.session.timeout.ms {SESSION_MS}); clients "
+          f"accepted records of them again after {client_gaps} s (max {max(client_gaps.values())}; before the kill "
+          f"a partition already waited up to {baseline} s for its turn; per client kind: {kinds}); Java consumer: "
+          f"{'yes' if java else 'no javac'}; {records} records accepted exactly once")
