@@ -83,15 +83,21 @@ class GroupService:
     def _acquired(self, p: int, keys: Iterable[EntityKey]) -> None:
         """A state partition was taken over: coordinate its groups, with their members (Kafka's
         replay and onLoaded: same member ids and epochs, fresh session timers)."""
-        keys = list(keys)
-        names = [ident for kind, ident in keys if kind == KIND_GROUP]
+        names: list[str] = []
+        by_group: dict[str, list[str]] = {}  # the members' keys are among the partition's (one pass)
+        for kind, ident in keys:
+            if kind == KIND_GROUP:
+                names.append(ident)
+            elif kind == KIND_MEMBER:
+                by_group.setdefault(ident[0], []).append(ident[1])
         members = 0
         for group_id in names:
             self.coordinator.groups.pop(group_id, None)
             record = self.persister.get_group(group_id)
             if record is not None:
-                kept = self.persister.list_members(group_id).get(group_id, {})
-                self.restore_record(record, kept.values())
+                kept = [m for m in (self.persister.get_member(group_id, mid) for mid in by_group.get(group_id, ()))
+                        if m is not None]
+                self.restore_record(record, kept)
                 members += len(kept)
         if names:
             log.info("state partition %d taken over: coordinating %d share groups with %d members", p, len(names),
