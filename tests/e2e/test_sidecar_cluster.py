@@ -213,10 +213,30 @@ def handovers(cluster: SidecarCluster, topic_id, partitions: int) -> dict[int, l
         for line in sc.log_path.read_text(errors="replace").splitlines():
             m = re.match(r"(\S+ \S+) INFO kshare_sidecar.persist: state partition (\d+) taken over at", line)
             if m:
-                stamp = datetime.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f")
-                taken[int(m.group(2))].append(stamp.replace(tzinfo=datetime.timezone.utc).timestamp()
-                                              if time.timezone == 0 else time.mktime(stamp.timetuple()))
+                taken[int(m.group(2))].append(_log_time(m.group(1)))
     return {p: sorted(taken[share_partition_home(str(topic_id), p, STATE_PARTITIONS)]) for p in range(partitions)}
+
+
+def _log_time(stamp: str) -> float:
+    parsed = datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f")
+    return parsed.replace(tzinfo=datetime.timezone.utc).timestamp() if time.timezone == 0 else \
+        time.mktime(parsed.timetuple()) + parsed.microsecond / 1e6
+
+
+def first_fetches(cluster: SidecarCluster, group: str, topic: str, partitions: set[int], since: float
+                  ) -> dict[int, float]:
+    """Per partition: seconds from ``since`` until a client's first ShareFetch of it reached a sidecar
+    (which loads the share-partition then: "loaded share-partition" in its log) — when the clients
+    came back, before their own processing of what they fetched."""
+    first: dict[int, float] = {}
+    pattern = re.compile(rf"(\S+ \S+) INFO kshare.partitions: loaded share-partition group={re.escape(group)} "
+                         rf"partition={re.escape(topic)}-(\d+):")
+    for sc in cluster.nodes.values():
+        for line in sc.log_path.read_text(errors="replace").splitlines():
+            m = pattern.match(line)
+            if m and int(m.group(2)) in partitions and (t := _log_time(m.group(1))) > since:
+                first[int(m.group(2))] = min(first.get(int(m.group(2)), t), t)
+    return {p: round(t - since, 2) for p, t in sorted(first.items())}
 
 
 def check_clients(workers, records: int, partitions: int, handed: dict[int, list[float]] | None = None) -> None:
@@ -300,6 +320,12 @@ def baseline_gap(workers, partitions: set[int], until: float, window: float = 30
                     and until - window <= e["t"] <= until)
         worst = max([worst, *(b - a for a, b in zip(ts, ts[1:]))])
     return round(worst, 2)
+
+
+def group_of(workers) -> str:
+    """The share group the workers consume in (share_worker's --group, AckingShareConsume's 3rd argument)."""
+    args = next(w for w in workers if isinstance(w, Worker)).proc.args
+    return args[args.index("--group") + 1]
 
 
 def by_kind(workers, partitions: set[int], since: float) -> dict[str, dict[int, float]]:
@@ -477,6 +503,7 @@ def test_kill_9_one_of_three_then_start_a_fourth_under_200k(kafka_39, tmp_path):
         report.update(victim=victim, lost=sorted(lost), at=sum(accepted(workers).values()))
         assert wait_until(lambda: agreed(cluster, topic, {1, 2, 3} - {victim}), 60), cluster.logs()
         assert wait_until(lambda: len(gaps(workers, lost, t_kill)) == len(lost), 120), gaps(workers, lost, t_kill)
+        report["fetched"] = first_fetches(cluster, group_of(workers), topic, lost, t_kill)
         report["gaps"] = gaps(workers, lost, t_kill)
         report["by_kind"] = by_kind(workers, lost, t_kill)
         report["baseline"] = baseline_gap(workers, lost, t_kill)
@@ -503,7 +530,8 @@ def test_kill_9_one_of_three_then_start_a_fourth_under_200k(kafka_39, tmp_path):
               for p in report["lost"]}
     print(f"\n[cluster] kill -9 of sidecar {report['victim']} after {report['at']} acks: its partitions "
           f"{report['lost']} taken over by the others {served} s after the kill (cluster.session.timeout.ms "
-          f"{SESSION_MS}); clients accepted records of them again after {report['gaps']} s (max {gap}; before "
+          f"{SESSION_MS}); the clients' first ShareFetch of them reached the new leaders {report['fetched']} s after "
+          f"the kill; clients accepted records of them again after {report['gaps']} s (max {gap}; before "
           f"the kill a partition already waited up to {report['baseline']} s for its turn; per client kind: "
           f"{report['by_kind']}); a fourth sidecar took "
           f"{report['moved_to_4']} at {report['join_at']} acks, accepted again after {report['join_gaps']} s; "
@@ -543,7 +571,8 @@ def test_rolling_restart_of_all_three_under_load(kafka_39, tmp_path):
 def _native_leaders(bootstrap: str, topic: str) -> dict[int, int]:
     from confluent_kafka.admin import AdminClient
 
-    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    md = admin.list_topics(topic, timeout=10)
     return {p: m.leader for p, m in md.topics[topic].partitions.items()}
 
 
@@ -569,8 +598,8 @@ def test_native_kafka_43_broker_kill_9_under_200k(tmp_path):
     java = java_command(tmp_path)
     with KafkaCluster("4", brokers=3, extra_config=config) as kafka:
         topic, group = unique("nat"), unique("nat-g")
-        AdminClient({"bootstrap.servers": kafka.bootstrap}).create_topics(
-            [NewTopic(topic, num_partitions=partitions, replication_factor=3)])[topic].result(timeout=60)
+        admin = AdminClient({"bootstrap.servers": kafka.bootstrap})  # kept: its futures need the handle
+        admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=3)])[topic].result(timeout=60)
         set_group_config(kafka.bootstrap, group, {"share.auto.offset.reset": "earliest"})
         produce_many(kafka.bootstrap, topic, records, partitions)
         workers: list = []
