@@ -415,8 +415,13 @@ def test_three_sidecars_route_by_owner_and_hand_over_on_sigterm(kafka_39, tmp_pa
         survivor = cluster.nodes[min(live)].port
         moved = coordinator(survivor, group)
         assert moved[0] == ErrorCode.none and moved[1] in live, moved
-        raw = call(cluster.nodes[moved[1]].port, protocol.heartbeat(group, member, epoch, None))
-        assert (raw.error_code, raw.member_epoch) == (ErrorCode.none, epoch), raw
+        def beat_at_new_coordinator():  # retried while it still loads the group (as a client does)
+            answer = call(cluster.nodes[moved[1]].port, protocol.heartbeat(group, member, epoch, None))
+            return None if answer.error_code == ErrorCode.coordinator_load_in_progress else answer
+
+        assert wait_until(beat_at_new_coordinator, 20)
+        raw = beat_at_new_coordinator()
+        assert raw is not None and (raw.error_code, raw.member_epoch) == (ErrorCode.none, epoch), raw
         heartbeats = len(rdkafka_membership(keeper_log)[0])
         assert wait_until(lambda: len(rdkafka_membership(keeper_log)[0]) >= heartbeats + 3, 30)
         keeper.proc.send_signal(signal.SIGTERM)
