@@ -45,6 +45,7 @@ from kshare_sidecar.persist.fencing import UNCHANGED
 from kshare_sidecar.persist.model import PartitionState, SharePartitionKey
 from kshare_sidecar.persist.ownership import EntityKey, OwnershipMixin, ReplaySink, replay_sink
 from kshare_sidecar.persist.records import (
+    NO_EPOCH,
     UNSET_OFFSET,
     GroupRecord,
     InitializeItem,
@@ -172,11 +173,13 @@ class BasePersister(ClusterOwnershipMixin, OwnershipMixin, CoalescingWriter):
         futures: list[asyncio.Future[Any]] = []
         own = self.owner_epoch
         for kind, ident in keys:
-            def fn(cur: Any, _own: int | None = own) -> tuple[None, Any]:
-                if cur is None:
-                    return None, UNCHANGED
+            def fn(cur: Any, _own: int | None = own, _kind: str = kind) -> tuple[None, Any]:
+                if cur is None:  # a group's or member's key only a superseded owner wrote: a tombstone
+                    return None, (None if _kind in (KIND_GROUP, KIND_MEMBER) else UNCHANGED)
                 if isinstance(cur, StoredPartition) and _own is not None and cur.state.leader_epoch < _own:
                     cur = dataclasses.replace(cur, state=dataclasses.replace(cur.state, leader_epoch=_own))
+                elif isinstance(cur, (GroupRecord, MemberRecord)) and _own is not None and cur.owner_epoch < _own:
+                    cur = dataclasses.replace(cur, owner_epoch=_own)
                 return None, cur
             futures.append(self._enqueue(kind, ident, fn))
         for res in await asyncio.gather(*futures, return_exceptions=True):
@@ -318,15 +321,26 @@ class BasePersister(ClusterOwnershipMixin, OwnershipMixin, CoalescingWriter):
         """Create or replace a group record and, with ``members``, member records (None: a
         tombstone). All are on the group's state partition and queued together, so they are
         normally committed in one batch; unchanged ones are not written."""
-        def fn(cur: GroupRecord | None) -> tuple[None, Any]:
-            return None, (UNCHANGED if cur == record else record)
-        futures = [self._enqueue(KIND_GROUP, record.group_id, fn)]
+        p = self._home((KIND_GROUP, record.group_id))  # the members' records are placed with it
+        futures = [self._enqueue(KIND_GROUP, record.group_id, self._stamped(record, p))]
         for member_id, member in (members or {}).items():
-            futures.append(self._enqueue(KIND_MEMBER, (record.group_id, member_id), _replace_with(member)))
+            futures.append(self._enqueue(KIND_MEMBER, (record.group_id, member_id), self._stamped(member, p)))
         res = await self._gather(list(range(len(futures))), futures)
         errors = [e for e in res.values() if isinstance(e, PersistError)]
         if errors:
             raise errors[0]
+
+    def _stamped(self, entity: GroupRecord | MemberRecord | None, p: int) -> Decision:
+        """Write ``entity`` (None: a tombstone) unless it says what is stored; stamped with this
+        owner's epoch of ``p`` when the batch is built, so replay's owner rule can tell a superseded
+        owner's late write (docs/persistence.md, "Group members")."""
+        def fn(cur: Any) -> tuple[None, Any]:
+            if cur == entity:
+                return None, UNCHANGED
+            own = self._own_epoch(p)
+            return None, entity if entity is None or own == NO_EPOCH else \
+                dataclasses.replace(entity, owner_epoch=own)
+        return fn
 
     def get_member(self, group_id: str, member_id: str) -> MemberRecord | None:
         """A member's record (None: none stored)."""

@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from kshare_sidecar.persist.model import DeliveryState, PartitionState, SharePartitionKey, StateBatch
-from kshare_sidecar.persist.records import GroupRecord, MemberRecord, StoredPartition
+from kshare_sidecar.persist.records import NO_EPOCH, GroupRecord, MemberRecord, StoredPartition
 
 VALUE_VERSION = 1
 
@@ -117,7 +117,7 @@ def _encode_batch(b: StateBatch) -> list:
 def encode_group(record: GroupRecord) -> bytes:
     """``epoch``, ``init`` and ``cfg``; ``ae`` (assignment epoch), ``asg`` (assignor) and ``tm``
     (subscribed topic name -> [topic id, partitions]) once the group has members' records beside
-    it. Older builds also wrote ``type`` (always "share") and ``topics`` (subscriptions), which
+    it; ``oe``, the writer's owner epoch. Older builds also wrote ``type`` (always "share") and ``topics`` (subscriptions), which
     nothing read; :func:`decode_group` ignores them, and older builds read these records (they
     ignore the fields they do not know)."""
     value: dict[str, Any] = {
@@ -132,13 +132,15 @@ def encode_group(record: GroupRecord) -> bytes:
         value["asg"] = record.assignor
     if record.topic_metadata:
         value["tm"] = {name: [tid, n] for name, (tid, n) in record.topic_metadata.items()}
+    if record.owner_epoch != NO_EPOCH:
+        value["oe"] = record.owner_epoch
     return orjson.dumps(value)
 
 
 def encode_member(record: MemberRecord) -> bytes:
     """``sub`` (subscribed topic names), ``rack``, ``cid``, ``host``, ``e`` / ``pe`` (member epoch,
-    previous member epoch), ``a`` (assigned partitions by topic id) and ``t`` (the target
-    assignment, absent when the member has none yet)."""
+    previous member epoch), ``a`` (assigned partitions by topic id), ``t`` (the target
+    assignment, absent when the member has none yet) and ``oe``, the writer's owner epoch."""
     value: dict[str, Any] = {
         "v": VALUE_VERSION,
         "sub": list(record.subscribed),
@@ -151,6 +153,8 @@ def encode_member(record: MemberRecord) -> bytes:
     }
     if record.target is not None:
         value["t"] = {t: list(ps) for t, ps in record.target.items()}
+    if record.owner_epoch != NO_EPOCH:
+        value["oe"] = record.owner_epoch
     return orjson.dumps(value)
 
 
@@ -240,7 +244,7 @@ def decode_group(group_id: str, raw: bytes) -> GroupRecord:
             tm[str(name)] = (tid, n)
         return GroupRecord(group_id=group_id, group_epoch=_int(value, "epoch"), initialized=init,
                            configs={str(k): str(v) for k, v in value.get("cfg", {}).items()},
-                           assignment_epoch=ae, assignor=asg, topic_metadata=tm)
+                           assignment_epoch=ae, assignor=asg, topic_metadata=tm, owner_epoch=_owner_epoch(value))
     except (TypeError, ValueError, AttributeError) as exc:
         if isinstance(exc, CodecError):
             raise
@@ -258,7 +262,15 @@ def decode_member(ident: tuple[str, str], raw: bytes) -> MemberRecord:
     return MemberRecord(group_id=ident[0], member_id=ident[1], subscribed=tuple(sub), rack_id=rack,
                         client_id=cid, client_host=host, member_epoch=_int(value, "e"),
                         previous_epoch=_int(value, "pe"), assignment=_partitions(value.get("a", {})),
-                        target=None if target is None else _partitions(target))
+                        target=None if target is None else _partitions(target), owner_epoch=_owner_epoch(value))
+
+
+def _owner_epoch(value: dict) -> int:
+    """``oe``: the writer's owner epoch (absent in records of older builds)."""
+    oe = value.get("oe", NO_EPOCH)
+    if type(oe) is not int:
+        raise CodecError("field 'oe' is not an integer")
+    return oe
 
 
 def decode_topic_id(raw: bytes) -> str:

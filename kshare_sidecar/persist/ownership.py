@@ -107,6 +107,17 @@ def replay_sink(entities: dict[EntityKey, Any], stats: RecoveryStats, owners: di
             stats.tombstones += 1
             entities.pop((kind, ident), None)
             return
+        if kind in (KIND_GROUP, KIND_MEMBER) and rule == "owner" \
+                and NO_EPOCH < entity.owner_epoch < owners.get(partition, NO_EPOCH):
+            # a group's or member's record written by a superseded coordinator (its owner epoch)
+            stats.stale_ignored += 1
+            stats.stale_keys.add((kind, ident))
+            log.warning("stale state record ignored: partition %d offset %d: %s %s written at owner epoch %d after "
+                        "owner epoch %d took the partition over", partition, offset, kind, ident,
+                        entity.owner_epoch, owners[partition])
+            return
+        if kind in (KIND_GROUP, KIND_MEMBER):
+            stats.stale_keys.discard((kind, ident))
         if kind == KIND_PARTITION:
             seen = entities.get((kind, ident))
             # an initialization record carries no writer epoch yet (NO_EPOCH): the key rule judges it

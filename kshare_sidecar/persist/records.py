@@ -83,6 +83,10 @@ class GroupRecord:
     assignment_epoch: int | None = None
     assignor: str | None = None
     topic_metadata: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+    #: the owner epoch of the sidecar that wrote it (stamped by the persister; NO_EPOCH in records
+    #: of older builds): replay's owner rule ignores a superseded owner's late write. Not part of
+    #: what the record says, so not compared.
+    owner_epoch: int = field(default=NO_EPOCH, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +108,7 @@ class MemberRecord:
     previous_epoch: int = -1
     assignment: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     target: Mapping[str, tuple[int, ...]] | None = None
+    owner_epoch: int = field(default=NO_EPOCH, compare=False)  # as GroupRecord's
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,9 +71,13 @@ def test_member_roundtrip_and_placement_with_its_group(member):
 
 def test_group_record_with_members_roundtrip_and_older_builds_read_it():
     rec = GroupRecord("g", group_epoch=5, initialized={"tid": (0, 1)}, configs={}, assignment_epoch=4,
-                      assignor="simple", topic_metadata={"orders": ("tid", 2)})
+                      assignor="simple", topic_metadata={"orders": ("tid", 2)}, owner_epoch=7)
     raw = codec.encode_group(rec)
     assert codec.decode(codec.group_key("g"), raw) == (codec.KIND_GROUP, "g", rec)
+    assert codec.decode(codec.group_key("g"), raw)[2].owner_epoch == 7  # not compared: checked alone
+    member = MemberRecord("g", "m", member_epoch=3, owner_epoch=7)
+    assert codec.decode(*codec.encode(codec.KIND_MEMBER, ("g", "m"), member))[2].owner_epoch == 7
+    assert codec.decode_group("g", b'{"v":1,"epoch":1}').owner_epoch == -1  # older builds: no owner epoch
     # what an older build's decoder reads from it: epoch, init and cfg, the rest ignored
     value = orjson.loads(raw)
     assert (value["epoch"], value["init"], value["cfg"]) == (5, {"tid": [0, 1]}, {})
@@ -105,6 +109,7 @@ def test_value_has_version_field():
     (b'["m","g","m"]', b'{"v":1,"sub":"t","rack":null,"cid":"c","host":"h","e":1,"pe":1,"a":{}}'),
     (b'["m","g","m"]', b'{"v":1,"sub":["t"],"rack":null,"cid":"c","host":"h","e":1,"pe":1,"a":{"t":[0.5]}}'),
     (b'["m","g","m"]', b'{"v":1,"sub":["t"],"rack":null,"cid":"c","host":"h","e":1,"pe":1,"a":{},"t":[]}'),
+    (b'["m","g","m"]', b'{"v":1,"sub":["t"],"rack":null,"cid":"c","host":"h","e":1,"pe":1,"a":{},"oe":"1"}'),
     (None, b"{}"),
 ])
 def test_garbage_raises_codec_error(raw_key, raw_value):
