@@ -57,9 +57,10 @@ test-parity: $(STAMP)
 test-cluster-faults: $(STAMP)
 	KSHARE_CLUSTER_FAULTS=1 $(PY) -m pytest -q -rfEs tests/e2e/test_cluster3_failover.py
 
-# A cluster of sidecars (issue 15): kill -9 / a fourth joining under 200k records, rolling restart; opt-in.
+# A cluster of sidecars (issue 15): kill -9 / a fourth joining under 200k records, rolling restart, and the
+# native reference (3-broker Kafka 4.3.1, a broker killed under the same load); opt-in.
 test-sidecar-cluster: $(STAMP)
-	KSHARE_SIDECAR_CLUSTER=1 $(PY) -m pytest -q -rfEs -s tests/e2e/test_sidecar_cluster.py
+	KSHARE_SIDECAR_CLUSTER=1 $(PY) -m pytest -q -rfEs -s tests/e2e/test_sidecar_cluster.py tests/e2e/test_cluster_native_reference.py
 
 # franz-go's own integration suite (pkg/kgo, pinned version from the Go module proxy) with the
 # sidecar as its one bootstrap, on Kafka 3.9 and 4.3 backends, beside native Kafka 4.3; opt-in (~30 min).
