@@ -58,9 +58,10 @@ test-cluster-faults: $(STAMP)
 	KSHARE_CLUSTER_FAULTS=1 $(PY) -m pytest -q -rfEs tests/e2e/test_cluster3_failover.py
 
 # A cluster of sidecars (issue 15): kill -9 / a fourth joining under 200k records, rolling restart, a single
-# sidecar's (older layout) state topic taken over by three; opt-in.
+# sidecar's (older layout) state topic taken over by three, and the native reference (3-broker Kafka
+# 4.3.1, a broker killed under the same load); opt-in.
 test-sidecar-cluster: $(STAMP)
-	KSHARE_SIDECAR_CLUSTER=1 $(PY) -m pytest -q -rfEs -s tests/e2e/test_sidecar_cluster.py tests/e2e/test_cluster_layout.py
+	KSHARE_SIDECAR_CLUSTER=1 $(PY) -m pytest -q -rfEs -s tests/e2e/test_sidecar_cluster.py tests/e2e/test_cluster_layout.py tests/e2e/test_cluster_native_reference.py
 
 # The deployment topologies run for real (compose/kafka39-cluster.yml, compose/kubernetes/): each
 # host a network namespace (root and iproute2); opt-in, a few minutes.

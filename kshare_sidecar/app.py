@@ -342,7 +342,10 @@ class Sidecar:
     async def _expire_members(self) -> None:
         while True:
             await asyncio.sleep(1.0)
-            self.groups.expire_members()
+            try:
+                await self.groups.expire_members()
+            except Exception:  # noqa: BLE001 - expiry must go on whatever one pass met
+                log.exception("member expiry failed")
 
     async def stop(self) -> None:
         if getattr(self, "metrics", None) is not None:  # Prometheus /metrics (issue 7)

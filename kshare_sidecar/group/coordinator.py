@@ -376,14 +376,27 @@ class ShareGroupCoordinator:
         return group
 
     def restore_group(self, group_id: str, group_epoch: int, configs: Mapping[str, object], *,
-                      initialized: Mapping[uuid.UUID, Iterable[int]] | None = None) -> None:
-        """Recreate a group from its persisted record (members rejoin with epoch 0 after a restart),
-        with the share-partitions it had initialized."""
-        group = self.ensure_group(group_id)
-        group.group_epoch = group.assignment_epoch = group_epoch  # 0: a holder of configs
+                      initialized: Mapping[uuid.UUID, Iterable[int]] | None = None,
+                      assignment_epoch: int | None = None, assignor: str | None = None,
+                      topics_seen: Mapping[str, tuple[uuid.UUID, int]] | None = None,
+                      members: Iterable[Member] = (), targets: Mapping[str, Assignment] | None = None) -> None:
+        """Recreate a group as its coordinator persisted it (group/persisted.py), replacing what is
+        held: epochs, configs, initialized share-partitions, the subscribed topics' metadata, the
+        target assignment and the members, each with a fresh session timeout from now (Kafka's
+        onLoaded). Without members (a record of an older build) they rejoin with epoch 0; without
+        an assignment epoch it is the group epoch."""
+        group = self.groups[group_id] = ShareGroup(group_id)
+        group.group_epoch = group_epoch  # 0: a holder of configs
+        group.assignment_epoch = group_epoch if assignment_epoch is None else assignment_epoch
         group.configs = dict(configs)
-        group.share_state.forget()
+        group.assignor = assignor
+        group.topics_seen = dict(topics_seen or {})
         group.share_state.add_initialized(initialized or {})
+        deadline = self.clock() + self._session_timeout(group)
+        for member in members:
+            member.deadline_ms, member.sent_assignment = deadline, None  # the next answer carries it
+            group.members[member.member_id] = member
+        group.target = {mid: dict(a) for mid, a in (targets or {}).items() if mid in group.members}
 
     def delete_group(self, group_id: str) -> ErrorCode:
         group = self.groups.get(group_id)

@@ -34,7 +34,7 @@ from typing import Any
 
 from kshare_sidecar.persist import fencing
 from kshare_sidecar.persist.cluster import ClusterOwnershipMixin
-from kshare_sidecar.persist.codec import KIND_GROUP, KIND_PARTITION, KIND_TOPIC_ID
+from kshare_sidecar.persist.codec import KIND_GROUP, KIND_MEMBER, KIND_PARTITION, KIND_TOPIC_ID
 from kshare_sidecar.persist.errors import (
     NotReadyError,
     PersisterClosedError,
@@ -46,9 +46,11 @@ from kshare_sidecar.persist.layout import LayoutMixin
 from kshare_sidecar.persist.model import PartitionState, SharePartitionKey
 from kshare_sidecar.persist.ownership import EntityKey, OwnershipMixin, ReplaySink
 from kshare_sidecar.persist.records import (
+    NO_EPOCH,
     UNSET_OFFSET,
     GroupRecord,
     InitializeItem,
+    MemberRecord,
     RecoveryStats,
     StateSummary,
     StoredPartition,
@@ -180,11 +182,13 @@ class BasePersister(ClusterOwnershipMixin, LayoutMixin, OwnershipMixin, Coalesci
         futures: list[asyncio.Future[Any]] = []
         own = self.owner_epoch
         for kind, ident in keys:
-            def fn(cur: Any, _own: int | None = own) -> tuple[None, Any]:
-                if cur is None:
-                    return None, UNCHANGED
+            def fn(cur: Any, _own: int | None = own, _kind: str = kind) -> tuple[None, Any]:
+                if cur is None:  # a group's or member's key only a superseded owner wrote: a tombstone
+                    return None, (None if _kind in (KIND_GROUP, KIND_MEMBER) else UNCHANGED)
                 if isinstance(cur, StoredPartition) and _own is not None and cur.state.leader_epoch < _own:
                     cur = dataclasses.replace(cur, state=dataclasses.replace(cur.state, leader_epoch=_own))
+                elif isinstance(cur, (GroupRecord, MemberRecord)) and _own is not None and cur.owner_epoch < _own:
+                    cur = dataclasses.replace(cur, owner_epoch=_own)
                 return None, cur
             futures.append(self._enqueue(kind, ident, fn))
         for res in await asyncio.gather(*futures, return_exceptions=True):
@@ -207,14 +211,16 @@ class BasePersister(ClusterOwnershipMixin, LayoutMixin, OwnershipMixin, Coalesci
                 stats.share_partitions += 1
             elif kind == KIND_GROUP:
                 stats.groups += 1
+            elif kind == KIND_MEMBER:
+                stats.members += 1
             else:
                 stats.topic_ids += 1
         stats.seconds = time.perf_counter() - started
         self.recovery_stats = stats
-        log.info("%s persister recovered %d records (%d share-partitions, %d groups, %d topic ids, "
+        log.info("%s persister recovered %d records (%d share-partitions, %d groups, %d members, %d topic ids, "
                  "%d skipped, %d stale ignored, %d in an older layout, newest owner epoch %d) in %.3fs", self.name,
-                 stats.records, stats.share_partitions, stats.groups, stats.topic_ids, stats.skipped_count,
-                 stats.stale_ignored, len(stats.misplaced), stats.owner_epoch, stats.seconds)
+                 stats.records, stats.share_partitions, stats.groups, stats.members, stats.topic_ids,
+                 stats.skipped_count, stats.stale_ignored, len(stats.misplaced), stats.owner_epoch, stats.seconds)
         self._ready = was_ready or self._started
         return stats
 
@@ -319,11 +325,45 @@ class BasePersister(ClusterOwnershipMixin, LayoutMixin, OwnershipMixin, Coalesci
         return self._entities.get((KIND_PARTITION, key))
 
     # --------------------------------------------------------------------------- groups
-    async def put_group(self, record: GroupRecord) -> None:
-        """Create or replace a group record."""
-        def fn(cur: GroupRecord | None) -> tuple[None, Any]:
-            return None, (UNCHANGED if cur == record else record)
-        await self._enqueue(KIND_GROUP, record.group_id, fn)
+    async def put_group(self, record: GroupRecord, *,
+                        members: Mapping[str, MemberRecord | None] | None = None) -> None:
+        """Create or replace a group record and, with ``members``, member records (None: a
+        tombstone). All are on the group's state partition and queued together, so they are
+        normally committed in one batch; unchanged ones are not written."""
+        p = self._home((KIND_GROUP, record.group_id))  # the members' records are placed with it
+        futures = [self._enqueue(KIND_GROUP, record.group_id, self._stamped(record, p))]
+        for member_id, member in (members or {}).items():
+            futures.append(self._enqueue(KIND_MEMBER, (record.group_id, member_id), self._stamped(member, p)))
+        res = await self._gather(list(range(len(futures))), futures)
+        errors = [e for e in res.values() if isinstance(e, PersistError)]
+        if errors:
+            raise errors[0]
+
+    def _stamped(self, entity: GroupRecord | MemberRecord | None, p: int) -> Decision:
+        """Write ``entity`` (None: a tombstone) unless it says what is stored; stamped with this
+        owner's epoch of ``p`` when the batch is built, so replay's owner rule can tell a superseded
+        owner's late write (docs/persistence.md, "Group members")."""
+        def fn(cur: Any) -> tuple[None, Any]:
+            if cur == entity:
+                return None, UNCHANGED
+            own = self._own_epoch(p)
+            return None, entity if entity is None or own == NO_EPOCH else \
+                dataclasses.replace(entity, owner_epoch=own)
+        return fn
+
+    def get_member(self, group_id: str, member_id: str) -> MemberRecord | None:
+        """A member's record (None: none stored)."""
+        self._check_serving()
+        return self._entities.get((KIND_MEMBER, (group_id, member_id)))
+
+    def list_members(self, group_id: str | None = None) -> dict[str, dict[str, MemberRecord]]:
+        """Member records by group id and member id (of one group, or of all)."""
+        self._check_serving()
+        out: dict[str, dict[str, MemberRecord]] = {}
+        for (kind, ident), ent in self._entities.items():
+            if kind == KIND_MEMBER and (group_id is None or ident[0] == group_id):
+                out.setdefault(ident[0], {})[ident[1]] = ent
+        return out
 
     def get_group(self, group_id: str) -> GroupRecord | None:
         """The group's record (None: no such group)."""
@@ -336,9 +376,12 @@ class BasePersister(ClusterOwnershipMixin, LayoutMixin, OwnershipMixin, Coalesci
         return {ident: ent for (kind, ident), ent in self._entities.items() if kind == KIND_GROUP}
 
     async def delete_group(self, group_id: str, *, with_state: bool = True) -> None:
-        """Tombstone the group record and, by default, every share-partition state of the group."""
+        """Tombstone the group record, its member records and, by default, every share-partition
+        state of the group."""
         keys = self.keys(group_id) if with_state else []
         futures = [self._enqueue(KIND_PARTITION, k, _decision(fencing.delete, k)) for k in keys]
+        for member_id in self.list_members(group_id).get(group_id, {}):
+            futures.append(self._enqueue(KIND_MEMBER, (group_id, member_id), _replace_with(None)))
         futures.append(self._enqueue(KIND_GROUP, group_id, lambda cur: (None, UNCHANGED if cur is None else None)))
         res = await self._gather(list(range(len(futures))), futures)
         errors = [e for e in res.values() if isinstance(e, PersistError)]
@@ -378,6 +421,11 @@ class BasePersister(ClusterOwnershipMixin, LayoutMixin, OwnershipMixin, Coalesci
     def topic_names(self) -> Mapping[str, str]:
         """topic id -> topic name (reverse map)."""
         return {v: k for k, v in self.topic_ids().items()}
+
+
+def _replace_with(entity: Any) -> Decision:
+    """Write ``entity`` (None: a tombstone) unless it is what is stored."""
+    return lambda cur: (None, UNCHANGED if cur == entity else entity)
 
 
 def _decision(rule: Callable[..., tuple[Any, Any]], key: SharePartitionKey, *args: Any) -> Decision:

@@ -4,7 +4,10 @@ Keys are JSON arrays whose first element names the kind, so compaction keeps exa
 record per entity:
 
 * ``["p", group_id, topic_id, partition]`` — one share-partition (value: a complete snapshot);
-* ``["g", group_id]`` — a group record (epoch, initialized share-partitions, configs);
+* ``["g", group_id]`` — a group record (epochs, initialized share-partitions, configs, the
+  subscribed topics' metadata, the assignor);
+* ``["m", group_id, member_id]`` — one member of a share group (subscription, epochs, current and
+  target assignment), placed on its group record's state partition;
 * ``["t", topic_name]`` — the topic-id map entry for one topic (value: its stable UUID);
 * ``["o", state_partition]`` — the owner epoch of the sidecar that last took over that state
   partition (value ``{"v": 1, "e": epoch}``): the backend-derived source of owner epochs;
@@ -24,7 +27,7 @@ from typing import Any
 import orjson
 
 from kshare_sidecar.persist.model import DeliveryState, PartitionState, SharePartitionKey, StateBatch
-from kshare_sidecar.persist.records import GroupRecord, StoredPartition
+from kshare_sidecar.persist.records import NO_EPOCH, GroupRecord, MemberRecord, StoredPartition
 
 VALUE_VERSION = 1
 
@@ -33,7 +36,8 @@ KIND_GROUP = "g"
 KIND_TOPIC_ID = "t"
 KIND_OWNER = "o"
 KIND_LAYOUT = "l"
-KINDS = (KIND_PARTITION, KIND_GROUP, KIND_TOPIC_ID, KIND_OWNER, KIND_LAYOUT)
+KIND_MEMBER = "m"
+KINDS = (KIND_PARTITION, KIND_GROUP, KIND_TOPIC_ID, KIND_OWNER, KIND_LAYOUT, KIND_MEMBER)
 
 
 class CodecError(ValueError):
@@ -61,8 +65,13 @@ def layout_key(state_partition: int) -> bytes:
     return orjson.dumps([KIND_LAYOUT, state_partition])
 
 
+def member_key(group_id: str, member_id: str) -> bytes:
+    return orjson.dumps([KIND_MEMBER, group_id, member_id])
+
+
 def decode_key(raw: bytes | None) -> tuple[str, Any]:
-    """-> (kind, identity): SharePartitionKey, group id or topic name."""
+    """-> (kind, identity): SharePartitionKey, group id, topic name, state partition, or
+    (group id, member id)."""
     if raw is None:
         raise CodecError("record has no key")
     try:
@@ -80,6 +89,8 @@ def decode_key(raw: bytes | None) -> tuple[str, Any]:
         return kind, parts[1]
     elif kind in (KIND_OWNER, KIND_LAYOUT) and len(parts) == 2 and type(parts[1]) is int:
         return kind, parts[1]
+    elif kind == KIND_MEMBER and len(parts) == 3 and isinstance(parts[1], str) and isinstance(parts[2], str):
+        return kind, (parts[1], parts[2])
     raise CodecError(f"unknown key kind or shape: {parts[:1]!r} with {len(parts)} elements")
 
 
@@ -112,15 +123,47 @@ def _encode_batch(b: StateBatch) -> list:
 
 
 def encode_group(record: GroupRecord) -> bytes:
-    """``epoch``, ``init`` and ``cfg``. Older builds also wrote ``type`` (always "share") and
-    ``topics`` (subscriptions), which nothing read; :func:`decode_group` ignores them, and those
-    builds read these records (they default both)."""
-    return orjson.dumps({
+    """``epoch``, ``init`` and ``cfg``; ``ae`` (assignment epoch), ``asg`` (assignor) and ``tm``
+    (subscribed topic name -> [topic id, partitions]) once the group has members' records beside
+    it; ``oe``, the writer's owner epoch. Older builds also wrote ``type`` (always "share") and ``topics`` (subscriptions), which
+    nothing read; :func:`decode_group` ignores them, and older builds read these records (they
+    ignore the fields they do not know)."""
+    value: dict[str, Any] = {
         "v": VALUE_VERSION,
         "epoch": record.group_epoch,
         "init": {t: list(ps) for t, ps in record.initialized.items()},
         "cfg": dict(record.configs),
-    })
+    }
+    if record.assignment_epoch is not None:
+        value["ae"] = record.assignment_epoch
+    if record.assignor is not None:
+        value["asg"] = record.assignor
+    if record.topic_metadata:
+        value["tm"] = {name: [tid, n] for name, (tid, n) in record.topic_metadata.items()}
+    if record.owner_epoch != NO_EPOCH:
+        value["oe"] = record.owner_epoch
+    return orjson.dumps(value)
+
+
+def encode_member(record: MemberRecord) -> bytes:
+    """``sub`` (subscribed topic names), ``rack``, ``cid``, ``host``, ``e`` / ``pe`` (member epoch,
+    previous member epoch), ``a`` (assigned partitions by topic id), ``t`` (the target
+    assignment, absent when the member has none yet) and ``oe``, the writer's owner epoch."""
+    value: dict[str, Any] = {
+        "v": VALUE_VERSION,
+        "sub": list(record.subscribed),
+        "rack": record.rack_id,
+        "cid": record.client_id,
+        "host": record.client_host,
+        "e": record.member_epoch,
+        "pe": record.previous_epoch,
+        "a": {t: list(ps) for t, ps in record.assignment.items()},
+    }
+    if record.target is not None:
+        value["t"] = {t: list(ps) for t, ps in record.target.items()}
+    if record.owner_epoch != NO_EPOCH:
+        value["oe"] = record.owner_epoch
+    return orjson.dumps(value)
 
 
 def encode_topic_id(topic_id: str) -> bytes:
@@ -186,16 +229,60 @@ def decode_partition(raw: bytes) -> StoredPartition:
     return StoredPartition(state, assignment_epoch=_int(value, "ae"))
 
 
+def _partitions(value: Any) -> dict[str, tuple[int, ...]]:
+    """topic id -> partitions (a JSON object of integer lists)."""
+    if not isinstance(value, dict):
+        raise CodecError("partitions by topic id must be an object")
+    out = {}
+    for t, ps in value.items():
+        if not isinstance(ps, list) or not all(type(p) is int for p in ps):
+            raise CodecError(f"partitions of topic {t!r} must be a list of integers")
+        out[str(t)] = tuple(ps)
+    return out
+
+
 def decode_group(group_id: str, raw: bytes) -> GroupRecord:
     value = _load_value(raw)
     try:
         init = {str(t): tuple(int(p) for p in ps) for t, ps in value.get("init", {}).items()}
+        ae, asg = value.get("ae"), value.get("asg")
+        if ae is not None and type(ae) is not int or asg is not None and not isinstance(asg, str):
+            raise CodecError("group record has a bad 'ae' or 'asg'")
+        tm = {}
+        for name, entry in value.get("tm", {}).items():
+            tid, n = entry
+            if not isinstance(tid, str) or type(n) is not int:
+                raise CodecError(f"group record: bad metadata of topic {name!r}")
+            tm[str(name)] = (tid, n)
         return GroupRecord(group_id=group_id, group_epoch=_int(value, "epoch"), initialized=init,
-                           configs={str(k): str(v) for k, v in value.get("cfg", {}).items()})
+                           configs={str(k): str(v) for k, v in value.get("cfg", {}).items()},
+                           assignment_epoch=ae, assignor=asg, topic_metadata=tm, owner_epoch=_owner_epoch(value))
     except (TypeError, ValueError, AttributeError) as exc:
         if isinstance(exc, CodecError):
             raise
         raise CodecError(f"bad group record: {exc}") from None
+
+
+def decode_member(ident: tuple[str, str], raw: bytes) -> MemberRecord:
+    value = _load_value(raw)
+    sub, rack, cid, host = value.get("sub"), value.get("rack"), value.get("cid"), value.get("host")
+    if not isinstance(sub, list) or not all(isinstance(t, str) for t in sub):
+        raise CodecError("member record: 'sub' must be a list of topic names")
+    if rack is not None and not isinstance(rack, str) or not isinstance(cid, str) or not isinstance(host, str):
+        raise CodecError("member record: bad 'rack', 'cid' or 'host'")
+    target = value.get("t")
+    return MemberRecord(group_id=ident[0], member_id=ident[1], subscribed=tuple(sub), rack_id=rack,
+                        client_id=cid, client_host=host, member_epoch=_int(value, "e"),
+                        previous_epoch=_int(value, "pe"), assignment=_partitions(value.get("a", {})),
+                        target=None if target is None else _partitions(target), owner_epoch=_owner_epoch(value))
+
+
+def _owner_epoch(value: dict) -> int:
+    """``oe``: the writer's owner epoch (absent in records of older builds)."""
+    oe = value.get("oe", NO_EPOCH)
+    if type(oe) is not int:
+        raise CodecError("field 'oe' is not an integer")
+    return oe
 
 
 def decode_topic_id(raw: bytes) -> str:
@@ -230,6 +317,8 @@ def decode(raw_key: bytes | None, raw_value: bytes | None) -> tuple[str, Any, An
         return kind, ident, decode_owner(raw_value)
     if kind == KIND_LAYOUT:
         return kind, ident, decode_layout(raw_value)
+    if kind == KIND_MEMBER:
+        return kind, ident, decode_member(ident, raw_value)
     return kind, ident, decode_topic_id(raw_value)
 
 
@@ -244,4 +333,6 @@ def encode(kind: str, ident: Any, entity: Any) -> tuple[bytes, bytes | None]:
         return owner_key(ident), None if entity is None else encode_owner(entity)
     if kind == KIND_LAYOUT:
         return layout_key(ident), None if entity is None else encode_layout(entity)
+    if kind == KIND_MEMBER:
+        return member_key(*ident), None if entity is None else encode_member(entity)
     raise ValueError(f"unknown kind {kind!r}")

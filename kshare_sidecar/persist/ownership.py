@@ -16,7 +16,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kshare_sidecar.persist import codec
-from kshare_sidecar.persist.codec import KIND_GROUP, KIND_LAYOUT, KIND_OWNER, KIND_PARTITION, CodecError
+from kshare_sidecar.persist.codec import (KIND_GROUP, KIND_LAYOUT, KIND_MEMBER, KIND_OWNER, KIND_PARTITION,
+                                          CodecError)
 from kshare_sidecar.persist.errors import BackendWriteError, NotReadyError, PersistError, WriterFencedError
 from kshare_sidecar.persist.model import SharePartitionKey
 from kshare_sidecar.persist.records import NO_EPOCH, RecoveryStats, StoredPartition
@@ -43,10 +44,13 @@ LEGACY_LAYOUT = "key"
 
 def state_partition_for(kind: str, ident: Any, partitions: int, placement: str = LAYOUT) -> int:
     """Stable placement of an entity on the state topic's partitions (see :data:`PLACEMENTS`).
-    Group records and topic-id entries are placed by their kind and name in both layouts; owner and
-    layout records name their partition."""
+    Group records and topic-id entries are placed by their kind and name in both layouts, a group's
+    member records with its group record (its coordinator owns them all); owner and layout records
+    name their partition."""
     if kind in (KIND_OWNER, KIND_LAYOUT):
         return int(ident)
+    if kind == KIND_MEMBER:
+        kind, ident = KIND_GROUP, ident[0]
     if kind == KIND_PARTITION:
         if placement == "key":
             text = f"{ident.group_id}:{ident.topic_id}:{ident.partition}"
@@ -129,6 +133,17 @@ def replay_sink(entities: dict[EntityKey, Any], stats: RecoveryStats, owners: di
             stats.tombstones += 1
             entities.pop((kind, ident), None)
             return
+        if kind in (KIND_GROUP, KIND_MEMBER) and rule == "owner" \
+                and NO_EPOCH < entity.owner_epoch < owners.get(partition, NO_EPOCH):
+            # a group's or member's record written by a superseded coordinator (its owner epoch)
+            stats.stale_ignored += 1
+            stats.stale_keys.add((kind, ident))
+            log.warning("stale state record ignored: partition %d offset %d: %s %s written at owner epoch %d after "
+                        "owner epoch %d took the partition over", partition, offset, kind, ident,
+                        entity.owner_epoch, owners[partition])
+            return
+        if kind in (KIND_GROUP, KIND_MEMBER):
+            stats.stale_keys.discard((kind, ident))
         if kind == KIND_PARTITION:
             seen = entities.get((kind, ident))
             # an initialization record carries no writer epoch yet (NO_EPOCH): the key rule judges it

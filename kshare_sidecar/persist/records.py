@@ -63,19 +63,52 @@ def summarize(state: PartitionState) -> StateSummary:
 @dataclass(frozen=True, slots=True)
 class GroupRecord:
     """A share group's durable metadata (kind ``g`` in the state topic): what a restarted (or
-    taking-over) coordinator restores (service/groups.py ``restore_record``).
+    taking-over) coordinator restores (service/groups.py, group/persisted.py).
 
     ``group_epoch``: the group's epoch, so members rejoining see it move on, never back.
     ``initialized``: topic id -> partitions whose share-partition state has been initialized
     (KIP-932's ShareGroupStatePartitionMetadata). ``configs``: per-group config overrides.
-    Subscriptions are not kept: members send theirs again when they rejoin (records written
-    before carry ``type`` and ``topics``, which decoding ignores).
+    ``assignment_epoch`` (None: the group epoch, as records of older builds mean), ``assignor``
+    (the assignor that computed the target) and ``topic_metadata`` (subscribed topic name ->
+    (topic id, partitions): what Kafka keeps as the group's metadata hash) are Kafka's
+    ShareGroupMetadata / ShareGroupTargetAssignmentMetadata: with the members' records they let a
+    new coordinator go on without an epoch bump. Subscriptions are the members' (records written
+    by older builds carry ``type`` and ``topics``, which decoding ignores).
     """
 
     group_id: str
     group_epoch: int = 0
     initialized: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     configs: Mapping[str, str] = field(default_factory=dict)
+    assignment_epoch: int | None = None
+    assignor: str | None = None
+    topic_metadata: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+    #: the owner epoch of the sidecar that wrote it (stamped by the persister; NO_EPOCH in records
+    #: of older builds): replay's owner rule ignores a superseded owner's late write. Not part of
+    #: what the record says, so not compared.
+    owner_epoch: int = field(default=NO_EPOCH, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class MemberRecord:
+    """One share group member as its coordinator persists it (kind ``m``, placed with its group's
+    record): Kafka's ShareGroupMemberMetadata (subscription, rack, client id and host),
+    ShareGroupCurrentMemberAssignment (member epoch, previous epoch, assigned partitions) and
+    ShareGroupTargetAssignmentMember (``target``; None: not in the target assignment yet) in one
+    value. Written when one of them changes, never per heartbeat; a tombstone when the member
+    leaves or its session expires. Partitions are by topic id (text)."""
+
+    group_id: str
+    member_id: str
+    subscribed: tuple[str, ...] = ()
+    rack_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    member_epoch: int = 0
+    previous_epoch: int = -1
+    assignment: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    target: Mapping[str, tuple[int, ...]] | None = None
+    owner_epoch: int = field(default=NO_EPOCH, compare=False)  # as GroupRecord's
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +140,7 @@ class RecoveryStats:
     owner_epoch: int = -1
     share_partitions: int = 0
     groups: int = 0
+    members: int = 0
     topic_ids: int = 0
     tombstones: int = 0
     skipped_count: int = 0

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from kshare_sidecar.persist import codec
-from kshare_sidecar.persist.codec import KIND_OWNER, KIND_PARTITION, CodecError
+from kshare_sidecar.persist.codec import KIND_GROUP, KIND_MEMBER, KIND_OWNER, KIND_PARTITION, CodecError
 from kshare_sidecar.persist.errors import WriterFencedError
 
 log = logging.getLogger("kshare_sidecar.persist.topic")
@@ -126,5 +126,9 @@ class StateWatchMixin(_Host):
         elif kind == KIND_PARTITION and entity is not None and 0 <= entity.state.leader_epoch < own:
             log.warning("state partition %d offset %d: a record written at older owner epoch %d (ours %d); "
                         "ignored by replay, rewriting the key", partition, offset, entity.state.leader_epoch, own)
+            stale.add((kind, ident))
+        elif kind in (KIND_GROUP, KIND_MEMBER) and entity is not None and 0 <= entity.owner_epoch < own:
+            log.warning("state partition %d offset %d: a %s record written at older owner epoch %d (ours %d); "
+                        "ignored by replay, rewriting the key", partition, offset, kind, entity.owner_epoch, own)
             stale.add((kind, ident))
 

@@ -2,9 +2,14 @@
 
 Resolves subscribed topics through the backend, initializes the share-partitions the coordinator
 asks for (those of newly subscribed topics: start offset unset, resolved at the first fetch, as
-Kafka does) and tells it when they are, and keeps each group's durable record (epoch,
-initialized share-partitions, per-group configs) in the persister so a restarted sidecar knows
-its groups (subscriptions come back with the members' heartbeats).
+Kafka does) and tells it when they are, and keeps each group durable in the persister as Kafka's
+coordinator keeps it in ``__consumer_offsets``: the group record (epochs, initialized
+share-partitions, per-group configs, subscribed topics' metadata) and one record per member
+(subscription, epochs, current and target assignment; group/persisted.py). They are written when
+they change — a join, a leave, a new assignment, a member reaching it — never per heartbeat, and
+the heartbeat is answered once they are durable. A restarted sidecar, or one taking a group's
+state partition over, restores the members with fresh session timers, so they keep their ids and
+epochs (Kafka's onLoaded) instead of rejoining.
 
 Kafka answers the heartbeat first and initializes afterwards; the coordinator only assigns
 initialized partitions, so either way they reach the members at a later heartbeat, one group
@@ -23,12 +28,13 @@ from typing import TYPE_CHECKING, cast
 
 from kio.schema.errors import ErrorCode
 
+from ..group import persisted
 from ..group.coordinator import HeartbeatResult, ShareGroupCoordinator
 from ..log.errors import BackendError
-from ..persist.codec import KIND_GROUP
+from ..persist.codec import KIND_GROUP, KIND_MEMBER
 from ..persist.errors import PersistError
 from ..persist.ownership import group_home
-from ..persist.records import GroupRecord
+from ..persist.records import GroupRecord, MemberRecord
 from ..ratelog import RateLimitedLog, backend_failures
 from .partitions import SharePartitionManager
 
@@ -75,15 +81,27 @@ class GroupService:
         return ErrorCode.not_coordinator
 
     def _acquired(self, p: int, keys: Iterable[EntityKey]) -> None:
-        """A state partition was taken over: coordinate its groups (members rejoin, as after a restart)."""
-        names = [ident for kind, ident in keys if kind == KIND_GROUP]
+        """A state partition was taken over: coordinate its groups, with their members (Kafka's
+        replay and onLoaded: same member ids and epochs, fresh session timers)."""
+        names: list[str] = []
+        by_group: dict[str, list[str]] = {}  # the members' keys are among the partition's (one pass)
+        for kind, ident in keys:
+            if kind == KIND_GROUP:
+                names.append(ident)
+            elif kind == KIND_MEMBER:
+                by_group.setdefault(ident[0], []).append(ident[1])
+        members = 0
         for group_id in names:
             self.coordinator.groups.pop(group_id, None)
             record = self.persister.get_group(group_id)
             if record is not None:
-                self.restore_record(record)  # epoch, configs and the initialized share-partitions
+                kept = [m for m in (self.persister.get_member(group_id, mid) for mid in by_group.get(group_id, ()))
+                        if m is not None]
+                self.restore_record(record, kept)
+                members += len(kept)
         if names:
-            log.info("state partition %d taken over: coordinating %d share groups", p, len(names))
+            log.info("state partition %d taken over: coordinating %d share groups with %d members", p, len(names),
+                     members)
 
     def _released(self, p: int, _keys: Iterable[EntityKey]) -> None:
         """A state partition was given up: its groups are coordinated elsewhere now."""
@@ -97,11 +115,13 @@ class GroupService:
                      len(gone))
 
     def restore(self) -> int:
-        """Recreate groups from their persisted records (members rejoin after a restart)."""
+        """Recreate groups and their members from their persisted records (a restart: the members
+        keep their ids and epochs, as on a Kafka broker's restart)."""
         groups = self.persister.list_groups()
+        members = self.persister.list_members()
         known = self.coordinator.assignors
         for record in groups.values():
-            self.restore_record(record)
+            self.restore_record(record, members.get(record.group_id, {}).values())
             chosen = record.configs.get("share.assignor")
             if chosen and known and chosen not in known:  # its plugin was uninstalled or failed to build
                 log.warning("share group %s chose assignor %r, which no loaded plugin registers: it is assigned "
@@ -109,12 +129,11 @@ class GroupService:
                             chosen, self.coordinator.default_assignor)
         return len(groups)
 
-    def restore_record(self, record: GroupRecord) -> None:
-        """Recreate one group from its persisted record: epoch, configs and the share-partitions it
-        had initialized (so members rejoining are assigned them without a new initialization)."""
-        initialized = {uuid.UUID(t): ps for t, ps in record.initialized.items()}
-        self.coordinator.restore_group(record.group_id, record.group_epoch, dict(record.configs),
-                                       initialized=initialized)
+    def restore_record(self, record: GroupRecord, members: Iterable[MemberRecord] = ()) -> None:
+        """Recreate one group from its persisted record and its members' records: epochs, configs,
+        the share-partitions it had initialized (members are assigned them without a new
+        initialization), the target assignment and the members themselves."""
+        persisted.restore(self.coordinator, record, members)
 
     async def heartbeat(self, *, group_id: str, member_id: str, member_epoch: int, rack_id: str | None,
                         subscribed_topic_names: list[str] | None, client_id: str,
@@ -139,7 +158,7 @@ class GroupService:
                                   "metadata unavailable: %s", group_id, member_id, exc)
             return HeartbeatResult(ErrorCode.coordinator_not_available, f"backend unavailable: {exc}",
                                    member_id, member_epoch)
-        before = group.group_epoch if group is not None else None
+        before = (group.group_epoch, group.assignment_epoch) if group is not None else None
         result = self.coordinator.heartbeat(group_id, member_id, member_epoch, rack_id=rack_id,
                                             subscribed_topic_names=subscribed_topic_names, topics=topics,
                                             client_id=client_id, client_host=client_host)
@@ -152,9 +171,11 @@ class GroupService:
         if group is None:
             return result
         initialized = bool(result.initialize) and await self._initialize(group_id, result.initialize, topics)
-        if initialized or group.group_epoch != before:
+        left = [member_id] if result.member_epoch == -1 else []
+        if initialized or (group.group_epoch, group.assignment_epoch) != before or left \
+                or self._member_changed(group_id, member_id):
             try:
-                await self.save(group_id)
+                await self.save(group_id, members=[member_id], left=left)
             except PersistError as exc:
                 log.warning("heartbeat of group=%s member=%s: saving the group failed: %s",
                             group_id, member_id, exc)
@@ -201,16 +222,36 @@ class GroupService:
             self.coordinator.initialization_failed(group_id, {t: ps for t, ps in left.items() if ps})
         return bool(done)
 
-    async def save(self, group_id: str) -> None:
+    def _member_changed(self, group_id: str, member_id: str) -> bool:
+        """Whether the member's record would differ from the stored one (cheap: what a heartbeat
+        that moved no group epoch may have changed is that member alone)."""
+        group = self.coordinator.groups.get(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        if group is None or member is None:
+            return False
+        return persisted.member_record(group, member) != self.persister.get_member(group_id, member_id)
+
+    async def save(self, group_id: str, *, members: Iterable[str] = (), left: Iterable[str] = ()) -> None:
+        """Write what changed of the group: its record, and the records of ``members`` (of every
+        member when the group record changed: a new epoch or target assignment touches them all);
+        tombstones for the members that ``left``. Unchanged records are not written. A member record
+        that stays behind (its tombstone failed) is restored with the group and expires like any
+        member that does not heartbeat."""
         group = self.coordinator.groups.get(group_id)
         if group is None:
             return
-        initialized = self.coordinator.initialized_partitions(group_id)
-        await self.persister.put_group(GroupRecord(
-            group_id, group_epoch=group.group_epoch,
-            initialized={str(t): tuple(sorted(ps))
-                         for t, ps in sorted(initialized.items(), key=lambda kv: str(kv[0]))},
-            configs={k: str(v) for k, v in group.configs.items()}))
+        record = persisted.group_record(self.coordinator, group)
+        check = group.members if record != self.persister.get_group(group_id) else \
+            [m for m in members if m in group.members]
+        changes: dict[str, MemberRecord | None] = {}
+        for member_id in check:
+            new = persisted.member_record(group, group.members[member_id])
+            if new != self.persister.get_member(group_id, member_id):
+                changes[member_id] = new
+        for member_id in left:
+            if member_id not in group.members and self.persister.get_member(group_id, member_id) is not None:
+                changes[member_id] = None
+        await self.persister.put_group(record, members=changes)
 
     # -- administration (used by service/admin.py) -------------------------------------------
     def mark_initialized(self, group_id: str, topic_id: uuid.UUID, partition: int) -> None:
@@ -233,8 +274,19 @@ class GroupService:
         await self.persister.delete_group(group_id, with_state=True)
         return ErrorCode.none
 
-    def expire_members(self) -> list[tuple[str, str]]:
+    async def expire_members(self) -> list[tuple[str, str]]:
+        """Remove members whose session timed out, and persist it (tombstones, the group's new
+        epoch). A failed write is logged: the group is written again at its next change."""
         gone = self.coordinator.expire_members()
+        by_group: dict[str, list[str]] = {}
         for group_id, member_id in gone:
             log.info("member session timed out: group=%s member=%s", group_id, member_id)
+            by_group.setdefault(group_id, []).append(member_id)
+        for group_id, members in by_group.items():
+            if self.coordinates(group_id) != ErrorCode.none:
+                continue
+            try:
+                await self.save(group_id, left=members)
+            except PersistError as exc:
+                log.warning("group=%s: persisting the expiry of %d members failed: %s", group_id, len(members), exc)
         return gone

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -160,6 +161,20 @@ class Worker:
 
     def stderr(self) -> str:
         return self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
+
+
+def rdkafka_membership(log_path: Path) -> tuple[list[int], list[str]]:
+    """From a share_worker's librdkafka debug log (``debug="cgrp"``): the member epochs its
+    ShareGroupHeartbeats sent, in order, and the lines where it lost its membership (UNKNOWN_MEMBER_ID
+    or FENCED_MEMBER_EPOCH: "member fenced - rejoining")."""
+    epochs, lost = [], []
+    for line in log_path.read_text(errors="replace").splitlines():
+        m = re.search(r"ShareGroupHeartbeat of group id .*member epoch (-?\d+)", line)
+        if m:
+            epochs.append(int(m.group(1)))
+        elif re.search(r"fenced|UNKNOWN_MEMBER_ID", line):
+            lost.append(line)
+    return epochs, lost
 
 
 def wait_until(predicate, timeout: float, step: float = 0.2) -> bool:

@@ -4,12 +4,17 @@ Writes one JSON line per event to --out: {"ev": "rec", p, o, dc, v} for each rec
 {"ev": "ack", p, o, ok} for each explicit acknowledgement's outcome (both with "t", the wall-clock time). Stops after --idle-s without
 records (counted from its last record, or from the end of a --grace-s start-up period if it got
 none), after --max-s, or on SIGTERM (closing the consumer cleanly).
+
+``--debug <librdkafka debug contexts>`` (or ``KSHARE_WORKER_DEBUG``; e.g. ``cgrp,protocol,broker,metadata``):
+librdkafka's debug log, with its own timestamps, goes to ``<out>.rdkafka.log`` (to find where a
+client spends its time after a fault, or what it sent; stderr is a pipe the test reads only at the end).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import time
@@ -31,6 +36,8 @@ def main() -> int:
     ap.add_argument("--max-s", type=float, default=120.0)
     ap.add_argument("--max-poll-records", type=int, default=500)
     ap.add_argument("--work-ms", type=float, default=0.0, help="simulated processing per record")
+    ap.add_argument("--debug", default=os.environ.get("KSHARE_WORKER_DEBUG", ""),
+                    help="librdkafka debug contexts, logged to <out>.rdkafka.log")
     args = ap.parse_args()
 
     stop = False
@@ -40,8 +47,14 @@ def main() -> int:
         stop = True
 
     signal.signal(signal.SIGTERM, on_term)
-    consumer = ShareConsumer({"bootstrap.servers": args.bootstrap, "group.id": args.group, "log_level": 3,
-                              "share.acknowledgement.mode": args.mode, "max.poll.records": args.max_poll_records})
+    conf = {"bootstrap.servers": args.bootstrap, "group.id": args.group, "log_level": 3,
+            "share.acknowledgement.mode": args.mode, "max.poll.records": args.max_poll_records}
+    debug = args.debug
+    if debug:
+        log = open(args.out + ".rdkafka.log", "a", buffering=1)
+        os.dup2(log.fileno(), 2)  # librdkafka's own logger writes to stderr, with timestamps
+        conf.update({"debug": debug, "log_level": 7})
+    consumer = ShareConsumer(conf)
     consumer.subscribe([args.topic])
     out = open(args.out, "a", buffering=1)
     started = time.monotonic()

@@ -264,8 +264,12 @@ def test_killed_owner_restarted_while_successor_serves_leaves_one_writer(kafka_3
     topic, group, state_topic = unique("fence"), unique("g"), unique("__kshare_state_fence")
     create_topic(kafka_39.bootstrap, topic, PARTITIONS)
     produce(kafka_39.bootstrap, topic, first, partitions=PARTITIONS)
-    a = sidecar(kafka_39, tmp_path, "a", state_topic, mode).start()
-    b = sidecar(kafka_39, tmp_path, "b", state_topic, mode)
+    # The consumers are SIGKILLed with their sidecar: their memberships outlive them (persisted, as
+    # Kafka's coordinator keeps them) and hold their partitions until their session expires — 6 s
+    # here rather than Kafka's 45 s, so the next consumers get everything within their idle time.
+    session = {"KSHARE_GROUP_SHARE_SESSION_TIMEOUT_MS": "6000"}
+    a = sidecar(kafka_39, tmp_path, "a", state_topic, mode, **session).start()
+    b = sidecar(kafka_39, tmp_path, "b", state_topic, mode, **session)
     workers: list[Worker] = []
     try:
         workers += start_workers(a, group, topic, tmp_path, "a")
@@ -279,7 +283,7 @@ def test_killed_owner_restarted_while_successor_serves_leaves_one_writer(kafka_3
         assert wait_until(lambda: SUPERSEDED in b.log_path.read_text(errors="replace"), 60), b.log_tail()
         assert not broker_ready("127.0.0.1", b.port, timeout=2), "the superseded sidecar still serves"
         kill(workers)
-        rest = start_workers(a, group, topic, tmp_path, "a2")
+        rest = start_workers(a, group, topic, tmp_path, "a2", idle_s=15)
         workers += rest
         for w in rest:
             assert w.wait(240) == 0, w.stderr()

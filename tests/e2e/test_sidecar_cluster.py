@@ -4,7 +4,9 @@ KafkaShareConsumer) bootstrapped to *different* sidecars.
 
 Default suite (short): three sidecars agree on brokers, leaders and coordinators; a request at
 the wrong sidecar gets NOT_LEADER_OR_FOLLOWER / NOT_COORDINATOR naming the right one; three
-consumers drain a topic through them; a SIGTERMed sidecar hands its partitions over at once.
+consumers drain a topic through them; the group's coordinator, SIGTERMed, hands its partitions over
+at once and the new coordinator knows the members (same ids and epochs: a ShareConsumer never
+rejoins, and the state topic holds the members' records).
 
 Opt-in (``make test-sidecar-cluster``): 200k records with kill -9 of one sidecar and a fourth
 started later; a rolling restart of all three under load. Verdicts from what the clients saw
@@ -39,7 +41,7 @@ from kshare_sidecar.persist.codec import KIND_PARTITION
 from kshare_sidecar.testing.kafka import KAFKA_VERSIONS
 from kshare_sidecar.testing.maven import resolve_artifacts
 from kshare_sidecar.persist.ownership import share_partition_home
-from tests.e2e.conftest import SidecarProcess, Target, Worker, wait_until
+from tests.e2e.conftest import SidecarProcess, Target, Worker, rdkafka_membership, wait_until
 from tests.support import create_topic, produce, read_state_topic, set_group_config, unique
 
 pytestmark = pytest.mark.kafka
@@ -136,17 +138,31 @@ def coordinator(port: int, group: str) -> tuple[ErrorCode, int]:
     return resp.error_code, resp.node_id
 
 
+#: KSHARE_WORKER_DEBUG (any value) also gives the Java consumer a debug log (slf4j-simple, the
+#: consumer internals, NetworkClient and Metadata at DEBUG) in ``java.out.debug.log``
+JAVA_DEBUG_LOGGERS = ("org.apache.kafka.clients.consumer.internals", "org.apache.kafka.clients.NetworkClient",
+                      "org.apache.kafka.clients.Metadata")
+
+
 def java_command(tmp: Path) -> list[str] | None:
     javac = shutil.which("javac")
     if javac is None:
         return None
     version = KAFKA_VERSIONS["4"]
-    libs = resolve_artifacts(f"kafka-clients-{version}", [("org.apache.kafka", "kafka-clients", version),
-                                                           ("org.slf4j", "slf4j-nop", "1.7.36")])
+    debug = bool(os.environ.get("KSHARE_WORKER_DEBUG"))
+    slf4j = ("org.slf4j", "slf4j-simple" if debug else "slf4j-nop", "1.7.36")
+    libs = resolve_artifacts(f"kafka-clients-{version}{'-simplelog' if debug else ''}",
+                             [("org.apache.kafka", "kafka-clients", version), slf4j])
     out = tmp / "java"
     out.mkdir(exist_ok=True)
     subprocess.run([javac, "-d", str(out), "-cp", f"{libs}/*", str(JAVA_SOURCE)], check=True, capture_output=True)
-    return ["java", "-cp", f"{out}:{libs}/*", "AckingShareConsume"]
+    props = []
+    if debug:
+        props = [f"-Dorg.slf4j.simpleLogger.logFile={tmp / 'java.out.debug.log'}",
+                 "-Dorg.slf4j.simpleLogger.showDateTime=true",
+                 "-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd HH:mm:ss.SSS",
+                 *(f"-Dorg.slf4j.simpleLogger.log.{name}=debug" for name in JAVA_DEBUG_LOGGERS)]
+    return ["java", *props, "-cp", f"{out}:{libs}/*", "AckingShareConsume"]
 
 
 class JavaWorker:
@@ -197,10 +213,30 @@ def handovers(cluster: SidecarCluster, topic_id, partitions: int) -> dict[int, l
         for line in sc.log_path.read_text(errors="replace").splitlines():
             m = re.match(r"(\S+ \S+) INFO kshare_sidecar.persist: state partition (\d+) taken over at", line)
             if m:
-                stamp = datetime.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f")
-                taken[int(m.group(2))].append(stamp.replace(tzinfo=datetime.timezone.utc).timestamp()
-                                              if time.timezone == 0 else time.mktime(stamp.timetuple()))
+                taken[int(m.group(2))].append(_log_time(m.group(1)))
     return {p: sorted(taken[share_partition_home(str(topic_id), p, STATE_PARTITIONS)]) for p in range(partitions)}
+
+
+def _log_time(stamp: str) -> float:
+    parsed = datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f")
+    return parsed.replace(tzinfo=datetime.timezone.utc).timestamp() if time.timezone == 0 else \
+        time.mktime(parsed.timetuple()) + parsed.microsecond / 1e6
+
+
+def first_fetches(cluster: SidecarCluster, group: str, topic: str, partitions: set[int], since: float
+                  ) -> dict[int, float]:
+    """Per partition: seconds from ``since`` until a client's first ShareFetch of it reached a sidecar
+    (which loads the share-partition then: "loaded share-partition" in its log) — when the clients
+    came back, before their own processing of what they fetched."""
+    first: dict[int, float] = {}
+    pattern = re.compile(rf"(\S+ \S+) INFO kshare.partitions: loaded share-partition group={re.escape(group)} "
+                         rf"partition={re.escape(topic)}-(\d+):")
+    for sc in cluster.nodes.values():
+        for line in sc.log_path.read_text(errors="replace").splitlines():
+            m = pattern.match(line)
+            if m and int(m.group(2)) in partitions and (t := _log_time(m.group(1))) > since:
+                first[int(m.group(2))] = min(first.get(int(m.group(2)), t), t)
+    return {p: round(t - since, 2) for p, t in sorted(first.items())}
 
 
 def check_clients(workers, records: int, partitions: int, handed: dict[int, list[float]] | None = None) -> None:
@@ -269,6 +305,20 @@ def baseline_gap(workers, partitions: set[int], until: float, window: float = 30
     return round(worst, 2)
 
 
+def group_of(workers) -> str:
+    """The share group the workers consume in (share_worker's --group, AckingShareConsume's 3rd argument)."""
+    args = next(w for w in workers if isinstance(w, Worker)).proc.args
+    return args[args.index("--group") + 1]
+
+
+def by_kind(workers, partitions: set[int], since: float) -> dict[str, dict[int, float]]:
+    """:func:`gaps` per client kind (librdkafka's ShareConsumer, Java's KafkaShareConsumer): each
+    partition counted at the kind of consumer it was assigned to."""
+    kinds = {"confluent-kafka": [w for w in workers if isinstance(w, Worker)],
+             "java": [w for w in workers if isinstance(w, JavaWorker)]}
+    return {kind: found for kind, ws in kinds.items() if ws and (found := gaps(ws, partitions, since))}
+
+
 def gaps(workers, partitions: set[int], since: float) -> dict[int, float]:
     """Per partition: seconds from ``since`` to its first accepted record after it."""
     first: dict[int, float] = {}
@@ -320,13 +370,55 @@ def test_three_sidecars_route_by_owner_and_hand_over_on_sigterm(kafka_39, tmp_pa
             assert w.wait(180) == 0, w.stderr()
         check_clients(workers, records, partitions)
 
-        # SIGTERM: the sidecar gives its partitions up and leaves the group; the others take over at once
+        # Members outlive a move of their coordinator (Kafka persists them; so does kshare): a
+        # member of our own (raw requests) and a confluent-kafka ShareConsumer with a debug log
+        member = "raw-member-kept-across-a-move"
+        raw = call(cluster.nodes[owner].port, protocol.heartbeat(group, member, 0, (topic,)))
+        assert raw.error_code == ErrorCode.none, raw
+        keeper = Worker(Target("kshare", cluster.nodes[other].bootstrap, cluster.backend),
+                        group, topic, tmp_path / "keeper.jsonl", mode="explicit", idle_s=60, grace_s=60, max_s=120,
+                        debug="cgrp")
+        workers.append(keeper)
+        keeper_log = tmp_path / "keeper.jsonl.rdkafka.log"
+        assert wait_until(lambda: keeper_log.exists() and any(e > 0 for e in rdkafka_membership(keeper_log)[0]), 30)
+        epoch = raw.member_epoch
+        for _ in range(3):  # until the raw member is at the group's assignment epoch
+            raw = call(cluster.nodes[owner].port, protocol.heartbeat(group, member, epoch, None))
+            assert raw.error_code == ErrorCode.none, raw
+            epoch = raw.member_epoch
+
+        # SIGTERM of the group's coordinator: it gives its partitions up and leaves the group; the
+        # others take over at once, and the new coordinator knows the members
         stopped = time.monotonic()
-        cluster.nodes[3].stop()
-        assert wait_until(lambda: agreed(cluster, topic, {1, 2}), 20), cluster.logs()
+        cluster.nodes[owner].stop()
+        live = set(cluster.nodes) - {owner}
+        assert wait_until(lambda: agreed(cluster, topic, live), 20), cluster.logs()
         handover = time.monotonic() - stopped
         assert handover < SESSION_MS / 1000, f"handover took {handover:.1f} s: not faster than a crash"
-        print(f"\n[cluster] SIGTERM handover: routing agreed on the two others after {handover:.2f} s")
+        survivor = cluster.nodes[min(live)].port
+        moved = coordinator(survivor, group)
+        assert moved[0] == ErrorCode.none and moved[1] in live, moved
+        def beat_at_new_coordinator():  # retried while it still loads the group (as a client does)
+            answer = call(cluster.nodes[moved[1]].port, protocol.heartbeat(group, member, epoch, None))
+            return None if answer.error_code == ErrorCode.coordinator_load_in_progress else answer
+
+        assert wait_until(beat_at_new_coordinator, 20)
+        raw = beat_at_new_coordinator()
+        assert raw is not None and (raw.error_code, raw.member_epoch) == (ErrorCode.none, epoch), raw
+        heartbeats = len(rdkafka_membership(keeper_log)[0])
+        assert wait_until(lambda: len(rdkafka_membership(keeper_log)[0]) >= heartbeats + 3, 30)
+        keeper.proc.send_signal(signal.SIGTERM)
+        assert keeper.wait(30) == 0, keeper.stderr()
+        epochs, lost = rdkafka_membership(keeper_log)
+        assert not lost, f"the ShareConsumer lost its membership when the coordinator moved: {lost[:3]}"
+        assert epochs.count(0) == 1, f"the ShareConsumer rejoined (member epochs it sent: {epochs})"
+        stored = {ident[1]: entity for _p, _o, key, value in asyncio.run(_state_records(cluster.backend,
+                                                                                          cluster.state_topic))
+                  for kind, ident, entity in [codec.decode(key, value)] if kind == codec.KIND_MEMBER}
+        assert stored.get(member) is not None and stored[member].member_epoch == epoch, stored.get(member)
+        print(f"\n[cluster] SIGTERM of the coordinating sidecar {owner}: routing agreed on the others after "
+              f"{handover:.2f} s; the raw member kept epoch {epoch} at node {moved[1]}, the ShareConsumer sent "
+              f"member epochs {sorted(set(epochs))} and never rejoined")
     finally:
         for w in workers:
             if w.proc.poll() is None:
@@ -399,7 +491,9 @@ def test_kill_9_one_of_three_then_start_a_fourth_under_200k(kafka_39, tmp_path):
         report.update(victim=victim, lost=sorted(lost), at=sum(accepted(workers).values()))
         assert wait_until(lambda: agreed(cluster, topic, {1, 2, 3} - {victim}), 60), cluster.logs()
         assert wait_until(lambda: len(gaps(workers, lost, t_kill)) == len(lost), 120), gaps(workers, lost, t_kill)
+        report["fetched"] = first_fetches(cluster, group_of(workers), topic, lost, t_kill)
         report["gaps"] = gaps(workers, lost, t_kill)
+        report["by_kind"] = by_kind(workers, lost, t_kill)
         report["baseline"] = baseline_gap(workers, lost, t_kill)
         report["t_kill"] = t_kill
         done = sum(accepted(workers).values())
@@ -424,8 +518,10 @@ def test_kill_9_one_of_three_then_start_a_fourth_under_200k(kafka_39, tmp_path):
               for p in report["lost"]}
     print(f"\n[cluster] kill -9 of sidecar {report['victim']} after {report['at']} acks: its partitions "
           f"{report['lost']} taken over by the others {served} s after the kill (cluster.session.timeout.ms "
-          f"{SESSION_MS}); clients accepted records of them again after {report['gaps']} s (max {gap}; before "
-          f"the kill a partition already waited up to {report['baseline']} s for its turn); a fourth sidecar took "
+          f"{SESSION_MS}); the clients' first ShareFetch of them reached the new leaders {report['fetched']} s after "
+          f"the kill; clients accepted records of them again after {report['gaps']} s (max {gap}; before "
+          f"the kill a partition already waited up to {report['baseline']} s for its turn; per client kind: "
+          f"{report['by_kind']}); a fourth sidecar took "
           f"{report['moved_to_4']} at {report['join_at']} acks, accepted again after {report['join_gaps']} s; "
           f"Java consumer: {'yes' if java else 'no javac'}; {records} records accepted exactly once")
     # served again: the survivors took the partitions over within the session timeout (plus the takeover)
@@ -457,3 +553,4 @@ def test_rolling_restart_of_all_three_under_load(kafka_39, tmp_path):
 
     _run_under_load(cluster, tmp_path, records=records, partitions=partitions, java=None, faults_fn=roll)
     print(f"\n[cluster] rolling restart of 3 sidecars under {records} records: all accepted exactly once")
+

@@ -1,6 +1,8 @@
 """The sidecar stopped (SIGTERM) and started again mid-run: consumption resumes, nothing
-acknowledged is redelivered, nothing unacknowledged is lost. kshare only (native Kafka has no
-sidecar to restart)."""
+acknowledged is redelivered, nothing unacknowledged is lost, and the members are kept (the
+restarted sidecar restores them from the state topic, as a restarted Kafka broker replays its
+coordinator's members: the ShareConsumers never rejoin). kshare only (native Kafka has no sidecar
+to restart)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import time
 
 import pytest
 
-from tests.e2e.conftest import SidecarProcess, Target, Worker, wait_until
+from tests.e2e.conftest import SidecarProcess, Target, Worker, rdkafka_membership, wait_until
 from tests.support import create_topic, produce, unique
 
 pytestmark = pytest.mark.kafka
@@ -26,7 +28,7 @@ def test_restart_mid_run_loses_nothing_and_redelivers_no_acked_record(kafka_39, 
         create_topic(kafka_39.bootstrap, topic, 2)
         produce(kafka_39.bootstrap, topic, total, partitions=2)
         workers = [Worker(target, group, topic, tmp_path / f"w{i}.jsonl", mode="explicit", max_poll_records=100,
-                          work_ms=0.5, idle_s=15, max_s=200) for i in range(2)]
+                          work_ms=0.5, idle_s=15, max_s=200, debug="cgrp") for i in range(2)]
 
         def delivered() -> int:
             return len({(r["p"], r["o"]) for w in workers for r in w.records()})
@@ -52,6 +54,10 @@ def test_restart_mid_run_loses_nothing_and_redelivers_no_acked_record(kafka_39, 
                          if (r["p"], r["o"]) in acked_count and r["dc"] > acked_count[(r["p"], r["o"])]]
     assert acked, "no acknowledgement succeeded: the test proves nothing"
     assert redelivered_acked == [], f"acknowledged records were redelivered: {redelivered_acked[:5]}"
+    for i in range(2):  # the members were restored: no UNKNOWN_MEMBER_ID, no rejoin at epoch 0
+        epochs, lost = rdkafka_membership(tmp_path / f"w{i}.jsonl.rdkafka.log")
+        assert not lost, f"worker {i} lost its membership across the restart: {lost[:3]}"
+        assert epochs.count(0) == 1 and max(epochs) > 0, f"worker {i} rejoined (member epochs it sent: {epochs})"
     print(f"\n[kshare, {write_mode} state writes] restart after {stopped_at} of {total} records: all delivered, "
           f"{len(records) - total} redeliveries of unacknowledged records")
 

@@ -95,9 +95,19 @@ async def test_group_coordination_follows_the_owned_state_partition(pair):
     assert (await a.heartbeat(group, joined.member_id, joined.member_epoch)).error == ErrorCode.not_coordinator
     await b.persister.acquire(home)
     assert b.coordinator.groups[group].group_epoch == epoch
-    # the member is unknown to the new coordinator: it rejoins, as after a restart
+    # the new coordinator restored the member from its record (Kafka's replay): same id, same
+    # epoch, and its next heartbeat goes on exactly as it would have at A
+    assert set(b.coordinator.groups[group].members) == {joined.member_id}
     again = await b.heartbeat(group, joined.member_id, joined.member_epoch)
-    assert again.error in (ErrorCode.unknown_member_id, ErrorCode.fenced_member_epoch)
+    assert (again.error, again.member_epoch) == (ErrorCode.none, joined.member_epoch + 1)
+    assert again.assignment == {T.topic_id: frozenset({0, 1})}
+    steady = await b.heartbeat(group, joined.member_id, again.member_epoch)
+    epoch = b.coordinator.groups[group].group_epoch
+    await b.persister.release(home)
+    await a.persister.acquire(home)  # and back: nothing moves for a member at its target
+    back = await a.heartbeat(group, joined.member_id, steady.member_epoch)
+    assert (back.error, back.member_epoch) == (ErrorCode.none, steady.member_epoch)
+    assert a.coordinator.groups[group].group_epoch == epoch
 
 
 async def test_share_partitions_are_led_only_where_their_state_partition_is_owned(pair):

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from kshare_sidecar.persist import codec
 from kshare_sidecar.persist.codec import CodecError
 from kshare_sidecar.persist.model import DeliveryState, PartitionState, SharePartitionKey, StateBatch
-from kshare_sidecar.persist.records import GroupRecord, StoredPartition
+from kshare_sidecar.persist.ownership import group_home, state_partition_for
+from kshare_sidecar.persist.records import GroupRecord, MemberRecord, StoredPartition
 
 keys = st.builds(SharePartitionKey, st.text(min_size=1, max_size=20), st.uuids().map(str), st.integers(0, 10_000))
 batches = st.lists(st.builds(StateBatch, st.integers(0, 2**40), st.integers(0, 2**40),
@@ -54,6 +55,40 @@ def test_group_record_of_an_older_build_decodes():
     assert set(orjson.loads(codec.encode_group(rec))) == {"v", "epoch", "init", "cfg"}
 
 
+parts = st.dictionaries(st.uuids().map(str), st.lists(st.integers(0, 10_000), max_size=4).map(tuple), max_size=3)
+members = st.builds(MemberRecord, st.text(min_size=1, max_size=20), st.text(min_size=1, max_size=36),
+                    st.lists(st.text(min_size=1, max_size=10), max_size=3).map(tuple),
+                    st.none() | st.text(max_size=5), st.text(max_size=10), st.text(max_size=20),
+                    st.integers(0, 2**31 - 1), st.integers(-1, 2**31 - 1), parts, st.none() | parts)
+
+
+@given(member=members)
+def test_member_roundtrip_and_placement_with_its_group(member):
+    ident = (member.group_id, member.member_id)
+    raw_key, raw_value = codec.encode(codec.KIND_MEMBER, ident, member)
+    assert codec.decode(raw_key, raw_value) == (codec.KIND_MEMBER, ident, member)
+    assert codec.decode(raw_key, None) == (codec.KIND_MEMBER, ident, None)
+    assert raw_key == codec.member_key(*ident)
+    # the group's coordinator owns its members' records: same state partition as the group record
+    for n in (1, 7, 16):
+        assert state_partition_for(codec.KIND_MEMBER, ident, n, "topic-partition") == group_home(member.group_id, n)
+        assert state_partition_for(codec.KIND_MEMBER, ident, n, "key") == group_home(member.group_id, n)
+
+
+def test_group_record_with_members_roundtrip_and_older_builds_read_it():
+    rec = GroupRecord("g", group_epoch=5, initialized={"tid": (0, 1)}, configs={}, assignment_epoch=4,
+                      assignor="simple", topic_metadata={"orders": ("tid", 2)}, owner_epoch=7)
+    raw = codec.encode_group(rec)
+    assert codec.decode(codec.group_key("g"), raw) == (codec.KIND_GROUP, "g", rec)
+    assert codec.decode(codec.group_key("g"), raw)[2].owner_epoch == 7  # not compared: checked alone
+    member = MemberRecord("g", "m", member_epoch=3, owner_epoch=7)
+    assert codec.decode(*codec.encode(codec.KIND_MEMBER, ("g", "m"), member))[2].owner_epoch == 7
+    assert codec.decode_group("g", b'{"v":1,"epoch":1}').owner_epoch == -1  # older builds: no owner epoch
+    # what an older build's decoder reads from it: epoch, init and cfg, the rest ignored
+    value = orjson.loads(raw)
+    assert (value["epoch"], value["init"], value["cfg"]) == (5, {"tid": [0, 1]}, {})
+
+
 def test_value_has_version_field():
     value = orjson.loads(codec.encode_topic_id("x"))
     assert value["v"] == codec.VALUE_VERSION
@@ -74,6 +109,15 @@ def test_value_has_version_field():
     (b'["g","g"]', b'{"v":1,"epoch":1,"init":[1]}'),
     (b'["l","3"]', b'{"v":1,"layout":"topic-partition"}'),
     (b'["l",3]', b'{"v":1}'),
+    (b'["g","g"]', b'{"v":1,"epoch":1,"ae":"1"}'),
+    (b'["g","g"]', b'{"v":1,"epoch":1,"tm":{"t":["id"]}}'),
+    (b'["m","g"]', b'{"v":1}'),
+    (b'["m","g",3]', b'{"v":1}'),
+    (b'["m","g","m"]', b'{"v":1,"sub":["t"],"rack":null,"cid":"c","host":"h","pe":1,"a":{}}'),  # no "e"
+    (b'["m","g","m"]', b'{"v":1,"sub":"t","rack":null,"cid":"c","host":"h","e":1,"pe":1,"a":{}}'),
+    (b'["m","g","m"]', b'{"v":1,"sub":["t"],"rack":null,"cid":"c","host":"h","e":1,"pe":1,"a":{"t":[0.5]}}'),
+    (b'["m","g","m"]', b'{"v":1,"sub":["t"],"rack":null,"cid":"c","host":"h","e":1,"pe":1,"a":{},"t":[]}'),
+    (b'["m","g","m"]', b'{"v":1,"sub":["t"],"rack":null,"cid":"c","host":"h","e":1,"pe":1,"a":{},"oe":"1"}'),
     (None, b"{}"),
 ])
 def test_garbage_raises_codec_error(raw_key, raw_value):
