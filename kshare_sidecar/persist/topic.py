@@ -176,6 +176,7 @@ class TopicPersister(StateWatchMixin, BasePersister):
                                           request_timeout_ms=self.request_timeout_ms, **self.client_options)
         await self._admin.start()
         try:
+            await topicsetup.check_write_mode(self._admin, self.write_mode)
             await self._ensure_topic()
         finally:
             await self._admin.close()
