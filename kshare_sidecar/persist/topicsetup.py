@@ -10,8 +10,8 @@ the backend and create the topic.
 * An existing topic that is not compacted is refused with a message naming the topic and the fix
   (with ``delete`` the state of idle share-partitions would be lost).
 * A backend that does not serve an API the configured ``state.write.mode`` needs is refused with
-  one line naming the API and the modes that would work (:func:`check_write_mode`): without it
-  the sidecar would start and then fail every state write (seen on tansu, which has no EndTxn).
+  one line naming the API and the mode to use (:func:`check_write_mode`), before any writer
+  starts (on tansu, which has no EndTxn, the transactional writers' start stopped the broker).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def missing_apis(mode: str, advertised: Collection[int]) -> list[str]:
 
 async def check_write_mode(admin: AIOKafkaAdminClient, mode: str) -> None:
     """Refuse ``mode`` when the backend does not serve every API it needs, naming the API and
-    the modes the backend can do."""
+    the mode to use instead."""
     client = admin._client  # aiokafka 0.14 (pinned): the admin's AIOKafkaClient
     node = client.get_random_node()
     if node is None:
@@ -76,12 +76,12 @@ async def check_write_mode(admin: AIOKafkaAdminClient, mode: str) -> None:
     advertised = {entry[0] for entry in response.api_versions}
     missing = missing_apis(mode, advertised)
     if missing:
-        possible = [m for m in WRITE_MODE_APIS if not missing_apis(m, advertised)]
-        fix = f"set state.write.mode to {' or '.join(repr(m) for m in possible)}" if possible else \
+        # fenced is suggested, not idempotent: it needs no more of the backend and fences better
+        fix = "use state.write.mode = 'fenced' (the default)" if not missing_apis("fenced", advertised) else \
             "this backend cannot hold kshare's state (no idempotent producer)"
         raise WriteModeUnsupportedError(
-            f"state.write.mode = {mode!r} needs {', '.join(missing)}, which the backend does not serve: {fix} "
-            f"(docs/persistence.md, \"Write modes\")")
+            f"state.write.mode = {mode!r} needs {', '.join(missing)}, which the backend does not serve: {fix}; "
+            f"docs/persistence.md, \"Write modes\"")
 
 
 class _UnknownStateTopic(BackendWriteError):
