@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-fast typecheck test-spark bench fuzz test-fencing test-parity test-cluster-faults test-sidecar-cluster clean
+.PHONY: demo test test-fast typecheck test-spark bench fuzz test-fencing test-parity test-cluster-faults test-sidecar-cluster test-tansu clean
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "java not found: install a Java 17+ runtime"; exit 2; }
@@ -60,6 +60,12 @@ test-cluster-faults: $(STAMP)
 # A cluster of sidecars (issue 15): kill -9 / a fourth joining under 200k records, rolling restart; opt-in.
 test-sidecar-cluster: $(STAMP)
 	KSHARE_SIDECAR_CLUSTER=1 $(PY) -m pytest -q -rfEs -s tests/e2e/test_sidecar_cluster.py
+
+# kshare on tansu 0.6.0, a Kafka-compatible broker that is not Apache Kafka (issue 16; docs/compatibility.md,
+# "Tansu"); opt-in. Builds tansu with cargo into ~/.cache/kshare/tansu-0.6.0 first if missing (~40 min on 2 cores).
+test-tansu: $(STAMP)
+	$(VENV)/bin/kshare dev install-tansu
+	KSHARE_TANSU=1 $(PY) -m pytest -q -rfEs tests/integration/test_tansu_harness.py tests/e2e/test_tansu.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache

@@ -147,15 +147,7 @@ class KafkaBroker:
     def stop(self) -> None:
         """Stop the broker process tree and remove its directory; safe to call twice."""
         proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            _signal_group(proc, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                _signal_group(proc, signal.SIGKILL)
-                proc.wait(timeout=10)
-        if proc is not None:
-            _signal_group(proc, signal.SIGKILL)  # stragglers in the group, if any
+        terminate_group(proc)
         if self.workdir is not None and not self.keep_dir:
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None
@@ -285,6 +277,21 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+
+
+def terminate_group(proc: subprocess.Popen[bytes] | None, timeout_s: float = 30) -> None:
+    """SIGTERM a process started with ``start_new_session`` and wait; SIGKILL it if it lingers, and
+    always SIGKILL its group afterwards (stragglers). Safe on None and on an exited process."""
+    if proc is None:
+        return
+    if proc.poll() is None:
+        _signal_group(proc, signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _signal_group(proc, signal.SIGKILL)
+            proc.wait(timeout=10)
+    _signal_group(proc, signal.SIGKILL)
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
