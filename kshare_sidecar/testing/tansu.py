@@ -20,23 +20,20 @@ What works and what does not: docs/compatibility.md, "Tansu".
 
 from __future__ import annotations
 
-import atexit
 import os
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
-from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from .cluster import Cluster
 from .errors import HarnessError
-from .kafka import _die_with_parent, free_port, terminate_group
+from .kafka import free_port
 from .maven import cache_root
-from .probe import broker_ready
+from .process import BrokerProcess, die_with_parent
 
 #: The pinned release and the cargo features it is built with (libsql: ``sqlite://``;
 #: dynostore: ``memory://`` and ``s3://``).
@@ -74,51 +71,30 @@ def missing_reason() -> str:
             f"`make test-tansu` (or `kshare dev install-tansu`) builds it ({' '.join(install_command())}; ~40 min on 2 cores)")
 
 
-class TansuBroker:
+class TansuBroker(BrokerProcess):
     """One ``tansu broker`` process on loopback (Tansu is a single node: node id 111).
 
     ``storage``: ``"sqlite"`` (default; ``sqlite://tansu.db`` in the work directory, kept across
     :meth:`restart`) or ``"memory"`` (``memory://tansu/``, lost when the process stops).
     """
 
+    product = "tansu"
+    log_name = "tansu.log"
+    stop_timeout_s = 10.0
+    ready_poll_s = 0.1
+
     def __init__(self, *, storage: str = "sqlite", binary: Path | None = None, startup_timeout_s: float = 30.0,
                  keep_dir: bool | None = None, env: dict[str, str] | None = None) -> None:
         if storage not in STORAGE_ENGINES:
             raise HarnessError(f"unknown tansu storage engine {storage!r}: use one of {', '.join(STORAGE_ENGINES)}")
+        super().__init__(startup_timeout_s=startup_timeout_s, keep_dir=keep_dir)
         self.storage = storage
         self.binary = binary
-        self.startup_timeout_s = startup_timeout_s
-        self.keep_dir = bool(os.environ.get("KSHARE_KEEP_BROKER_DIR")) if keep_dir is None else keep_dir
         self.env = dict(env or {})  # e.g. RUST_LOG
-        self.port = 0
-        self.version = ""
-        self.workdir: Path | None = None
-        self.startup_seconds: float | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def bootstrap(self) -> str:
-        if not self.port:
-            raise HarnessError("tansu is not started: call start() first")
-        return f"127.0.0.1:{self.port}"
 
     @property
     def storage_url(self) -> str:
         return "memory://tansu/" if self.storage == "memory" else "sqlite://tansu.db"
-
-    @property
-    def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
-
-    @property
-    def log_path(self) -> Path | None:
-        return self.workdir / "tansu.log" if self.workdir else None
-
-    def __enter__(self) -> TansuBroker:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def start(self) -> TansuBroker:
         binary = self.binary or tansu_binary()
@@ -127,35 +103,8 @@ class TansuBroker:
         self.binary = binary
         self.version = _version(binary)
         started = time.monotonic()
-        self.workdir = Path(tempfile.mkdtemp(prefix="kshare-tansu-"))
         self.port = free_port()
-        atexit.register(self.stop)
-        try:
-            self._spawn()
-            self._wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-        self.startup_seconds = time.monotonic() - started
-        return self
-
-    def stop(self) -> None:
-        """Stop the process group and remove the work directory; safe to call twice."""
-        proc, self._proc = self._proc, None
-        terminate_group(proc, timeout_s=10)
-        if self.workdir is not None and not self.keep_dir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-            self.workdir = None
-        atexit.unregister(self.stop)
-
-    def kill(self, sig: signal.Signals = signal.SIGKILL) -> None:
-        """Signal the broker (keeping its directory and port) — half of :meth:`restart`."""
-        proc = self._proc
-        if proc is None or self.workdir is None:
-            raise HarnessError("tansu is not started: call start() first")
-        if proc.poll() is None:
-            os.killpg(proc.pid, sig)
-            proc.wait(timeout=30)
+        return self._start_in("kshare-tansu-", self._spawn, started)
 
     def restart(self, *, down_s: float = 0.0, sig: signal.Signals = signal.SIGKILL) -> None:
         """Kill the broker, wait ``down_s``, start it again on the same port and storage (with
@@ -164,13 +113,6 @@ class TansuBroker:
         time.sleep(down_s)
         self._spawn()
         self._wait_ready()
-
-    def log_tail(self, lines: int = 25) -> str:
-        path = self.log_path
-        if path is None or not path.exists():
-            return "(no tansu log)"
-        with open(path, errors="replace") as fh:
-            return "".join(deque(fh, maxlen=lines))
 
     def _command(self) -> list[str]:
         listener = f"tcp://127.0.0.1:{self.port}"
@@ -188,20 +130,7 @@ class TansuBroker:
         with open(self.workdir / "tansu.log", "ab") as log:
             self._proc = subprocess.Popen(self._command(), stdout=log, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.workdir,
-                                          env=env | self.env, preexec_fn=_die_with_parent)
-
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.startup_timeout_s
-        while time.monotonic() < deadline:
-            assert self._proc is not None
-            if self._proc.poll() is not None:
-                raise HarnessError(f"tansu exited during start-up (code {self._proc.returncode}); "
-                                   f"log tail:\n{self.log_tail()}")
-            if broker_ready("127.0.0.1", self.port, timeout=1):
-                return
-            time.sleep(0.1)
-        raise HarnessError(f"tansu did not answer Metadata within {self.startup_timeout_s:.0f} s; "
-                           f"log tail:\n{self.log_tail()}")
+                                          env=env | self.env, preexec_fn=die_with_parent)
 
 
 def _version(binary: Path) -> str:

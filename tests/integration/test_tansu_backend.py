@@ -14,13 +14,13 @@ import sys
 import uuid
 
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.client import AIOKafkaClient
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from kshare_sidecar.persist.epochwriter import EpochFencedError, EpochWriter
 from kshare_sidecar.testing.kafka import free_port
 from kshare_sidecar.testing.tansu import TansuBroker, missing_reason, tansu_binary
+from tests.integration.test_epoch_writer import _topic
 from tests.support import create_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
@@ -79,17 +79,6 @@ def test_no_end_txn_so_transactional_state_writes_are_refused_at_start_up(tansu,
     assert len(errors) == 1, done.stderr
     assert ("start-up failed: state.write.mode = 'transactional' needs EndTxn, which the backend does not "
             "serve: use state.write.mode = 'fenced' (the default)") in errors[0]
-
-
-async def _topic(bootstrap: str) -> str:
-    name = f"epoch-{uuid.uuid4().hex[:8]}"
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(name, 1, 1)])
-    finally:
-        await admin.close()
-    return name
 
 
 async def test_an_older_producer_epoch_is_refused_as_soon_as_a_newer_init(tansu):
