@@ -65,7 +65,7 @@ test-sidecar-cluster: $(STAMP)
 # "Tansu"); opt-in. Builds tansu with cargo into ~/.cache/kshare/tansu-0.6.0 first if missing (~40 min on 2 cores).
 test-tansu: $(STAMP)
 	$(VENV)/bin/kshare dev install-tansu
-	KSHARE_TANSU=1 $(PY) -m pytest -q -rfEs tests/integration/test_tansu_harness.py tests/e2e/test_tansu.py
+	KSHARE_TANSU=1 $(PY) -m pytest -q -rfEs tests/integration/test_tansu_backend.py tests/e2e/test_tansu.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache
