@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-fast typecheck test-spark bench fuzz test-fencing test-parity test-cluster-faults test-sidecar-cluster test-franz test-kafka-apps test-topology clean
+.PHONY: demo test test-fast typecheck test-spark bench fuzz test-fencing test-parity test-cluster-faults test-sidecar-cluster test-franz test-kafka-apps test-topology test-tansu clean
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "java not found: install a Java 17+ runtime"; exit 2; }
@@ -77,6 +77,12 @@ test-franz: $(STAMP)
 # VerifiableConsumer, TransactionalMessageCopier) through the sidecar and natively; opt-in.
 test-kafka-apps: $(STAMP)
 	KSHARE_KAFKA_APPS=1 $(PY) -m pytest -q -rfEs -s tests/e2e/test_kafka_apps.py
+
+# kshare on tansu 0.6.0, a Kafka-compatible broker that is not Apache Kafka (issue 16; docs/compatibility.md,
+# "Tansu"); opt-in. Builds tansu with cargo into ~/.cache/kshare/tansu-0.6.0 first if missing (~40 min on 2 cores).
+test-tansu: $(STAMP)
+	$(VENV)/bin/kshare dev install-tansu
+	KSHARE_TANSU=1 $(PY) -m pytest -q -rfEs tests/integration/test_tansu_backend.py tests/e2e/test_tansu.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache

@@ -413,5 +413,5 @@ def _persister_options(cfg: SidecarConfig, security: BackendSecurity) -> dict[st
             "transaction_timeout_ms": state.transaction_timeout_ms,
             # past the transaction timeout a commit is settled by reading the state back (issue 11)
             "commit_timeout_s": min(30.0, state.transaction_timeout_ms / 1000),
-            "write_mode": state.write_mode,
+            "write_mode": state.write_mode, "writer_refresh_s": state.write_refresh_ms / 1000,
             "client_options": security.aiokafka_options()}

@@ -151,6 +151,7 @@ class StateSettings:
     topic_replication_factor: int = _key("state.topic.replication.factor")
     write_linger_ms: int = _key("state.write.linger.ms")
     write_mode: str = _key("state.write.mode")
+    write_refresh_ms: int = _key("state.write.refresh.ms")
     transaction_timeout_ms: int = _key("state.transaction.timeout.ms")
 
 

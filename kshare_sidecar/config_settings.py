@@ -73,6 +73,10 @@ def _optional_host_port(value: str) -> str | None:
     return address.problem(value) if value else None
 
 
+def _refresh_interval(value: int) -> str | None:
+    return None if value == 0 or value >= 60_000 else "must be 0 (never) or at least 60000 (one minute)"
+
+
 def _bootstrap(value: str) -> str | None:
     if not value:
         return "required: the backend cluster's bootstrap servers, host:port[,host:port...]"
@@ -279,6 +283,12 @@ SETTINGS: tuple[Setting, ...] = (
        "epoch: a superseded sidecar's writes are refused by the backend), transactional (a Kafka transaction "
        "per write) or idempotent (plain idempotent produce for backends without transactions; weaker "
        "fencing, docs/persistence.md).", choices=("fenced", "transactional", "idempotent")),
+    _S("state.write.refresh.ms", 3600000, int,
+       "fenced mode: how often each state writer takes a new producer epoch (KIP-360 conditional InitProducerId) "
+       "and rewrites its owner record, so the backend's producer-id and transactional-id expiry never forgets it. "
+       "0 = never (else at least 60000): for backends that expire neither and cannot serve that request "
+       "(tansu, docs/compatibility.md).",
+       0, 86400000, check=_refresh_interval),
     _S("state.transaction.timeout.ms", 60000, int,
        "Transaction timeout of the state writers: a frozen writer's open transaction is aborted by the backend "
        "after this.", 1000, 900000),

@@ -6,10 +6,12 @@ import json
 import signal
 import sys
 import threading
+from typing import Any
 
 import typer
 
-from ..testing import KAFKA_VERSIONS, HarnessError, KafkaBroker
+from ..testing import KAFKA_VERSIONS, TANSU_VERSION, HarnessError, KafkaBroker, TansuBroker
+from ..testing.tansu import STORAGE_ENGINES, install
 
 app = typer.Typer(help="Local development helpers.", no_args_is_help=True)
 
@@ -22,22 +24,46 @@ def broker(
 
     Runs until SIGINT or SIGTERM, then stops the broker's process tree and removes its directory.
     """
+    _serve(lambda: KafkaBroker(kafka), "broker", "Kafka")
+
+
+@app.command(help=f"Start tansu {TANSU_VERSION} (a Kafka-compatible broker that is not Apache Kafka) on "
+                  "loopback; print one JSON line when ready. Needs its binary: kshare dev install-tansu.")
+def tansu(
+    storage: str = typer.Option("sqlite", "--storage", help=f"Storage engine: {', '.join(STORAGE_ENGINES)}"),
+) -> None:
+    _serve(lambda: TansuBroker(storage=storage), "tansu", "tansu")
+
+
+@app.command("install-tansu", help=f"Build tansu {TANSU_VERSION} with cargo into the harness cache unless it is "
+                                   "there (~40 min on 2 cores, at the lowest CPU priority); print the binary's path.")
+def install_tansu() -> None:
+    try:
+        typer.echo(str(install()))
+    except HarnessError as exc:
+        typer.echo(f"kshare dev install-tansu: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+def _serve(factory: Any, command: str, product: str) -> None:
+    """Start what ``factory`` builds, print its JSON line, run until SIGINT/SIGTERM, stop it."""
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        kb = KafkaBroker(kafka)
+        kb = factory()
         kb.start()
     except HarnessError as exc:
-        typer.echo(f"kshare dev broker: {exc}", err=True)
+        typer.echo(f"kshare dev {command}: {exc}", err=True)
         raise typer.Exit(2) from None
     try:
         sys.stdout.write(json.dumps({"bootstrap": kb.bootstrap, "version": kb.version}) + "\n")
         sys.stdout.flush()
-        typer.echo(f"Kafka {kb.version} ready in {kb.startup_seconds:.1f} s; Ctrl-C stops it", err=True)
+        typer.echo(f"{product} {kb.version} ready in {kb.startup_seconds:.1f} s; Ctrl-C stops it", err=True)
         while not stop.wait(0.5):
             if not kb.running:
-                typer.echo(f"kshare dev broker: Kafka exited unexpectedly; log tail:\n{kb.log_tail()}", err=True)
+                typer.echo(f"kshare dev {command}: {product} exited unexpectedly; log tail:\n{kb.log_tail()}",
+                           err=True)
                 raise typer.Exit(1)
     finally:
         kb.stop()

@@ -32,6 +32,7 @@ from . import errors as E
 from .errors import BackendError, BackendUnavailableError, UnknownTopicError, error_for
 from .health import BackendHealth, aiokafka_gate
 from .kio_bridge import KioRequest
+from .kio_bridge import send as kio_send
 from .metadata import CachedTopic, MetadataAnswer, TopicCache, metadata_request, parse_metadata
 from .reads import (
     EARLIEST,
@@ -413,7 +414,7 @@ class Backend:
     async def _send(self, node: int, request: KioRequest, *, group: ConnectionGroup = ConnectionGroup.DEFAULT) -> Any:
         client = self._require_client()
         try:
-            return await client.send(node, request, group=group)
+            return await kio_send(client, node, request, group=group)
         except (RequestTimedOutError, asyncio.TimeoutError):
             raise BackendUnavailableError(E.REQUEST_TIMED_OUT, f"request to broker {node} timed out") from None
         except (KafkaError, OSError) as exc:

@@ -9,6 +9,14 @@ pool (and its auth) and pick the API version per connection from the broker's Ap
 
 This relies on aiokafka internals (``conn.send`` → ``request.prepare``); the integration tests
 exercise it on every run and the lead pins ``aiokafka>=0.14,<0.15``.
+
+Tagged fields kio cannot read: Kafka's protocol lets a reader skip a tagged field it does not know
+(KIP-482), and Kafka's clients do; kio 0.6 raises instead. A backend that sends one — tansu 0.6.0
+puts Fetch's ``NodeEndpoints`` (a v16 field) into its v12 answers — would otherwise break every
+such request (and, raised inside aiokafka's reader, the whole connection). So such an answer is
+handed back as :class:`UnreadableResponse`, :func:`send` raises :class:`UnreadableResponseError`
+(a retriable ``KafkaError``), and from then on that API is asked at a lower version (one warning
+line per API and version); non-flexible versions carry no tagged fields at all.
 """
 
 from __future__ import annotations
@@ -16,10 +24,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import io
+import logging
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from aiokafka.errors import KafkaError
 from kio.index import load_payload_module, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
@@ -29,6 +39,12 @@ from .errors import BackendError
 
 Builder = Callable[[Any, int], Any]
 """``build(module, version) -> kio request entity`` for the chosen version's payload module."""
+
+log = logging.getLogger("kshare.backend")
+
+#: (api key, version) pairs whose answers kio could not read (see the module docstring): never
+#: chosen again in this process. All brokers of a backend run the same software.
+_UNREADABLE: set[tuple[int, int]] = set()
 
 
 @functools.cache
@@ -66,19 +82,57 @@ class _Encoded:
 class _ResponseDecoder:
     """Stands in for an aiokafka ``Response`` class: ``decode(BytesIO)`` → kio entity."""
 
-    __slots__ = ("_cls",)
+    __slots__ = ("_cls", "_api_key", "_version")
 
-    def __init__(self, cls: type) -> None:
+    def __init__(self, cls: type, api_key: int, version: int) -> None:
         self._cls = cls
+        self._api_key, self._version = api_key, version
 
     def decode(self, buf: io.BytesIO) -> Any:
         # kio wants a read-only buffer; a read-only view of the frame avoids one copy.
         view = buf.getbuffer().toreadonly()
         try:
             entity, _ = reader(self._cls)(view, buf.tell())
+        except KeyError as exc:  # kio: "Unknown tagged field tag: N"
+            if "tagged field" not in str(exc):
+                raise
+            return _unreadable(self._api_key, self._version, str(exc.args[0]))
         finally:
             view.release()
         return entity
+
+
+class UnreadableResponse:
+    """An answer kio could not read (a tagged field it does not know); :func:`send` raises."""
+
+    __slots__ = ("api_key", "version", "reason")
+
+    def __init__(self, api_key: int, version: int, reason: str) -> None:
+        self.api_key, self.version, self.reason = api_key, version, reason
+
+
+class UnreadableResponseError(KafkaError):
+    """The backend's answer carried a tagged field kio cannot read; the request may be sent
+    again: it will be asked at a lower version."""
+
+    retriable = True
+
+
+def _unreadable(api_key: int, version: int, reason: str) -> UnreadableResponse:
+    if (api_key, version) not in _UNREADABLE:
+        _UNREADABLE.add((api_key, version))
+        log.warning("the backend answered api %d v%d with a tagged field kio cannot read (%s; Kafka's clients "
+                    "skip such fields): asking at a lower version from now on", api_key, version, reason)
+    return UnreadableResponse(api_key, version, reason)
+
+
+async def send(client: Any, node: int, request: KioRequest, **kwargs: Any) -> Any:
+    """``client.send`` (an ``AIOKafkaClient``) for a :class:`KioRequest`; raises
+    :class:`UnreadableResponseError` instead of returning an answer kio could not read."""
+    response = await client.send(node, request, **kwargs)
+    if isinstance(response, UnreadableResponse):
+        raise UnreadableResponseError(f"api {response.api_key} v{response.version}: {response.reason}")
+    return response
 
 
 class _KioStruct:
@@ -89,7 +143,7 @@ class _KioStruct:
     def __init__(self, entity: Any) -> None:
         self.entity = entity
         self._response_cls = load_response_schema(entity.__api_key__, entity.__version__)
-        self.RESPONSE_TYPE = _ResponseDecoder(self._response_cls)
+        self.RESPONSE_TYPE = _ResponseDecoder(self._response_cls, entity.__api_key__, entity.__version__)
 
     def build_request_header(self, correlation_id: int, client_id: str) -> _Encoded:
         return _Encoded(request_header(self.entity, correlation_id, client_id))
@@ -124,7 +178,7 @@ class KioRequest:
 
     def prepare(self, broker_versions: dict[int, tuple[int, int]]) -> _KioStruct:
         low, high = broker_versions.get(self.API_KEY, (0, -1))
-        usable = [v for v in self._versions if low <= v <= high]
+        usable = [v for v in self._versions if low <= v <= high and (self.API_KEY, v) not in _UNREADABLE]
         if not usable:
             raise BackendError(
                 int(ErrorCode.unsupported_version),

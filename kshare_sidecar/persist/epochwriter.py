@@ -46,6 +46,7 @@ from aiokafka.errors import KafkaError
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from kshare_sidecar.log.kio_bridge import KioRequest, make
+from kshare_sidecar.log.kio_bridge import send as kio_send
 
 log = logging.getLogger("kshare_sidecar.persist.topic")
 
@@ -150,7 +151,7 @@ class EpochWriter:
             code = REQUEST_TIMED_OUT
             try:
                 node = await self.client.coordinator_lookup(CoordinationType.TRANSACTION, self.transactional_id)
-                response = await self.client.send(node, KioRequest(INIT_PRODUCER_ID_API, versions, build))
+                response = await kio_send(self.client, node, KioRequest(INIT_PRODUCER_ID_API, versions, build))
                 code = _code(response.error_code)
             except KafkaError as exc:  # coordinator moving, connection lost: retried below
                 log.debug("%r: InitProducerId: %r", self, exc)
@@ -232,7 +233,7 @@ class EpochWriter:
                 await asyncio.sleep(backoff)
                 continue
             try:
-                response = await self.client.send(node, KioRequest(PRODUCE_API, PRODUCE_VERSIONS, build))
+                response = await kio_send(self.client, node, KioRequest(PRODUCE_API, PRODUCE_VERSIONS, build))
             except KafkaError as exc:  # connection lost or request timed out: same batch again
                 log.debug("%r: produce: %r", self, exc)
                 await asyncio.sleep(backoff)

@@ -88,3 +88,10 @@ class StateTopicMisconfiguredError(PersistError):
     """The state topic exists but cannot hold state safely (for example, not compacted)."""
 
     error_code = ErrorCode.invalid_config
+
+
+class WriteModeUnsupportedError(PersistError):
+    """The backend lacks an API the configured ``state.write.mode`` needs (e.g. EndTxn for
+    ``transactional``): found at start-up, before any state is written."""
+
+    error_code = ErrorCode.invalid_config

@@ -91,7 +91,9 @@ _FENCING_ERRORS = (ProducerFenced, InvalidProducerEpoch, TransactionalIdAuthoriz
 #: How often a ``fenced``-mode writer takes a new producer epoch and writes its owner record again,
 #: so that neither the transactional id (``transactional.id.expiration.ms``, Kafka's default 7 days)
 #: nor the producer state on the state partition (``producer.id.expiration.ms``, default 1 day)
-#: expires while this sidecar owns it — an expired one would let a zombie's write land.
+#: expires while this sidecar owns it — an expired one would let a zombie's write land. The
+#: sidecar's ``state.write.refresh.ms``; 0 turns it off for backends that expire neither and cannot
+#: serve the conditional InitProducerId it sends (tansu 0.6.0's libSQL engine panics on it).
 WRITER_REFRESH_S = 3600.0
 
 
@@ -202,8 +204,9 @@ class TopicPersister(StateWatchMixin, BasePersister):
             await self._client.bootstrap()
             self._client.add_topic(self.topic)
             await self._client.force_metadata_update()
-            self._refresher = asyncio.get_running_loop().create_task(self._refresh_writers(),
-                                                                     name="kshare-state-writer-refresh")
+            if self.writer_refresh_s > 0:  # 0: the backend expires no producer state (state.write.refresh.ms)
+                self._refresher = asyncio.get_running_loop().create_task(self._refresh_writers(),
+                                                                         name="kshare-state-writer-refresh")
         if self.cluster:  # writers are opened per state partition when the group assigns it
             return
         # Producers first: init_transactions fences older writers and resolves their open
@@ -252,6 +255,7 @@ class TopicPersister(StateWatchMixin, BasePersister):
                                                   request_timeout_ms=self.request_timeout_ms, **self.client_options)
         await admin.start()
         try:
+            await topicsetup.check_write_mode(admin, self.write_mode)  # before anything is created
             timeout_s = self.request_timeout_ms / 1000
             count = await topicsetup.create_or_describe(
                 admin, self.topic, partitions=self.partitions, replication_factor=self.replication_factor,

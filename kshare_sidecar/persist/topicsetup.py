@@ -9,6 +9,9 @@ the backend and create the topic.
   :data:`DEFAULT_TOPIC_CONFIGS`; the topic is never named in a Metadata request before it exists.
 * An existing topic that is not compacted is refused with a message naming the topic and the fix
   (with ``delete`` the state of idle share-partitions would be lost).
+* A backend that does not serve an API the configured ``state.write.mode`` needs is refused with
+  one line naming the API and the mode to use (:func:`check_write_mode`), before any writer
+  starts (on tansu, which has no EndTxn, the transactional writers' start stopped the broker).
 """
 
 from __future__ import annotations
@@ -16,14 +19,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Collection
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.protocol.admin import ApiVersionRequest
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import TopicAlreadyExistsError, for_code
 
 from kio.schema.errors import ErrorCode
 
-from kshare_sidecar.persist.errors import BackendWriteError, StateTopicMisconfiguredError
+from kshare_sidecar.persist.errors import BackendWriteError, StateTopicMisconfiguredError, WriteModeUnsupportedError
 
 log = logging.getLogger("kshare_sidecar.persist.topic")
 
@@ -40,6 +45,43 @@ DEFAULT_TOPIC_CONFIGS: dict[str, str] = {
     # Tombstones stay readable for an hour: long enough for any replay in progress to see them.
     "delete.retention.ms": "3600000",
 }
+
+
+#: The backend APIs each ``state.write.mode`` sends (docs/persistence.md, "Write modes"), by key.
+#: ``fenced`` also relies on the partition leader refusing an older producer epoch, which no
+#: ApiVersions answer shows (tests/integration/test_epoch_writer.py checks it per backend).
+WRITE_MODE_APIS: dict[str, dict[int, str]] = {
+    "fenced": {22: "InitProducerId"},
+    "idempotent": {22: "InitProducerId"},
+    "transactional": {22: "InitProducerId", 24: "AddPartitionsToTxn", 26: "EndTxn"},
+}
+
+
+def missing_apis(mode: str, advertised: Collection[int]) -> list[str]:
+    """The names of the APIs ``mode`` needs that ``advertised`` (API keys) lacks."""
+    return [name for key, name in WRITE_MODE_APIS[mode].items() if key not in advertised]
+
+
+async def check_write_mode(admin: AIOKafkaAdminClient, mode: str) -> None:
+    """Refuse ``mode`` when the backend does not serve every API it needs, naming the API and
+    the mode to use instead."""
+    client = admin._client  # aiokafka 0.14 (pinned): the admin's AIOKafkaClient
+    node = client.get_random_node()
+    if node is None:
+        await client.force_metadata_update()
+        node = client.get_random_node()
+    response = await client.send(node, ApiVersionRequest())
+    if response.error_code:
+        raise BackendWriteError(f"the backend refused ApiVersions: {for_code(response.error_code).__name__}")
+    advertised = {entry[0] for entry in response.api_versions}
+    missing = missing_apis(mode, advertised)
+    if missing:
+        # fenced is suggested, not idempotent: it needs no more of the backend and fences better
+        fix = "use state.write.mode = 'fenced' (the default)" if not missing_apis("fenced", advertised) else \
+            "this backend cannot hold kshare's state (no idempotent producer)"
+        raise WriteModeUnsupportedError(
+            f"state.write.mode = {mode!r} needs {', '.join(missing)}, which the backend does not serve: {fix}; "
+            f"docs/persistence.md, \"Write modes\"")
 
 
 class _UnknownStateTopic(BackendWriteError):

@@ -34,6 +34,7 @@ class Cluster:
     kind: str  # "embedded" | "external" | "container"
     share_groups: bool
     startup_seconds: float = 0.0
+    product: str = "Kafka"  # or "Redpanda", "tansu": what the harness summary names
 
     @property
     def host_port(self) -> tuple[str, int]:
@@ -118,4 +119,4 @@ def redpanda_cluster(image: str = "docker.redpanda.com/redpandadata/redpanda:v25
     started = time.monotonic()
     with RedpandaContainer(image) as container:
         yield Cluster(container.get_bootstrap_server(), image.rsplit(":", 1)[-1], "container", False,
-                      time.monotonic() - started)
+                      time.monotonic() - started, product="Redpanda")

@@ -7,22 +7,17 @@ and runs in its own process group so stopping it leaves no process behind.
 
 from __future__ import annotations
 
-import atexit
 import base64
-import os
-import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 import uuid
-from collections import deque
 from pathlib import Path
 
 from .errors import HarnessError
 from .maven import kafka_libs, require_tool
-from .probe import broker_ready
+from .process import BrokerProcess, die_with_parent
 
 #: Pinned versions by alias: 3.9 is a backend without share groups, 4 the native reference.
 # 4.4.0 is on Maven Central but its kafka-tools-api artifact is not (checked 2026-11-21), so it
@@ -73,12 +68,14 @@ def _cluster_id() -> str:
             return cid
 
 
-class KafkaBroker:
+class KafkaBroker(BrokerProcess):
     """A single-node KRaft Kafka (combined broker + controller) for tests and local development.
 
     ``extra_config`` adds or overrides broker properties. ``share_groups`` (4.x only) enables
     KIP-932 share groups, with the share-state topic sized for one broker.
     """
+
+    product = "Kafka"
 
     def __init__(
         self,
@@ -89,86 +86,26 @@ class KafkaBroker:
         startup_timeout_s: float = 120.0,
         keep_dir: bool | None = None,
     ) -> None:
+        super().__init__(startup_timeout_s=startup_timeout_s, keep_dir=keep_dir)
         self.version = resolve_version(version)
         self.major = int(self.version.split(".")[0])
         self.extra_config = dict(extra_config or {})
         self.heap = heap
-        self.startup_timeout_s = startup_timeout_s
-        self.keep_dir = bool(os.environ.get("KSHARE_KEEP_BROKER_DIR")) if keep_dir is None else keep_dir
-        self.port = 0
         self.controller_port = 0
         self.cluster_id: str | None = None  # set by multibroker.KafkaCluster: one id for every node
         self.format_args: list[str] = []  # extra `kafka-storage format` arguments
-        self.workdir: Path | None = None
-        self.startup_seconds: float | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
 
-    # -- facade -------------------------------------------------------------------------
-    @property
-    def bootstrap(self) -> str:
-        if not self.port:
-            raise HarnessError("the broker is not started: call start() first")
-        return f"127.0.0.1:{self.port}"
-
+    # -- facade (bootstrap, running, stop, kill, log_tail: BrokerProcess) ----------------
     @property
     def share_groups(self) -> bool:
         """True when this broker serves KIP-932 share groups natively."""
         return self.major >= 4
 
-    @property
-    def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
-
-    @property
-    def log_path(self) -> Path | None:
-        return self.workdir / "broker.log" if self.workdir else None
-
-    def __enter__(self) -> KafkaBroker:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     def start(self) -> KafkaBroker:
         java = require_tool("java", "install a Java 17+ runtime (for example `apt-get install openjdk-17-jre`)")
         started = time.monotonic()
         libs = kafka_libs(self.version)
-        self.workdir = Path(tempfile.mkdtemp(prefix=f"kshare-kafka-{self.version}-"))
-        atexit.register(self.stop)
-        try:
-            self._launch(java, libs)
-            self._wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-        self.startup_seconds = time.monotonic() - started
-        return self
-
-    def stop(self) -> None:
-        """Stop the broker process tree and remove its directory; safe to call twice."""
-        proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            _signal_group(proc, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                _signal_group(proc, signal.SIGKILL)
-                proc.wait(timeout=10)
-        if proc is not None:
-            _signal_group(proc, signal.SIGKILL)  # stragglers in the group, if any
-        if self.workdir is not None and not self.keep_dir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-            self.workdir = None
-        atexit.unregister(self.stop)
-
-    def kill(self, sig: signal.Signals = signal.SIGKILL) -> None:
-        """Kill the broker process (keeping its directory and ports) — half of :meth:`restart`."""
-        proc = self._proc
-        if proc is None or self.workdir is None:
-            raise HarnessError("the broker is not started: call start() first")
-        if proc.poll() is None:
-            _signal_group(proc, sig)
-            proc.wait(timeout=30)
+        return self._start_in(f"kshare-kafka-{self.version}-", lambda: self._launch(java, libs), started)
 
     def restart(self, *, down_s: float = 0.0, sig: signal.Signals = signal.SIGKILL) -> None:
         """Kill the broker (``sig``; a no-op if :meth:`kill` already did), wait ``down_s``, start it
@@ -177,13 +114,6 @@ class KafkaBroker:
         time.sleep(down_s)
         self._spawn(require_tool("java", "install a Java 17+ runtime"), kafka_libs(self.version))
         self._wait_ready()
-
-    def log_tail(self, lines: int = 25) -> str:
-        path = self.log_path
-        if path is None or not path.exists():
-            return "(no broker log)"
-        with open(path, errors="replace") as fh:
-            return "".join(deque(fh, maxlen=lines))
 
     # -- internals ----------------------------------------------------------------------
     def _properties(self) -> dict[str, str]:
@@ -256,39 +186,5 @@ class KafkaBroker:
             self._proc = subprocess.Popen(
                 self._java(java, libs) + ["kafka.Kafka", str(self.workdir / "server.properties")],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, cwd=self.workdir, preexec_fn=_die_with_parent,
+                start_new_session=True, cwd=self.workdir, preexec_fn=die_with_parent,
             )
-
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.startup_timeout_s
-        while time.monotonic() < deadline:
-            assert self._proc is not None
-            if self._proc.poll() is not None:
-                raise HarnessError(
-                    f"Kafka {self.version} exited during start-up (code {self._proc.returncode}); "
-                    f"broker log tail:\n{self.log_tail()}"
-                )
-            if broker_ready("127.0.0.1", self.port):
-                return
-            time.sleep(0.2)
-        raise HarnessError(
-            f"Kafka {self.version} did not answer Metadata within {self.startup_timeout_s:.0f} s; "
-            f"broker log tail:\n{self.log_tail()}"
-        )
-
-
-def _die_with_parent() -> None:
-    """Ask Linux to SIGTERM the broker if the process that started it dies (even by SIGKILL)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
-    try:
-        os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass

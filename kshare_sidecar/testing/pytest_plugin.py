@@ -1,7 +1,8 @@
 """pytest fixtures for real brokers, registered through the ``pytest11`` entry point.
 
 Any project with kshare-sidecar installed gets ``kafka_39`` (a backend without share groups),
-``kafka_4`` (native KIP-932 share groups) and ``redpanda`` (Docker only) as session fixtures, and
+``kafka_4`` (native KIP-932 share groups), ``redpanda`` (Docker only) and ``tansu`` (a non-Apache
+Kafka-compatible broker; skipped without its binary) as session fixtures, and
 ``kafka_39_cluster3`` (three 3.9 brokers, module-scoped) for multi-broker routing, and
 ``kshare_container`` (Docker only: a sidecar container in front of a Kafka container).
 Start-up times are printed in the terminal summary.
@@ -72,6 +73,22 @@ def redpanda() -> Iterator[Cluster]:
 
 
 @pytest.fixture(scope="session")
+def tansu() -> Iterator[Cluster]:
+    """Tansu (:mod:`~kshare_sidecar.testing.tansu`; libSQL storage in a temporary directory unless
+    ``KSHARE_TANSU_STORAGE=memory``); skipped, naming the path looked at and the build command, when
+    its binary is absent."""
+    from .tansu import missing_reason, tansu_binary, tansu_cluster
+
+    try:
+        binary = tansu_binary()
+    except HarnessError as exc:  # KSHARE_TANSU_BIN names nothing runnable
+        pytest.fail(f"kshare harness: {exc}", pytrace=False)
+    if binary is None:
+        pytest.skip(missing_reason())
+    yield from _provide(tansu_cluster)
+
+
+@pytest.fixture(scope="session")
 def kshare_container():
     """A kshare sidecar container in front of a Kafka 3.9 container (testcontainers;
     :func:`~.containers.kafka_with_kshare`): ``kshare_container.get_bootstrap_server()``.
@@ -89,6 +106,6 @@ def kshare_container():
 def pytest_terminal_summary(terminalreporter) -> None:
     for cluster in _started:
         terminalreporter.write_line(
-            f"kshare harness: Kafka {cluster.version} ({cluster.kind}) at {cluster.bootstrap}, "
+            f"kshare harness: {cluster.product} {cluster.version} ({cluster.kind}) at {cluster.bootstrap}, "
             f"ready in {cluster.startup_seconds:.1f} s"
         )

@@ -123,6 +123,21 @@ def sidecar(kafka_39, tmp_path_factory) -> Iterator[SidecarProcess]:
     sc.stop()
 
 
+#: kshare on tansu (issue 16; docs/compatibility.md, "Tansu"): `fenced` state writes (tansu has no
+#: EndTxn, and refuses a batch at an older producer epoch) without the hourly writer refresh
+#: (tansu expires no producer state, and its libSQL engine panics on the conditional InitProducerId).
+TANSU_SIDECAR_ENV = {"KSHARE_STATE_WRITE_MODE": "fenced", "KSHARE_STATE_WRITE_REFRESH_MS": "0"}
+
+
+@pytest.fixture(scope="session")
+def tansu_sidecar(tansu, tmp_path_factory) -> Iterator[SidecarProcess]:
+    """A sidecar in front of the harness's tansu (`tansu` fixture: skipped without its binary)."""
+    sc = SidecarProcess(tansu.bootstrap, tmp_path_factory.mktemp("tansu-sidecar") / "sidecar.log",
+                        env=dict(TANSU_SIDECAR_ENV)).start()
+    yield sc
+    sc.stop()
+
+
 @pytest.fixture(params=["kshare", "native"])
 def target(request) -> Target:
     if request.param == "kshare":

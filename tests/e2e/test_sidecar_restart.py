@@ -2,10 +2,12 @@
 acknowledged is redelivered, nothing unacknowledged is lost, and the members are kept (the
 restarted sidecar restores them from the state topic, as a restarted Kafka broker replays its
 coordinator's members: the ShareConsumers never rejoin). kshare only (native Kafka has no sidecar
-to restart)."""
+to restart). :func:`restart_mid_run` is the scenario; tests/e2e/test_tansu.py runs it with SIGKILL
+on tansu."""
 
 from __future__ import annotations
 
+import signal
 import time
 
 import pytest
@@ -19,14 +21,20 @@ pytestmark = pytest.mark.kafka
 @pytest.mark.parametrize("write_mode", ["transactional", "idempotent"])
 def test_restart_mid_run_loses_nothing_and_redelivers_no_acked_record(kafka_39, tmp_path, write_mode):
     """Both state write modes (docs/persistence.md): with and without Kafka transactions."""
-    total = 20_000
-    sc = SidecarProcess(kafka_39.bootstrap, tmp_path / "sidecar.log",
-                        env={"KSHARE_STATE_WRITE_MODE": write_mode}).start()
+    restart_mid_run(kafka_39.bootstrap, tmp_path, write_mode)
+
+
+def restart_mid_run(backend: str, tmp_path, write_mode: str, *, sig: int = signal.SIGTERM, total: int = 20_000,
+                    label: str = "kshare", env: dict[str, str] | None = None) -> None:
+    """Two ShareConsumer processes on ``total`` records; the sidecar stopped with ``sig`` after a
+    quarter and started again on the same port; every record delivered, none acknowledged twice."""
+    sc = SidecarProcess(backend, tmp_path / "sidecar.log",
+                        env={**(env or {}), "KSHARE_STATE_WRITE_MODE": write_mode}).start()
     try:
-        target = Target("kshare", sc.bootstrap, kafka_39.bootstrap)
+        target = Target("kshare", sc.bootstrap, backend)
         topic, group = unique("restart"), unique("g")
-        create_topic(kafka_39.bootstrap, topic, 2)
-        produce(kafka_39.bootstrap, topic, total, partitions=2)
+        create_topic(backend, topic, 2)
+        produce(backend, topic, total, partitions=2)
         workers = [Worker(target, group, topic, tmp_path / f"w{i}.jsonl", mode="explicit", max_poll_records=100,
                           work_ms=0.5, idle_s=15, max_s=200, debug="cgrp") for i in range(2)]
 
@@ -34,7 +42,8 @@ def test_restart_mid_run_loses_nothing_and_redelivers_no_acked_record(kafka_39, 
             return len({(r["p"], r["o"]) for w in workers for r in w.records()})
 
         assert wait_until(lambda: delivered() > total // 4, 60), sc.log_tail()
-        assert sc.stop() == 0, "SIGTERM must stop the sidecar cleanly"
+        rc = sc.stop(sig)
+        assert rc == (0 if sig == signal.SIGTERM else -sig), f"{signal.Signals(sig).name}: exit code {rc}"
         stopped_at = delivered()
         time.sleep(1)
         sc.start()
@@ -58,6 +67,6 @@ def test_restart_mid_run_loses_nothing_and_redelivers_no_acked_record(kafka_39, 
         epochs, lost = rdkafka_membership(tmp_path / f"w{i}.jsonl.rdkafka.log")
         assert not lost, f"worker {i} lost its membership across the restart: {lost[:3]}"
         assert epochs.count(0) == 1 and max(epochs) > 0, f"worker {i} rejoined (member epochs it sent: {epochs})"
-    print(f"\n[kshare, {write_mode} state writes] restart after {stopped_at} of {total} records: all delivered, "
-          f"{len(records) - total} redeliveries of unacknowledged records")
+    print(f"\n[{label}, {write_mode} state writes] {signal.Signals(sig).name} and restart after {stopped_at} of "
+          f"{total} records: all delivered, {len(records) - total} redeliveries of unacknowledged records")
 

@@ -154,3 +154,32 @@ def test_error_classes():
 async def test_not_started_backend_raises_our_error():
     with pytest.raises(BackendError):
         await Backend("unused:1").fetch("t", 0, 0, max_bytes=1)
+
+
+# A Fetch v12 answer exactly as tansu 0.6.0 sent it (one record, "hello"): after the topics comes
+# the top-level tagged-field section `01 00 01 01` — tag 0 (Fetch v16's NodeEndpoints, an empty
+# array) in a v12 answer. Kafka's clients skip unknown tags (KIP-482); kio 0.6 refuses them.
+TANSU_FETCH_V12 = bytes.fromhex(
+    "00000007000000000000000000000002047261770200000000000000000000000000010000000000000001000000000000"
+    "000001ffffffff4b00000000000000000000003effffffff020d0871d2000000000000000001a21c8c0a71000001a21c8c"
+    "0a77ffffffffffffffffffff000000000000000118000000026b0a68656c6c6f00000001000101")
+
+
+def test_an_answer_with_an_unknown_tagged_field_is_unreadable_and_that_version_is_not_asked_again(caplog):
+    from kshare_sidecar.log import kio_bridge
+
+    request = fetch_request([PartitionRead("raw", 0, 0, 1 << 20)], max_wait_ms=0, isolation_level=0, max_bytes=None)
+    struct_ = request.prepare({1: (0, 16)})
+    assert request.version == 12
+    buf = io.BytesIO(TANSU_FETCH_V12)
+    struct_.parse_response_header(buf)
+    try:
+        answer = struct_.RESPONSE_TYPE.decode(buf)
+        assert isinstance(answer, kio_bridge.UnreadableResponse)
+        assert (answer.api_key, answer.version) == (1, 12) and "tagged field" in answer.reason
+        assert "asking at a lower version" in caplog.text
+        request.prepare({1: (0, 16)})
+        assert request.version == 11  # non-flexible: no tagged fields to trip on
+    finally:
+        kio_bridge._UNREADABLE.discard((1, 12))
+
