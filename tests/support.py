@@ -103,3 +103,15 @@ async def read_state_topic(bootstrap: str, topic: str, partitions: int,
         return sorted(out)
     finally:
         await consumer.stop()
+
+
+def api_versions(bootstrap: str) -> dict[int, tuple[int, int]]:
+    """What ``bootstrap`` offers in ApiVersions: {api key: (min, max)}."""
+    from kio.schema.api_versions.v3.request import ApiVersionsRequest
+
+    from kshare_sidecar.protocol.address import parse_host_port
+    from kshare_sidecar.protocol.blocking import BlockingConnection
+
+    with BlockingConnection(*parse_host_port(bootstrap), timeout=15, client_id="kshare-test") as conn:
+        answer = conn.call(ApiVersionsRequest(client_software_name="t", client_software_version="1"))
+    return {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in answer.api_keys}

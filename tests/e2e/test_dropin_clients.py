@@ -16,6 +16,7 @@ from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, 
 
 from kshare_sidecar.protocol.blocking import BlockingConnection
 from kshare_sidecar.testing.tools import run_java_tool
+from tests.support import api_versions
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -217,20 +218,6 @@ def test_kafka_topic_command_through_the_sidecar(sidecar):
     assert deleted.returncode == 0, deleted.output
 
 
-def _api_versions(bootstrap: str) -> dict[int, tuple[int, int]]:
-    from kio.schema.api_versions.v3.request import ApiVersionsRequest
-
-    from kshare_sidecar.protocol.address import parse_host_port
-    from kshare_sidecar.protocol.blocking import BlockingConnection
-
-    conn = BlockingConnection(*parse_host_port(bootstrap), timeout=15, client_id="dropin-test")
-    try:
-        answer = conn.call(ApiVersionsRequest(client_software_name="t", client_software_version="1"))
-    finally:
-        conn.close()
-    return {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in answer.api_keys}
-
-
 def test_api_versions_never_offer_what_the_backend_lacks(sidecar, kafka_39):
     front = offered_within_the_backend(sidecar.bootstrap, kafka_39.bootstrap)
     assert {0, 1, 2, 8, 9, 11, 19, 20, 22, 24, 26, 37} <= set(front)
@@ -239,7 +226,7 @@ def test_api_versions_never_offer_what_the_backend_lacks(sidecar, kafka_39):
 def offered_within_the_backend(sidecar: str, backend: str) -> dict[int, tuple[int, int]]:
     """The sidecar's ApiVersions, checked: every API it does not serve itself is one the backend
     serves, within the backend's versions; no broker-to-broker API."""
-    front, back = _api_versions(sidecar), _api_versions(backend)
+    front, back = api_versions(sidecar), api_versions(backend)
     own = {3, 10, 17, 18, 36, 76, 77, 78, 79, 90, 91, 92}  # served by the sidecar whatever the backend has
     for key, (lo, hi) in front.items():
         if key in own:

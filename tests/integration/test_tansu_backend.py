@@ -21,15 +21,9 @@ from kshare_sidecar.persist.epochwriter import EpochFencedError, EpochWriter
 from kshare_sidecar.testing.kafka import free_port
 from kshare_sidecar.testing.tansu import TansuBroker, missing_reason, tansu_binary
 from tests.integration.test_epoch_writer import _topic
-from tests.support import create_topic
+from tests.support import api_versions, create_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
-
-
-def _api_versions(bootstrap: str) -> dict[int, tuple[int, int]]:
-    from tests.e2e.test_dropin_clients import _api_versions as versions
-
-    return versions(bootstrap)
 
 
 def _produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
@@ -66,7 +60,7 @@ def test_harness_starts_restarts_with_its_data_and_stops():
 
 
 def test_no_end_txn_so_transactional_state_writes_are_refused_at_start_up(tansu, tmp_path):
-    versions = _api_versions(tansu.bootstrap)
+    versions = api_versions(tansu.bootstrap)
     assert 26 not in versions, "tansu serves EndTxn now: try state.write.mode=transactional on it"
     assert {0, 1, 2, 3, 22, 24} <= set(versions)  # Produce, Fetch, ListOffsets, Metadata, InitProducerId, AddPartitionsToTxn
     port = free_port()
