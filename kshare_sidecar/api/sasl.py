@@ -35,7 +35,7 @@ from kio.schema.errors import ErrorCode
 
 from ..protocol.constants import ApiKey
 from ..auth import ANONYMOUS
-from ..auth.authenticators import Authenticator, CredentialsUnavailable
+from ..auth.authenticators import Authenticator, CredentialsUnavailable, RelayRefused
 from ..auth.plain import PlainInvalid, parse_plain
 from ..auth.principal import tls_principal
 from ..auth.scram import HASHES, ScramInvalid, ScramRefused, ScramServer
@@ -82,11 +82,16 @@ class Exchange:
         #: PLAIN only, after success: the client's password, kept for passthrough.credentials =
         #: client (never logged, dropped with the exchange unless the listener keeps it)
         self.password: str | None = None
-        self._scram = ScramServer(mechanism) if mechanism in HASHES else None
+        relay = getattr(authenticator, "scram_relay", None) if mechanism in HASHES else None
+        #: the whole exchange elsewhere (the delegate authenticator: the backend checks the proof)
+        self._relay = relay(mechanism) if relay is not None else None
+        self._scram = ScramServer(mechanism) if mechanism in HASHES and self._relay is None else None
         self._generic = (f"Authentication failed during authentication due to invalid credentials with SASL "
                          f"mechanism {mechanism}")
 
     async def step(self, token: bytes) -> tuple[bytes, bool]:
+        if self._relay is not None:
+            return await self._relayed(token)
         if self._scram is None:
             return await self._plain(token), True
         scram = self._scram
@@ -106,6 +111,21 @@ class Exchange:
             raise AuthFailed(str(exc), str(exc)) from None
         except ScramInvalid as exc:
             raise AuthFailed(self._generic, str(exc)) from None
+
+    async def _relayed(self, token: bytes) -> tuple[bytes, bool]:
+        relay = self._relay
+        assert relay is not None
+        try:
+            reply, done = await relay.step(token)
+        except RelayRefused as exc:
+            raise AuthFailed(exc.message, exc.reason) from None
+        except Exception as exc:  # CredentialsUnavailable, or a broken plugin: not a wrong password
+            relay.close()
+            reason = str(exc) if isinstance(exc, CredentialsUnavailable) else f"authenticator failed: {exc!r}"
+            raise AuthFailed("Authentication failed: credentials for user could not be verified", reason) from None
+        finally:
+            self.username = relay.username
+        return reply, done
 
     async def _plain(self, token: bytes) -> bytes:
         try:

@@ -49,6 +49,13 @@ class BackendSecurity:
     #: OAUTHBEARER: an object with ``async token() -> str`` (aiokafka's AbstractTokenProvider
     #: shape) used instead of ``token_file`` (the asyncio client's ``sasl_oauth_token_provider``)
     token_provider: Any = field(default=None, repr=False, compare=False)
+    #: SCRAM with credentials fetched at every authentication: an object with ``async
+    #: credentials() -> (username, password)`` and a ``describe`` string, used instead of
+    #: ``username``/``password`` (pass-through as a client's principal: a delegation token's id and
+    #: HMAC, ``forward/tokens.py``). With ``token_auth`` the client-first message carries Kafka's
+    #: ``tokenauth=true`` extension (KIP-48).
+    credential_source: Any = field(default=None, repr=False, compare=False)
+    token_auth: bool = False
 
     @property
     def sasl(self) -> bool:
@@ -114,7 +121,9 @@ class BackendSecurity:
     def describe(self) -> str:
         """For log lines: protocol, mechanism and user — never a secret."""
         parts = [self.protocol]
-        if self.sasl:
+        if self.sasl and self.credential_source is not None:
+            parts.append(f"{self.mechanism} with {getattr(self.credential_source, 'describe', 'fetched credentials')}")
+        elif self.sasl:
             parts.append(f"{self.mechanism}" + (f" as {self.username!r}" if self.username else ""))
         return " ".join(parts)
 

@@ -17,6 +17,8 @@ SCRAM credentials, the same passwords) and authorizes them with the 3.9 broker's
 
 from __future__ import annotations
 
+import os
+import re
 import socket
 import threading
 import time
@@ -30,23 +32,37 @@ from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, 
 
 from kshare_sidecar.testing.kafka import free_port
 from kshare_sidecar.testing.maven import require_tool
+from kshare_sidecar.testing.probe import broker_ready
 from tests.e2e.conftest import SidecarProcess
 from tests.e2e.test_java_consumer import java_consumer  # noqa: F401 (a fixture)
-from tests.e2e.test_secured_backend import SaslBroker, make_ca_and_server_cert
+from tests.e2e.test_secured_backend import SaslBroker, make_ca_and_server_cert, make_client_cert
 from tests.support import create_topic, set_group_config, unique
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 
 USERS = {"admin": "admin-Scram-1a", "kshare": "kshare-Scram-2b", "alice": "alice-Scram-3c", "bob": "bob-Scram-4d",
-         "dave": "dave-Scram-5e", "carol": "carol-Scram-6f"}
+         "dave": "dave-Scram-5e", "carol": "carol-Scram-6f",
+         "erin": "erin-Scram-7a"}  # a sidecar principal that is no super user (make test-tokens)
 RECORDS = 30
 AUTHORIZER = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
               "super.users": "User:admin;User:kshare;User:ANONYMOUS",
-              "allow.everyone.if.no.acl.found": "false"}
+              "allow.everyone.if.no.acl.found": "false",
+              # delegation tokens (KIP-48; KRaft since 3.6): pass-through as a SCRAM or mTLS client's
+              # own principal (passthrough.credentials = client) authenticates with tokens it owns
+              "delegation.token.secret.key": "kshare-test-token-secret"}
+TOKEN_SECRET = AUTHORIZER["delegation.token.secret.key"]
+#: a token's password: its HMAC-SHA512 in base64 (88 characters) — not after "v=" (a SCRAM
+#: server signature has the same length; aiokafka logs those at DEBUG, they are no secret)
+HMAC_B64 = re.compile(r"(?<![=A-Za-z0-9+/])[A-Za-z0-9+/]{86}==(?![A-Za-z0-9+/=])")
 
 
 class AclBroker(SaslBroker):
-    """SaslBroker with StandardAuthorizer and every test user as a SCRAM-SHA-512 user."""
+    """SaslBroker with StandardAuthorizer, every test user as a SCRAM-SHA-512 user, delegation
+    tokens, and an ``MTLS`` listener (SSL, ``ssl.client.auth=required``, the test CA): a client
+    certificate's principal is ``User:<subject DN>``."""
+
+    mtls_port = 0
+    truststore: Path | None = None
 
     def __init__(self, version: str, keystore: Path, **kw) -> None:
         extra = dict(AUTHORIZER)
@@ -54,8 +70,26 @@ class AclBroker(SaslBroker):
             extra |= {"group.share.heartbeat.interval.ms": "1000", "group.share.min.heartbeat.interval.ms": "1000"}
         super().__init__(version, extra_config=extra, heap="768m", **kw)
         self.keystore = keystore
+        self.truststore = keystore.parent / "ca.pem"
         self.format_args = [a for user, pw in USERS.items()
                             for a in ("--add-scram", f"SCRAM-SHA-512=[name={user},password={pw}]")]
+
+    def _properties(self) -> dict[str, str]:
+        props = super()._properties()
+        self.mtls_port = self.mtls_port or free_port()
+        props["listeners"] += f",MTLS://127.0.0.1:{self.mtls_port}"
+        props["advertised.listeners"] += f",MTLS://127.0.0.1:{self.mtls_port}"
+        props["listener.security.protocol.map"] += ",MTLS:SSL"
+        props |= {"listener.name.mtls.ssl.keystore.type": "PEM",
+                  "listener.name.mtls.ssl.keystore.location": str(self.keystore),
+                  "listener.name.mtls.ssl.truststore.type": "PEM",
+                  "listener.name.mtls.ssl.truststore.location": str(self.truststore),
+                  "listener.name.mtls.ssl.client.auth": "required"}
+        return props
+
+    @property
+    def mtls_bootstrap(self) -> str:
+        return f"127.0.0.1:{self.mtls_port}"
 
 
 def _distinct_ports(n: int) -> list[int]:
@@ -97,9 +131,10 @@ def certs(tmp_path_factory) -> tuple[Path, Path]:
 def brokers(certs):
     """Kafka 3.9 (kshare's backend) and Kafka 4.3 (native share groups), started side by side."""
     b39, b4 = AclBroker("3.9", certs[1]), AclBroker("4", certs[1])
-    ports = iter(_distinct_ports(8))  # two brokers starting at once must not draw the same free port
+    ports = iter(_distinct_ports(10))  # two brokers starting at once must not draw the same free port
     for b in (b39, b4):
         b.port, b.controller_port, b.sasl_port, b.ssl_port = next(ports), next(ports), next(ports), next(ports)
+        b.mtls_port = next(ports)
     errors: list[BaseException] = []
     started = [threading.Event(), threading.Event()]
     done = threading.Event()
@@ -333,47 +368,222 @@ def _produce_outcome(bootstrap: str, topic: str, extra: dict) -> str:
     return results[0] if results else "no delivery report"
 
 
-def test_pass_through_with_the_clients_credentials(brokers, kshare, certs, tmp_path):
-    """passthrough.credentials = client (PLAIN listener): a Produce forwarded through kshare is
-    authorized by the backend for the client, as natively; with the default (the sidecar's
-    credentials) the backend sees the sidecar — what docs/security.md warns about: alice (DESCRIBE,
-    no WRITE) produces."""
+def _group_outcome(bootstrap: str, topic: str, group: str, extra: dict, timeout_s: float = 30) -> str:
+    """A classic consumer group member: subscribe, consume one record, commit it — 'OK' or the
+    first error's name (JoinGroup, OffsetFetch, Fetch, OffsetCommit are all authorized)."""
+    from confluent_kafka import Consumer
+
+    errors: list[KafkaError] = []
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False, "error_cb": errors.append, "log_level": 0, **extra})
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                msg = consumer.poll(0.5)
+                if msg is not None and msg.error():
+                    errors.append(msg.error())
+                elif msg is not None:
+                    consumer.commit(message=msg, asynchronous=False)
+                    return "OK"
+            except KafkaException as exc:
+                errors.append(exc.args[0])
+            fatal = [e for e in errors if e.code() in (KafkaError.GROUP_AUTHORIZATION_FAILED,
+                                                       KafkaError.TOPIC_AUTHORIZATION_FAILED)]
+            if fatal:
+                return fatal[0].name()
+        return f"timed out {[e.name() for e in errors][:3]}"
+    finally:
+        consumer.close()
+
+
+def test_pass_through_as_the_clients_own_principal(brokers, kshare, certs, tmp_path):
+    """passthrough.credentials = client: produce and consumer-group requests forwarded through kshare
+    reach the backend as the client's *own* principal, so the backend's ACLs decide — for a SCRAM
+    client (relayed by the delegate authenticator; its upstream uses a delegation token it owns), a
+    PLAIN client (its password replayed) and two mTLS clients (``User:CN=svc-a,O=kshare-test``, a
+    token owned by the certificate's principal). The same clients directly against the 3.9 backend
+    and against native 4.3 with the same ACLs get the same answers, side by side. With the default
+    (the sidecar's credentials) alice's Produce succeeds — what docs/security.md warns about. Once
+    the clients are gone their tokens are expired at the backend (idle.ms 2000 here)."""
     b39, b4 = brokers
     ca = certs[0]
     topic = unique("acl-pt")
+    groups = {p: unique(f"{p}-cg") for p in ("carol", "alice", "svc-a", "svc-b")}
+    cert_dir = ca.parent
+    client_certs = {name: make_client_cert(cert_dir, f"/O=kshare-test/CN={name}", name) for name in ("svc-a", "svc-b")}
     for broker in (b39, b4):
         create_topic(broker.bootstrap, topic, 1)
-        _grant(broker, ca, [_acl(ResourceType.TOPIC, topic, "carol", AclOperation.WRITE),
-                            _acl(ResourceType.TOPIC, topic, "alice", AclOperation.DESCRIBE)])  # sees it, no WRITE
-    users = tmp_path / "users"
-    users.write_text("".join(f"{u}:{USERS[u]}\n" for u in ("alice", "carol")))
-    port, sasl_port = free_port(), free_port()
-    env = {"KSHARE_BACKEND_SECURITY_PROTOCOL": "SASL_SSL", "KSHARE_BACKEND_SASL_MECHANISM": "SCRAM-SHA-512",
-           "KSHARE_BACKEND_SASL_USERNAME": "kshare", "KSHARE_BACKEND_SASL_PASSWORD": USERS["kshare"],
-           "KSHARE_BACKEND_SSL_TRUSTSTORE_LOCATION": str(ca), "KSHARE_SSL_KEYSTORE_LOCATION": str(certs[1]),
-           "KSHARE_SASL_ENABLED_MECHANISMS": "PLAIN", "KSHARE_SASL_CREDENTIALS_FILE": str(users),
-           "KSHARE_AUTHORIZER_CLASS_NAME": "backend", "KSHARE_PASSTHROUGH_CREDENTIALS": "client",
-           # its own share state: on the same one it would fence the module's sidecar (issue 11)
-           "KSHARE_STATE_TOPIC": unique("__kshare_state_pt")}
-    sc = SidecarProcess(b39.ssl_bootstrap, tmp_path / "sidecar.log", port=port, env=env,
-                        listeners=f"PLAINTEXT://127.0.0.1:{port},SASL_SSL://127.0.0.1:{sasl_port}").start()
-    time.sleep(1.5)
+        producer = Producer({"bootstrap.servers": broker.bootstrap})
+        for i in range(RECORDS):
+            producer.produce(topic, b"pt%d" % i)
+        assert producer.flush(30) == 0
+        _grant(broker, ca, [
+            _acl(ResourceType.TOPIC, topic, "carol", AclOperation.WRITE),
+            _acl(ResourceType.TOPIC, topic, "carol", AclOperation.READ),
+            _acl(ResourceType.GROUP, groups["carol"], "carol", AclOperation.READ),
+            _acl(ResourceType.TOPIC, topic, "alice", AclOperation.DESCRIBE),  # sees it, no WRITE
+            _acl(ResourceType.TOPIC, topic, "alice", AclOperation.READ),
+            _acl(ResourceType.GROUP, groups["alice"], "alice", AclOperation.DESCRIBE),  # finds it, cannot join
+            _acl(ResourceType.TOPIC, topic, "CN=svc-a,O=kshare-test", AclOperation.WRITE),
+            _acl(ResourceType.TOPIC, topic, "CN=svc-a,O=kshare-test", AclOperation.READ),
+            _acl(ResourceType.GROUP, groups["svc-a"], "CN=svc-a,O=kshare-test", AclOperation.READ),
+            _acl(ResourceType.TOPIC, topic, "CN=svc-b,O=kshare-test", AclOperation.DESCRIBE),  # no WRITE, no READ
+            _acl(ResourceType.GROUP, groups["svc-b"], "CN=svc-b,O=kshare-test", AclOperation.READ)])
+    sc, sasl_port, ssl_port = _client_principal_sidecar(b39, certs, tmp_path)
+
+    def mtls(name: str) -> dict:
+        return _mtls(ca, *client_certs[name])
+
+    clients = {"carol": scram("carol", ca), "alice": scram("alice", ca), "svc-a": mtls("svc-a"), "svc-b": mtls("svc-b")}
+    targets = {"kshare": (f"127.0.0.1:{sasl_port}", f"127.0.0.1:{ssl_port}"),
+               "3.9 direct": (b39.ssl_bootstrap, b39.mtls_bootstrap), "native 4.3": (b4.ssl_bootstrap, b4.mtls_bootstrap)}
+    time.sleep(1.5)  # the ACLs reach both authorizers and kshare's cache
     try:
-        results = {}
-        for user in ("alice", "carol"):
-            results[("kshare", user)] = _produce_outcome(f"127.0.0.1:{sasl_port}", topic,
-                                                         {**scram(user, ca), "sasl.mechanism": "PLAIN"})
-            results[("native", user)] = _produce_outcome(b4.ssl_bootstrap, topic, scram(user, ca))
-        # the default (passthrough.credentials = sidecar): the backend authorizes the sidecar's user
-        results[("kshare-default", "alice")] = _produce_outcome(kshare.sasl_bootstrap, topic, scram("alice", ca))
+        runs = {}
+        with ThreadPoolExecutor(12) as pool:
+            for target, (sasl, ssl) in targets.items():
+                for who, extra in clients.items():
+                    bootstrap = ssl if who.startswith("svc") else sasl
+                    runs[(target, who, "produce")] = pool.submit(_produce_outcome, bootstrap, topic, extra)
+                    runs[(target, who, "group")] = pool.submit(_group_outcome, bootstrap, topic, groups[who], extra)
+            # alice over PLAIN: her password replayed (kshare only: the brokers' SASL_SSL listener is SCRAM-only)
+            plain = {**scram("alice", ca), "sasl.mechanism": "PLAIN"}
+            runs[("kshare", "alice PLAIN", "produce")] = pool.submit(_produce_outcome, f"127.0.0.1:{sasl_port}",
+                                                                   topic, plain)
+            # the default (passthrough.credentials = sidecar): the backend authorizes the sidecar's user
+            runs[("kshare default", "alice", "produce")] = pool.submit(_produce_outcome, kshare.sasl_bootstrap,
+                                                                     topic, scram("alice", ca))
+            results = {key: future.result() for key, future in runs.items()}
+        time.sleep(4)  # every client gone: idle tokens are expired (idle.ms 2000)
         log = sc.log_path.read_text(errors="replace")
     finally:
         sc.stop()
-    print("\n", results)
-    assert results[("kshare", "alice")] == results[("native", "alice")] == "TOPIC_AUTHORIZATION_FAILED", results
-    assert results[("kshare", "carol")] == results[("native", "carol")] == "OK", results
-    assert results[("kshare-default", "alice")] == "OK", results  # docs/security.md, "Not done"
-    assert not any(pw in log for pw in USERS.values()) and "Traceback" not in log
+    table = "\n".join(f"{who:6} {op:8} " + "  ".join(f"{t}: {results[(t, who, op)]:28}" for t in targets)
+                      for who in clients for op in ("produce", "group"))
+    print("\n" + table + f"\nalice PLAIN produce via kshare: {results[('kshare', 'alice PLAIN', 'produce')]}"
+          f"\nalice via the default sidecar: {results[('kshare default', 'alice', 'produce')]}")
+    expected = {("carol", "produce"): "OK", ("carol", "group"): "OK",
+                ("alice", "produce"): "TOPIC_AUTHORIZATION_FAILED", ("alice", "group"): "GROUP_AUTHORIZATION_FAILED",
+                ("svc-a", "produce"): "OK", ("svc-a", "group"): "OK",
+                ("svc-b", "produce"): "TOPIC_AUTHORIZATION_FAILED", ("svc-b", "group"): "TOPIC_AUTHORIZATION_FAILED"}
+    for (who, op), want in expected.items():
+        assert [results[(t, who, op)] for t in targets] == [want] * len(targets), table
+    assert results[("kshare", "alice PLAIN", "produce")] == "TOPIC_AUTHORIZATION_FAILED", results
+    assert results[("kshare default", "alice", "produce")] == "OK", results  # docs/security.md, the default
+    for principal in ("User:carol", "User:alice", "User:CN=svc-a,O=kshare-test", "User:CN=svc-b,O=kshare-test"):
+        assert f"for {principal}: " in log and f"expired ({principal} idle)" in log, principal  # made, then expired
+    assert not any(pw in log for pw in USERS.values()) and TOKEN_SECRET not in log
+    assert not HMAC_B64.search(log), "a base64 HMAC-SHA512 (a token's password) in the log"
+    assert "Traceback" not in log
+
+
+def _client_principal_sidecar(b39, certs, tmp_path, **env) -> tuple[SidecarProcess, int, int]:
+    """A sidecar with passthrough.credentials = client: SASL_SSL (SCRAM relayed and PLAIN checked
+    by the delegate authenticator) and SSL with required client certificates; DEBUG logging."""
+    ca = certs[0]
+    port, sasl_port, ssl_port = free_port(), free_port(), free_port()
+    env = {"KSHARE_BACKEND_SECURITY_PROTOCOL": "SASL_SSL", "KSHARE_BACKEND_SASL_MECHANISM": "SCRAM-SHA-512",
+           "KSHARE_BACKEND_SASL_USERNAME": "kshare", "KSHARE_BACKEND_SASL_PASSWORD": USERS["kshare"],
+           "KSHARE_BACKEND_SSL_TRUSTSTORE_LOCATION": str(ca), "KSHARE_SSL_KEYSTORE_LOCATION": str(certs[1]),
+           "KSHARE_SSL_TRUSTSTORE_LOCATION": str(ca), "KSHARE_SSL_CLIENT_AUTH": "required",
+           "KSHARE_SASL_ENABLED_MECHANISMS": "SCRAM-SHA-512,PLAIN", "KSHARE_SASL_AUTHENTICATOR": "delegate",
+           "KSHARE_AUTHORIZER_CLASS_NAME": "backend", "KSHARE_AUTHORIZER_CACHE_MS": "1000",
+           "KSHARE_PASSTHROUGH_CREDENTIALS": "client", "KSHARE_PASSTHROUGH_DELEGATION_TOKEN_IDLE_MS": "2000",
+           # its own share state: on the same one it would fence the module's sidecar (issue 11)
+           "KSHARE_STATE_TOPIC": unique("__kshare_state_pt"), **env}
+    sc = SidecarProcess(b39.ssl_bootstrap, tmp_path / "sidecar.log", port=port, env=env, args=["--log-level", "DEBUG"],
+                        listeners=f"PLAINTEXT://127.0.0.1:{port},SASL_SSL://127.0.0.1:{sasl_port},"
+                                  f"SSL://127.0.0.1:{ssl_port}").start()
+    return sc, sasl_port, ssl_port
+
+
+def _mtls(ca: Path, cert: Path, key: Path) -> dict:
+    return {"security.protocol": "SSL", "ssl.ca.location": str(ca), "ssl.certificate.location": str(cert),
+            "ssl.key.location": str(key)}
+
+
+@pytest.mark.skipif(not os.environ.get("KSHARE_TOKEN_REAUTH"), reason="slow (~40 s): make test-tokens")
+def test_client_tokens_are_replaced_and_upstreams_reauthenticate_in_place(brokers, certs, tmp_path):
+    """An mTLS client produces through kshare for 25 s while its delegation tokens live 8 s: each is
+    replaced at 80 % of its life (the successor made ahead, handed out once it settled), the
+    upstream re-authenticates in place (KIP-368: the broker bounds a token's session by its expiry)
+    — every record delivered, no re-authentication refused, no connection dropped."""
+    b39, _ = brokers
+    ca = certs[0]
+    topic = unique("acl-tok")
+    cert, key = make_client_cert(ca.parent, "/O=kshare-test/CN=svc-t", "svc-t")
+    create_topic(b39.bootstrap, topic, 1)
+    _grant(b39, ca, [_acl(ResourceType.TOPIC, topic, "CN=svc-t,O=kshare-test", AclOperation.WRITE)])
+    sc, _, ssl_port = _client_principal_sidecar(b39, certs, tmp_path,
+                                                KSHARE_PASSTHROUGH_DELEGATION_TOKEN_MAX_LIFETIME_MS="8000")
+    time.sleep(1.5)
+    try:
+        steady = _produce_steadily(f"127.0.0.1:{ssl_port}", topic, _mtls(ca, cert, key), seconds=25)
+        log = sc.log_path.read_text(errors="replace")
+    finally:
+        sc.stop()
+    made = [line for line in log.splitlines() if "delegation token" in line and "for User:CN=svc-t" in line]
+    reauth = log.count("re-authenticated")
+    print(f"\n{steady}; {len(made)} tokens made; {reauth} in-place re-authentications")
+    assert steady["failed"] == 0 and steady["delivered"] == steady["sent"] > 0, steady
+    assert len(made) >= 3, made
+    assert reauth >= 2 and "re-authentication failed" not in log, reauth
+    assert "Traceback" not in log and not HMAC_B64.search(log)
+
+
+@pytest.mark.skipif(not os.environ.get("KSHARE_TOKEN_REAUTH"), reason="slow (~20 s): make test-tokens")
+def test_a_sidecar_without_create_tokens_refuses_with_one_line(brokers, certs, tmp_path):
+    """The sidecar's principal (erin: ALL on topics, groups, transactional ids and the cluster, but
+    no CREATE_TOKENS on USER) cannot make a token for an mTLS client: the client's Produce gets
+    retriable answers until its timeout; the sidecar logs the missing ACL (rate-limited) and keeps
+    serving."""
+    b39, _ = brokers
+    ca = certs[0]
+    topic = unique("acl-notok")
+    cert, key = make_client_cert(ca.parent, "/O=kshare-test/CN=svc-c", "svc-c")
+    create_topic(b39.bootstrap, topic, 1)
+    _grant(b39, ca, [_acl(ResourceType.TOPIC, topic, "CN=svc-c,O=kshare-test", AclOperation.WRITE),
+                     _acl(ResourceType.TOPIC, "*", "erin", AclOperation.ALL),
+                     _acl(ResourceType.GROUP, "*", "erin", AclOperation.ALL),
+                     _acl(ResourceType.TRANSACTIONAL_ID, "*", "erin", AclOperation.ALL),
+                     _acl(ResourceType.BROKER, "kafka-cluster", "erin", AclOperation.ALL)])
+    time.sleep(1.0)
+    sc, _, ssl_port = _client_principal_sidecar(b39, certs, tmp_path, KSHARE_BACKEND_SASL_USERNAME="erin",
+                                                KSHARE_BACKEND_SASL_PASSWORD=USERS["erin"],
+                                                KSHARE_AUTHORIZER_CLASS_NAME="")
+    try:
+        started = time.monotonic()
+        result = _produce_outcome(f"127.0.0.1:{ssl_port}", topic,
+                                  {**_mtls(ca, cert, key), "message.timeout.ms": 8000})
+        elapsed = time.monotonic() - started
+        assert broker_ready("127.0.0.1", sc.port), "the sidecar stopped serving"
+        log = sc.log_path.read_text(errors="replace")
+    finally:
+        sc.stop()
+    lines = [line for line in log.splitlines()
+             if "needs CREATE_TOKENS on USER User:CN=svc-c,O=kshare-test" in line and " DEBUG " not in line]
+    print(f"\n{result} after {elapsed:.1f} s; {len(lines)} line(s):\n" + "\n".join(lines[:3]))
+    assert result == "_MSG_TIMED_OUT", result
+    assert len(lines) == 1 and "WARNING" in lines[0] and "DELEGATION_TOKEN_AUTHORIZATION_FAILED" in lines[0], lines
+    assert "Traceback" not in log and USERS["erin"] not in log
+
+
+def _produce_steadily(bootstrap: str, topic: str, extra: dict, seconds: float) -> dict[str, int]:
+    outcome = {"sent": 0, "delivered": 0, "failed": 0}
+
+    def report(err, _msg) -> None:
+        outcome["failed" if err else "delivered"] += 1
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **extra})
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        producer.produce(topic, b"steady", on_delivery=report)
+        outcome["sent"] += 1
+        producer.poll(0.05)
+    producer.flush(30)
+    return outcome
 
 
 def test_a_backend_without_an_authorizer_fails_start_up_with_one_line(kafka_39, tmp_path):

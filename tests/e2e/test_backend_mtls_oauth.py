@@ -27,7 +27,7 @@ from confluent_kafka import Producer
 from kshare_sidecar.testing.kafka import KafkaBroker, free_port
 from kshare_sidecar.testing.maven import require_tool
 from tests.e2e.conftest import SidecarProcess
-from tests.e2e.test_secured_backend import make_ca_and_server_cert
+from tests.e2e.test_secured_backend import make_ca_and_server_cert, make_client_cert
 from tests.support import create_topic, share_consume, unique
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
@@ -59,10 +59,6 @@ class MtlsOauthBroker(KafkaBroker):
         return props
 
 
-def _openssl(directory: Path, *args: str) -> None:
-    subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True, timeout=60)
-
-
 def unsecured_jwt(sub: str, lifetime_s: float) -> str:
     """An unsigned JWS (``alg: none``) as Kafka's unsecured OAUTHBEARER validator accepts it."""
     def b64(obj: dict) -> str:
@@ -76,13 +72,10 @@ def certs(tmp_path_factory) -> dict[str, Path]:
     require_tool("openssl", "install OpenSSL (the test makes its CA with it)")
     d = tmp_path_factory.mktemp("mtls-certs")
     ca, keystore = make_ca_and_server_cert(d)
-    _openssl(d, "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/O=kshare-test/CN=kshare-sidecar", "-keyout",
-             "client.key", "-out", "client.csr")
-    _openssl(d, "x509", "-req", "-in", "client.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-             "-days", "2", "-out", "client.pem")
+    cert, key = make_client_cert(d, "/O=kshare-test/CN=kshare-sidecar", "client")
     client_keystore = d / "client-keystore.pem"
-    client_keystore.write_text((d / "client.key").read_text() + (d / "client.pem").read_text())
-    return {"ca": ca, "keystore": keystore, "client_keystore": client_keystore, "client_key": d / "client.key"}
+    client_keystore.write_text(key.read_text() + cert.read_text())
+    return {"ca": ca, "keystore": keystore, "client_keystore": client_keystore, "client_key": key}
 
 
 @pytest.fixture(scope="module")

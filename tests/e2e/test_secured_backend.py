@@ -44,6 +44,18 @@ def make_ca_and_server_cert(directory: Path) -> tuple[Path, Path]:
     return directory / "ca.pem", keystore
 
 
+def make_client_cert(directory: Path, subject: str, name: str) -> tuple[Path, Path]:
+    """A client certificate signed by :func:`make_ca_and_server_cert`'s CA in ``directory``
+    (``subject`` like ``/O=kshare-test/CN=svc-a``): (certificate PEM, key PEM)."""
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True, timeout=60)
+
+    run("req", "-newkey", "rsa:2048", "-nodes", "-subj", subject, "-keyout", f"{name}.key", "-out", f"{name}.csr")
+    run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2",
+        "-out", f"{name}.pem")
+    return directory / f"{name}.pem", directory / f"{name}.key"
+
+
 class SaslBroker(KafkaBroker):
     """Kafka with a SASL_PLAINTEXT listener (PLAIN users admin, kshare) and a SASL_SSL listener
     (SCRAM-SHA-512 user kshare)."""
@@ -203,3 +215,103 @@ def test_delegate_authenticator_checks_plain_credentials_at_the_backend(sasl_bro
     for secret in (PASSWORD, "admin-secret", wrong):
         assert secret not in log
     assert "Traceback" not in log
+
+
+def test_delegate_relays_scram_to_the_backend(sasl_broker, certs, tmp_path):
+    """``sasl.authenticator=delegate`` with SCRAM-SHA-512 on the sidecar's listener: the exchange is
+    relayed to the backend's SASL_SSL listener (SCRAM-SHA-512 user kshare) — the sidecar holds no
+    password and no stored keys. A wrong password and an unknown user get the backend's own
+    SASL_AUTHENTICATION_FAILED message; one WARNING line each; no secret in the log."""
+    from confluent_kafka import KafkaError
+
+    topic, group = unique("relay"), unique("relay-g")
+    create_topic(sasl_broker.bootstrap, topic, 1)
+    port, sasl_port = free_port(), free_port()
+    env = {**_env(PASSWORD), "KSHARE_BACKEND_SECURITY_PROTOCOL": "SASL_SSL",
+           "KSHARE_BACKEND_SASL_MECHANISM": "SCRAM-SHA-512", "KSHARE_BACKEND_SSL_TRUSTSTORE_LOCATION": str(certs[0]),
+           "KSHARE_SASL_AUTHENTICATOR": "delegate", "KSHARE_SASL_ENABLED_MECHANISMS": "SCRAM-SHA-512"}
+    sc = SidecarProcess(sasl_broker.ssl_bootstrap, tmp_path / "sidecar.log", port=port, env=env,
+                        args=["--log-level", "DEBUG"],
+                        listeners=f"PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}").start()
+    client = {"bootstrap.servers": f"127.0.0.1:{sasl_port}", "security.protocol": "SASL_PLAINTEXT",
+              "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "kshare", "sasl.password": PASSWORD}
+    wrong = "kshare-Wrong-88"
+    try:
+        producer = Producer(client)
+        for i in range(20):
+            producer.produce(topic, b"r%d" % i)
+        assert producer.flush(60) == 0
+        got = share_consume(client["bootstrap.servers"], group, topic, 20, timeout_s=60,
+                            extra={k: v for k, v in client.items() if k != "bootstrap.servers"})
+        assert sorted(v for v, _ in got) == sorted(b"r%d" % i for i in range(20))
+        outcomes = {}
+        for name, override in (("wrong password", {"sasl.password": wrong}),
+                               ("unknown user", {"sasl.username": "nobody"})):
+            before = sc.log_path.read_text(errors="replace").count("failed authentication on listener")
+            errors = first_errors({**client, **override}, topic)
+            assert errors and errors[0].code() == KafkaError._AUTHENTICATION, (name, errors)
+            outcomes[name] = errors[0].str()
+            time.sleep(0.5)
+            lines = [line for line in sc.log_path.read_text(errors="replace").splitlines()
+                     if "failed authentication on listener" in line][before:]
+            assert 1 <= len(lines) <= 3 and all("WARNING" in line and "the backend refused" in line
+                                                for line in lines), (name, lines)
+        log = sc.log_path.read_text(errors="replace")
+    finally:
+        sc.stop()
+    print("\n", outcomes)
+    for text in outcomes.values():  # Kafka's own message, from the backend
+        assert ("Authentication failed during authentication due to invalid credentials with SASL mechanism "
+                "SCRAM-SHA-512") in text, outcomes
+    assert "authenticated as User:kshare with SCRAM-SHA-512 on listener SASL_PLAINTEXT" in log
+    for secret in (PASSWORD, wrong):
+        assert secret not in log
+    assert "Traceback" not in log
+
+
+def test_delegate_refuses_a_scram_mechanism_the_backend_does_not_offer(sasl_broker, certs):
+    """SCRAM-SHA-256 relayed to a listener that offers only SCRAM-SHA-512: start-up fails, one line."""
+    env = {**__import__("os").environ, **_env(PASSWORD), "KSHARE_BACKEND_SECURITY_PROTOCOL": "SASL_SSL",
+           "KSHARE_BACKEND_SASL_MECHANISM": "SCRAM-SHA-512", "KSHARE_BACKEND_SSL_TRUSTSTORE_LOCATION": str(certs[0]),
+           "KSHARE_SASL_AUTHENTICATOR": "delegate", "KSHARE_SASL_ENABLED_MECHANISMS": "SCRAM-SHA-256"}
+    port = free_port()
+    proc = subprocess.run([sys.executable, "-m", "kshare_sidecar.cli", "sidecar", "run", "--bootstrap-server",
+                           sasl_broker.ssl_bootstrap, "--listeners", f"SASL_PLAINTEXT://127.0.0.1:{port}"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output[-2000:]
+    failed = [line for line in output.splitlines() if "start-up failed" in line or "kshare sidecar:" in line]
+    assert len(failed) == 1, output[-2000:]
+    assert "SCRAM-SHA-256" in failed[0] and "it offers: SCRAM-SHA-512" in failed[0], failed
+    assert PASSWORD not in output and "Traceback" not in output
+
+
+def first_errors(config: dict, topic: str, timeout_s: float = 20) -> list:
+    """The errors a Producer reports (error_cb) while trying to send one record."""
+    errors: list = []
+    producer = Producer({**config, "error_cb": errors.append, "log_level": 0})
+    producer.produce(topic, b"never")
+    deadline = time.monotonic() + timeout_s
+    while not errors and time.monotonic() < deadline:
+        producer.poll(0.2)
+    producer.purge()
+    producer.flush(0)
+    return errors
+
+
+def test_client_credentials_without_delegation_tokens_fail_start_up_with_one_line(sasl_broker, certs):
+    """passthrough.credentials = client with a SCRAM listener needs delegation tokens; this backend
+    has no delegation.token.secret.key: the start-up check says so in one line."""
+    env = {**__import__("os").environ, **_env(PASSWORD), "KSHARE_BACKEND_SECURITY_PROTOCOL": "SASL_SSL",
+           "KSHARE_BACKEND_SASL_MECHANISM": "SCRAM-SHA-512", "KSHARE_BACKEND_SSL_TRUSTSTORE_LOCATION": str(certs[0]),
+           "KSHARE_SASL_AUTHENTICATOR": "delegate", "KSHARE_SASL_ENABLED_MECHANISMS": "SCRAM-SHA-512",
+           "KSHARE_PASSTHROUGH_CREDENTIALS": "client"}
+    proc = subprocess.run([sys.executable, "-m", "kshare_sidecar.cli", "sidecar", "run", "--bootstrap-server",
+                           sasl_broker.ssl_bootstrap, "--listeners", f"SASL_PLAINTEXT://127.0.0.1:{free_port()}"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output[-2000:]
+    failed = [line for line in output.splitlines() if "start-up failed" in line]
+    assert len(failed) == 1, output[-3000:]
+    assert "DELEGATION_TOKEN_AUTH_DISABLED" in failed[0] and "delegation.token.secret.key" in failed[0], failed
+    assert PASSWORD not in output and "Traceback" not in output

@@ -25,7 +25,7 @@ from kshare_sidecar.testing.maven import require_tool
 from kshare_sidecar.testing.probe import call
 from tests.e2e.conftest import SidecarProcess
 from tests.e2e.test_java_consumer import java_consumer  # noqa: F401 (a fixture)
-from tests.e2e.test_secured_backend import make_ca_and_server_cert
+from tests.e2e.test_secured_backend import make_ca_and_server_cert, make_client_cert
 from tests.support import create_topic, share_consume, unique
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
@@ -49,14 +49,10 @@ def certs(tmp_path_factory) -> dict[str, Path]:
              "-v2", "aes-256-cbc")
     keystore = d / "sidecar-keystore.pem"
     keystore.write_text((d / "server-enc.pk8").read_text() + (d / "server.pem").read_text())
-    # a client certificate from the same CA
-    _openssl(d, "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/O=kshare-test/CN=svc-a", "-keyout", "client.key",
-             "-out", "client.csr")
-    _openssl(d, "x509", "-req", "-in", "client.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-             "-days", "2", "-out", "client.pem")
+    client_cert, client_key = make_client_cert(d, "/O=kshare-test/CN=svc-a", "client")  # from the same CA
     users = d / "users"
     users.write_text(f"# kshare e2e users\nalice:{ALICE_PW}\n")
-    return {"ca": ca, "keystore": keystore, "client_cert": d / "client.pem", "client_key": d / "client.key",
+    return {"ca": ca, "keystore": keystore, "client_cert": client_cert, "client_key": client_key,
             "users": users}
 
 

@@ -356,3 +356,79 @@ async def test_plain_credentials_stay_on_the_connection_only_when_asked(handler)
     handler.keep_plain_credentials = True
     conn, _ = await _authenticated(handler)
     assert conn.backend_credentials == ("alice", "alice-pw")
+
+
+class _BackendRelay:
+    """A relayed SCRAM exchange whose far end is a ScramServer holding alice's keys (the backend)."""
+
+    def __init__(self, users: Users, mechanism: str, down: bool) -> None:
+        from kshare_sidecar.auth.scram import ScramServer
+
+        self.server, self.users, self.down = ScramServer(mechanism), users, down
+        self.username = None
+        self.closed = False
+
+    async def step(self, token):
+        from kshare_sidecar.auth.authenticators import CredentialsUnavailable, RelayRefused
+        from kshare_sidecar.auth.scram import ScramInvalid
+
+        if self.down:
+            raise CredentialsUnavailable("no backend broker could check the credentials: refused")
+        generic = "Authentication failed during authentication due to invalid credentials with SASL mechanism " \
+                  "SCRAM-SHA-512 (the backend's)"
+        try:
+            if self.username is None:
+                self.username = self.server.client_first(token)
+                return self.server.server_first(self.users.cred), False
+            return self.server.client_final(token), True
+        except ScramInvalid as exc:
+            raise RelayRefused(generic, f"the backend refused: {exc}") from None
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.mark.parametrize("password,down,outcome", [
+    ("alice-pw", False, None),
+    ("not-alices", False, "Authentication failed during authentication due to invalid credentials with SASL "
+                          "mechanism SCRAM-SHA-512 (the backend's)"),
+    ("alice-pw", True, "Authentication failed: credentials for user could not be verified"),
+])
+async def test_a_relayed_scram_exchange_takes_the_far_ends_verdict(handler, caplog, password, down, outcome):
+    """An authenticator with ``scram_relay`` (delegate): the exchange is answered by the relay, not
+    from stored keys; its refusal message is the client's; "could not check" is Kafka's message."""
+    from aiokafka.conn import ScramAuthenticator
+
+    users = Users()
+    users.scram_relay = lambda mechanism: _BackendRelay(users, mechanism, down)  # type: ignore[attr-defined]
+    handler.authenticator = users
+    conn = Conn()
+    await send(handler, conn, SaslHandshakeRequest(mechanism="SCRAM-SHA-512"))
+    client = ScramAuthenticator(loop=asyncio.get_running_loop(), sasl_plain_username="alice",
+                                sasl_plain_password=password, sasl_mechanism="SCRAM-SHA-512")
+    try:
+        token, _ = await client.step(None)
+        first = await send(handler, conn, SaslAuthenticateRequest(auth_bytes=token))
+        token, _ = await client.step(first.auth_bytes)
+        final = await send(handler, conn, SaslAuthenticateRequest(auth_bytes=token))
+    except CloseAfterResponse as exc:
+        _, body = codec.decode_response(exc.response[4:], SaslAuthenticateResponse)
+        assert body.error_code == ErrorCode.sasl_authentication_failed and body.error_message == outcome
+        assert conn.principal == "User:ANONYMOUS" and password not in caplog.text
+        return
+    assert outcome is None and final.error_code == ErrorCode.none
+    assert await client.step(final.auth_bytes) is None  # the far end's signature checks out at the client
+    assert conn.principal == "User:alice"
+
+
+async def test_the_relay_refuses_delegation_token_authentication():
+    """tokenauth=true: the backend's principal would be the token's owner, which the exchange does
+    not reveal — refused before any backend connection, with a message that says why."""
+    from kshare_sidecar.auth.authenticators import RelayRefused
+    from kshare_sidecar.auth.delegate import ScramRelay
+
+    relay = ScramRelay(None, "SCRAM-SHA-512")  # type: ignore[arg-type]  # never reaches its owner
+    with pytest.raises(RelayRefused, match="tokenauth"):
+        await relay.step(b"n,,n=tokenid,r=abcdef,tokenauth=true")
+    with pytest.raises(RelayRefused, match="invalid credentials"):  # Kafka's grammar is checked here first
+        await ScramRelay(None, "SCRAM-SHA-512").step(b"y,,n=alice,r=abc")  # type: ignore[arg-type]
