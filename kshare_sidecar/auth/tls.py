@@ -16,6 +16,37 @@ if TYPE_CHECKING:
     from ..config import SidecarConfig
 
 _VERIFY = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
+#: OpenSSL's reasons for refusing a client's certificate (an untrusted one; none where one is required)
+_CERTIFICATE_REFUSED = frozenset({"CERTIFICATE_VERIFY_FAILED", "PEER_DID_NOT_RETURN_A_CERTIFICATE"})
+
+
+class AlertFirst(ssl.SSLObject):
+    """Lets a refused client certificate reach the client as OpenSSL's TLS alert.
+
+    asyncio's TLS transport closes the socket on a failed handshake without sending what OpenSSL
+    queued — the alert (``unknown ca``, ``certificate required``) that tells a client *why*. A
+    Kafka broker sends it: librdkafka then reports ``ssl/tls alert certificate unknown``; without
+    it only ``1/1 brokers are down``. So a certificate refusal is held back once: the handshake
+    reports "want read", asyncio writes the alert, the client reads it and closes (or sends more,
+    and the refusal is raised then); the listener's handshake timeout bounds the wait. Other
+    failures (a plaintext client) are raised at once, as before. ``handshake_failure`` keeps the
+    refusal for the listener's log line.
+    """
+
+    handshake_failure: ssl.SSLError | None = None
+
+    def do_handshake(self) -> None:
+        if self.handshake_failure is not None:
+            raise self.handshake_failure
+        try:
+            super().do_handshake()
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            raise
+        except ssl.SSLError as exc:
+            if exc.reason not in _CERTIFICATE_REFUSED:
+                raise
+            self.handshake_failure = exc
+            raise ssl.SSLWantReadError("the client's certificate was refused: the alert goes out first") from None
 
 
 def server_ssl_context(cfg: SidecarConfig, *, sasl: bool = False) -> ssl.SSLContext:
@@ -41,4 +72,5 @@ def server_ssl_context(cfg: SidecarConfig, *, sasl: bool = False) -> ssl.SSLCont
             raise ConfigError(f"ssl.truststore.location = {truststore!r}: not a readable PEM CA file "
                               f"({type(exc).__name__})") from None
     context.verify_mode = ssl.CERT_NONE if sasl else _VERIFY[sec.ssl_client_auth]
+    context.sslobject_class = AlertFirst
     return context

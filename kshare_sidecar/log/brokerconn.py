@@ -54,6 +54,11 @@ _REAUTH_AT = 0.85  # fraction of the broker's session lifetime after which a con
 _MIN_REAUTH_GAP_S = 1.05
 
 
+#: why the first answer on a connection is refused when it starts like a TLS record (alert 0x15 or
+#: handshake 0x16, version 3.x): a plaintext request to a TLS listener
+TLS_ANSWER = "the broker answered with TLS"
+
+
 class BrokerConnError(ConnectionError):
     """The broker could not be reached or the connection broke with this request in flight."""
 
@@ -76,6 +81,7 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         self._head = bytearray(4)
         self._frame: bytearray | None = None
         self._pos = 0
+        self._first = True
         self._can_write = asyncio.Event()
         self._can_write.set()
         self.transport: asyncio.Transport | None = None
@@ -93,6 +99,10 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         if self._frame is None:
             if self._pos < 4:
                 return
+            if self._first and self._head[0] in (0x15, 0x16) and self._head[1] == 0x03:
+                self._conn._fail(f"{TLS_ANSWER} (a TLS listener?)")  # a Kafka size would be > 350 MB
+                return
+            self._first = False
             size = int.from_bytes(self._head, "big", signed=True)
             if not 4 <= size <= self._max:
                 self._conn._fail(f"bad response frame size {size}")
@@ -350,4 +360,4 @@ class _Detached:
         pass
 
 
-__all__ = ["BrokerAuthError", "BrokerConn", "BrokerConnClosed", "BrokerConnError"]
+__all__ = ["TLS_ANSWER", "BrokerAuthError", "BrokerConn", "BrokerConnClosed", "BrokerConnError"]

@@ -257,11 +257,9 @@ async def diagnose(bootstrap_servers: str, security: BackendSecurity, timeout_s:
 
     from ..protocol.address import first_server
     from ..protocol.requests import request_payload
-    from .brokerconn import BrokerAuthError, BrokerConn, BrokerConnError
+    from .brokerconn import TLS_ANSWER, BrokerAuthError, BrokerConn, BrokerConnError
     from .oauth import TokenError
 
-    if security.protocol == "PLAINTEXT":
-        return None
     host, port = first_server(bootstrap_servers)
     conn = BrokerConn(host, port, security=security, connect_timeout_s=timeout_s)
     payload = request_payload(ApiVersionsRequest(client_software_name="kshare", client_software_version="0"),
@@ -276,6 +274,11 @@ async def diagnose(bootstrap_servers: str, security: BackendSecurity, timeout_s:
         return f"the backend refused the sidecar's credentials ({security.describe()}): {exc}"
     except (BrokerConnError, TimeoutError, OSError) as exc:
         text = str(exc)
+        if not security.tls and ("closed" in text or TLS_ANSWER in text):
+            # a TLS listener drops (or answers with a TLS alert) a plaintext request
+            return (f"the backend closed the connection ({security.describe()}) at {host}:{port} without a Kafka "
+                    f"answer: a TLS listener? backend.security.protocol = {security.protocol}; SSL and SASL_SSL "
+                    f"speak TLS")
         if "SSL" in text or "CERTIFICATE" in text.upper() or "TLS" in text:
             return f"TLS with the backend failed ({security.describe()}): {text}"
         return None

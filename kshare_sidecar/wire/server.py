@@ -183,7 +183,10 @@ class Listener:
             await writer.start_tls(self._ssl, ssl_handshake_timeout=min(self._read_timeout, 30.0))
             return True
         except (ssl.SSLError, ConnectionError, OSError, TimeoutError) as exc:
-            reason = getattr(exc, "reason", None) or type(exc).__name__
+            # a refused client certificate is held back until its alert went out (auth/tls.py's
+            # AlertFirst), so the exception is then the client's close: take the refusal's reason
+            held = getattr(getattr(writer.transport.get_protocol(), "_sslobj", None), "handshake_failure", None)
+            reason = getattr(held, "reason", None) or getattr(exc, "reason", None) or type(exc).__name__
             refusals.log(f"tls-{reason}", logging.WARNING, "connection from %s to listener %s: TLS handshake "
                          "failed (%s); closing (a plaintext client, or a client certificate that is missing or "
                          "not trusted?)", peer, self.name, reason)

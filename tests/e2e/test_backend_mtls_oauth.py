@@ -103,8 +103,9 @@ def _start_fails(bootstrap: str, env: dict[str, str]) -> str:
                           env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0, output[-2000:]
-    assert "start-up failed" in output, output[-2000:]
-    print("\n" + "\n".join(line for line in output.splitlines() if "ERROR" in line or "failed" in line))
+    lines = [line for line in output.splitlines() if "start-up failed" in line]
+    assert len(lines) == 1, output[-3000:]  # one line says why
+    print("\n" + lines[0])
     return output
 
 

@@ -26,12 +26,12 @@ JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required userna
         f'password="admin-secret" user_admin="admin-secret" user_kshare="{PASSWORD}";')
 
 
-def make_ca_and_server_cert(directory: Path) -> tuple[Path, Path]:
+def make_ca_and_server_cert(directory: Path, ca_name: str = "kshare-test-ca") -> tuple[Path, Path]:
     """A CA and a server certificate for 127.0.0.1/localhost (PEM): (ca.pem, key+chain for Kafka)."""
     def run(*args: str) -> None:
         subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True, timeout=60)
 
-    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=kshare-test-ca",
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", f"/CN={ca_name}",
         "-keyout", "ca.key", "-out", "ca.pem")
     run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-keyout", "server.key",
         "-out", "server.csr")
@@ -131,17 +131,42 @@ def test_sasl_ssl_with_scram_and_a_private_ca(sasl_broker, certs, tmp_path):
     assert PASSWORD not in log and "Traceback" not in log
 
 
-def test_an_untrusted_certificate_fails_start_up(sasl_broker, tmp_path):
-    """Without the test CA the broker's certificate is not trusted: start-up fails, one line."""
-    env = {**__import__("os").environ, **_env(PASSWORD), "KSHARE_BACKEND_SECURITY_PROTOCOL": "SASL_SSL",
-           "KSHARE_BACKEND_SASL_MECHANISM": "SCRAM-SHA-512"}
+def start_up_fails(bootstrap: str, env: dict[str, str], *secrets: str, listeners: str | None = None) -> str:
+    """``kshare sidecar run`` that must not start: exit code 1 or 2, exactly one line saying why
+    (``start-up failed: ...`` or, for a setting, ``kshare sidecar: ...``), no traceback, none of
+    ``secrets`` in the output. Returns that line."""
+    where = ["--listeners", listeners] if listeners else ["--listen", f"127.0.0.1:{free_port()}"]
     proc = subprocess.run([sys.executable, "-m", "kshare_sidecar.cli", "sidecar", "run", "--bootstrap-server",
-                           sasl_broker.ssl_bootstrap, "--listen", f"127.0.0.1:{free_port()}"],
-                          env=env, capture_output=True, text=True, timeout=120)
+                           bootstrap, *where], env={**__import__("os").environ, **env},
+                          capture_output=True, text=True, timeout=120)
     output = proc.stdout + proc.stderr
-    assert proc.returncode != 0, output[-2000:]
-    assert "start-up failed" in output, output[-2000:]
-    assert PASSWORD not in output
+    assert proc.returncode in (1, 2), output[-2000:]
+    lines = [line for line in output.splitlines() if "start-up failed" in line or line.startswith("kshare sidecar:")]
+    assert len(lines) == 1, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    for secret in secrets:
+        assert secret not in output
+    print("\n" + lines[0])
+    return lines[0]
+
+
+def test_an_untrusted_certificate_fails_start_up(sasl_broker):
+    """Without the test CA the broker's certificate is not trusted: start-up fails, one line
+    naming TLS and the verification failure."""
+    line = start_up_fails(sasl_broker.ssl_bootstrap, {**_env(PASSWORD), "KSHARE_BACKEND_SECURITY_PROTOCOL": "SASL_SSL",
+                                                     "KSHARE_BACKEND_SASL_MECHANISM": "SCRAM-SHA-512"}, PASSWORD)
+    assert "TLS with the backend failed (SASL_SSL SCRAM-SHA-512 as 'kshare')" in line
+    assert "CERTIFICATE_VERIFY_FAILED" in line, line
+
+
+def test_plaintext_to_a_tls_backend_port_fails_start_up(sasl_broker):
+    """backend.security.protocol without TLS against the broker's SASL_SSL port: the broker drops
+    the connection; start-up fails with one line that says the port may want TLS."""
+    for protocol in ("PLAINTEXT", "SASL_PLAINTEXT"):
+        env = {**_env(PASSWORD), "KSHARE_BACKEND_SECURITY_PROTOCOL": protocol,
+               "KSHARE_BACKEND_SASL_MECHANISM": "SCRAM-SHA-512"}
+        line = start_up_fails(sasl_broker.ssl_bootstrap, env, PASSWORD)
+        assert f"the backend closed the connection ({protocol}" in line and "a TLS listener?" in line, line
 
 
 def test_share_consume_and_pass_through_over_sasl(sasl_broker, tmp_path):
@@ -162,16 +187,11 @@ def test_share_consume_and_pass_through_over_sasl(sasl_broker, tmp_path):
     assert "Traceback" not in log
 
 
-def test_wrong_password_fails_start_up_with_one_line(sasl_broker, tmp_path):
+def test_wrong_password_fails_start_up_with_one_line(sasl_broker):
     wrong = "not-the-Password-77"
-    env = {**__import__("os").environ, **_env(wrong)}
-    proc = subprocess.run([sys.executable, "-m", "kshare_sidecar.cli", "sidecar", "run", "--bootstrap-server",
-                           sasl_broker.sasl_bootstrap, "--listen", f"127.0.0.1:{free_port()}"],
-                          env=env, capture_output=True, text=True, timeout=120)
-    output = proc.stdout + proc.stderr
-    assert proc.returncode != 0, output
-    assert wrong not in output
-    assert "start-up failed" in output and "Authentication failed" in output, output[-2000:]
+    line = start_up_fails(sasl_broker.sasl_bootstrap, _env(wrong), wrong)
+    assert "the backend refused the sidecar's credentials (SASL_PLAINTEXT PLAIN as 'kshare')" in line, line
+    assert "Authentication failed: Invalid username or password" in line, line  # the broker's own message
 
 
 def test_delegate_authenticator_checks_plain_credentials_at_the_backend(sasl_broker, tmp_path):
@@ -271,19 +291,12 @@ def test_delegate_relays_scram_to_the_backend(sasl_broker, certs, tmp_path):
 
 def test_delegate_refuses_a_scram_mechanism_the_backend_does_not_offer(sasl_broker, certs):
     """SCRAM-SHA-256 relayed to a listener that offers only SCRAM-SHA-512: start-up fails, one line."""
-    env = {**__import__("os").environ, **_env(PASSWORD), "KSHARE_BACKEND_SECURITY_PROTOCOL": "SASL_SSL",
+    env = {**_env(PASSWORD), "KSHARE_BACKEND_SECURITY_PROTOCOL": "SASL_SSL",
            "KSHARE_BACKEND_SASL_MECHANISM": "SCRAM-SHA-512", "KSHARE_BACKEND_SSL_TRUSTSTORE_LOCATION": str(certs[0]),
            "KSHARE_SASL_AUTHENTICATOR": "delegate", "KSHARE_SASL_ENABLED_MECHANISMS": "SCRAM-SHA-256"}
-    port = free_port()
-    proc = subprocess.run([sys.executable, "-m", "kshare_sidecar.cli", "sidecar", "run", "--bootstrap-server",
-                           sasl_broker.ssl_bootstrap, "--listeners", f"SASL_PLAINTEXT://127.0.0.1:{port}"],
-                          env=env, capture_output=True, text=True, timeout=120)
-    output = proc.stdout + proc.stderr
-    assert proc.returncode != 0, output[-2000:]
-    failed = [line for line in output.splitlines() if "start-up failed" in line or "kshare sidecar:" in line]
-    assert len(failed) == 1, output[-2000:]
-    assert "SCRAM-SHA-256" in failed[0] and "it offers: SCRAM-SHA-512" in failed[0], failed
-    assert PASSWORD not in output and "Traceback" not in output
+    line = start_up_fails(sasl_broker.ssl_bootstrap, env, PASSWORD,
+                          listeners=f"SASL_PLAINTEXT://127.0.0.1:{free_port()}")
+    assert "SCRAM-SHA-256" in line and "it offers: SCRAM-SHA-512" in line, line
 
 
 def first_errors(config: dict, topic: str, timeout_s: float = 20) -> list:
@@ -302,16 +315,10 @@ def first_errors(config: dict, topic: str, timeout_s: float = 20) -> list:
 def test_client_credentials_without_delegation_tokens_fail_start_up_with_one_line(sasl_broker, certs):
     """passthrough.credentials = client with a SCRAM listener needs delegation tokens; this backend
     has no delegation.token.secret.key: the start-up check says so in one line."""
-    env = {**__import__("os").environ, **_env(PASSWORD), "KSHARE_BACKEND_SECURITY_PROTOCOL": "SASL_SSL",
+    env = {**_env(PASSWORD), "KSHARE_BACKEND_SECURITY_PROTOCOL": "SASL_SSL",
            "KSHARE_BACKEND_SASL_MECHANISM": "SCRAM-SHA-512", "KSHARE_BACKEND_SSL_TRUSTSTORE_LOCATION": str(certs[0]),
            "KSHARE_SASL_AUTHENTICATOR": "delegate", "KSHARE_SASL_ENABLED_MECHANISMS": "SCRAM-SHA-512",
            "KSHARE_PASSTHROUGH_CREDENTIALS": "client"}
-    proc = subprocess.run([sys.executable, "-m", "kshare_sidecar.cli", "sidecar", "run", "--bootstrap-server",
-                           sasl_broker.ssl_bootstrap, "--listeners", f"SASL_PLAINTEXT://127.0.0.1:{free_port()}"],
-                          env=env, capture_output=True, text=True, timeout=120)
-    output = proc.stdout + proc.stderr
-    assert proc.returncode != 0, output[-2000:]
-    failed = [line for line in output.splitlines() if "start-up failed" in line]
-    assert len(failed) == 1, output[-3000:]
-    assert "DELEGATION_TOKEN_AUTH_DISABLED" in failed[0] and "delegation.token.secret.key" in failed[0], failed
-    assert PASSWORD not in output and "Traceback" not in output
+    line = start_up_fails(sasl_broker.ssl_bootstrap, env, PASSWORD,
+                          listeners=f"SASL_PLAINTEXT://127.0.0.1:{free_port()}")
+    assert "DELEGATION_TOKEN_AUTH_DISABLED" in line and "delegation.token.secret.key" in line, line
