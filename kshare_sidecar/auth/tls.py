@@ -7,6 +7,7 @@ client certificates; ``ssl.client.auth``: none | requested | required (Kafka's v
 
 from __future__ import annotations
 
+import contextvars
 import ssl
 from typing import TYPE_CHECKING
 
@@ -29,13 +30,17 @@ class AlertFirst(ssl.SSLObject):
     it only ``1/1 brokers are down``. So a certificate refusal is held back once: the handshake
     reports "want read", asyncio writes the alert, the client reads it and closes (or sends more,
     and the refusal is raised then); the listener's handshake timeout bounds the wait. Other
-    failures (a plaintext client) are raised at once, as before. ``handshake_failure`` keeps the
-    refusal for the listener's log line.
+    failures (a plaintext client) are raised at once, as before. The refusal goes into the list
+    in :data:`HANDSHAKE_REFUSALS` of the connection's task (asyncio runs the first handshake step in
+    a copy of the context of the task that called ``start_tls``), for the listener's log line.
     """
 
     handshake_failure: ssl.SSLError | None = None
+    _report: list[ssl.SSLError] | None = None
 
     def do_handshake(self) -> None:
+        if self._report is None:
+            self._report = HANDSHAKE_REFUSALS.get()
         if self.handshake_failure is not None:
             raise self.handshake_failure
         try:
@@ -46,7 +51,14 @@ class AlertFirst(ssl.SSLObject):
             if exc.reason not in _CERTIFICATE_REFUSED:
                 raise
             self.handshake_failure = exc
+            if self._report is not None:
+                self._report.append(exc)
             raise ssl.SSLWantReadError("the client's certificate was refused: the alert goes out first") from None
+
+
+#: the listener's list for :class:`AlertFirst` to put a held-back certificate refusal in
+HANDSHAKE_REFUSALS: contextvars.ContextVar[list[ssl.SSLError] | None] = contextvars.ContextVar(
+    "kshare_tls_handshake_refusals", default=None)
 
 
 def server_ssl_context(cfg: SidecarConfig, *, sasl: bool = False) -> ssl.SSLContext:
