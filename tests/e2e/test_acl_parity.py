@@ -368,6 +368,15 @@ def _produce_outcome(bootstrap: str, topic: str, extra: dict) -> str:
     return results[0] if results else "no delivery report"
 
 
+def _topic_with_records(broker: SaslBroker, topic: str, prefix: bytes) -> None:
+    """One partition, RECORDS records (PLAINTEXT: ANONYMOUS is a super user there)."""
+    create_topic(broker.bootstrap, topic, 1)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(RECORDS):
+        producer.produce(topic, prefix + b"%d" % i)
+    assert producer.flush(30) == 0
+
+
 def _group_outcome(bootstrap: str, topic: str, group: str, extra: dict, timeout_s: float = 30) -> str:
     """A classic consumer group member: subscribe, consume one record, commit it — 'OK' or the
     first error's name (JoinGroup, OffsetFetch, Fetch, OffsetCommit are all authorized)."""
@@ -414,11 +423,7 @@ def test_pass_through_as_the_clients_own_principal(brokers, kshare, certs, tmp_p
     cert_dir = ca.parent
     client_certs = {name: make_client_cert(cert_dir, f"/O=kshare-test/CN={name}", name) for name in ("svc-a", "svc-b")}
     for broker in (b39, b4):
-        create_topic(broker.bootstrap, topic, 1)
-        producer = Producer({"bootstrap.servers": broker.bootstrap})
-        for i in range(RECORDS):
-            producer.produce(topic, b"pt%d" % i)
-        assert producer.flush(30) == 0
+        _topic_with_records(broker, topic, b"pt")
         _grant(broker, ca, [
             _acl(ResourceType.TOPIC, topic, "carol", AclOperation.WRITE),
             _acl(ResourceType.TOPIC, topic, "carol", AclOperation.READ),
@@ -629,11 +634,7 @@ def test_java_share_consumer_same_outcomes(brokers, kshare, certs, java_consumer
     topic = unique("acl-java")
     groups = {"alice": unique("alice-jg"), "dave": unique("dave-jg"), "carol": unique("carol-jg")}
     for broker in (b39, b4):
-        create_topic(broker.bootstrap, topic, 1)
-        producer = Producer({"bootstrap.servers": broker.bootstrap})
-        for i in range(RECORDS):
-            producer.produce(topic, b"j%d" % i)
-        assert producer.flush(30) == 0
+        _topic_with_records(broker, topic, b"j")
         _grant(broker, ca, [
             _acl(ResourceType.TOPIC, topic, "alice", AclOperation.READ),
             _acl(ResourceType.GROUP, groups["dave"], "dave", AclOperation.READ),

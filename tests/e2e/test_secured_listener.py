@@ -26,7 +26,7 @@ from kshare_sidecar.testing.maven import require_tool
 from kshare_sidecar.testing.probe import broker_ready, call
 from tests.e2e.conftest import SidecarProcess
 from tests.e2e.test_java_consumer import java_consumer  # noqa: F401 (a fixture)
-from tests.e2e.test_secured_backend import make_ca_and_server_cert, make_client_cert
+from tests.e2e.test_secured_backend import first_errors, make_ca_and_server_cert, make_client_cert
 from tests.support import create_topic, share_consume, unique
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
@@ -83,14 +83,7 @@ def _log(sc) -> str:
 
 
 def _first_error(config: dict, topic: str, timeout_s: float = 20) -> KafkaError | None:
-    errors: list[KafkaError] = []
-    producer = Producer({**config, "error_cb": errors.append, "log_level": 0})
-    producer.produce(topic, b"never")
-    deadline = time.monotonic() + timeout_s
-    while not errors and time.monotonic() < deadline:
-        producer.poll(0.2)
-    producer.purge()
-    producer.flush(0)
+    errors = first_errors(config, topic, timeout_s)
     return errors[0] if errors else None
 
 
