@@ -19,25 +19,36 @@ Either way the backend's SASL_AUTHENTICATION_FAILED (with its message) is the cl
 that cannot be reached means "could not verify". Each authentication costs one backend connection,
 closed when it ends (no cache: a password changed at the backend applies to the next connection).
 
-Not relayed: SCRAM with Kafka's ``tokenauth=true`` extension (a client authenticating with a
-delegation token): the backend's principal for it is the token's *owner*, which the exchange
-does not reveal; such a client is refused with a message that says so.
+A client authenticating with a delegation token (Kafka's ``tokenauth=true`` extension: user name
+= token id, password = HMAC) is relayed the same way; the backend's principal for it is the
+token's *owner*, which the exchange does not show. The relay asks the backend on the same,
+now token-authenticated connection: a CreateDelegationToken there is always refused
+(DELEGATION_TOKEN_REQUEST_NOT_ALLOWED — KafkaApis refuses token requests from token-authenticated
+principals before anything else), and Kafka's refusal names the request's principal as the
+would-be owner. That principal becomes the client's, and the session the backend granted (it
+ends at the token's expiry) bounds the client's session with the sidecar, as a broker's would.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime
 import logging
 from typing import Any
 
+from kio.schema.create_delegation_token.v2.request import CreateDelegationTokenRequest
+from kio.schema.create_delegation_token.v2.response import CreateDelegationTokenResponse
 from kio.schema.errors import ErrorCode
+from kio.serial.readers import read_compact_string
+from kio.static.primitive import i64Timedelta
 
 from ..config import ConfigError
 from ..log.brokerconn import BrokerAuthError, BrokerConn, BrokerConnError
 from ..log.sasl import SaslError, sasl_handshake, sasl_token
 from ..log.security import BackendSecurity
 from ..protocol.address import parse_bootstrap
+from ..protocol.requests import leading_error_code, request_payload
 from .authenticators import CredentialsUnavailable, RelayRefused
 from .scram import HASHES, ScramCredential, ScramInvalid, ScramRefused, ScramServer
 
@@ -130,6 +141,11 @@ class ScramRelay:
         self._owner = owner
         self.mechanism = mechanism
         self.username: str | None = None
+        #: set on success when the backend's principal is not ``User:<username>`` (a token's owner)
+        self.principal: str | None = None
+        #: the session the backend granted a token-authenticated client (ms; 0: not bounded)
+        self.lifetime_ms = 0
+        self.token_auth = False
         self._conn: BrokerConn | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._generic = (f"Authentication failed during authentication due to invalid credentials with SASL "
@@ -148,10 +164,7 @@ class ScramRelay:
             raise RelayRefused(str(exc), str(exc)) from None
         except ScramInvalid as exc:
             raise RelayRefused(self._generic, str(exc)) from None
-        if _token_auth(token):
-            message = ("Authentication failed: delegation token authentication (tokenauth) is not relayed by "
-                       "the sidecar's delegate authenticator")
-            raise RelayRefused(message, "a delegation token (tokenauth=true): not relayed")
+        self.token_auth = _token_auth(token)
         self._conn = await self._owner._connect()
         self._timer = asyncio.get_running_loop().call_later(RELAY_TIMEOUT_S, self.close)
         try:
@@ -178,8 +191,30 @@ class ScramRelay:
             message = answer.error_message or self._generic
             raise RelayRefused(message, f"the backend refused: {ErrorCode(answer.error_code).name.upper()}: {message}")
         if last:
-            self.close()
+            try:
+                if self.token_auth:
+                    self.lifetime_ms = int(answer.session_lifetime.total_seconds() * 1000)
+                    self.principal = await self._token_owner(conn)
+            finally:
+                self.close()
         return bytes(answer.auth_bytes)
+
+    async def _token_owner(self, conn: BrokerConn) -> str:
+        """The principal of a token-authenticated connection: the owner Kafka names in its refusal
+        of a CreateDelegationToken on it (see module docstring)."""
+        request = CreateDelegationTokenRequest(  # v2: Kafka 2.4 up to 4.x; its answer names the owner
+            renewers=(), max_lifetime=i64Timedelta.parse(datetime.timedelta(milliseconds=-1)))
+        try:
+            payload = await conn.request(request_payload(request, 0, "kshare"), timeout_s=self._owner._timeout)
+        except (BrokerConnError, TimeoutError) as exc:
+            raise CredentialsUnavailable(f"the backend broker went away asking for the token's owner: {exc}") from None
+        code, offset = leading_error_code(payload, CreateDelegationTokenResponse)
+        if code != ErrorCode.delegation_token_request_not_allowed:  # never for a token-authenticated connection
+            raise CredentialsUnavailable(f"the token's owner is unknown: CreateDelegationToken answered "
+                                         f"{ErrorCode(code).name.upper()} on a token-authenticated connection")
+        kind, size = read_compact_string(payload, offset)  # kio's readers return (value, size read)
+        name, _ = read_compact_string(payload, offset + size)
+        return f"{kind}:{name}"
 
     def close(self) -> None:
         conn, self._conn = self._conn, None

@@ -46,9 +46,10 @@ from kio.static.primitive import i64Timedelta
 
 from ..log.brokerconn import BrokerConn, BrokerConnError
 from ..log.sasl import SaslError
+from ..protocol.requests import leading_error_code
 from ..ratelog import RateLimitedLog
+from ..wire import codec
 from .pool import BackendPool, BackendUnavailable, decode, make
-from .produce import skip_tags
 
 log = logging.getLogger("kshare.forward")
 failures = RateLimitedLog(log)
@@ -324,7 +325,7 @@ class DelegationTokens:
         try:
             return decode(api_key, version, payload)
         except SerialError:
-            return _ErrorOnly(_error_code(payload))
+            return _ErrorOnly(ErrorCode(leading_error_code(payload, codec.response_class(api_key, version))[0]))
 
     def _why(self, code: ErrorCode, principal: str | None) -> str:
         if code == ErrorCode.delegation_token_authorization_failed:
@@ -380,14 +381,6 @@ class DelegationTokens:
 @dataclasses.dataclass(frozen=True)
 class _ErrorOnly:
     error_code: ErrorCode
-
-
-def _error_code(payload: bytes) -> ErrorCode:
-    """The top-level error code of a flexible response (CreateDelegationToken v2+,
-    ExpireDelegationToken v2): the correlation id, the header's tagged fields, then the body's
-    first field, the error code."""
-    offset = skip_tags(payload, 4)
-    return ErrorCode(int.from_bytes(payload[offset:offset + 2], "big", signed=True))
 
 
 class _Fixed:

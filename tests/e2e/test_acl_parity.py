@@ -34,7 +34,7 @@ from kshare_sidecar.testing.kafka import free_port
 from kshare_sidecar.testing.maven import require_tool
 from kshare_sidecar.testing.probe import broker_ready
 from tests.e2e.conftest import SidecarProcess
-from tests.e2e.test_java_consumer import java_consumer  # noqa: F401 (a fixture)
+from tests.e2e.test_java_consumer import compile_java, java_consumer  # noqa: F401 (a fixture)
 from tests.e2e.test_secured_backend import SaslBroker, make_ca_and_server_cert, make_client_cert
 from tests.support import create_topic, set_group_config, unique
 
@@ -407,7 +407,15 @@ def _group_outcome(bootstrap: str, topic: str, group: str, extra: dict, timeout_
         consumer.close()
 
 
-def test_pass_through_as_the_clients_own_principal(brokers, kshare, certs, tmp_path):
+@pytest.fixture(scope="module")
+def client_sidecar(brokers, certs, tmp_path_factory):
+    """The module's sidecar with passthrough.credentials = client: (process, SASL_SSL port, SSL port)."""
+    sc, sasl_port, ssl_port = _client_principal_sidecar(brokers[0], certs, tmp_path_factory.mktemp("client-sc"))
+    yield sc, sasl_port, ssl_port
+    sc.stop()
+
+
+def test_pass_through_as_the_clients_own_principal(brokers, kshare, client_sidecar, certs):
     """passthrough.credentials = client: produce and consumer-group requests forwarded through kshare
     reach the backend as the client's *own* principal, so the backend's ACLs decide — for a SCRAM
     client (relayed by the delegate authenticator; its upstream uses a delegation token it owns), a
@@ -436,7 +444,7 @@ def test_pass_through_as_the_clients_own_principal(brokers, kshare, certs, tmp_p
             _acl(ResourceType.GROUP, groups["svc-a"], "CN=svc-a,O=kshare-test", AclOperation.READ),
             _acl(ResourceType.TOPIC, topic, "CN=svc-b,O=kshare-test", AclOperation.DESCRIBE),  # no WRITE, no READ
             _acl(ResourceType.GROUP, groups["svc-b"], "CN=svc-b,O=kshare-test", AclOperation.READ)])
-    sc, sasl_port, ssl_port = _client_principal_sidecar(b39, certs, tmp_path)
+    sc, sasl_port, ssl_port = client_sidecar
 
     def mtls(name: str) -> dict:
         return _mtls(ca, *client_certs[name])
@@ -445,26 +453,23 @@ def test_pass_through_as_the_clients_own_principal(brokers, kshare, certs, tmp_p
     targets = {"kshare": (f"127.0.0.1:{sasl_port}", f"127.0.0.1:{ssl_port}"),
                "3.9 direct": (b39.ssl_bootstrap, b39.mtls_bootstrap), "native 4.3": (b4.ssl_bootstrap, b4.mtls_bootstrap)}
     time.sleep(1.5)  # the ACLs reach both authorizers and kshare's cache
-    try:
-        runs = {}
-        with ThreadPoolExecutor(12) as pool:
-            for target, (sasl, ssl) in targets.items():
-                for who, extra in clients.items():
-                    bootstrap = ssl if who.startswith("svc") else sasl
-                    runs[(target, who, "produce")] = pool.submit(_produce_outcome, bootstrap, topic, extra)
-                    runs[(target, who, "group")] = pool.submit(_group_outcome, bootstrap, topic, groups[who], extra)
-            # alice over PLAIN: her password replayed (kshare only: the brokers' SASL_SSL listener is SCRAM-only)
-            plain = {**scram("alice", ca), "sasl.mechanism": "PLAIN"}
-            runs[("kshare", "alice PLAIN", "produce")] = pool.submit(_produce_outcome, f"127.0.0.1:{sasl_port}",
-                                                                   topic, plain)
-            # the default (passthrough.credentials = sidecar): the backend authorizes the sidecar's user
-            runs[("kshare default", "alice", "produce")] = pool.submit(_produce_outcome, kshare.sasl_bootstrap,
-                                                                     topic, scram("alice", ca))
-            results = {key: future.result() for key, future in runs.items()}
-        time.sleep(4)  # every client gone: idle tokens are expired (idle.ms 2000)
-        log = sc.log_path.read_text(errors="replace")
-    finally:
-        sc.stop()
+    runs = {}
+    with ThreadPoolExecutor(12) as pool:
+        for target, (sasl, ssl) in targets.items():
+            for who, extra in clients.items():
+                bootstrap = ssl if who.startswith("svc") else sasl
+                runs[(target, who, "produce")] = pool.submit(_produce_outcome, bootstrap, topic, extra)
+                runs[(target, who, "group")] = pool.submit(_group_outcome, bootstrap, topic, groups[who], extra)
+        # alice over PLAIN: her password replayed (kshare only: the brokers' SASL_SSL listener is SCRAM-only)
+        plain = {**scram("alice", ca), "sasl.mechanism": "PLAIN"}
+        runs[("kshare", "alice PLAIN", "produce")] = pool.submit(_produce_outcome, f"127.0.0.1:{sasl_port}",
+                                                                topic, plain)
+        # the default (passthrough.credentials = sidecar): the backend authorizes the sidecar's user
+        runs[("kshare default", "alice", "produce")] = pool.submit(_produce_outcome, kshare.sasl_bootstrap,
+                                                                  topic, scram("alice", ca))
+        results = {key: future.result() for key, future in runs.items()}
+    time.sleep(4)  # every client gone: idle tokens are expired (idle.ms 2000)
+    log = sc.log_path.read_text(errors="replace")
     table = "\n".join(f"{who:6} {op:8} " + "  ".join(f"{t}: {results[(t, who, op)]:28}" for t in targets)
                       for who in clients for op in ("produce", "group"))
     print("\n" + table + f"\nalice PLAIN produce via kshare: {results[('kshare', 'alice PLAIN', 'produce')]}"
@@ -507,6 +512,61 @@ def _client_principal_sidecar(b39, certs, tmp_path, **env) -> tuple[SidecarProce
 def _mtls(ca: Path, cert: Path, key: Path) -> dict:
     return {"security.protocol": "SSL", "ssl.ca.location": str(ca), "ssl.certificate.location": str(cert),
             "ssl.key.location": str(key)}
+
+
+@pytest.fixture(scope="module")
+def token_produce(tmp_path_factory) -> list[str]:
+    """tests/e2e/java/TokenProduce.java (Kafka's own client with a delegation token)."""
+    return compile_java(tmp_path_factory, Path(__file__).with_name("java") / "TokenProduce.java")
+
+
+def test_a_client_with_a_delegation_token_is_its_owner(brokers, client_sidecar, certs, token_produce, tmp_path):
+    """A Java producer authenticating with a delegation token (SCRAM, tokenauth=true) through
+    kshare's delegate authenticator: the exchange is relayed, the backend names the token's owner,
+    and pass-through runs as that owner — carol's token may produce (WRITE), alice's is refused
+    (DESCRIBE only: CLUSTER_AUTHORIZATION_FAILED for the idempotent producer's InitProducerId), an
+    expired token is refused with Kafka's SASL_AUTHENTICATION_FAILED message — the same outcomes
+    directly against the 3.9 backend."""
+    import subprocess
+
+    b39, _ = brokers
+    ca = certs[0]
+    topic = unique("acl-dt")
+    create_topic(b39.bootstrap, topic, 1)
+    _grant(b39, ca, [_acl(ResourceType.TOPIC, topic, "carol", AclOperation.WRITE),
+                     _acl(ResourceType.TOPIC, topic, "alice", AclOperation.DESCRIBE)])
+    sc, sasl_port, _ = client_sidecar
+    client = tmp_path / "client.properties"
+    client.write_text(f"security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\nssl.truststore.type=PEM\n"
+                      f"ssl.truststore.location={ca}\n")
+
+    def run(user: str, expire: str) -> dict[str, str]:
+        props = tmp_path / f"{user}.properties"
+        props.write_text(client.read_text() + "sasl.jaas.config=org.apache.kafka.common.security.scram."
+                         f'ScramLoginModule required username="{user}" password="{USERS[user]}";\n')
+        done = subprocess.run(token_produce + [b39.ssl_bootstrap, str(props), str(client), topic, expire,
+                                               f"127.0.0.1:{sasl_port}", b39.ssl_bootstrap],
+                              capture_output=True, text=True, timeout=120)
+        found = dict(line.split(" ", 2)[1:] for line in done.stdout.splitlines() if line.startswith("RESULT "))
+        assert len(found) == 2, done.stdout[-2000:] + done.stderr[-2000:]
+        return {"kshare" if key.endswith(f":{sasl_port}") else "3.9 direct": value for key, value in found.items()}
+
+    with ThreadPoolExecutor(3) as pool:
+        cases = {"carol": ("carol", "no"), "alice": ("alice", "no"), "carol, expired": ("carol", "yes")}
+        futures = {name: pool.submit(run, *args) for name, args in cases.items()}
+        results = {name: future.result() for name, future in futures.items()}
+    log = sc.log_path.read_text(errors="replace")
+    print("\n" + "\n".join(f"{name:15} {r}" for name, r in results.items()))
+    refused = ("SaslAuthenticationException: Authentication failed during authentication due to invalid credentials "
+               "with SASL mechanism SCRAM-SHA-512")
+    assert results["carol"] == {"kshare": "OK", "3.9 direct": "OK"}, results
+    # alice may only DESCRIBE: the idempotent producer's InitProducerId needs WRITE on some topic (or
+    # IDEMPOTENT_WRITE), so the backend refuses it for her — through kshare as directly
+    assert set(results["alice"].values()) == {"ClusterAuthorizationException: Cluster authorization failed."}, results
+    assert all(v.startswith(refused) for v in results["carol, expired"].values()), results
+    assert "authenticated as User:carol with SCRAM-SHA-512 on listener SASL_SSL" in log  # the owner, not the id
+    assert "authenticated as User:alice with SCRAM-SHA-512 on listener SASL_SSL" in log
+    assert "Traceback" not in log and not HMAC_B64.search(log) and not any(pw in log for pw in USERS.values())
 
 
 @pytest.mark.skipif(not os.environ.get("KSHARE_TOKEN_REAUTH"), reason="slow (~40 s): make test-tokens")

@@ -159,17 +159,22 @@ async def test_an_unknown_mechanism_lists_the_enabled_ones_then_closes(handler):
     assert tuple(body.mechanisms) == ("PLAIN", "SCRAM-SHA-512")
 
 
-async def test_scram_sha_512_with_aiokafkas_client(handler):
+async def _scram_exchange(handler, conn, password="alice-pw"):
+    """aiokafka's SCRAM-SHA-512 client as alice through the gate: (final answer, the client)."""
     from aiokafka.conn import ScramAuthenticator
 
-    conn = Conn()
     await send(handler, conn, SaslHandshakeRequest(mechanism="SCRAM-SHA-512"))
     client = ScramAuthenticator(loop=asyncio.get_running_loop(), sasl_plain_username="alice",
-                                sasl_plain_password="alice-pw", sasl_mechanism="SCRAM-SHA-512")
+                                sasl_plain_password=password, sasl_mechanism="SCRAM-SHA-512")
     token, _ = await client.step(None)
     first = await send(handler, conn, SaslAuthenticateRequest(auth_bytes=token))
     token, _ = await client.step(first.auth_bytes)
-    final = await send(handler, conn, SaslAuthenticateRequest(auth_bytes=token))
+    return await send(handler, conn, SaslAuthenticateRequest(auth_bytes=token)), client
+
+
+async def test_scram_sha_512_with_aiokafkas_client(handler):
+    conn = Conn()
+    final, client = await _scram_exchange(handler, conn)
     assert final.error_code == ErrorCode.none and await client.step(final.auth_bytes) is None
     assert conn.principal == "User:alice"
 
@@ -397,20 +402,12 @@ class _BackendRelay:
 async def test_a_relayed_scram_exchange_takes_the_far_ends_verdict(handler, caplog, password, down, outcome):
     """An authenticator with ``scram_relay`` (delegate): the exchange is answered by the relay, not
     from stored keys; its refusal message is the client's; "could not check" is Kafka's message."""
-    from aiokafka.conn import ScramAuthenticator
-
     users = Users()
     users.scram_relay = lambda mechanism: _BackendRelay(users, mechanism, down)  # type: ignore[attr-defined]
     handler.authenticator = users
     conn = Conn()
-    await send(handler, conn, SaslHandshakeRequest(mechanism="SCRAM-SHA-512"))
-    client = ScramAuthenticator(loop=asyncio.get_running_loop(), sasl_plain_username="alice",
-                                sasl_plain_password=password, sasl_mechanism="SCRAM-SHA-512")
     try:
-        token, _ = await client.step(None)
-        first = await send(handler, conn, SaslAuthenticateRequest(auth_bytes=token))
-        token, _ = await client.step(first.auth_bytes)
-        final = await send(handler, conn, SaslAuthenticateRequest(auth_bytes=token))
+        final, client = await _scram_exchange(handler, conn, password)
     except CloseAfterResponse as exc:
         _, body = codec.decode_response(exc.response[4:], SaslAuthenticateResponse)
         assert body.error_code == ErrorCode.sasl_authentication_failed and body.error_message == outcome
@@ -421,14 +418,31 @@ async def test_a_relayed_scram_exchange_takes_the_far_ends_verdict(handler, capl
     assert conn.principal == "User:alice"
 
 
-async def test_the_relay_refuses_delegation_token_authentication():
-    """tokenauth=true: the backend's principal would be the token's owner, which the exchange does
-    not reveal — refused before any backend connection, with a message that says why."""
+async def test_the_relay_checks_kafkas_grammar_and_sees_tokenauth():
     from kshare_sidecar.auth.authenticators import RelayRefused
-    from kshare_sidecar.auth.delegate import ScramRelay
+    from kshare_sidecar.auth.delegate import ScramRelay, _token_auth
 
-    relay = ScramRelay(None, "SCRAM-SHA-512")  # type: ignore[arg-type]  # never reaches its owner
-    with pytest.raises(RelayRefused, match="tokenauth"):
-        await relay.step(b"n,,n=tokenid,r=abcdef,tokenauth=true")
-    with pytest.raises(RelayRefused, match="invalid credentials"):  # Kafka's grammar is checked here first
+    with pytest.raises(RelayRefused, match="invalid credentials"):  # before any backend connection
         await ScramRelay(None, "SCRAM-SHA-512").step(b"y,,n=alice,r=abc")  # type: ignore[arg-type]
+    assert _token_auth(b"n,,n=tokenid,r=abcdef,tokenauth=true")
+    assert _token_auth(b"n,,n=tokenid,r=abcdef,tokenauth=TRUE")  # Java's Boolean.parseBoolean
+    assert not _token_auth(b"n,,n=alice,r=abcdef")
+    assert not _token_auth(b"n,,n=alice,r=abcdef,tokenauth=false")
+
+
+async def test_a_relayed_token_authentication_takes_the_owner_and_the_tokens_lifetime(handler):
+    """The relay names the backend's principal (a delegation token's owner) and the session the
+    backend granted (the token's remaining life): the client's principal and SessionLifetimeMs."""
+    users = Users()
+
+    def relay(mechanism):
+        far = _BackendRelay(users, mechanism, False)
+        far.principal, far.lifetime_ms = "User:carol", 1500
+        return far
+
+    users.scram_relay = relay  # type: ignore[attr-defined]
+    handler.authenticator = users
+    conn = Conn()
+    final, _ = await _scram_exchange(handler, conn)
+    assert final.error_code == ErrorCode.none and final.session_lifetime == datetime.timedelta(milliseconds=1500)
+    assert conn.principal == "User:carol"

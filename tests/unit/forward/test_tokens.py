@@ -194,3 +194,22 @@ def test_principal_split():
     assert split_principal("User:CN=a,O=b:c") == ("User", "CN=a,O=b:c")
     with pytest.raises(tokens_mod.TokenError):
         split_principal("alice")
+
+
+def test_an_answer_kio_cannot_read_still_gives_its_code_and_the_owner():
+    """Kafka's CreateDelegationToken error answer has -1 timestamps; its error code and the owner it
+    names (what the delegate relay asks a token-authenticated connection) are read without kio."""
+    from kio.schema.create_delegation_token.v2.response import CreateDelegationTokenResponse as V2
+    from kio.serial.readers import read_compact_string
+
+    from kshare_sidecar.protocol.requests import leading_error_code
+
+    never = datetime.datetime(1970, 1, 1, tzinfo=UTC) - datetime.timedelta(milliseconds=1)
+    answer = V2(error_code=ErrorCode.delegation_token_request_not_allowed, principal_type="User",
+                principal_name="CN=svc-a,O=acme", issue_timestamp=never, expiry_timestamp=never, max_timestamp=never,
+                token_id="", hmac=b"", throttle_time=datetime.timedelta(0))
+    payload = codec.encode_response(answer, 7)[4:]
+    code, offset = leading_error_code(payload, V2)
+    assert code == ErrorCode.delegation_token_request_not_allowed
+    kind, size = read_compact_string(payload, offset)
+    assert (kind, read_compact_string(payload, offset + size)[0]) == ("User", "CN=svc-a,O=acme")
