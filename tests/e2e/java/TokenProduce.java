@@ -13,6 +13,7 @@ import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.ExpireDelegationTokenOptions;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.errors.DelegationTokenNotFoundException;
 import org.apache.kafka.common.security.token.delegation.DelegationToken;
 
 public class TokenProduce {
@@ -31,8 +32,19 @@ public class TokenProduce {
         try (Admin client = Admin.create(admin)) {
             token = client.createDelegationToken().delegationToken().get(30, TimeUnit.SECONDS);
             if (args[4].equals("yes")) {
-                client.expireDelegationToken(token.hmac(), new ExpireDelegationTokenOptions().expiryTimePeriodMs(-1))
-                        .expiryTimestamp().get(30, TimeUnit.SECONDS);
+                for (int attempt = 0; ; attempt++) {  // the token reaches the controller's cache a moment later
+                    try {
+                        client.expireDelegationToken(token.hmac(),
+                                new ExpireDelegationTokenOptions().expiryTimePeriodMs(-1)).expiryTimestamp()
+                                .get(30, TimeUnit.SECONDS);
+                        break;
+                    } catch (java.util.concurrent.ExecutionException e) {
+                        if (!(e.getCause() instanceof DelegationTokenNotFoundException) || attempt >= 20) {
+                            throw e;
+                        }
+                        Thread.sleep(250);
+                    }
+                }
             }
         }
         Thread.sleep(1000);  // every broker learns the token (or its removal) from the metadata log
