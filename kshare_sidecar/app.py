@@ -133,6 +133,9 @@ class Sidecar:
         self.security = BackendSecurity.from_config(cfg)
         specs = cfg.listener_specs()
         tls = self._listener_security(specs)
+        start = getattr(getattr(self, "authenticator", None), "start", None)
+        if start is not None:  # e.g. delegate: the backend offers the mechanisms it relays
+            await start(cfg.listener_security.mechanisms)
         await self._start_authorizer()
         await self._start_state(specs)
         hidden = {cfg.state.topic}
@@ -176,12 +179,28 @@ class Sidecar:
                 raise ConfigError(f"sasl.enabled.mechanisms = {sec.sasl_enabled_mechanisms!r}: the "
                                   f"{sec.sasl_authenticator} authenticator does not serve {', '.join(missing)} "
                                   f"(allowed values: {', '.join(sorted(self.authenticator.mechanisms))})")
-        if cfg.passthrough.credentials == "client" and not (
-                self.security.sasl and self.security.mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")):
-            raise ConfigError("passthrough.credentials = 'client' needs a SASL backend with a password mechanism: "
-                              "backend.security.protocol SASL_PLAINTEXT or SASL_SSL, backend.sasl.mechanism PLAIN or "
-                              "SCRAM-SHA-256/512")
+        if cfg.passthrough.credentials == "client" and not self.security.sasl:
+            raise ConfigError(f"passthrough.credentials = 'client' needs a SASL backend (a PLAIN client's password "
+                              f"is replayed, any other client's upstream authenticates with a delegation token of its "
+                              f"principal over SCRAM): backend.security.protocol is {self.security.protocol}, allowed "
+                              f"values SASL_PLAINTEXT, SASL_SSL")
         return tls
+
+    def _replays_plain(self) -> bool:
+        """passthrough.credentials = client: a PLAIN client's password can be replayed to the backend."""
+        return (self.config.passthrough.credentials == "client"
+                and self.security.mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"))
+
+    def _needs_tokens(self, specs: list[ListenerSpec]) -> bool:
+        """passthrough.credentials = client and a listener can authenticate a client whose password
+        the sidecar does not get (SCRAM, a client certificate; PLAIN if it cannot be replayed)."""
+        cfg, sec = self.config, self.config.listener_security
+        if cfg.passthrough.credentials != "client":
+            return False
+        certificates = sec.ssl_client_auth != "none" and any(spec.protocol == "SSL" for spec in specs)
+        sasl = any(spec.sasl for spec in specs)
+        scram = sasl and any(m != "PLAIN" for m in sec.mechanisms)
+        return certificates or scram or (sasl and not self._replays_plain())
 
     async def _start_authorizer(self) -> None:
         self.authorizer = backend_authorizer(self.config, self.security)
@@ -272,7 +291,7 @@ class Sidecar:
                                   authenticator=getattr(self, "authenticator", None), sasl=spec.sasl,
                                   failure_delay_s=sec.connection_failed_authentication_delay_ms / 1000,
                                   reauth_ms=sec.connections_max_reauth_ms,
-                                  keep_plain_credentials=cfg.passthrough.credentials == "client")
+                                  keep_plain_credentials=self._replays_plain())
         listener = Listener(handler, spec.host, spec.port, max_frame_bytes=limits.socket_request_max_bytes,
                             max_inflight=limits.max_inflight_requests_per_connection,
                             idle_timeout_s=limits.connections_max_idle_ms / 1000,
@@ -302,8 +321,29 @@ class Sidecar:
         self.forwarder = install(registry, self.pool, replaceable={0, 1, 2}, reserved=reserved,
                                  node=self.node_for)
         self.forwarder.client_credentials = self.config.passthrough.credentials == "client"
+        if self._needs_tokens(self._specs or self.config.listener_specs()):
+            await self._start_tokens()
         mixed.register(registry, self.pool, is_share_group=lambda g: g in self.coordinator.groups,
                        node_id=lambda: self.node.node_id, hidden=hidden)
+
+    async def _start_tokens(self) -> None:
+        """Delegation tokens owned by clients' principals (forward/tokens.py), checked once now."""
+        from .forward.tokens import DelegationTokens, TokenError
+
+        cfg = self.config.passthrough
+        mechanism = self.security.mechanism if self.security.mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512") \
+            else "SCRAM-SHA-512"
+        self.tokens = DelegationTokens(self.pool, mechanism=mechanism,
+                                       max_lifetime_ms=cfg.delegation_token_max_lifetime_ms,
+                                       idle_ms=cfg.delegation_token_idle_ms)
+        try:
+            await self.tokens.start()
+        except TokenError as exc:
+            raise ConfigError(f"passthrough.credentials = 'client' needs delegation tokens at the backend for "
+                              f"clients without a replayable password: {exc}") from None
+        self.forwarder.tokens = self.tokens
+        renewer = ":".join(self.tokens.renewer or ("?", "?"))
+        log.info("pass-through as the client's principal: delegation tokens over %s, made by %s", mechanism, renewer)
 
     async def _join_cluster(self, registry: ApiRegistry, hidden: set[str], specs: list[ListenerSpec]) -> None:
         """Route by ownership (Metadata leaders, FindCoordinator) and join the sidecars' group;
@@ -356,7 +396,7 @@ class Sidecar:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for name in ("forwarder", "pool", "shares", "deadletter", "partitions", "membership", "group_configs",
+        for name in ("forwarder", "tokens", "pool", "shares", "deadletter", "partitions", "membership", "group_configs",
                      "backend", "persister", "authenticator", "authorizer"):
             part = getattr(self, name, None)
             if part is not None:

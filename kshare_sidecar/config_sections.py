@@ -85,6 +85,8 @@ class PassthroughSettings:
 
     enable: bool = _key("passthrough.enable")
     credentials: str = _key("passthrough.credentials")
+    delegation_token_max_lifetime_ms: int = _key("passthrough.delegation.token.max.lifetime.ms")
+    delegation_token_idle_ms: int = _key("passthrough.delegation.token.idle.ms")
 
 
 @dataclass(frozen=True)

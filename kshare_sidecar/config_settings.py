@@ -207,8 +207,15 @@ SETTINGS: tuple[Setting, ...] = (
     _S("authorizer.allow.plaintext.anonymous", True, bool, "User:ANONYMOUS on PLAINTEXT listeners (health checks "
        "on loopback) is not checked; false: checked against its ACLs, as Kafka does."),
     _S("passthrough.credentials", "sidecar", str, "Whose credentials forwarded requests use at the backend: "
-       "'sidecar' (the backend.sasl.* user) or 'client' (a SASL PLAIN client's own user and password, so the "
-       "backend authorizes the client; other clients cannot use pass-through).", choices=("sidecar", "client")),
+       "'sidecar' (the backend.sasl.* user) or 'client' (the client's own principal, so the backend authorizes "
+       "the client: a SASL PLAIN client's password replayed, any other authenticated client through a delegation "
+       "token owned by its principal; anonymous clients cannot use pass-through).", choices=("sidecar", "client")),
+    _S("passthrough.delegation.token.max.lifetime.ms", 3600000, int, "passthrough.credentials = client: the "
+       "max_lifetime asked for each client principal's delegation token (the backend grants at most its "
+       "delegation.token.expiry.time.ms); a fresh token is made after 80 % of the granted lifetime.",
+       1000, 2**62),
+    _S("passthrough.delegation.token.idle.ms", 300000, int, "passthrough.credentials = client: a principal "
+       "without upstream connections this long has its delegation token expired at the backend.", 1000, 2**62),
     _S("node.id", 1, int, "Node id the sidecar presents as coordinator and partition leader.", 0, 2**31 - 1),
     _S("cluster.id", "kshare", str, "Cluster id reported in Metadata."),
     # -- a cluster of sidecars (issue 15; docs/deployment.md, "Running N sidecars")

@@ -60,6 +60,8 @@ def register_authenticators(register):
     arguments added later) returns an object implementing
     :class:`kshare_sidecar.auth.authenticators.Authenticator`: a ``mechanisms`` set, async
     ``verify_plain(username, password) -> bool``, async ``scram_credential(mechanism, username)
-    -> ScramCredential | None`` and async ``close()``. The sidecar setting ``sasl.authenticator``
-    selects one by name.
+    -> ScramCredential | None`` and async ``close()``; optionally ``scram_relay(mechanism)`` (the
+    SCRAM exchange answered elsewhere, as ``delegate`` relays it to the backend) and async
+    ``start(mechanisms)`` (checks at start-up). The sidecar setting ``sasl.authenticator`` selects
+    one by name.
     """

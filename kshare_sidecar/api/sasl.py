@@ -35,7 +35,7 @@ from kio.schema.errors import ErrorCode
 
 from ..protocol.constants import ApiKey
 from ..auth import ANONYMOUS
-from ..auth.authenticators import Authenticator, CredentialsUnavailable
+from ..auth.authenticators import Authenticator, CredentialsUnavailable, RelayRefused
 from ..auth.plain import PlainInvalid, parse_plain
 from ..auth.principal import tls_principal
 from ..auth.scram import HASHES, ScramInvalid, ScramRefused, ScramServer
@@ -82,11 +82,20 @@ class Exchange:
         #: PLAIN only, after success: the client's password, kept for passthrough.credentials =
         #: client (never logged, dropped with the exchange unless the listener keeps it)
         self.password: str | None = None
-        self._scram = ScramServer(mechanism) if mechanism in HASHES else None
+        #: a relayed exchange's own answer: the backend's principal (a delegation token's owner)
+        #: and the session lifetime it granted (bounded by the token's expiry)
+        self.principal: str | None = None
+        self.lifetime_ms = 0
+        relay = getattr(authenticator, "scram_relay", None) if mechanism in HASHES else None
+        #: the whole exchange elsewhere (the delegate authenticator: the backend checks the proof)
+        self._relay = relay(mechanism) if relay is not None else None
+        self._scram = ScramServer(mechanism) if mechanism in HASHES and self._relay is None else None
         self._generic = (f"Authentication failed during authentication due to invalid credentials with SASL "
                          f"mechanism {mechanism}")
 
     async def step(self, token: bytes) -> tuple[bytes, bool]:
+        if self._relay is not None:
+            return await self._relayed(token)
         if self._scram is None:
             return await self._plain(token), True
         scram = self._scram
@@ -106,6 +115,24 @@ class Exchange:
             raise AuthFailed(str(exc), str(exc)) from None
         except ScramInvalid as exc:
             raise AuthFailed(self._generic, str(exc)) from None
+
+    async def _relayed(self, token: bytes) -> tuple[bytes, bool]:
+        relay = self._relay
+        assert relay is not None
+        try:
+            reply, done = await relay.step(token)
+        except RelayRefused as exc:
+            raise AuthFailed(exc.message, exc.reason) from None
+        except Exception as exc:  # CredentialsUnavailable, or a broken plugin: not a wrong password
+            relay.close()
+            reason = str(exc) if isinstance(exc, CredentialsUnavailable) else f"authenticator failed: {exc!r}"
+            raise AuthFailed("Authentication failed: credentials for user could not be verified", reason) from None
+        finally:
+            self.username = relay.username
+        if done:
+            self.principal = getattr(relay, "principal", None)
+            self.lifetime_ms = int(getattr(relay, "lifetime_ms", 0) or 0)
+        return reply, done
 
     async def _plain(self, token: bytes) -> bytes:
         try:
@@ -128,14 +155,15 @@ class Exchange:
 
 
 class _Session:
-    __slots__ = ("bad_mechanism", "exchange", "expires_at", "mechanism", "principal", "reauth_started",
-                 "reauthenticating", "state")
+    __slots__ = ("bad_mechanism", "exchange", "expires_at", "lifetime_ms", "mechanism", "principal",
+                 "reauth_started", "reauthenticating", "state")
 
     def __init__(self) -> None:
         self.state = _State.HANDSHAKE_OR_VERSIONS
         self.exchange: Exchange | None = None
         # KIP-368 (connections.max.reauth.ms > 0): when the session ends, what it was made with
         self.expires_at: float | None = None
+        self.lifetime_ms = 0
         self.mechanism: str | None = None
         self.principal: str | None = None
         self.reauth_started = float("-inf")
@@ -260,7 +288,7 @@ class ListenerHandler:
             return codec.encode_response(body, decoded.correlation_id)
 
         token, done = await self._authenticate(conn, session, bytes(decoded.body.auth_bytes), answer)
-        return answer(ErrorCode.none, None, token, self.reauth_ms if done else 0)
+        return answer(ErrorCode.none, None, token, session.lifetime_ms if done else 0)
 
     async def _authenticate(self, conn: ConnectionHandle, session: _Session, token: bytes,
                             answer: Callable[[ErrorCode, str | None, bytes], bytes] | None) -> tuple[bytes, bool]:
@@ -270,8 +298,9 @@ class ListenerHandler:
             if session.bad_mechanism:
                 raise AuthFailed(session.bad_mechanism, session.bad_mechanism)
             reply, done = await exchange.step(token)
-            if done and session.reauthenticating and f"User:{exchange.username}" != session.principal:
-                before, after = (session.principal or "").replace(":", ".", 1), f"User.{exchange.username}"
+            principal = exchange.principal or f"User:{exchange.username}"
+            if done and session.reauthenticating and principal != session.principal:
+                before, after = (session.principal or "").replace(":", ".", 1), principal.replace(":", ".", 1)
                 message = f"Cannot change principals during re-authentication from {before}: {after}"
                 raise AuthFailed(message, message)
         except AuthFailed as exc:
@@ -287,7 +316,6 @@ class ListenerHandler:
             raise CloseAfterResponse(f"SASL authentication failed: {exc.message}", response) from None
         if done:
             _count(STATS.authentications, self.listener)
-            principal = f"User:{exchange.username}"
             _set_principal(conn, principal)
             if self.keep_plain_credentials:
                 keep = (exchange.username, exchange.password) if exchange.password is not None else None
@@ -300,8 +328,11 @@ class ListenerHandler:
                 lift()
             session.state, session.exchange = _State.COMPLETE, None
             session.mechanism, session.principal = exchange.mechanism, principal
-            if self.reauth_ms > 0:
-                session.expires_at = asyncio.get_running_loop().time() + self.reauth_ms / 1000
+            # connections.max.reauth.ms, or sooner a relayed delegation token's expiry (as Kafka)
+            lifetime = min(x for x in (self.reauth_ms, exchange.lifetime_ms, 2**62) if x > 0)
+            session.lifetime_ms = 0 if lifetime == 2**62 else lifetime
+            if session.lifetime_ms > 0:
+                session.expires_at = asyncio.get_running_loop().time() + session.lifetime_ms / 1000
             log.debug("conn %d from %s: %s as %s with %s on listener %s", conn.conn_id,
                       f"{conn.peer_host}:{conn.peer_port}",
                       "re-authenticated" if session.reauthenticating else "authenticated", principal,

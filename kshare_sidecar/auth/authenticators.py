@@ -11,8 +11,14 @@ It lists the ``mechanisms`` it can serve; the sidecar refuses to start when
 "could not check" (a store or backend that is down): the client gets Kafka's "credentials for user
 could not be verified" and may retry; it is not counted as a wrong password.
 
-The built-in ``static`` store is here; ``delegate`` (the backend checks PLAIN credentials) is in
-:mod:`.delegate`.
+Optional: ``scram_relay(mechanism)`` returns an object whose ``await step(token) -> (reply,
+done)`` runs the whole SCRAM exchange somewhere else (``delegate`` relays it to the backend) and
+whose ``username`` is set after the first message; it raises :class:`RelayRefused` with the
+message the client gets. ``async start(mechanisms)`` is awaited once at start-up with the enabled
+mechanisms (raise ``ConfigError`` for a configuration that cannot work).
+
+The built-in ``static`` store is here; ``delegate`` (the backend checks PLAIN credentials and
+SCRAM proofs) is in :mod:`.delegate`.
 """
 
 from __future__ import annotations
@@ -29,6 +35,15 @@ from .scram import HASHES, ScramCredential, make_credential, password_matches
 
 class CredentialsUnavailable(Exception):
     """The authenticator could not check the credentials (not: they are wrong)."""
+
+
+class RelayRefused(Exception):
+    """The system a relayed exchange went to refused it: ``message`` for the client (that
+    system's own), ``reason`` for the sidecar's log (never a secret)."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.message, self.reason = message, reason
 
 
 class Authenticator(Protocol):

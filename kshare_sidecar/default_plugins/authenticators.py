@@ -19,5 +19,6 @@ def _delegate(**options):
 def register_authenticators(register):
     register("static", _static, description="users from sasl.credentials.file (passwords or Kafka's salted SCRAM "
                                             "form); PLAIN, SCRAM-SHA-256, SCRAM-SHA-512")
-    register("delegate", _delegate, description="PLAIN credentials checked by authenticating to the backend with "
-                                                "them (no user database in the sidecar)")
+    register("delegate", _delegate, description="the backend checks the credentials (no user database in the "
+                                                "sidecar): PLAIN by authenticating with them, SCRAM-SHA-256/512 "
+                                                "by relaying the exchange")

@@ -31,6 +31,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ..auth import ANONYMOUS
 from ..log.brokerconn import BrokerConn, BrokerConnClosed, BrokerConnError
 from ..protocol.constants import ApiKey
 from ..ratelog import backend_failures
@@ -78,9 +79,12 @@ class Forwarder:
         #: (client connection or None) -> the sidecar's NodeIdentity on that connection's listener:
         #: leader hints are rewritten to it
         self.node = node
-        #: passthrough.credentials = client: forward only for clients whose PLAIN credentials the
-        #: listener kept (``conn.backend_credentials``); others get their connection closed
+        #: passthrough.credentials = client: forward as the client's own principal — a PLAIN
+        #: client's kept password (``conn.backend_credentials``) or, for any other authenticated
+        #: principal, a delegation token owned by it (``tokens``, forward/tokens.py); a client
+        #: with neither (anonymous) gets its connection closed
         self.client_credentials = False
+        self.tokens: Any = None  # forward.tokens.DelegationTokens
         self._upstreams: dict[int, Upstream] = {}
 
     # -- entry point -----------------------------------------------------------------------------
@@ -107,17 +111,27 @@ class Forwarder:
         conn_id = getattr(conn, "conn_id", 0)
         upstream = self._upstreams.get(conn_id)
         if upstream is None:
-            credentials = getattr(conn, "backend_credentials", None)
-            if self.client_credentials and credentials is None:
-                principal = getattr(conn, "principal", "User:ANONYMOUS")
-                failures.log("no-client-credentials", logging.WARNING, "conn %d: pass-through refused for %s: "
-                             "passthrough.credentials = client needs a client authenticated with SASL PLAIN",
-                             conn_id, principal)
-                raise CloseConnection(f"pass-through needs the client's PLAIN credentials ({principal})")
-            upstream = self._upstreams[conn_id] = self.pool.upstream(credentials)
+            upstream = self._upstreams[conn_id] = self._new_upstream(conn, conn_id)
             if conn is not None:
                 conn.add_close_callback(lambda _c: self._closed(conn_id))
         return upstream
+
+    def _new_upstream(self, conn: Any, conn_id: int) -> Upstream:
+        if not self.client_credentials:
+            return self.pool.upstream()
+        credentials = getattr(conn, "backend_credentials", None)
+        if credentials is not None:
+            return self.pool.upstream(credentials)
+        principal = str(getattr(conn, "principal", None) or ANONYMOUS)
+        if principal == ANONYMOUS or self.tokens is None:
+            why = ("an anonymous client has no principal of its own at the backend" if principal == ANONYMOUS
+                   else "only SASL PLAIN clients (delegation tokens are not set up)")
+            failures.log("no-client-credentials", logging.WARNING, "conn %d: pass-through refused for %s: "
+                         "passthrough.credentials = client: %s", conn_id, principal, why)
+            raise CloseConnection(f"pass-through needs the client's own credentials ({principal})")
+        source = self.tokens.acquire(principal)
+        return self.pool.upstream(principal=principal, security=self.tokens.token_security(source),
+                                  release=source.release)
 
     async def _closed(self, conn_id: int) -> None:
         upstream = self._upstreams.pop(conn_id, None)

@@ -9,8 +9,9 @@ Two kinds of backend connection, for two reasons:
   lazily per backend broker and closed with the client's connection. A Kafka broker processes
   one request per connection at a time, so sharing an upstream between clients would let one
   client's long-poll Fetch stall everyone's Produce; per-client upstreams also keep each
-  client's ordering, quotas and (later) its authenticated principal — the ``principal`` seam of
-  :class:`~kshare_sidecar.log.brokerconn.BrokerConn`.
+  client's ordering, quotas and — with ``passthrough.credentials = client`` — its principal: the
+  upstream authenticates as the client (a PLAIN password replayed, or a delegation token owned by
+  the client's principal, :mod:`.tokens`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -123,15 +124,19 @@ class BackendPool:
     async def call(self, node: int | None, request: Any) -> Any:
         """Send ``request`` (kio entity) to ``node`` (``None``: any broker) and decode the answer."""
         api_key, version = type(request).__api_key__, type(request).__version__
+        return decode(api_key, version, await self.call_payload(node, request))
+
+    async def call_payload(self, node: int | None, request: Any) -> bytes:
+        """:meth:`call` without decoding: the answer's payload (header + body, no size prefix)."""
         payload = encode(request)
         conns = [self._control_conn(node)] if node is not None else self._any_conns()
         last: Exception | None = None
         for conn in conns:
             try:
-                return decode(api_key, version, await conn.request(payload, timeout_s=self._timeout))
+                return await conn.request(payload, timeout_s=self._timeout)
             except (BrokerConnError, TimeoutError) as exc:
                 last = exc
-        raise BackendUnavailable(f"no backend broker answered api key {api_key}: {last}")
+        raise BackendUnavailable(f"no backend broker answered api key {type(request).__api_key__}: {last}")
 
     def _control_conn(self, node: int) -> BrokerConn:
         conn = self._control.get(node)
@@ -276,10 +281,18 @@ class BackendPool:
     def forget_coordinator(self, key_type: int, key: str) -> None:
         self._coordinators.pop((key_type, key), None)
 
-    def upstream(self, credentials: tuple[str, str] | None = None) -> Upstream:
-        """A client connection's upstream; with ``credentials`` (passthrough.credentials = client)
-        its backend connections authenticate as that user instead of as the sidecar."""
-        return Upstream(self, principal=credentials[0] if credentials else None, credentials=credentials)
+    def upstream(self, credentials: tuple[str, str] | None = None, *, principal: str | None = None,
+                 security: Any = None, release: Callable[[], None] | None = None) -> Upstream:
+        """A client connection's upstream. passthrough.credentials = client: with ``credentials``
+        (a PLAIN client's user and password) its backend connections authenticate as that user;
+        with ``security`` (a delegation token of ``principal``, forward/tokens.py) as that; either
+        way the backend authorizes the client instead of the sidecar. ``release`` runs at close."""
+        if credentials is not None:
+            principal = f"User:{credentials[0]}"
+            if self.security is not None:
+                security = dataclasses.replace(self.security, username=credentials[0], password=credentials[1],
+                                               token_file=None)
+        return Upstream(self, principal=principal, security=security, release=release)
 
 
 class CoordinatorError(Exception):
@@ -292,12 +305,12 @@ class CoordinatorError(Exception):
 class Upstream:
     """One client connection's connections to the backend brokers (see module docstring)."""
 
-    def __init__(self, pool: BackendPool, principal: Any = None,
-                 credentials: tuple[str, str] | None = None) -> None:
+    def __init__(self, pool: BackendPool, principal: Any = None, security: Any = None,
+                 release: Callable[[], None] | None = None) -> None:
         self.pool = pool
-        self.principal = principal
-        self.security = pool.security if credentials is None or pool.security is None else dataclasses.replace(
-            pool.security, username=credentials[0], password=credentials[1], token_file=None)
+        self.principal = principal  # None: the sidecar's own
+        self.security = security if security is not None else pool.security
+        self._release = release
         self._conns: dict[int, BrokerConn] = {}
 
     def conn(self, node: int) -> BrokerConn:
@@ -316,6 +329,9 @@ class Upstream:
         conns, self._conns = list(self._conns.values()), {}
         for conn in conns:
             await conn.close()
+        release, self._release = self._release, None
+        if release is not None:
+            release()
 
 
 def _topic_entry(cls: type, name: str) -> Any:

@@ -49,6 +49,14 @@ _MAX_CORRELATION = 2**31 - 1
 _HIGH_WATER = 1 << 20
 _SASL_AUTHENTICATION_FAILED = int(ErrorCode.sasl_authentication_failed)
 _REAUTH_AT = 0.85  # fraction of the broker's session lifetime after which a connection re-authenticates
+#: Kafka takes at most one re-authentication a second per connection (KafkaChannel); a session too
+#: short for that (a delegation token near its expiry) is renewed by reconnecting instead
+_MIN_REAUTH_GAP_S = 1.05
+
+
+#: why the first answer on a connection is refused when it starts like a TLS record (alert 0x15 or
+#: handshake 0x16, version 3.x): a plaintext request to a TLS listener
+TLS_ANSWER = "the broker answered with TLS"
 
 
 class BrokerConnError(ConnectionError):
@@ -73,6 +81,7 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         self._head = bytearray(4)
         self._frame: bytearray | None = None
         self._pos = 0
+        self._first = True
         self._can_write = asyncio.Event()
         self._can_write.set()
         self.transport: asyncio.Transport | None = None
@@ -90,6 +99,10 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         if self._frame is None:
             if self._pos < 4:
                 return
+            if self._first and self._head[0] in (0x15, 0x16) and self._head[1] == 0x03:
+                self._conn._fail(f"{TLS_ANSWER} (a TLS listener?)")  # a Kafka size would be > 350 MB
+                return
+            self._first = False
             size = int.from_bytes(self._head, "big", signed=True)
             if not 4 <= size <= self._max:
                 self._conn._fail(f"bad response frame size {size}")
@@ -142,6 +155,7 @@ class BrokerConn:
         self._ready = False
         self._reauth_at: float | None = None  # loop time; None: the session does not expire
         self._expires_at: float | None = None
+        self._reauth_started = float("-inf")
         self.reauthentications = 0
 
     def __repr__(self) -> str:
@@ -228,37 +242,52 @@ class BrokerConn:
 
     async def _connect(self) -> None:
         async with self._connect_lock:
-            if self.connected:
-                return
-            if self._closed:
-                raise BrokerConnError(f"{self!r} is closed")
-            loop = asyncio.get_running_loop()
-            proto = _FrameProtocol(self, self._max_frame)
-            security = self.security
-            tls = security.ssl_context if security is not None and security.tls else None
-            try:
-                await asyncio.wait_for(loop.create_connection(
-                    lambda: proto, self.host, self.port, ssl=tls, server_hostname=self.host if tls else None),
-                    self._connect_timeout)
-            except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
-                raise BrokerConnError(f"cannot connect to broker {self.node_id} at {self.host}:{self.port}: "
-                                      f"{exc!r}") from None
-            assert proto.transport is not None
-            proto.transport.set_write_buffer_limits(high=_HIGH_WATER)
-            self._proto, self._ready = proto, False
-            self._reauth_at = self._expires_at = None
-            if security is not None and security.sasl:
+            attempt = 0
+            while True:
                 try:
-                    self._session(await asyncio.wait_for(sasl_authenticate(self, security), self._connect_timeout))
-                except BaseException as exc:
-                    self._fail(f"SASL authentication failed: {exc}")
-                    if isinstance(exc, SaslError) and exc.code == _SASL_AUTHENTICATION_FAILED:
-                        raise BrokerAuthError(f"broker {self.node_id} at {self.host}:{self.port}: {exc}") from None
-                    if isinstance(exc, (SaslError, BrokerConnError, TimeoutError)):
-                        raise BrokerConnError(f"broker {self.node_id} at {self.host}:{self.port}: {exc}") from None
-                    raise
-            self._ready = True
-            log.debug("%r: connected", self)
+                    return await self._connect_once()
+                except BrokerAuthError:
+                    # a credential the broker may not know yet (a delegation token just made: each
+                    # broker learns it from the metadata log a moment later) is tried again shortly
+                    retry = getattr(getattr(self.security, "credential_source", None), "retry_refused", None)
+                    delay = retry(attempt) if retry is not None else None
+                    if delay is None:
+                        raise
+                    attempt += 1
+                    await asyncio.sleep(delay)
+
+    async def _connect_once(self) -> None:
+        if self.connected:
+            return
+        if self._closed:
+            raise BrokerConnError(f"{self!r} is closed")
+        loop = asyncio.get_running_loop()
+        proto = _FrameProtocol(self, self._max_frame)
+        security = self.security
+        tls = security.ssl_context if security is not None and security.tls else None
+        try:
+            await asyncio.wait_for(loop.create_connection(
+                lambda: proto, self.host, self.port, ssl=tls, server_hostname=self.host if tls else None),
+                self._connect_timeout)
+        except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
+            raise BrokerConnError(f"cannot connect to broker {self.node_id} at {self.host}:{self.port}: "
+                                  f"{exc!r}") from None
+        assert proto.transport is not None
+        proto.transport.set_write_buffer_limits(high=_HIGH_WATER)
+        self._proto, self._ready = proto, False
+        self._reauth_at = self._expires_at = None
+        if security is not None and security.sasl:
+            try:
+                self._session(await asyncio.wait_for(sasl_authenticate(self, security), self._connect_timeout))
+            except BaseException as exc:
+                self._fail(f"SASL authentication failed: {exc}")
+                if isinstance(exc, SaslError) and exc.code == _SASL_AUTHENTICATION_FAILED:
+                    raise BrokerAuthError(f"broker {self.node_id} at {self.host}:{self.port}: {exc}") from None
+                if isinstance(exc, (SaslError, BrokerConnError, TimeoutError)):
+                    raise BrokerConnError(f"broker {self.node_id} at {self.host}:{self.port}: {exc}") from None
+                raise
+        self._ready = True
+        log.debug("%r: connected", self)
 
     def _session(self, lifetime_s: float) -> None:
         now = asyncio.get_running_loop().time()
@@ -279,6 +308,10 @@ class BrokerConn:
             if self._pending or not self.connected:
                 self._fail("SASL session expired with requests in flight")
                 return
+            if loop.time() - self._reauth_started < _MIN_REAUTH_GAP_S:
+                self._fail("SASL session too short to re-authenticate (one a second): reconnecting")
+                return
+            self._reauth_started = loop.time()
             try:
                 self._session(await asyncio.wait_for(sasl_authenticate(self, self.security), self._connect_timeout))
             except Exception as exc:  # noqa: BLE001 - any failure: a fresh connection authenticates anew
@@ -327,4 +360,4 @@ class _Detached:
         pass
 
 
-__all__ = ["BrokerAuthError", "BrokerConn", "BrokerConnClosed", "BrokerConnError"]
+__all__ = ["TLS_ANSWER", "BrokerAuthError", "BrokerConn", "BrokerConnClosed", "BrokerConnError"]

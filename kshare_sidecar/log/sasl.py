@@ -1,7 +1,10 @@
 """SASL on a raw backend connection: SaslHandshake v1, then SaslAuthenticate v2 rounds (KIP-152).
 
 The mechanisms themselves (PLAIN, SCRAM-SHA-256/512, OAUTHBEARER) are aiokafka's authenticators;
-this module only carries their tokens in kio-encoded requests. A broker that refuses the
+this module only carries their tokens in kio-encoded requests. The exception: credentials fetched
+at each authentication (``BackendSecurity.credential_source`` — a delegation token owned by a
+client's principal) go through kshare's own SCRAM client (``auth/scram.py``), which can send
+Kafka's ``tokenauth=true`` extension. A broker that refuses the
 credentials answers SASL_AUTHENTICATION_FAILED with a message, which becomes :class:`SaslError`
 (the message is the broker's; it never contains the secret).
 
@@ -13,7 +16,8 @@ the open connection before that lifetime ends, because a broker with
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, TypeVar
+import asyncio
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
@@ -22,6 +26,7 @@ from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from kio.schema.sasl_handshake.v1.response import SaslHandshakeResponse
 from kio.static.protocol import RequestPayload, ResponsePayload
 
+from ..auth.scram import ScramClient, ScramInvalid
 from ..protocol.requests import decode_response, request_payload
 
 if TYPE_CHECKING:
@@ -55,16 +60,29 @@ def _answer(cls: type[_Response], payload: bytes) -> _Response:
     return body
 
 
-async def sasl_authenticate(conn: RawRequester, security: BackendSecurity) -> float:
-    """Authenticate ``conn`` (just connected, or re-authenticating with nothing else in flight) as
-    ``security`` says; returns the session lifetime in seconds the broker granted (0: unlimited)."""
-    mechanism = security.mechanism or "PLAIN"
+async def sasl_handshake(conn: RawRequester, mechanism: str) -> None:
+    """SaslHandshake v1 for ``mechanism``; :class:`SaslError` naming what the broker offers."""
     handshake = _answer(SaslHandshakeResponse,
                         await conn.request(_payload(SaslHandshakeRequest(mechanism=mechanism)), _raw=True))
     if handshake.error_code != ErrorCode.none:
         offered = ", ".join(handshake.mechanisms) or "none"
-        raise SaslError(f"the broker does not offer SASL mechanism {mechanism} (it offers: {offered})")
-    authenticator = security.sasl_authenticator()
+        raise SaslError(f"the broker does not offer SASL mechanism {mechanism} (it offers: {offered})",
+                        int(handshake.error_code))
+
+
+async def sasl_token(conn: RawRequester, token: bytes) -> SaslAuthenticateResponse:
+    """One SaslAuthenticate v2 round: the broker's answer as it is (errors included)."""
+    return _answer(SaslAuthenticateResponse,
+                   await conn.request(_payload(SaslAuthenticateRequest(auth_bytes=token)), _raw=True))
+
+
+async def sasl_authenticate(conn: RawRequester, security: BackendSecurity) -> float:
+    """Authenticate ``conn`` (just connected, or re-authenticating with nothing else in flight) as
+    ``security`` says; returns the session lifetime in seconds the broker granted (0: unlimited)."""
+    mechanism = security.mechanism or "PLAIN"
+    await sasl_handshake(conn, mechanism)
+    authenticator = await _fetched_credentials(security) if security.credential_source is not None \
+        else security.sasl_authenticator()
     server_token: bytes | None = None
     lifetime = 0.0
     while True:
@@ -72,8 +90,7 @@ async def sasl_authenticate(conn: RawRequester, security: BackendSecurity) -> fl
         if step is None:
             return lifetime
         token, expects_answer = step
-        answer = _answer(SaslAuthenticateResponse,
-                         await conn.request(_payload(SaslAuthenticateRequest(auth_bytes=token)), _raw=True))
+        answer = await sasl_token(conn, token)
         if answer.error_code != ErrorCode.none:
             raise SaslError(f"{ErrorCode(answer.error_code).name}: {answer.error_message or 'authentication failed'}",
                             int(answer.error_code))
@@ -84,9 +101,37 @@ async def sasl_authenticate(conn: RawRequester, security: BackendSecurity) -> fl
             # RFC 7628 3.2.2: a non-empty server answer is an error ({"status": "invalid_token"...});
             # the client sends kvsep (0x01) and the broker then fails the exchange with its reason.
             # (aiokafka's authenticator takes the error for success and goes on unauthenticated.)
-            final = _answer(SaslAuthenticateResponse,
-                            await conn.request(_payload(SaslAuthenticateRequest(auth_bytes=b"\x01")), _raw=True))
+            final = await sasl_token(conn, b"\x01")
             status = bytes(answer.auth_bytes).decode("utf-8", "replace")  # e.g. {"status":"invalid_token"}
             raise SaslError(f"SASL_AUTHENTICATION_FAILED: OAUTHBEARER token refused: {final.error_message or status}",
                             58)
         server_token = answer.auth_bytes
+
+
+class _ScramSteps:
+    """:class:`ScramClient` behind aiokafka's authenticator interface: ``await step(server
+    token)`` → ``(token, expects answer)``, ``None`` when done."""
+
+    def __init__(self, client: ScramClient) -> None:
+        self._client = client
+        self._stage = 0
+
+    async def step(self, server_token: bytes | None) -> tuple[bytes, bool] | None:
+        self._stage += 1
+        try:
+            if self._stage == 1:
+                return self._client.first(), True
+            if self._stage == 2:  # PBKDF2: off the event loop
+                return await asyncio.to_thread(self._client.final, bytes(server_token or b"")), True
+            self._client.verify(bytes(server_token or b""))
+        except ScramInvalid as exc:
+            raise SaslError(f"SCRAM with the backend failed: {exc}") from None
+        return None
+
+
+async def _fetched_credentials(security: BackendSecurity) -> Any:
+    if security.mechanism not in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+        raise SaslError(f"fetched credentials need a SCRAM mechanism, not {security.mechanism}")
+    username, password = await security.credential_source.credentials()
+    extensions = {"tokenauth": "true"} if security.token_auth else None
+    return _ScramSteps(ScramClient(security.mechanism, username, password, extensions=extensions))

@@ -49,6 +49,13 @@ class BackendSecurity:
     #: OAUTHBEARER: an object with ``async token() -> str`` (aiokafka's AbstractTokenProvider
     #: shape) used instead of ``token_file`` (the asyncio client's ``sasl_oauth_token_provider``)
     token_provider: Any = field(default=None, repr=False, compare=False)
+    #: SCRAM with credentials fetched at every authentication: an object with ``async
+    #: credentials() -> (username, password)`` and a ``describe`` string, used instead of
+    #: ``username``/``password`` (pass-through as a client's principal: a delegation token's id and
+    #: HMAC, ``forward/tokens.py``). With ``token_auth`` the client-first message carries Kafka's
+    #: ``tokenauth=true`` extension (KIP-48).
+    credential_source: Any = field(default=None, repr=False, compare=False)
+    token_auth: bool = False
 
     @property
     def sasl(self) -> bool:
@@ -114,7 +121,9 @@ class BackendSecurity:
     def describe(self) -> str:
         """For log lines: protocol, mechanism and user — never a secret."""
         parts = [self.protocol]
-        if self.sasl:
+        if self.sasl and self.credential_source is not None:
+            parts.append(f"{self.mechanism} with {getattr(self.credential_source, 'describe', 'fetched credentials')}")
+        elif self.sasl:
             parts.append(f"{self.mechanism}" + (f" as {self.username!r}" if self.username else ""))
         return " ".join(parts)
 
@@ -248,11 +257,9 @@ async def diagnose(bootstrap_servers: str, security: BackendSecurity, timeout_s:
 
     from ..protocol.address import first_server
     from ..protocol.requests import request_payload
-    from .brokerconn import BrokerAuthError, BrokerConn, BrokerConnError
+    from .brokerconn import TLS_ANSWER, BrokerAuthError, BrokerConn, BrokerConnError
     from .oauth import TokenError
 
-    if security.protocol == "PLAINTEXT":
-        return None
     host, port = first_server(bootstrap_servers)
     conn = BrokerConn(host, port, security=security, connect_timeout_s=timeout_s)
     payload = request_payload(ApiVersionsRequest(client_software_name="kshare", client_software_version="0"),
@@ -267,6 +274,11 @@ async def diagnose(bootstrap_servers: str, security: BackendSecurity, timeout_s:
         return f"the backend refused the sidecar's credentials ({security.describe()}): {exc}"
     except (BrokerConnError, TimeoutError, OSError) as exc:
         text = str(exc)
+        if not security.tls and ("closed" in text or TLS_ANSWER in text):
+            # a TLS listener drops (or answers with a TLS alert) a plaintext request
+            return (f"the backend closed the connection ({security.describe()}) at {host}:{port} without a Kafka "
+                    f"answer: a TLS listener? backend.security.protocol = {security.protocol}; SSL and SASL_SSL "
+                    f"speak TLS")
         if "SSL" in text or "CERTIFICATE" in text.upper() or "TLS" in text:
             return f"TLS with the backend failed ({security.describe()}): {text}"
         return None

@@ -21,6 +21,7 @@ from typing import Any
 
 from kio.index import load_response_from_request
 from kio.serial import entity_reader, entity_writer
+from kio.serial.readers import read_int16
 
 Reader = Callable[[Any, int], tuple[Any, int]]
 Writer = Callable[[Any, Any], None]
@@ -88,6 +89,15 @@ def request_frame(request: Any, correlation_id: int = 0, client_id: str | None =
 def read_response_header(buffer: Any, offset: int, response_cls: Any) -> tuple[Any, int]:
     """The response header of ``response_cls`` at ``offset`` in ``buffer``: (header, its size)."""
     return reader(response_cls.__header_schema__)(buffer, offset)
+
+
+def leading_error_code(payload: bytes, response_cls: Any) -> tuple[int, int]:
+    """The error code that opens a response body (most APIs with a top-level error) and the
+    offset after it, without decoding the rest: for answers kio cannot read whole — Kafka fills
+    the timestamps of a CreateDelegationToken error answer with -1, which kio refuses."""
+    _, offset = read_response_header(payload, 0, response_cls)  # kio's readers return (value, size read)
+    code, size = read_int16(payload, offset)
+    return int(code), offset + size
 
 
 def decode_response(payload: bytes, response_cls: Any) -> tuple[Any, Any]:

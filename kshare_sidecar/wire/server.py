@@ -15,6 +15,7 @@ from collections import Counter
 
 from .connection import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_READ_TIMEOUT_S, Connection, FrameHandler
 from .framing import DEFAULT_MAX_FRAME_BYTES
+from ..auth.tls import HANDSHAKE_REFUSALS
 from ..ratelog import RateLimitedLog
 
 log = logging.getLogger("kshare.wire")
@@ -179,11 +180,15 @@ class Listener:
         """The TLS handshake; a failure (plaintext client, untrusted or missing client
         certificate, timeout) is one rate-limited line, no traceback, and the socket is closed."""
         assert self._ssl is not None
+        held: list[ssl.SSLError] = []
+        HANDSHAKE_REFUSALS.set(held)  # this connection's task: auth/tls.py's AlertFirst reports into it
         try:
             await writer.start_tls(self._ssl, ssl_handshake_timeout=min(self._read_timeout, 30.0))
             return True
         except (ssl.SSLError, ConnectionError, OSError, TimeoutError) as exc:
-            reason = getattr(exc, "reason", None) or type(exc).__name__
+            # a refused client certificate is held back until its alert went out, so the exception
+            # is then the client's close: the refusal's own reason is the one to log
+            reason = (held[0].reason if held else None) or getattr(exc, "reason", None) or type(exc).__name__
             refusals.log(f"tls-{reason}", logging.WARNING, "connection from %s to listener %s: TLS handshake "
                          "failed (%s); closing (a plaintext client, or a client certificate that is missing or "
                          "not trusted?)", peer, self.name, reason)

@@ -24,8 +24,8 @@ from confluent_kafka.admin import AclOperation, ResourceType
 from kshare_sidecar.testing.kafka import free_port
 from kshare_sidecar.testing.maven import require_tool
 from tests.e2e.conftest import SidecarProcess
-from tests.e2e.test_acl_parity import (RECORDS, USERS, AclBroker, _acl, _distinct_ports, _grant, _wait_port,
-                                       outcome, scram)
+from tests.e2e.acl_support import (RECORDS, USERS, AclBroker, _acl, _distinct_ports, _grant, _wait_port, outcome,
+                                   scram)
 from tests.e2e.test_secured_backend import make_ca_and_server_cert
 from tests.support import create_topic, set_group_config, unique
 

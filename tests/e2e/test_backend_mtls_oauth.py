@@ -27,7 +27,7 @@ from confluent_kafka import Producer
 from kshare_sidecar.testing.kafka import KafkaBroker, free_port
 from kshare_sidecar.testing.maven import require_tool
 from tests.e2e.conftest import SidecarProcess
-from tests.e2e.test_secured_backend import make_ca_and_server_cert
+from tests.e2e.test_secured_backend import make_ca_and_server_cert, make_client_cert
 from tests.support import create_topic, share_consume, unique
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
@@ -59,10 +59,6 @@ class MtlsOauthBroker(KafkaBroker):
         return props
 
 
-def _openssl(directory: Path, *args: str) -> None:
-    subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True, timeout=60)
-
-
 def unsecured_jwt(sub: str, lifetime_s: float) -> str:
     """An unsigned JWS (``alg: none``) as Kafka's unsecured OAUTHBEARER validator accepts it."""
     def b64(obj: dict) -> str:
@@ -76,13 +72,10 @@ def certs(tmp_path_factory) -> dict[str, Path]:
     require_tool("openssl", "install OpenSSL (the test makes its CA with it)")
     d = tmp_path_factory.mktemp("mtls-certs")
     ca, keystore = make_ca_and_server_cert(d)
-    _openssl(d, "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/O=kshare-test/CN=kshare-sidecar", "-keyout",
-             "client.key", "-out", "client.csr")
-    _openssl(d, "x509", "-req", "-in", "client.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-             "-days", "2", "-out", "client.pem")
+    cert, key = make_client_cert(d, "/O=kshare-test/CN=kshare-sidecar", "client")
     client_keystore = d / "client-keystore.pem"
-    client_keystore.write_text((d / "client.key").read_text() + (d / "client.pem").read_text())
-    return {"ca": ca, "keystore": keystore, "client_keystore": client_keystore, "client_key": d / "client.key"}
+    client_keystore.write_text(key.read_text() + cert.read_text())
+    return {"ca": ca, "keystore": keystore, "client_keystore": client_keystore, "client_key": key}
 
 
 @pytest.fixture(scope="module")
@@ -110,8 +103,9 @@ def _start_fails(bootstrap: str, env: dict[str, str]) -> str:
                           env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0, output[-2000:]
-    assert "start-up failed" in output, output[-2000:]
-    print("\n" + "\n".join(line for line in output.splitlines() if "ERROR" in line or "failed" in line))
+    lines = [line for line in output.splitlines() if "start-up failed" in line]
+    assert len(lines) == 1, output[-3000:]  # one line says why
+    print("\n" + lines[0])
     return output
 
 

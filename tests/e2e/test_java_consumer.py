@@ -17,16 +17,21 @@ pytestmark = pytest.mark.kafka
 SOURCE = Path(__file__).with_name("java") / "ShareConsume.java"
 
 
-@pytest.fixture(scope="session")
-def java_consumer(tmp_path_factory) -> list[str]:
+def compile_java(tmp_path_factory, source: Path) -> list[str]:
+    """One of tests/e2e/java/*.java compiled against kafka-clients 4.x: the command that runs it."""
     version = KAFKA_VERSIONS["4"]
     libs = resolve_artifacts(f"kafka-clients-{version}", [("org.apache.kafka", "kafka-clients", version),
                                                            ("org.slf4j", "slf4j-nop", "1.7.36")])
     javac = shutil.which("javac")
     assert javac, "javac (JDK 17+) is required for the Java client test"
     out = tmp_path_factory.mktemp("java")
-    subprocess.run([javac, "-d", str(out), "-cp", f"{libs}/*", str(SOURCE)], check=True, capture_output=True)
-    return ["java", "-cp", f"{out}:{libs}/*", "ShareConsume"]
+    subprocess.run([javac, "-d", str(out), "-cp", f"{libs}/*", str(source)], check=True, capture_output=True)
+    return ["java", "-cp", f"{out}:{libs}/*", source.stem]
+
+
+@pytest.fixture(scope="session")
+def java_consumer(tmp_path_factory) -> list[str]:
+    return compile_java(tmp_path_factory, SOURCE)
 
 
 def test_java_share_consumer(target, java_consumer):

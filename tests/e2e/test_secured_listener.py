@@ -11,6 +11,7 @@ secret grep covers everything the sidecar can write.
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 import subprocess
 import time
@@ -22,10 +23,10 @@ from confluent_kafka import KafkaError, Producer
 
 from kshare_sidecar.testing.kafka import free_port
 from kshare_sidecar.testing.maven import require_tool
-from kshare_sidecar.testing.probe import call
+from kshare_sidecar.testing.probe import broker_ready, call
 from tests.e2e.conftest import SidecarProcess
 from tests.e2e.test_java_consumer import java_consumer  # noqa: F401 (a fixture)
-from tests.e2e.test_secured_backend import make_ca_and_server_cert
+from tests.e2e.test_secured_backend import first_errors, make_ca_and_server_cert, make_client_cert
 from tests.support import create_topic, share_consume, unique
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
@@ -49,14 +50,10 @@ def certs(tmp_path_factory) -> dict[str, Path]:
              "-v2", "aes-256-cbc")
     keystore = d / "sidecar-keystore.pem"
     keystore.write_text((d / "server-enc.pk8").read_text() + (d / "server.pem").read_text())
-    # a client certificate from the same CA
-    _openssl(d, "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/O=kshare-test/CN=svc-a", "-keyout", "client.key",
-             "-out", "client.csr")
-    _openssl(d, "x509", "-req", "-in", "client.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-             "-days", "2", "-out", "client.pem")
+    client_cert, client_key = make_client_cert(d, "/O=kshare-test/CN=svc-a", "client")  # from the same CA
     users = d / "users"
     users.write_text(f"# kshare e2e users\nalice:{ALICE_PW}\n")
-    return {"ca": ca, "keystore": keystore, "client_cert": d / "client.pem", "client_key": d / "client.key",
+    return {"ca": ca, "keystore": keystore, "client_cert": client_cert, "client_key": client_key,
             "users": users}
 
 
@@ -86,14 +83,7 @@ def _log(sc) -> str:
 
 
 def _first_error(config: dict, topic: str, timeout_s: float = 20) -> KafkaError | None:
-    errors: list[KafkaError] = []
-    producer = Producer({**config, "error_cb": errors.append, "log_level": 0})
-    producer.produce(topic, b"never")
-    deadline = time.monotonic() + timeout_s
-    while not errors and time.monotonic() < deadline:
-        producer.poll(0.2)
-    producer.purge()
-    producer.flush(0)
+    errors = first_errors(config, topic, timeout_s)
     return errors[0] if errors else None
 
 
@@ -129,8 +119,9 @@ def test_mtls_principal_is_the_certificate_subject(secured, certs, kafka_39):
     producer.produce(topic, b"mtls")
     assert producer.flush(30) == 0
     assert "principal User:CN=svc-a,O=kshare-test (TLS client certificate) on listener SSL" in _log(secured)
-    # ssl.client.auth=required: without a certificate the handshake fails, the client gets an error
-    assert _first_error(tls, topic) is not None
+    # ssl.client.auth=required: without a certificate the handshake fails, the client reads the alert
+    error = _first_error(tls, topic)
+    assert error is not None and "SSL alert number" in error.str(), error
 
 
 def test_a_wrong_password_is_an_authentication_error_and_one_line(secured, certs):
@@ -150,7 +141,76 @@ def test_a_wrong_password_is_an_authentication_error_and_one_line(secured, certs
     assert 'kshare_successful_authentication_total{listener="SASL_SSL"}' in metrics
 
 
+def _tls_failures(sc, listener: str) -> list[str]:
+    return [line for line in _log(sc).splitlines() if f"to listener {listener}: TLS handshake failed" in line]
+
+
+def _still_serving(sc) -> None:
+    """No crash: the process runs and answers Metadata on its PLAINTEXT listener."""
+    assert sc.proc is not None and sc.proc.poll() is None, "the sidecar exited"
+    assert broker_ready("127.0.0.1", sc.port), "the sidecar stopped answering"
+
+
+def _one_tls_attempt(address: str, context: ssl.SSLContext) -> str:
+    """One TLS connection that sends ApiVersions: what the client sees (an SSL error's reason, or
+    'closed' when the server drops the connection after the handshake — TLS 1.3 checks a client
+    certificate after the client has finished)."""
+    host, port = address.split(":")
+    body = struct.pack(">hhih", 18, 0, 7, 4) + b"test"
+    try:
+        with socket.create_connection((host, int(port)), timeout=10) as raw:
+            with context.wrap_socket(raw, server_hostname="localhost") as tls:
+                tls.sendall(struct.pack(">i", len(body)) + body)
+                return "closed" if not tls.recv(4096) else "answered"
+    except ssl.SSLError as exc:
+        return exc.reason or type(exc).__name__
+    except OSError as exc:
+        return type(exc).__name__
+
+
+def test_an_untrusted_client_certificate_is_refused_with_one_line(secured, certs, tmp_path):
+    """A client certificate from a CA the sidecar does not trust, on the SSL listener
+    (ssl.client.auth=required): the handshake fails — the client gets an SSL error, the sidecar
+    one WARNING line for the one connection, and it keeps serving."""
+    make_ca_and_server_cert(tmp_path, "another-ca")  # a CA the sidecar does not trust
+    cert, key = make_client_cert(tmp_path, "/O=elsewhere/CN=svc-x", "svc-x")
+    before = len(_tls_failures(secured, "SSL"))
+    context = ssl.create_default_context(cafile=str(certs["ca"]))
+    context.load_cert_chain(str(cert), str(key))
+    seen = _one_tls_attempt(secured.ssl_bootstrap, context)
+    time.sleep(0.5)
+    new = _tls_failures(secured, "SSL")[before:]
+    print(f"\nclient: {seen}\nsidecar: {new}")
+    assert seen != "answered" and len(new) == 1 and "WARNING" in new[0], (seen, new)
+    tls = {"bootstrap.servers": secured.ssl_bootstrap, "security.protocol": "SSL", "ssl.ca.location": str(certs["ca"]),
+           "ssl.certificate.location": str(cert), "ssl.key.location": str(key)}
+    # librdkafka reads OpenSSL's alert, as from a Kafka broker (which sends "certificate unknown")
+    error = _first_error(tls, unique("untrusted"))
+    assert error is not None and "SSL alert number" in error.str(), error
+    print(f"librdkafka: {error.name()}: {error.str()}")
+    _still_serving(secured)
+
+
+def test_a_client_that_does_not_trust_the_sidecar_is_refused_with_one_line(secured, tmp_path):
+    """The client's CA is not the one that signed the sidecar's certificate: the client fails the
+    handshake (certificate verify failed), the sidecar logs one line for the connection."""
+    other_ca, _ = make_ca_and_server_cert(tmp_path, "another-ca")
+    before = len(_tls_failures(secured, "SASL_SSL"))
+    seen = _one_tls_attempt(secured.sasl_bootstrap, ssl.create_default_context(cafile=str(other_ca)))
+    time.sleep(0.5)
+    new = _tls_failures(secured, "SASL_SSL")[before:]
+    print(f"\nclient: {seen}\nsidecar: {new}")
+    assert seen == "CERTIFICATE_VERIFY_FAILED" and len(new) == 1, (seen, new)
+    error = _first_error({"bootstrap.servers": secured.sasl_bootstrap, "security.protocol": "SASL_SSL",
+                          "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "alice", "sasl.password": ALICE_PW,
+                          "ssl.ca.location": str(other_ca)}, unique("distrust"))
+    assert error is not None and "certificate verify failed" in error.str(), error
+    print(f"librdkafka: {error.name()}: {error.str()}")
+    _still_serving(secured)
+
+
 def test_plaintext_to_a_tls_port_closes_cleanly(secured, certs):
+    before = len(_tls_failures(secured, "SASL_SSL"))
     host, port = secured.sasl_bootstrap.split(":")
     body = struct.pack(">hhih", 18, 0, 7, 4) + b"test"  # ApiVersions v0 in the clear
     with socket.create_connection((host, int(port)), timeout=10) as sock:
@@ -165,12 +225,15 @@ def test_plaintext_to_a_tls_port_closes_cleanly(secured, certs):
         else:
             pytest.fail("the sidecar did not close a plaintext connection to its TLS port")
     assert not received.startswith(b"\0\0\0"), "a Kafka answer on a TLS port"  # at most a TLS alert
+    time.sleep(0.5)
+    new = _tls_failures(secured, "SASL_SSL")[before:]
+    assert len(new) == 1 and "WARNING" in new[0], new  # one connection, one line
     error = _first_error({"bootstrap.servers": secured.sasl_bootstrap, "security.protocol": "PLAINTEXT"},
                          unique("plain"), timeout_s=15)
     assert error is not None
-    log = _log(secured)
-    assert "to listener SASL_SSL: TLS handshake failed" in log
-    assert "Traceback" not in log
+    print(f"\nsidecar: {new[0]}\nlibrdkafka: {error.name()}: {error.str()}")
+    assert "Traceback" not in _log(secured)
+    _still_serving(secured)
 
 
 def test_java_share_consumer_over_sasl_ssl_scram(secured, certs, kafka_39, java_consumer, tmp_path):

@@ -159,17 +159,22 @@ async def test_an_unknown_mechanism_lists_the_enabled_ones_then_closes(handler):
     assert tuple(body.mechanisms) == ("PLAIN", "SCRAM-SHA-512")
 
 
-async def test_scram_sha_512_with_aiokafkas_client(handler):
+async def _scram_exchange(handler, conn, password="alice-pw"):
+    """aiokafka's SCRAM-SHA-512 client as alice through the gate: (final answer, the client)."""
     from aiokafka.conn import ScramAuthenticator
 
-    conn = Conn()
     await send(handler, conn, SaslHandshakeRequest(mechanism="SCRAM-SHA-512"))
     client = ScramAuthenticator(loop=asyncio.get_running_loop(), sasl_plain_username="alice",
-                                sasl_plain_password="alice-pw", sasl_mechanism="SCRAM-SHA-512")
+                                sasl_plain_password=password, sasl_mechanism="SCRAM-SHA-512")
     token, _ = await client.step(None)
     first = await send(handler, conn, SaslAuthenticateRequest(auth_bytes=token))
     token, _ = await client.step(first.auth_bytes)
-    final = await send(handler, conn, SaslAuthenticateRequest(auth_bytes=token))
+    return await send(handler, conn, SaslAuthenticateRequest(auth_bytes=token)), client
+
+
+async def test_scram_sha_512_with_aiokafkas_client(handler):
+    conn = Conn()
+    final, client = await _scram_exchange(handler, conn)
     assert final.error_code == ErrorCode.none and await client.step(final.auth_bytes) is None
     assert conn.principal == "User:alice"
 
@@ -356,3 +361,88 @@ async def test_plain_credentials_stay_on_the_connection_only_when_asked(handler)
     handler.keep_plain_credentials = True
     conn, _ = await _authenticated(handler)
     assert conn.backend_credentials == ("alice", "alice-pw")
+
+
+class _BackendRelay:
+    """A relayed SCRAM exchange whose far end is a ScramServer holding alice's keys (the backend)."""
+
+    def __init__(self, users: Users, mechanism: str, down: bool) -> None:
+        from kshare_sidecar.auth.scram import ScramServer
+
+        self.server, self.users, self.down = ScramServer(mechanism), users, down
+        self.username = None
+        self.closed = False
+
+    async def step(self, token):
+        from kshare_sidecar.auth.authenticators import CredentialsUnavailable, RelayRefused
+        from kshare_sidecar.auth.scram import ScramInvalid
+
+        if self.down:
+            raise CredentialsUnavailable("no backend broker could check the credentials: refused")
+        generic = "Authentication failed during authentication due to invalid credentials with SASL mechanism " \
+                  "SCRAM-SHA-512 (the backend's)"
+        try:
+            if self.username is None:
+                self.username = self.server.client_first(token)
+                return self.server.server_first(self.users.cred), False
+            return self.server.client_final(token), True
+        except ScramInvalid as exc:
+            raise RelayRefused(generic, f"the backend refused: {exc}") from None
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.mark.parametrize("password,down,outcome", [
+    ("alice-pw", False, None),
+    ("not-alices", False, "Authentication failed during authentication due to invalid credentials with SASL "
+                          "mechanism SCRAM-SHA-512 (the backend's)"),
+    ("alice-pw", True, "Authentication failed: credentials for user could not be verified"),
+])
+async def test_a_relayed_scram_exchange_takes_the_far_ends_verdict(handler, caplog, password, down, outcome):
+    """An authenticator with ``scram_relay`` (delegate): the exchange is answered by the relay, not
+    from stored keys; its refusal message is the client's; "could not check" is Kafka's message."""
+    users = Users()
+    users.scram_relay = lambda mechanism: _BackendRelay(users, mechanism, down)  # type: ignore[attr-defined]
+    handler.authenticator = users
+    conn = Conn()
+    try:
+        final, client = await _scram_exchange(handler, conn, password)
+    except CloseAfterResponse as exc:
+        _, body = codec.decode_response(exc.response[4:], SaslAuthenticateResponse)
+        assert body.error_code == ErrorCode.sasl_authentication_failed and body.error_message == outcome
+        assert conn.principal == "User:ANONYMOUS" and password not in caplog.text
+        return
+    assert outcome is None and final.error_code == ErrorCode.none
+    assert await client.step(final.auth_bytes) is None  # the far end's signature checks out at the client
+    assert conn.principal == "User:alice"
+
+
+async def test_the_relay_checks_kafkas_grammar_and_sees_tokenauth():
+    from kshare_sidecar.auth.authenticators import RelayRefused
+    from kshare_sidecar.auth.delegate import ScramRelay, _token_auth
+
+    with pytest.raises(RelayRefused, match="invalid credentials"):  # before any backend connection
+        await ScramRelay(None, "SCRAM-SHA-512").step(b"y,,n=alice,r=abc")  # type: ignore[arg-type]
+    assert _token_auth(b"n,,n=tokenid,r=abcdef,tokenauth=true")
+    assert _token_auth(b"n,,n=tokenid,r=abcdef,tokenauth=TRUE")  # Java's Boolean.parseBoolean
+    assert not _token_auth(b"n,,n=alice,r=abcdef")
+    assert not _token_auth(b"n,,n=alice,r=abcdef,tokenauth=false")
+
+
+async def test_a_relayed_token_authentication_takes_the_owner_and_the_tokens_lifetime(handler):
+    """The relay names the backend's principal (a delegation token's owner) and the session the
+    backend granted (the token's remaining life): the client's principal and SessionLifetimeMs."""
+    users = Users()
+
+    def relay(mechanism):
+        far = _BackendRelay(users, mechanism, False)
+        far.principal, far.lifetime_ms = "User:carol", 1500
+        return far
+
+    users.scram_relay = relay  # type: ignore[attr-defined]
+    handler.authenticator = users
+    conn = Conn()
+    final, _ = await _scram_exchange(handler, conn)
+    assert final.error_code == ErrorCode.none and final.session_lifetime == datetime.timedelta(milliseconds=1500)
+    assert conn.principal == "User:carol"

@@ -106,3 +106,56 @@ def test_kafka_credential_form_round_trips_and_checks_a_password():
     with pytest.raises(ValueError, match="lacks server_key"):
         ScramCredential.from_kafka("salt=AA==,stored_key=AA==,iterations=4096")
     assert "stored_key" not in repr(cred)
+
+
+# -- the client side (delegation tokens: tokenauth=true) ------------------------------------------
+def test_client_rfc7677_vector():
+    from kshare_sidecar.auth.scram import ScramClient
+
+    client = ScramClient("SCRAM-SHA-256", "user", "pencil", nonce="rOprNGfwEbeRWgbNEkqO")
+    assert client.first() == RFC_CLIENT_FIRST
+    assert client.final(RFC_SERVER_FIRST) == RFC_CLIENT_FINAL
+    client.verify(RFC_SERVER_FINAL)
+    with pytest.raises(ScramInvalid, match="signature"):
+        client.verify(b"v=" + base64.b64encode(b"\0" * 32))
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_client_with_the_tokenauth_extension_against_the_server(mechanism):
+    """Kafka's delegation-token form: ``n,,n=<token id>,r=<nonce>,tokenauth=true`` and the HMAC as
+    password; the server (Kafka's grammar) accepts the extension and the proof."""
+    from kshare_sidecar.auth.scram import ScramClient
+
+    client = ScramClient(mechanism, "tok=en,id", "aG1hYw==", extensions={"tokenauth": "true"})
+    first = client.first()
+    assert first.endswith(b",tokenauth=true") and b"n=tok=3Den=2Cid," in first
+    server = ScramServer(mechanism)
+    assert server.client_first(first) == "tok=en,id"
+    server_first = server.server_first(make_credential(mechanism, "aG1hYw=="))
+    client.verify(server.client_final(client.final(server_first)))
+    assert server.complete
+
+
+@pytest.mark.parametrize("server_first,needle", [
+    (b"r=someone-elses-nonce,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096", "nonce"),
+    (b"r=rOprNGfwEbeRWgbNEkqO,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096", "nonce"),  # not extended
+    (b"r=rOprNGfwEbeRWgbNEkqOx,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=1024", "iterations"),
+    (b"r=rOprNGfwEbeRWgbNEkqOx,i=4096", "format"),
+])
+def test_client_refuses_a_bad_server_first_message(server_first, needle):
+    from kshare_sidecar.auth.scram import ScramClient
+
+    client = ScramClient("SCRAM-SHA-256", "user", "pencil", nonce="rOprNGfwEbeRWgbNEkqO")
+    client.first()
+    with pytest.raises(ScramInvalid, match=needle):
+        client.final(server_first)
+
+
+def test_client_repr_and_errors_carry_no_secret():
+    from kshare_sidecar.auth.scram import ScramClient
+
+    client = ScramClient("SCRAM-SHA-512", "user", "s3cret-pw")
+    assert "s3cret" not in repr(client)
+    with pytest.raises(ScramInvalid) as info:
+        client.verify(b"e=invalid-proof")
+    assert "s3cret" not in str(info.value)

@@ -50,11 +50,11 @@ def server_context(pki, verify=ssl.CERT_REQUIRED) -> ssl.SSLContext:
     return ctx
 
 
-async def tls_listener(pki, **kwargs) -> Listener:
+async def tls_listener(pki, context: ssl.SSLContext | None = None, **kwargs) -> Listener:
     dispatcher = Dispatcher(build_registry(InMemoryTopicCatalog([TopicInfo("t", uuid.uuid4(), 1)])),
                             NodeIdentity(1, "127.0.0.1", 0))
     lst = Listener(ListenerHandler(dispatcher, listener="SSL"), "127.0.0.1", 0, name="SSL", security_protocol="SSL",
-                   ssl_context=server_context(pki), **kwargs)
+                   ssl_context=context or server_context(pki), **kwargs)
     await lst.start()
     return lst
 
@@ -98,3 +98,39 @@ async def test_stopping_while_a_handshake_is_pending_ends_at_once(pki):
     assert time.monotonic() - started < 3
     assert await closed(reader)
     writer.close()
+
+
+@pytest.mark.parametrize("certificate,alert,reason", [
+    (False, "CERTIFICATE_REQUIRED", "PEER_DID_NOT_RETURN_A_CERTIFICATE"),
+    (True, "UNKNOWN_CA", "CERTIFICATE_VERIFY_FAILED"),  # signed by a CA the listener does not trust
+])
+async def test_a_refused_client_certificate_reaches_the_client_as_the_alert(pki, tmp_path, caplog, certificate,
+                                                                            alert, reason):
+    """auth/tls.py's AlertFirst (the listeners' sslobject_class): the client reads OpenSSL's alert
+    — asyncio alone closes without sending it — and the one log line keeps the refusal's reason."""
+    from kshare_sidecar.auth.tls import AlertFirst
+
+    context = server_context(pki)
+    context.sslobject_class = AlertFirst
+    lst = await tls_listener(pki, context)
+    client = ssl.create_default_context(cafile=str(pki / "ca.pem"))
+    if certificate:
+        def run(*args):
+            subprocess.run(["openssl", *args], cwd=tmp_path, check=True, capture_output=True, timeout=60)
+        run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=other-ca", "-keyout",
+            "other.key", "-out", "other.pem")
+        client.load_cert_chain(tmp_path / "other.pem", tmp_path / "other.key")
+    try:
+        with caplog.at_level(logging.WARNING, logger="kshare.wire"):
+            reader, writer = await asyncio.open_connection("127.0.0.1", lst.port, ssl=client)
+            writer.write(API_VERSIONS)
+            with pytest.raises(ssl.SSLError) as info:
+                await asyncio.wait_for(reader.read(100), 10)
+            writer.close()
+            await asyncio.sleep(0.1)
+        assert alert in info.value.reason, info.value
+        lines = [r.getMessage() for r in caplog.records if "TLS handshake failed" in r.getMessage()]
+        assert len(lines) == 1 and f"({reason})" in lines[0], lines
+        assert not lst.connections
+    finally:
+        await lst.stop()
