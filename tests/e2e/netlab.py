@@ -29,7 +29,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kshare_sidecar.testing.kafka import KafkaBroker, _die_with_parent
+from kshare_sidecar.testing.kafka import KafkaBroker
+from kshare_sidecar.testing.process import die_with_parent
 
 NETNS_ETC = Path("/etc/netns")
 SUBNET = "10.77.0"  # inside the lab's own LAN namespace: it clashes with nothing outside it
@@ -126,7 +127,7 @@ class Lab:
         with out:
             proc = subprocess.Popen([*self.enter(host), *argv], env=env, stdout=out,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd,
-                                    start_new_session=True, preexec_fn=_die_with_parent)
+                                    start_new_session=True, preexec_fn=die_with_parent)
         self._procs.append(proc)
         return proc
 
@@ -259,7 +260,7 @@ class LabKafka(KafkaBroker):
                 [*self.lab.enter(self.host), *self._java(java, libs), "kafka.Kafka",
                  str(self.workdir / "server.properties")],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                cwd=self.workdir, preexec_fn=_die_with_parent)
+                cwd=self.workdir, preexec_fn=die_with_parent)
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout_s
