@@ -15,8 +15,10 @@ Tagged fields kio cannot read: Kafka's protocol lets a reader skip a tagged fiel
 puts Fetch's ``NodeEndpoints`` (a v16 field) into its v12 answers — would otherwise break every
 such request (and, raised inside aiokafka's reader, the whole connection). So such an answer is
 handed back as :class:`UnreadableResponse`, :func:`send` raises :class:`UnreadableResponseError`
-(a retriable ``KafkaError``), and from then on that API is asked at a lower version (one warning
-line per API and version); non-flexible versions carry no tagged fields at all.
+(a retriable ``KafkaError``), and from then on that connection asks that API at a lower version
+(its broker's version range is lowered: one warning line per connection); non-flexible versions
+carry no tagged fields at all. The mark belongs to the connection, not the process: another
+backend (or a fixed broker after a reconnect) is asked at its own best version.
 """
 
 from __future__ import annotations
@@ -41,11 +43,6 @@ Builder = Callable[[Any, int], Any]
 """``build(module, version) -> kio request entity`` for the chosen version's payload module."""
 
 log = logging.getLogger("kshare.backend")
-
-#: (api key, version) pairs whose answers kio could not read (see the module docstring): never
-#: chosen again in this process. All brokers of a backend run the same software.
-_UNREADABLE: set[tuple[int, int]] = set()
-
 
 @functools.cache
 def request_module(api_key: int, version: int) -> ModuleType:
@@ -80,13 +77,15 @@ class _Encoded:
 
 
 class _ResponseDecoder:
-    """Stands in for an aiokafka ``Response`` class: ``decode(BytesIO)`` → kio entity."""
+    """Stands in for an aiokafka ``Response`` class: ``decode(BytesIO)`` → kio entity.
+    ``versions``: the connection's broker version ranges, lowered when an answer is unreadable."""
 
-    __slots__ = ("_cls", "_api_key", "_version")
+    __slots__ = ("_cls", "_api_key", "_version", "_versions")
 
-    def __init__(self, cls: type, api_key: int, version: int) -> None:
+    def __init__(self, cls: type, api_key: int, version: int, versions: dict[int, tuple[int, int]]) -> None:
         self._cls = cls
         self._api_key, self._version = api_key, version
+        self._versions = versions
 
     def decode(self, buf: io.BytesIO) -> Any:
         # kio wants a read-only buffer; a read-only view of the frame avoids one copy.
@@ -96,7 +95,7 @@ class _ResponseDecoder:
         except KeyError as exc:  # kio: "Unknown tagged field tag: N"
             if "tagged field" not in str(exc):
                 raise
-            return _unreadable(self._api_key, self._version, str(exc.args[0]))
+            return _unreadable(self._versions, self._api_key, self._version, str(exc.args[0]))
         finally:
             view.release()
         return entity
@@ -118,11 +117,15 @@ class UnreadableResponseError(KafkaError):
     retriable = True
 
 
-def _unreadable(api_key: int, version: int, reason: str) -> UnreadableResponse:
-    if (api_key, version) not in _UNREADABLE:
-        _UNREADABLE.add((api_key, version))
+def _unreadable(versions: dict[int, tuple[int, int]], api_key: int, version: int, reason: str) -> UnreadableResponse:
+    """Lower the connection's range for ``api_key`` below ``version`` (aiokafka's own structs read
+    the same dict, and pick no higher either)."""
+    low, high = versions.get(api_key, (0, -1))
+    if high >= version:
+        versions[api_key] = (low, version - 1)
         log.warning("the backend answered api %d v%d with a tagged field kio cannot read (%s; Kafka's clients "
-                    "skip such fields): asking at a lower version from now on", api_key, version, reason)
+                    "skip such fields): this connection asks at a lower version from now on", api_key, version,
+                    reason)
     return UnreadableResponse(api_key, version, reason)
 
 
@@ -140,10 +143,10 @@ class _KioStruct:
 
     __slots__ = ("entity", "RESPONSE_TYPE", "_response_cls")
 
-    def __init__(self, entity: Any) -> None:
+    def __init__(self, entity: Any, versions: dict[int, tuple[int, int]]) -> None:
         self.entity = entity
         self._response_cls = load_response_schema(entity.__api_key__, entity.__version__)
-        self.RESPONSE_TYPE = _ResponseDecoder(self._response_cls, entity.__api_key__, entity.__version__)
+        self.RESPONSE_TYPE = _ResponseDecoder(self._response_cls, entity.__api_key__, entity.__version__, versions)
 
     def build_request_header(self, correlation_id: int, client_id: str) -> _Encoded:
         return _Encoded(request_header(self.entity, correlation_id, client_id))
@@ -178,7 +181,7 @@ class KioRequest:
 
     def prepare(self, broker_versions: dict[int, tuple[int, int]]) -> _KioStruct:
         low, high = broker_versions.get(self.API_KEY, (0, -1))
-        usable = [v for v in self._versions if low <= v <= high and (self.API_KEY, v) not in _UNREADABLE]
+        usable = [v for v in self._versions if low <= v <= high]
         if not usable:
             raise BackendError(
                 int(ErrorCode.unsupported_version),
@@ -186,4 +189,4 @@ class KioRequest:
                 f"v{self._versions.start}..v{self._versions.stop - 1}",
             )
         self.version = max(usable)
-        return _KioStruct(self._build(request_module(self.API_KEY, self.version), self.version))
+        return _KioStruct(self._build(request_module(self.API_KEY, self.version), self.version), broker_versions)

@@ -169,17 +169,17 @@ def test_an_answer_with_an_unknown_tagged_field_is_unreadable_and_that_version_i
     from kshare_sidecar.log import kio_bridge
 
     request = fetch_request([PartitionRead("raw", 0, 0, 1 << 20)], max_wait_ms=0, isolation_level=0, max_bytes=None)
-    struct_ = request.prepare({1: (0, 16)})
+    connection = {1: (0, 16)}  # one connection's broker version ranges (aiokafka's ``_versions``)
+    struct_ = request.prepare(connection)
     assert request.version == 12
     buf = io.BytesIO(TANSU_FETCH_V12)
     struct_.parse_response_header(buf)
-    try:
-        answer = struct_.RESPONSE_TYPE.decode(buf)
-        assert isinstance(answer, kio_bridge.UnreadableResponse)
-        assert (answer.api_key, answer.version) == (1, 12) and "tagged field" in answer.reason
-        assert "asking at a lower version" in caplog.text
-        request.prepare({1: (0, 16)})
-        assert request.version == 11  # non-flexible: no tagged fields to trip on
-    finally:
-        kio_bridge._UNREADABLE.discard((1, 12))
+    answer = struct_.RESPONSE_TYPE.decode(buf)
+    assert isinstance(answer, kio_bridge.UnreadableResponse)
+    assert (answer.api_key, answer.version) == (1, 12) and "tagged field" in answer.reason
+    assert "asks at a lower version" in caplog.text
+    request.prepare(connection)
+    assert request.version == 11 and connection[1] == (0, 11)  # non-flexible: no tagged fields to trip on
+    request.prepare({1: (0, 16)})
+    assert request.version == 12  # another connection (another backend) is not affected
 
