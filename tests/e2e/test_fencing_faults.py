@@ -210,8 +210,12 @@ def test_frozen_owner_resumed_after_takeover_never_moves_state_backwards(kafka_3
     topic, group, state_topic = unique("fence"), unique("g"), unique("__kshare_state_fence")
     create_topic(kafka_39.bootstrap, topic, PARTITIONS)
     produce(kafka_39.bootstrap, topic, first, partitions=PARTITIONS)
-    a = sidecar(kafka_39, tmp_path, "a", state_topic, mode).start()
-    b = sidecar(kafka_39, tmp_path, "b", state_topic, mode)
+    # A's consumers are SIGKILLed while A is frozen: B restores their memberships from the state
+    # topic (as Kafka's coordinator keeps them) and they hold their partitions until their session
+    # expires — 6 s here rather than Kafka's 45 s, within B's consumers' idle time.
+    session = {"KSHARE_GROUP_SHARE_SESSION_TIMEOUT_MS": "6000"}
+    a = sidecar(kafka_39, tmp_path, "a", state_topic, mode, **session).start()
+    b = sidecar(kafka_39, tmp_path, "b", state_topic, mode, **session)
     workers_a: list[Worker] = []
     workers_b: list[Worker] = []
     try:
