@@ -87,14 +87,16 @@ class BrokerProcess:
             self.workdir = None
         atexit.unregister(self.stop)
 
-    def kill(self, sig: signal.Signals = signal.SIGKILL) -> None:
-        """Signal the broker (keeping its directory and ports) — half of a restart."""
+    def kill(self, sig: signal.Signals = signal.SIGKILL, *, wait: bool = True) -> None:
+        """Signal the broker (keeping its directory and ports) — half of a restart; ``wait``: until
+        it has exited."""
         proc = self._proc
         if proc is None or self.workdir is None:
             raise HarnessError(f"{self.product} is not started: call start() first")
         if proc.poll() is None:
             _signal_group(proc, sig)
-            proc.wait(timeout=30)
+            if wait:
+                proc.wait(timeout=30)
 
     def log_tail(self, lines: int = 25) -> str:
         path = self.log_path
