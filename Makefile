@@ -84,11 +84,13 @@ test-tansu: $(STAMP)
 	$(VENV)/bin/kshare dev install-tansu
 	KSHARE_TANSU=1 $(PY) -m pytest -q -rfEs tests/integration/test_tansu_backend.py tests/e2e/test_tansu.py
 
-# Pass-through as the client's principal (issue 16): delegation tokens of 8 s replaced while an mTLS
-# client produces for 25 s, upstreams re-authenticating in place; a sidecar without CREATE_TOKENS;
-# opt-in (~60 s plus two brokers).
+# Credentials that expire under load (issue 16): delegation tokens of 8 s replaced while an mTLS
+# client produces for 25 s through a sidecar passing through as the client, upstreams
+# re-authenticating in place; a sidecar without CREATE_TOKENS; OAUTHBEARER tokens from an endpoint
+# refreshed while the sidecar's backend sessions re-authenticate (KIP-368); opt-in (~2 min).
 test-tokens: $(STAMP)
-	KSHARE_TOKEN_REAUTH=1 $(PY) -m pytest -q -rfEs -s tests/e2e/test_acl_parity.py -k "tokens_are_replaced or without_create_tokens"
+	KSHARE_TOKEN_REAUTH=1 $(PY) -m pytest -q -rfEs -s tests/e2e/test_acl_parity.py tests/e2e/test_backend_oauth_endpoint.py \
+		-k "tokens_are_replaced or without_create_tokens or tokens_refresh_and_sessions_reauthenticate"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache
