@@ -13,8 +13,10 @@ sidecar's group.share.max.partition.max.record.locks with it, as docs/spark.md (
 users to; --record-locks 0 keeps the defaults. "mean_batch" shows what the batches were. The clock
 runs from the first micro-batch that read records to the moment N records were read (query
 start-up and group join are excluded alike). Each scenario first runs once over --warmup records
-(default 20k, a fresh query and group, not measured), so no source pays for the JVM's first query
-alone. Brokers, sidecar and Spark share the machine, so figures are relative.
+(default 100k, a fresh query and group, not measured), so no source pays for the JVM's first query
+alone. Brokers, sidecar and Spark share the machine, so figures are relative. --rounds R runs the
+three sources in turn R times in one session (both brokers and the sidecar up throughout), so each
+round's ratios are measured under nearly the same load; the summary gives them per round.
 
 spark-sql-kafka should match the running Spark release. Maven Central has no 4.3.0; the 4.2.0
 connector (--kafka-jar-version, the fallback) runs on PySpark 4.3.0, so (a) and (b) run on the same
@@ -23,8 +25,11 @@ with ``pyspark[sql]==4.0.0`` and this project installed, where the 4.0.0 connect
 against the same broker and topic, in the same run; then this one runs (b) (and (c)) on its own
 Spark. The JSON says which Spark and connector ran what.
 
-Prints one line per scenario, then one JSON object as the LAST line.
-Usage: python benchmarks/spark_source.py [--quick] [--records N] [--no-sidecar]
+Prints one line per scenario (records/s, batches, mean batch, Spark's mean durationMs per batch for
+latestOffset / addBatch / walCommit / commitOffsets / queryPlanning / triggerExecution), a summary
+table (records/s and ratio to Spark's Kafka source per round) with the load average at the start
+and the end, then one JSON object as the LAST line.
+Usage: python benchmarks/spark_source.py [--quick] [--records N] [--rounds R] [--no-sidecar]
                                          [--baseline-python /tmp/spark40/bin/python]
 """
 
@@ -32,8 +37,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import threading
@@ -109,11 +116,14 @@ def set_group(bootstrap: str, group: str, record_locks: int = 0) -> dict[str, st
 
 
 def run_query(spark, df, n: int, timeout_s: float) -> dict:
+    """Drain ``n`` records into the noop sink; records/s from the first batch with records to the
+    end of the batch that reached ``n``, with Spark's per-batch durationMs (mean per phase, ms)."""
     query = df.writeStream.format("noop").start()
     first_at = None
     done_at = None
     rows = 0
     batches = 0
+    phases: dict[str, float] = {}
     seen = set()
     deadline = time.monotonic() + timeout_s
     try:
@@ -133,13 +143,22 @@ def run_query(spark, df, n: int, timeout_s: float) -> dict:
                         first_at = start_s
                     rows += p["numInputRows"]
                     done_at = start_s + p["durationMs"].get("triggerExecution", 0) / 1000
+                    for phase, ms in p["durationMs"].items():
+                        phases[phase] = phases.get(phase, 0) + ms
     finally:
         query.stop()
     if rows < n:
         raise RuntimeError(f"only {rows} of {n} records read within {timeout_s:.0f} s")
     seconds = max(done_at - first_at, 1e-6)
     return {"records": rows, "seconds": round(seconds, 2), "records_per_s": round(rows / seconds),
-            "batches": batches, "mean_batch": round(rows / max(batches, 1))}
+            "batches": batches, "mean_batch": round(rows / max(batches, 1)),
+            "ms_per_batch": {k: round(v / max(batches, 1)) for k, v in sorted(phases.items()) if k in PHASES}}
+
+
+#: Spark's durationMs phases reported per batch: the source's own time is latestOffset (driver:
+#: plan the batch; kshare: acknowledge the previous one, then one poll) and addBatch (executors:
+#: read, hand Arrow/rows to the JVM, noop sink); the rest is Spark's checkpointing.
+PHASES = ("latestOffset", "addBatch", "walCommit", "commitOffsets", "queryPlanning", "triggerExecution")
 
 
 def _ts(text: str) -> float:
@@ -210,20 +229,19 @@ def session(jars: str | None):
     return spark
 
 
-def warm(fn, *fnargs, args) -> dict:
-    """Run ``fn`` once over --warmup records (not measured), then over --records."""
-    *head, n = fnargs
-    if args.warmup:
-        fn(*head, min(args.warmup, n))
-    return fn(*head, n)
+def bench_spark_kafka(spark, bootstrap: str, topic: str, jar_version: str, args, n: int, warmup: int = 0) -> dict:
+    """Spark's Kafka source from the earliest offset; first over ``warmup`` records (a fresh
+    query, not measured), so that no source pays for the JVM's first query alone."""
 
+    def frame():
+        return (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+                .option("subscribe", topic).option("startingOffsets", "earliest")
+                .option("maxOffsetsPerTrigger", str(args.per_trigger)).load())
 
-def bench_spark_kafka(spark, bootstrap: str, topic: str, jar_version: str, args, n: int) -> dict:
-    df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
-          .option("subscribe", topic).option("startingOffsets", "earliest")
-          .option("maxOffsetsPerTrigger", str(args.per_trigger)).load())
     try:
-        out = run_query(spark, df, n, args.timeout)
+        if warmup:
+            run_query(spark, frame(), min(warmup, n), args.timeout)
+        out = run_query(spark, frame(), n, args.timeout)
     except Exception as exc:  # e.g. a connector built for another Spark line: NoSuchMethodError
         out = {"error": str(exc)[:300], "fix": f"run under pyspark=={jar_version} (--baseline-python)"}
     import pyspark
@@ -231,15 +249,22 @@ def bench_spark_kafka(spark, bootstrap: str, topic: str, jar_version: str, args,
     return {**out, "spark": pyspark.__version__, "spark_sql_kafka": jar_version}
 
 
-def bench_kshare(spark, share: str, backend: str, topic: str, args, n: int) -> dict:
+def bench_kshare(spark, share: str, backend: str, topic: str, args, n: int, warmup: int = 0) -> dict:
+    """The kshare source on a fresh group (from the earliest offset); a warm-up as above."""
     import pyspark
 
-    group = f"bench-{uuid.uuid4().hex[:6]}"
-    configs = set_group(share, group, args.record_locks)
-    df = (spark.readStream.format("kshare").option("kafka.bootstrap.servers", share)
-          .option("kafka.backend.servers", backend)
-          .option("group", group).option("subscribe", topic)
-          .option("maxRecordsPerTrigger", str(args.per_trigger)).option("lockDurationMs", "60000").load())
+    def frame():
+        group = f"bench-{uuid.uuid4().hex[:6]}"
+        configs = set_group(share, group, args.record_locks)
+        df = (spark.readStream.format("kshare").option("kafka.bootstrap.servers", share)
+              .option("kafka.backend.servers", backend)
+              .option("group", group).option("subscribe", topic)
+              .option("maxRecordsPerTrigger", str(args.per_trigger)).option("lockDurationMs", "60000").load())
+        return df, configs
+
+    if warmup:
+        run_query(spark, frame()[0], min(warmup, n), args.timeout)
+    df, configs = frame()
     return {**run_query(spark, df, n, args.timeout), "spark": pyspark.__version__, "group_configs": configs}
 
 
@@ -250,11 +275,9 @@ def worker(args) -> None:
     jar_version, jars = kafka_jar_list(pyspark.__version__, args.kafka_jar_version)
     spark = session(jars)
     n = args.records
-    results = {"spark-kafka": warm(bench_spark_kafka, spark, args.bootstrap, args.topic, jar_version, args, n,
-                                   args=args)}
+    results = {"spark-kafka": bench_spark_kafka(spark, args.bootstrap, args.topic, jar_version, args, n, args.warmup)}
     print(f"spark-kafka    {results['spark-kafka']}", flush=True)
-    results["kshare-native"] = warm(bench_kshare, spark, args.bootstrap, args.bootstrap, args.topic, args, n,
-                                    args=args)
+    results["kshare-native"] = bench_kshare(spark, args.bootstrap, args.bootstrap, args.topic, args, n, args.warmup)
     print(f"kshare-native  {results['kshare-native']}", flush=True)
     spark.stop()
     print(json.dumps({"worker": pyspark.__version__, "results": results}))
@@ -288,7 +311,12 @@ def main() -> None:
     ap.add_argument("--record-locks", type=int, default=10_000,
                     help="the kshare groups' share.partition.max.record.locks (brokers and sidecar get the matching "
                          "group.share.max.partition.max.record.locks); 0 leaves the defaults (2000)")
-    ap.add_argument("--warmup", type=int, default=20_000, help="unmeasured records per scenario first (0: none)")
+    ap.add_argument("--warmup", type=int, default=100_000,
+                    help="unmeasured records per scenario first (0: none). After a 20k warm-up, Spark's Kafka source "
+                         "ran 20-50%% slower in the first round than in the second (JIT)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run the sources in turn this many times in one session (warm-up in the first round only); "
+                         "ratios are per round, with their median: the machine's load moves less within a round")
     ap.add_argument("--kafka-jar-version", default="4.2.0",
                     help="spark-sql-kafka version to use when the running Spark's own is not on Maven Central")
     ap.add_argument("--baseline-python", default=None,
@@ -308,50 +336,79 @@ def main() -> None:
 
     from kshare_sidecar.testing import KafkaBroker
 
+    if args.rounds > 1 and args.baseline_python:
+        ap.error("--rounds > 1 runs everything in this interpreter; leave out --baseline-python")
     spark_version = pyspark.__version__
-    results: dict[str, dict] = {}
+    load_start = os.getloadavg()
+    print(f"load average at start: {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f} "
+          f"({os.cpu_count()} CPUs)", flush=True)
+    rounds: list[dict[str, dict]] = []
     limits = broker_limits(args.record_locks)
-    with KafkaBroker("4", extra_config=limits) as k4:
+    with contextlib.ExitStack() as stack:
+        k4 = stack.enter_context(KafkaBroker("4", extra_config=limits))
         topic = f"bench-spark-{uuid.uuid4().hex[:6]}"
         produce(k4.bootstrap, topic, n, args.value_size, 2)
+        share = None
+        if not args.no_sidecar:
+            # Started up front, so that --rounds can alternate the three sources in one session.
+            k39 = stack.enter_context(KafkaBroker("3.9"))
+            produce(k39.bootstrap, topic, n, args.value_size, 2)
+            share = stack.enter_context(SidecarThread(k39.bootstrap, args.record_locks))
         if args.baseline_python:
             base = run_baseline(args.baseline_python, k4.bootstrap, topic, n, args)
-            results["spark-kafka"] = base["spark-kafka"]
-            results[f"kshare-native@{base['kshare-native']['spark']}"] = base["kshare-native"]
+            first = {"spark-kafka": base["spark-kafka"],
+                     f"kshare-native@{base['kshare-native']['spark']}": base["kshare-native"]}
             spark = session(None)
+            jar_version = None
         else:
+            first = {}
             jar_version, jars = kafka_jar_list(spark_version, args.kafka_jar_version)
             spark = session(jars)
-            results["spark-kafka"] = warm(bench_spark_kafka, spark, k4.bootstrap, topic, jar_version, args, n,
-                                          args=args)
-            print(f"spark-kafka    {results['spark-kafka']}", flush=True)
-
-        results["kshare-native"] = warm(bench_kshare, spark, k4.bootstrap, k4.bootstrap, topic, args, n, args=args)
-        print(f"kshare-native  {results['kshare-native']}", flush=True)
-
-        if not args.no_sidecar:
-            with KafkaBroker("3.9") as k39:
-                produce(k39.bootstrap, topic, n, args.value_size, 2)
-                with SidecarThread(k39.bootstrap, args.record_locks) as share:
-                    results["kshare-sidecar"] = warm(bench_kshare, spark, share, k39.bootstrap, topic, args, n,
-                                                     args=args)
-                    print(f"kshare-sidecar {results['kshare-sidecar']}", flush=True)
+        for r in range(args.rounds):
+            res = dict(first) if r == 0 else {}
+            warmup = args.warmup if r == 0 else 0
+            if jar_version is not None:
+                res["spark-kafka"] = bench_spark_kafka(spark, k4.bootstrap, topic, jar_version, args, n, warmup)
+                print(f"[round {r + 1}] spark-kafka    {res['spark-kafka']}", flush=True)
+            res["kshare-native"] = bench_kshare(spark, k4.bootstrap, k4.bootstrap, topic, args, n, warmup)
+            print(f"[round {r + 1}] kshare-native  {res['kshare-native']}", flush=True)
+            if share is not None:
+                res["kshare-sidecar"] = bench_kshare(spark, share, k39.bootstrap, topic, args, n, warmup)
+                print(f"[round {r + 1}] kshare-sidecar {res['kshare-sidecar']}", flush=True)
+            rounds.append(res)
         spark.stop()
+    load_end = os.getloadavg()
 
-    def rate(key: str) -> float | None:
-        return results.get(key, {}).get("records_per_s")
-
-    ratios = {}
-    base_rate = rate("spark-kafka")
-    if base_rate:
-        for key in results:
-            if key.startswith("kshare") and rate(key):
-                ratios[f"{key}/spark-kafka"] = round(rate(key) / base_rate, 3)
+    ratios = [round_ratios(res) for res in rounds]
+    summary = {key: statistics.median(rs[key] for rs in ratios if key in rs)
+               for key in sorted({k for rs in ratios for k in rs})}
+    print()
+    print(f"{'source':<28} {'records/s per round':<28} {'batches x mean (round 1)':<26} ratio to spark-kafka per round")
+    for key in rounds[0]:
+        rates = " / ".join(f"{res[key].get('records_per_s', 'error')}" for res in rounds if key in res)
+        shape = f"{rounds[0][key].get('batches')} x {rounds[0][key].get('mean_batch')}"
+        rel = " / ".join(f"{rs[key + '/spark-kafka']:.3f}" for rs in ratios if key + "/spark-kafka" in rs) or "1"
+        print(f"{key:<28} {rates:<28} {shape:<26} {rel}")
+    print(f"load average at start {load_start[0]:.2f} / {load_start[1]:.2f} / {load_start[2]:.2f}, "
+          f"at end {load_end[0]:.2f} / {load_end[1]:.2f} / {load_end[2]:.2f} (1 / 5 / 15 min)")
     print(json.dumps({"benchmark": "spark_source", "spark": spark_version, "records": n,
                       "value_size": args.value_size, "partitions": 2, "per_trigger": args.per_trigger,
-                      "warmup": args.warmup, "record_locks": args.record_locks,
-                      "cores": "local[2]", "loadavg_1m_at_end": round(os.getloadavg()[0], 2),
-                      "results": results, "ratios": ratios}))
+                      "warmup": args.warmup, "record_locks": args.record_locks, "rounds": args.rounds,
+                      "cores": "local[2]", "cpus": os.cpu_count(),
+                      "loadavg_at_start": [round(x, 2) for x in load_start],
+                      "loadavg_at_end": [round(x, 2) for x in load_end],
+                      "results": rounds[0] if len(rounds) == 1 else rounds,
+                      "ratios": ratios[0] if len(ratios) == 1 else ratios,
+                      "median_ratios": summary}))
+
+
+def round_ratios(res: dict[str, dict]) -> dict[str, float]:
+    """records/s of each kshare run divided by Spark's Kafka source's in the same round."""
+    base = res.get("spark-kafka", {}).get("records_per_s")
+    if not base:
+        return {}
+    return {f"{key}/spark-kafka": round(r["records_per_s"] / base, 3)
+            for key, r in res.items() if key.startswith("kshare") and r.get("records_per_s")}
 
 
 if __name__ == "__main__":

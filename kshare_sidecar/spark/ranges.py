@@ -10,7 +10,9 @@ into one range, so a 10k-record batch usually needs a handful of numbers.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+
+import numpy as np
 
 Range = list[int]  # [first, last, delivery_count], inclusive
 
@@ -30,21 +32,47 @@ def split_key(key: str) -> tuple[str, int]:
 
 def compress(records: Iterable[tuple[str, int, int, int]]) -> dict[str, list[Range]]:
     """``(topic, partition, offset, delivery_count)`` -> sorted, merged ranges per topic-partition."""
-    per_tp: dict[str, list[tuple[int, int]]] = {}
-    for topic, partition, offset, count in records:
-        per_tp.setdefault(tp_key(topic, partition), []).append((offset, count))
+    columns = list(zip(*records))
+    if not columns:
+        return {}
+    topics, partitions, offsets, counts = columns
+    return compress_columns(topics, partitions, offsets, counts)
+
+
+def compress_columns(topics: Sequence[str], partitions: Sequence[int] | np.ndarray,
+                     offsets: Sequence[int] | np.ndarray, counts: Sequence[int] | np.ndarray) -> dict[str, list[Range]]:
+    """:func:`compress` over columns, vectorised: the driver turns a 20k-record poll into ranges
+    without Python work per record (issue 19). Sorted by topic, partition, offset (and count, so
+    that an offset seen twice keeps its lowest count); a range breaks where the topic-partition
+    changes, an offset is missing or the delivery count changes. Keys come out in sorted order."""
+    n = len(offsets)
+    if not n:
+        return {}
+    names = sorted(set(topics))
+    if len(names) == 1:
+        tcode = np.zeros(n, np.int64)
+    else:
+        index = {name: i for i, name in enumerate(names)}
+        tcode = np.fromiter(map(index.__getitem__, topics), np.int64, n)
+    part = np.asarray(partitions, np.int64)
+    off = np.asarray(offsets, np.int64)
+    cnt = np.asarray(counts, np.int64)
+    order = np.lexsort((cnt, off, part, tcode))
+    tcode, part, off, cnt = tcode[order], part[order], off[order], cnt[order]
+    same_tp = (tcode[1:] == tcode[:-1]) & (part[1:] == part[:-1])
+    dup = same_tp & (off[1:] == off[:-1])
+    if dup.any():  # an offset seen twice: keep the first (lowest count)
+        keep = np.concatenate(([True], ~dup))
+        tcode, part, off, cnt = tcode[keep], part[keep], off[keep], cnt[keep]
+        same_tp = (tcode[1:] == tcode[:-1]) & (part[1:] == part[:-1])
+    breaks = np.concatenate(([True], ~same_tp | (off[1:] != off[:-1] + 1) | (cnt[1:] != cnt[:-1])))
+    starts = np.flatnonzero(breaks)
+    ends = np.append(starts[1:], len(off)) - 1
     out: dict[str, list[Range]] = {}
-    for key in sorted(per_tp):
-        ranges: list[Range] = []
-        for offset, count in sorted(set(per_tp[key])):
-            if ranges and ranges[-1][1] + 1 == offset and ranges[-1][2] == count:
-                ranges[-1][1] = offset
-            elif ranges and ranges[-1][1] >= offset:  # same offset twice: keep the first count
-                continue
-            else:
-                ranges.append([offset, offset, count])
-        out[key] = ranges
-    return out
+    for t, p, first, last, c in zip(tcode[starts].tolist(), part[starts].tolist(), off[starts].tolist(),
+                                    off[ends].tolist(), cnt[starts].tolist()):
+        out.setdefault(tp_key(names[t], p), []).append([first, last, c])
+    return {key: out[key] for key in sorted(out)}
 
 
 def count(ranges: dict[str, list[Range]]) -> int:

@@ -10,18 +10,20 @@ from confluent_kafka import Producer
 
 
 def produce_keyed(bootstrap: str, topic: str, count: int, *, partitions: int = 2, start: int = 0,
-                  batch_bytes: int | None = None) -> None:
+                  batch_bytes: int | None = None, value_bytes: int = 0) -> None:
     """Records with key ``k-<i>`` (unique, for coverage checks) round-robin over ``partitions``.
 
     ``batch_bytes`` caps the producer's log batches: Kafka acquires whole log batches, so small
-    ones keep micro-batches near ``maxRecordsPerTrigger``.
+    ones keep micro-batches near ``maxRecordsPerTrigger``. ``value_bytes`` pads each value to
+    that size (reads of the log are sized in bytes).
     """
     config = {"bootstrap.servers": bootstrap, "linger.ms": 5}
     if batch_bytes:
         config["batch.size"] = batch_bytes
     producer = Producer(config)
     for i in range(start, start + count):
-        producer.produce(topic, value=f"v-{i}".encode(), key=f"k-{i}".encode(), partition=i % partitions)
+        producer.produce(topic, value=f"v-{i}".encode().ljust(value_bytes, b"."), key=f"k-{i}".encode(),
+                         partition=i % partitions)
         if i % 10_000 == 0:
             producer.poll(0)
     assert producer.flush(30) == 0

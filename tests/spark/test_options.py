@@ -48,6 +48,16 @@ def test_prefixes_give_a_setting_to_one_client():
     validate_clients(opts)  # valid for both clients as split
 
 
+def test_readers_prefetch_about_one_fetch_ahead_unless_told_otherwise():
+    """Issue 19 (6): librdkafka's default prefetch (queued.min.messages 100,000) fetched 4-5x the
+    records a 10k range needed; the readers default to about one fetch ahead, overridable."""
+    read = parse_options(BASE).plain_consumer_config()
+    assert (read["queued.min.messages"], read["fetch.queue.backoff.ms"]) == (1000, 1)
+    assert "queued.min.messages" not in parse_options(BASE).share_consumer_config()
+    read = parse_options({**BASE, "kafka.read.queued.min.messages": "50000"}).plain_consumer_config()
+    assert read["queued.min.messages"] == "50000"
+
+
 @pytest.mark.parametrize("extra, message", [
     # kafka.* goes to both: isolation.level is not a share-consumer setting -> say which prefix works
     ({"kafka.isolation.level": "read_committed"},

@@ -1,0 +1,156 @@
+"""The driver's and executors' column-wise code (issue 19) against per-record models: no broker,
+no SparkSession. The models are the per-record code these functions replaced."""
+
+from __future__ import annotations
+
+import gc
+
+from confluent_kafka import Message
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kshare_sidecar.spark import gcfreeze
+from kshare_sidecar.spark import ranges as R
+from kshare_sidecar.spark.acquire import _acknowledge_ranges
+from kshare_sidecar.spark.read import _Columns, arrow_schema
+
+
+def compress_model(records):
+    """The per-record compress the driver used before issue 19."""
+    per_tp: dict[str, list[tuple[int, int]]] = {}
+    for topic, partition, offset, count in records:
+        per_tp.setdefault(R.tp_key(topic, partition), []).append((offset, count))
+    out = {}
+    for key in sorted(per_tp):
+        ranges: list[list[int]] = []
+        for offset, count in sorted(set(per_tp[key])):
+            if ranges and ranges[-1][1] + 1 == offset and ranges[-1][2] == count:
+                ranges[-1][1] = offset
+            elif ranges and ranges[-1][1] >= offset:
+                continue
+            else:
+                ranges.append([offset, offset, count])
+        out[key] = ranges
+    return out
+
+
+records = st.lists(st.tuples(st.sampled_from(["a", "b.c", "t-1"]), st.integers(0, 12), st.integers(0, 60),
+                             st.integers(1, 3)), max_size=200)
+
+
+@settings(deadline=None)
+@given(records)
+def test_compress_columns_equals_the_per_record_model(recs):
+    assert R.compress(recs) == compress_model(recs)
+    if recs:
+        topics, partitions, offsets, counts = map(list, zip(*recs))
+        assert R.compress_columns(topics, partitions, offsets, counts) == compress_model(recs)
+
+
+def test_compress_keeps_contiguous_runs_as_one_range():
+    n = 20_000
+    got = R.compress_columns(["t"] * n, [i % 2 for i in range(n)], [i // 2 for i in range(n)], [1] * n)
+    assert got == {"t:0": [[0, 9_999, 1]], "t:1": [[0, 9_999, 1]]}
+
+
+class FakeShareConsumer:
+    """acknowledge_offset that records each call and raises for offsets not in flight."""
+
+    def __init__(self, not_in_flight: set[int]) -> None:
+        self.not_in_flight = not_in_flight
+        self.calls: list[tuple[str, int, int, int]] = []
+
+    def acknowledge_offset(self, topic, partition, offset, ack_type):
+        self.calls.append((topic, partition, offset, ack_type))
+        if offset in self.not_in_flight:
+            raise RuntimeError("not in flight")
+
+
+@settings(deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 30), st.integers(0, 5)), max_size=6),
+       st.sets(st.integers(0, 40)))
+def test_acknowledge_ranges_calls_every_offset_once_and_counts_failures(spans, not_in_flight):
+    ranges: dict[str, list[list[int]]] = {}
+    for partition, first, length in spans:
+        ranges.setdefault(f"t:{partition}", []).append([first, first + length, 1])
+    consumer = FakeShareConsumer(not_in_flight)
+    done, failed = _acknowledge_ranges(consumer, ranges, 7)
+    expected = [("t", p, o, 7) for key, rs in ranges.items() for first, last, _ in rs
+                for p in [int(key.split(":")[1])] for o in range(first, last + 1)]
+    assert consumer.calls == expected
+    assert failed == sum(1 for _, _, o, _ in expected if o in not_in_flight)
+    assert done + failed == len(expected)
+
+
+def columns_model(topic, partition, msgs, counts):
+    """The per-record column building of the executors before issue 19, as Python lists."""
+    ts_type = {1: 0, 2: 1}
+    rows = []
+    for msg, count in zip(msgs, counts):
+        kind, ts = msg.timestamp()
+        headers = msg.headers()
+        rows.append({
+            "key": msg.key(), "value": msg.value(), "topic": topic, "partition": partition, "offset": msg.offset(),
+            "timestamp": ts * 1000 if kind and ts >= 0 else None, "timestampType": ts_type.get(kind, -1),
+            "headers": [{"key": k, "value": v} for k, v in headers] if headers else None, "deliveryCount": count,
+        })
+    return rows
+
+
+message = st.builds(
+    lambda key, value, headers, kind, ts: (key, value, headers, (kind, ts if kind else -1)),
+    st.none() | st.binary(max_size=5), st.none() | st.binary(max_size=5),
+    st.none() | st.lists(st.tuples(st.text(max_size=3), st.none() | st.binary(max_size=3)), max_size=2),
+    st.sampled_from([0, 1, 2]), st.integers(-1, 2**41))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.lists(message, min_size=1, max_size=8), st.integers(1, 4)), min_size=1, max_size=4),
+       st.integers(1, 12))
+def test_columns_equal_the_per_record_model(runs, flush_every):
+    """Runs of records with one delivery count each, flushed every few records: every Arrow batch
+    holds what the per-record code built, with the count of each record's run."""
+    schema = arrow_schema()
+    cols = _Columns("topic-a", 3)
+    built, msgs, counts, offset = [], [], [], 0
+    for run, count in runs:
+        for key, value, headers, ts in run:
+            msg = Message(topic="topic-a", partition=3, offset=offset, key=key, value=value, headers=headers,
+                          timestamp=ts)
+            offset += 1
+            cols.add_many([msg], count)
+            msgs.append(msg)
+            counts.append(count)
+            if len(cols) >= flush_every:
+                built.append(cols.flush(schema))
+    if len(cols):
+        built.append(cols.flush(schema))
+    assert all(b.schema.equals(schema) for b in built)
+    assert [row for b in built for row in b.to_pylist()] == [
+        {**row, "timestamp": _utc(row["timestamp"])} for row in columns_model("topic-a", 3, msgs, counts)]
+
+
+def _utc(micros):
+    from datetime import datetime, timedelta, timezone
+
+    return None if micros is None else datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=micros)
+
+
+def test_imports_are_frozen_out_of_the_collector():
+    """PySpark collects garbage after every task; objects that exist when modules were imported
+    since the last look are frozen (skipped by collections), and nothing is frozen otherwise."""
+    import sys
+    import types
+
+    try:
+        gcfreeze.freeze_imports()
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        assert gcfreeze.freeze_imports() is False  # nothing imported since
+        sys.modules["kshare_test_fake_module"] = types.ModuleType("kshare_test_fake_module")
+        garbage = [[i] for i in range(1000)]
+        assert gcfreeze.freeze_imports() is True and gc.get_freeze_count() >= frozen + 1000
+        del garbage
+    finally:
+        sys.modules.pop("kshare_test_fake_module", None)
+        gc.unfreeze()
