@@ -5,6 +5,8 @@ Scenarios, each a fresh streaming query in one local[2] SparkSession writing to 
   (a) spark-kafka   Spark's built-in Kafka source (spark-sql-kafka-0-10 from Maven Central) on Kafka 4.x
   (b) kshare-native the kshare data source on native Kafka 4.x share groups
   (c) kshare-sidecar the kshare data source through a kshare sidecar on Kafka 3.9 (--no-sidecar skips it)
+  (d) python-floor  with --floor: a Python streaming source whose reads cost nothing (spark_floor.py),
+                    the ceiling of any source on PySpark's Python data source API
 All use the same per-trigger cap (--per-trigger, maxOffsetsPerTrigger / maxRecordsPerTrigger) and
 the default trigger (next batch as soon as the previous ends). A kshare micro-batch is one poll,
 bounded by the group's in-flight window (share.partition.max.record.locks per partition, default
@@ -29,7 +31,7 @@ Prints one line per scenario (records/s, batches, mean batch, Spark's mean durat
 latestOffset / addBatch / walCommit / commitOffsets / queryPlanning / triggerExecution), a summary
 table (records/s and ratio to Spark's Kafka source per round) with the load average at the start
 and the end, then one JSON object as the LAST line.
-Usage: python benchmarks/spark_source.py [--quick] [--records N] [--rounds R] [--no-sidecar]
+Usage: python benchmarks/spark_source.py [--quick] [--records N] [--rounds R] [--no-sidecar] [--floor]
                                          [--baseline-python /tmp/spark40/bin/python]
 """
 
@@ -226,6 +228,10 @@ def session(jars: str | None):
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import spark_floor
+
+    spark_floor.register(spark)
     return spark
 
 
@@ -266,6 +272,19 @@ def bench_kshare(spark, share: str, backend: str, topic: str, args, n: int, warm
         run_query(spark, frame()[0], min(warmup, n), args.timeout)
     df, configs = frame()
     return {**run_query(spark, df, n, args.timeout), "spark": pyspark.__version__, "group_configs": configs}
+
+
+def bench_floor(spark, args, n: int, warmup: int = 0) -> dict:
+    """A Python streaming source whose reads cost nothing (``spark_floor.py``): PySpark's own cost."""
+    import pyspark
+
+    def frame(records: int):
+        return (spark.readStream.format("kshare-bench-floor").option("records", str(records))
+                .option("perTrigger", str(args.per_trigger)).option("valueSize", str(args.value_size)).load())
+
+    if warmup:
+        run_query(spark, frame(min(warmup, n)), min(warmup, n), args.timeout)
+    return {**run_query(spark, frame(n), n, args.timeout), "spark": pyspark.__version__}
 
 
 def worker(args) -> None:
@@ -322,6 +341,9 @@ def main() -> None:
     ap.add_argument("--baseline-python", default=None,
                     help="run Spark's Kafka source (and the kshare source) under this interpreter, whose PySpark "
                          "matches an available spark-sql-kafka (e.g. a venv with pyspark[sql]==4.0.0)")
+    ap.add_argument("--floor", action="store_true",
+                    help="also run python-floor, a Python streaming source whose reads cost nothing "
+                         "(spark_floor.py): the ceiling of any source on PySpark's Python data source API")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--bootstrap", help=argparse.SUPPRESS)
     ap.add_argument("--topic", help=argparse.SUPPRESS)
@@ -375,6 +397,9 @@ def main() -> None:
             if share is not None:
                 res["kshare-sidecar"] = bench_kshare(spark, share, k39.bootstrap, topic, args, n, warmup)
                 print(f"[round {r + 1}] kshare-sidecar {res['kshare-sidecar']}", flush=True)
+            if args.floor:
+                res["python-floor"] = bench_floor(spark, args, n, warmup)
+                print(f"[round {r + 1}] python-floor   {res['python-floor']}", flush=True)
             rounds.append(res)
         spark.stop()
     load_end = os.getloadavg()
@@ -408,7 +433,7 @@ def round_ratios(res: dict[str, dict]) -> dict[str, float]:
     if not base:
         return {}
     return {f"{key}/spark-kafka": round(r["records_per_s"] / base, 3)
-            for key, r in res.items() if key.startswith("kshare") and r.get("records_per_s")}
+            for key, r in res.items() if key != "spark-kafka" and r.get("records_per_s")}
 
 
 if __name__ == "__main__":
