@@ -27,16 +27,20 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterator
+from typing import TYPE_CHECKING, cast
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-try:  # PySpark 4.2+: admission control (latestOffset(start, limit), getDefaultReadLimit)
+if TYPE_CHECKING:  # the `spark` extra pins PySpark 4.2+, so mypy sees the real classes
     from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
-except ImportError:  # PySpark < 4.2 calls latestOffset() without arguments; see latestOffset
-    ReadLimit = ReadMaxRows = None
+else:
+    try:  # PySpark 4.2+: admission control (latestOffset(start, limit), getDefaultReadLimit)
+        from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+    except ImportError:  # PySpark < 4.2 calls latestOffset() without arguments; see latestOffset
+        ReadLimit = ReadMaxRows = None
 
-    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]  # never consulted before 4.2
-        pass
+        class SupportsTriggerAvailableNow:  # never consulted before 4.2
+            pass
 
 from . import lifecycle
 from . import ranges as R
@@ -185,5 +189,6 @@ class ShareGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             acquirer.close(release=True)
 
     # -- executors ---------------------------------------------------------------------
-    def read(self, partition: ShareGroupPartition) -> Iterator:
-        yield from read_ranges(self.opts, partition.topic, partition.partition, partition.ranges)
+    def read(self, partition: InputPartition) -> Iterator:
+        part = cast(ShareGroupPartition, partition)  # partitions() made every one of them
+        yield from read_ranges(self.opts, part.topic, part.partition, part.ranges)
