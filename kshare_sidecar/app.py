@@ -28,6 +28,7 @@ from .api import coordinator as coordinator_api
 from .api import heartbeat as heartbeat_api
 from .api import metadata as metadata_api
 from .api import shares as shares_api
+from .api import versions as versions_api
 from .api.sasl import ListenerHandler
 from .auth.authorizer import AuthorizerError, BackendAuthorizer, backend_authorizer
 from .auth.tls import server_ssl_context
@@ -79,6 +80,9 @@ class BackendCatalog:
     async def describe_topics(self, names: Collection[str] | None) -> dict[str, TopicInfo]:
         topics = await self.backend.describe_topics(list(names) if names is not None else None)
         return {n: t for n, t in topics.items() if n not in self.hidden}
+
+    async def refresh_topics(self, names: Collection[str]) -> None:
+        await self.backend.refresh_topics(names)
 
     async def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
         info = await self.backend.resolve_topic_id(topic_id)
@@ -314,6 +318,8 @@ class Sidecar:
 
         self.pool = BackendPool(self.config.backend.bootstrap_servers, security=self.security)
         await self.pool.start()
+        versions_api.register(registry, **versions_api.sidecar_features(
+            self.pool.supported_features, self.pool.finalized_features, self.pool.finalized_features_epoch))
         metadata_api.register(registry, BackendCatalog(self.backend, hidden), backend=self.pool)
         coordinator_api.register(registry, check=self.pool.check_coordinator)
         txn_prefix = getattr(self.persister, "transactional_id_prefix", "kshare-state")

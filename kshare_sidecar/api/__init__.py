@@ -24,7 +24,7 @@ def build_registry(catalog: TopicCatalog, **api_versions_features: Any) -> ApiRe
     Keyword arguments go to :class:`versions.ApiVersionsHandler` (supported/finalized features).
     """
     registry = ApiRegistry()
-    versions.register(registry, **api_versions_features)
+    versions.register(registry, **(api_versions_features or versions.sidecar_features()))
     metadata.register(registry, catalog)
     coordinator.register(registry)
     gate.register(registry)

@@ -68,6 +68,17 @@ class MetadataHandler:
         answer = await self._backend.metadata(names, auto_create=auto)
         by_name = {t.name: t for t in answer.topics}
         node = ctx.node.node_id
+        # The catalog is a cache (up to metadata.max.age): a topic whose partitions were added a
+        # moment ago (CreatePartitions, forwarded) has more in the backend's own answer. Re-read
+        # it, or a producer would be told of the old count ("Unknown partition").
+        grown = [str(t.name) for t in topics if t.name is not None and t.error_code == ErrorCode.none
+                 and t.name in by_name and by_name[t.name].error_code == ErrorCode.none
+                 and len(by_name[t.name].partitions) != len(t.partitions)]
+        refresh = getattr(self._catalog, "refresh_topics", None)
+        if grown and refresh is not None:
+            await refresh(grown)
+            fresh = await self._catalog.describe_topics(grown)
+            topics = [_topic(fresh[str(t.name)], node) if str(t.name) in fresh else t for t in topics]
         out = []
         for topic in topics:
             found = by_name.get(topic.name)

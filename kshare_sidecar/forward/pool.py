@@ -88,6 +88,10 @@ class BackendPool:
         self._timeout = request_timeout_s
         self.brokers: dict[int, tuple[str, int]] = {}
         self.versions: dict[int, tuple[int, int]] = {}
+        #: the backend's features from the same ApiVersions answer: (name, min, max) triples
+        self.supported_features: list[tuple[str, int, int]] = []
+        self.finalized_features: list[tuple[str, int, int]] = []
+        self.finalized_features_epoch = -1
         self.cluster_id: str | None = None
         self.controller_id = -1
         self._partitions: dict[str, dict[int, PartitionInfo]] = {}
@@ -154,7 +158,17 @@ class BackendPool:
         response = await self.call(None, request)
         if response.error_code != ErrorCode.none:
             raise BackendUnavailable(f"backend ApiVersions failed: {ErrorCode(response.error_code).name}")
-        return {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys}
+        versions = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys}
+        if versions.get(18, (0, 3))[1] >= 4:
+            # KIP-1022: a v3 answer leaves out every feature whose lowest version is 0
+            # (kraft.version, group.version, transaction.version, ...); v4 lists them all.
+            response = await self.call(None, make(18, 4, client_software_name="kshare", client_software_version="1"))
+        self.supported_features = [(str(f.name), int(f.min_version), int(f.max_version))
+                                   for f in response.supported_features]
+        self.finalized_features = [(str(f.name), int(f.min_version_level), int(f.max_version_level))
+                                   for f in response.finalized_features]
+        self.finalized_features_epoch = int(response.finalized_features_epoch)
+        return versions
 
     def version(self, api_key: int, highest: int) -> int:
         lo, hi = self.versions.get(api_key, (0, -1))

@@ -185,6 +185,11 @@ class Backend:
             await self._refresh_names(tuple(missing))
         return {n: self._cache.by_name[n].info for n in wanted if n in self._cache.by_name}
 
+    async def refresh_topics(self, names: Iterable[str]) -> None:
+        """Re-read ``names`` from the backend now, whatever their cache age (Metadata saw a newer
+        partition count in the backend's own answer: CreatePartitions a moment ago)."""
+        await self._refresh_names(tuple(dict.fromkeys(names)))
+
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
         """Cache-only lookup (no I/O) for the hot path; see :meth:`resolve_topic_id`."""
         entry = self._cache.by_id.get(topic_id)

@@ -22,6 +22,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 GROUPS_COMMAND = "org.apache.kafka.tools.GroupsCommand"
 TOPIC_COMMAND = "org.apache.kafka.tools.TopicCommand"
+FEATURE_COMMAND = "org.apache.kafka.tools.FeatureCommand"
 
 
 def _name(prefix: str) -> str:
@@ -206,6 +207,21 @@ class _Catch:
     debug = info = warning = error = critical = exception = log
 
 
+def test_partitions_added_through_the_sidecar_are_in_its_metadata_at_once(sidecar):
+    """CreatePartitions, then a new producer writes to a new partition a moment later (librdkafka's
+    0112 and 0171 tests do this): the sidecar's topic cache is up to 5 s old, so Metadata re-reads a
+    topic when the backend's own answer has more partitions (it used to say the old count)."""
+    admin = AdminClient({"bootstrap.servers": sidecar.bootstrap})
+    topic = _name("dropin-grow")
+    _create(admin, topic, 1)
+    assert len(admin.list_topics(topic, timeout=10).topics[topic].partitions) == 1  # cached now
+    _wait(admin.create_partitions([NewPartitions(topic, 3)]))
+    producer = Producer({"bootstrap.servers": sidecar.bootstrap})
+    errors: list = []
+    producer.produce(topic, b"to-2", partition=2, on_delivery=lambda err, _m: errors.append(err))
+    assert producer.flush(30) == 0 and errors == [None], errors
+
+
 def test_kafka_topic_command_through_the_sidecar(sidecar):
     topic = _name("dropin-tool")
     base = ["--bootstrap-server", sidecar.bootstrap]
@@ -221,6 +237,27 @@ def test_kafka_topic_command_through_the_sidecar(sidecar):
 def test_api_versions_never_offer_what_the_backend_lacks(sidecar, kafka_39):
     front = offered_within_the_backend(sidecar.bootstrap, kafka_39.bootstrap)
     assert {0, 1, 2, 8, 9, 11, 19, 20, 22, 24, 26, 37} <= set(front)
+
+
+def _features(bootstrap: str) -> dict[str, str]:
+    """``kafka-features.sh describe``: feature name -> its supported and finalized levels."""
+    described = run_java_tool(FEATURE_COMMAND, ["--bootstrap-server", bootstrap, "describe"])
+    assert described.returncode == 0, described.output
+    out = {}
+    for line in described.stdout.splitlines():
+        if line.startswith("Feature:"):
+            name, rest = line.split()[1], line.split(None, 2)[2]
+            out[name] = " ".join(rest.split("Epoch:")[0].split())  # the epoch is the backend's
+    return out
+
+
+def test_kafka_features_through_the_sidecar(sidecar, kafka_39):
+    """The backend's features pass through (clients decide on transaction.version or group.version
+    from them), and share.version is the sidecar's: it serves share groups (Kafka 4.3 finalizes 1)."""
+    front, back = _features(sidecar.bootstrap), _features(kafka_39.bootstrap)
+    assert "share.version" not in back
+    assert front.pop("share.version") == "SupportedMinVersion: 0 SupportedMaxVersion: 1 FinalizedVersionLevel: 1"
+    assert front == back and "metadata.version" in back
 
 
 def offered_within_the_backend(sidecar: str, backend: str) -> dict[int, tuple[int, int]]:
@@ -274,6 +311,8 @@ def test_consumer_protocol_group_through_a_sidecar_on_kafka_4(native_kafka, tmp_
         consumer.close()
         assert sorted(got) == sorted(values)
         _produce_v13_by_topic_id(sc, native_kafka.bootstrap, topic)
+        # Every feature of Kafka 4.3 (transaction.version 2, group.version 1, ...) through the sidecar
+        assert _features(sc.bootstrap) == _features(native_kafka.bootstrap)
     finally:
         sc.stop()
 

@@ -6,7 +6,8 @@ unmodified, from Maven Central: Kafka Streams' ``WordCountDemo`` (kafka-streams-
 with ``processing.guarantee=exactly_once_v2``, SIGKILLed mid-run and restarted; the system tests'
 ``VerifiableProducer`` / ``VerifiableConsumer`` (idempotent acks=all producer, a classic consumer
 group); and ``TransactionalMessageCopier`` with random aborts (the read-process-write loop of
-Kafka's EOS system tests). Each must give the same, exact outcome through kshare on Kafka 3.9 as
+Kafka's EOS system tests). Each must give the same, exact outcome through kshare on Kafka 3.9 and
+through kshare on Kafka 4.3.1 (whose transaction.version 2 the clients see through the sidecar) as
 against native Kafka 4.3.1.
 """
 
@@ -28,13 +29,35 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from kshare_sidecar.testing.maven import require_tool, resolve_artifacts
 
-from tests.e2e.conftest import wait_until
+from tests.e2e.conftest import SidecarProcess, Target, wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.skipif(
     os.environ.get("KSHARE_KAFKA_APPS") != "1", reason="opt-in: make test-kafka-apps (KSHARE_KAFKA_APPS=1)")]
 
 VERSION = "4.3.1"
 WORDS = 50
+
+
+@pytest.fixture(scope="module")
+def sidecar_on_4(native_kafka, tmp_path_factory):
+    """kshare in front of Kafka 4.3: the backend's transaction.version 2 reaches the clients through
+    the sidecar's ApiVersions, so the Java clients run KIP-890's transactions through it."""
+    sc = SidecarProcess(native_kafka.bootstrap, tmp_path_factory.mktemp("sidecar-4") / "sidecar.log").start()
+    yield sc
+    sc.stop()
+
+
+@pytest.fixture(params=["kshare", "kshare-on-4.3", "native"])
+def target(request) -> Target:
+    """The conftest's two targets and a third: kshare on Kafka 4.3."""
+    if request.param == "kshare-on-4.3":
+        sc = request.getfixturevalue("sidecar_on_4")
+        return Target("kshare-on-4.3", sc.bootstrap, sc.backend)
+    if request.param == "kshare":
+        sc = request.getfixturevalue("sidecar")
+        return Target("kshare", sc.bootstrap, sc.backend)
+    native = request.getfixturevalue("native_kafka")
+    return Target("native", native.bootstrap, native.bootstrap)
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
 from kio.schema.api_versions.v3.request import ApiVersionsRequest as ApiVersionsRequestV3
@@ -61,16 +63,20 @@ async def test_registered_apis_are_advertised(dispatcher, call) -> None:
     assert ranges(body)[76] == (1, 1)
 
 
-async def test_features_are_carried_in_v3_tags(call) -> None:
+async def test_features_are_carried_in_v3_tags_and_v4_adds_those_starting_at_0(call) -> None:
+    """KIP-1022: below v4 a supported feature whose lowest version is 0 is left out, as a broker does."""
     registry = ApiRegistry()
     handler = ApiVersionsHandler(
-        registry, supported_features=[("share.version", 0, 1)], finalized_features=[("share.version", 1, 1)],
-        finalized_features_epoch=5,
+        registry, supported_features=[("metadata.version", 7, 30), ("share.version", 0, 1)],
+        finalized_features=[("share.version", 1, 1)], finalized_features_epoch=5,
     )
     registry.register(18, 0, 4, handler)
-    response = convert(await handler(None, None, None), target_class(18, 3, EntityType.response))
-    assert response.supported_features[0].name == "share.version"
-    assert response.finalized_features_epoch == 5
+    v3 = convert(await handler(SimpleNamespace(api_version=3), None, None), target_class(18, 3, EntityType.response))
+    assert [f.name for f in v3.supported_features] == ["metadata.version"]
+    assert [f.name for f in v3.finalized_features] == ["share.version"]
+    assert v3.finalized_features_epoch == 5
+    v4 = convert(await handler(SimpleNamespace(api_version=4), None, None), target_class(18, 4, EntityType.response))
+    assert [f.name for f in v4.supported_features] == ["metadata.version", "share.version"]
 
 
 def test_registration_is_validated_against_kio() -> None:
@@ -88,3 +94,16 @@ def test_registration_is_validated_against_kio() -> None:
         registry.register(3, 0, 12, handler)
     registry.register(3, 0, 12, handler, replace=True)
     assert registry.ranges() == [(3, 0, 12)]
+
+
+def test_sidecar_features_keep_the_backends_and_put_share_version_at_the_sidecars_level():
+    from kshare_sidecar.api.versions import sidecar_features
+
+    out = sidecar_features([("metadata.version", 1, 21), ("share.version", 0, 1)],
+                           [("metadata.version", 21, 21), ("share.version", 0, 0)], epoch=7)
+    assert out == {"supported_features": [("metadata.version", 1, 21), ("share.version", 0, 1)],
+                   "finalized_features": [("metadata.version", 21, 21), ("share.version", 1, 1)],
+                   "finalized_features_epoch": 7}
+    # no backend answer (pass-through off): only share.version, at an epoch clients record
+    assert sidecar_features() == {"supported_features": [("share.version", 0, 1)],
+                                  "finalized_features": [("share.version", 1, 1)], "finalized_features_epoch": 0}
