@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from ..log.errors import BackendError, UnknownTopicError
+from ..log.errors import UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION, BackendError, UnknownTopicError
 from ..log.types import FetchResult
 from ..metrics import STATS as _METRICS  # kshare metrics (issue 7)
 from ..ratelog import backend_failures
@@ -38,6 +38,8 @@ LogKey = tuple[str, int]
 _MIN_READ, _FIRST_READ = 64 * 1024, 1024 * 1024
 #: Windows read beyond the free room when reading at the window's end (issue 14, see _read_size).
 _EXTRA_WINDOWS = 2
+#: a backend read's errors that can mean "the topic was deleted"
+_GONE = frozenset({UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID})
 
 
 @dataclass(slots=True)
@@ -89,6 +91,8 @@ class ShareLogReader:
         except BackendError as exc:
             _backend_failures.log("read", logging.WARNING, "backend read failed for group=%s partition=%s-%d: "
                                   "%s", slot.key.group_id, slot.topic, slot.key.partition, exc)
+            if exc.code in _GONE:
+                await self._forget_if_deleted(slot.topic)
             raise PartitionError(_share_error(exc), str(exc)) from exc
         _METRICS.high_watermarks[slot.key] = result.high_watermark  # metrics (issue 7): lag
         sp.move_log_start(result.log_start_offset)
@@ -102,6 +106,18 @@ class ShareLogReader:
             slot.bytes_per_record = sample if not slot.bytes_per_record else \
                 0.7 * slot.bytes_per_record + 0.3 * sample
         return result
+
+    async def _forget_if_deleted(self, topic: str) -> None:
+        """The backend no longer knows the topic (deleted): re-read it now, so that the topic cache
+        drops it and acknowledgements of its records get UNKNOWN_TOPIC_ID at once, as from Kafka
+        (``ShareService._slot``), instead of after the cache's age."""
+        refresh = getattr(self.backend, "refresh_topics", None)
+        if refresh is None:
+            return
+        try:
+            await refresh([topic])
+        except BackendError as exc:
+            log.debug("re-reading topic %s after a failed read: %s", topic, exc)
 
     async def _extend(self, slot: Slot, log_key: LogKey, cached: FetchResult, offset: int, isolation: int,
                       budget: _Budget) -> FetchResult | None:
@@ -160,8 +176,13 @@ class ShareLogReader:
     async def long_poll(self, slot: Slot, offset: int, poll_ms: int, isolation: int) -> None:
         """Wait in the backend for data at ``offset``. What it returns (at least one whole batch)
         goes into the cache, where the acquisition it wakes will find it: read once, not twice."""
-        result = await self.backend.fetch(slot.topic, slot.key.partition, offset, max_bytes=1,
-                                          max_wait_ms=poll_ms, isolation_level=isolation)
+        try:
+            result = await self.backend.fetch(slot.topic, slot.key.partition, offset, max_bytes=1,
+                                              max_wait_ms=poll_ms, isolation_level=isolation)
+        except BackendError as exc:
+            if exc.code in _GONE:
+                await self._forget_if_deleted(slot.topic)
+            raise
         if result.batches and not result.error_code:
             self.cache.put((slot.key.topic_id, slot.key.partition), isolation, result)
 

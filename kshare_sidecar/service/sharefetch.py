@@ -144,7 +144,8 @@ class DelayedShareFetch:
             result = await self.reader.read(slot, offset, self.isolation, budget)
             if result is None:
                 return None
-            batches = [b for b in result.batches if b.last_offset >= offset]
+            batches = _within_bytes([b for b in result.batches if b.last_offset >= offset], budget.bytes,
+                                    first=budget.bytes == params.max_bytes)
             if not batches:
                 return None
             acquired = sp.acquire(self.member_id, [(b.base_offset, b.last_offset, b.producer_id, b.is_transactional,
@@ -190,6 +191,22 @@ class DelayedShareFetch:
                     fut.exception()  # retrieved: a failed long-poll just ends the wait
             for slot in slots:
                 slot.waiters.discard(waiter)
+
+
+def _within_bytes(batches: list[BatchInfo], room: int, *, first: bool) -> list[BatchInfo]:
+    """The leading batches that fit in the ShareFetch's remaining MaxBytes, whole batches only; the
+    first batch of a response goes even when it is larger, so that a consumer always progresses
+    (Kafka's rule for Fetch and ShareFetch). The backend read is larger than that (it reads at least
+    64 KiB): without this a ShareFetch with a small MaxBytes acquired everything the read held."""
+    out: list[BatchInfo] = []
+    used = 0
+    for b in batches:
+        size = b.end - b.start
+        if used + size > room and (out or not first):
+            break
+        out.append(b)
+        used += size
+    return out
 
 
 def _slice(records: bytes, batches: list[BatchInfo], acquired: list[AcquiredRecords]) -> bytes:

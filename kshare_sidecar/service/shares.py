@@ -244,6 +244,9 @@ class ShareService:
         run — kshare loaded it and answered INVALID_RECORD_STATE)."""
         slot = self.partitions.loaded(group_id, topic_id, partition)
         if slot is not None:
+            cached = getattr(self.backend, "topic_by_id", None)
+            if cached is not None and cached(topic_id) is None:  # deleted (or recreated under a new id)
+                raise PartitionError(ErrorCode.unknown_topic_id, f"topic id {topic_id} no longer exists")
             return slot
         info = await self.backend.resolve_topic_id(topic_id)
         if info is None:

@@ -353,3 +353,51 @@ async def test_sidecar_restart_mid_run_reconnects_and_finishes(kafka_39, tmp_pat
             assert await _take(late, 1, timeout=3) == [], "a record was left unaccepted"
     finally:
         await asyncio.to_thread(sc.stop)
+
+
+async def test_a_one_byte_fetch_max_bytes_takes_one_batch_per_share_fetch(target):
+    """MaxBytes is soft only for the first batch of a response (librdkafka's 0171 and 0180 tests):
+    ten one-record batches come one per ShareFetch. The sidecar used to acquire everything its
+    (at least 64 KiB) backend read held, all ten at once."""
+    from confluent_kafka import Producer
+
+    topic, group, _ = _setup(target, records=0)
+    producer = Producer({"bootstrap.servers": target.backend, "linger.ms": 0})
+    for i in range(10):
+        producer.produce(topic, b"v%d" % i)
+        assert producer.flush(30) == 0  # one batch per record
+    sizes: list[int] = []
+    async with _consumer(target, group, topic, mode="implicit", fetch_max_bytes=1) as c:
+        deadline = time.monotonic() + 30
+        while sum(sizes) < 10 and time.monotonic() < deadline:
+            n = sum(len(recs) for recs in (await c.getmany(timeout_ms=500)).values())
+            if n:
+                sizes.append(n)
+    assert sizes == [1] * 10, sizes
+
+
+def test_acknowledging_records_of_a_deleted_topic_fails(target):
+    """librdkafka's 0176/0181: records acquired, the topic deleted, then acknowledged. Kafka answers
+    UNKNOWN_TOPIC_ID for them; the sidecar used to accept them (its topic cache lags behind; a
+    backend read that finds the topic gone now re-reads it at once)."""
+    from confluent_kafka import AcknowledgeType as CkAck
+    from confluent_kafka import ShareConsumer as CkShareConsumer
+    from confluent_kafka.admin import AdminClient
+
+    topic, group, _ = _setup(target, records=10)
+    consumer = CkShareConsumer({"bootstrap.servers": target.bootstrap, "group.id": group,
+                                "share.acknowledgement.mode": "explicit"})
+    consumer.subscribe([topic])
+    got, deadline = [], time.monotonic() + 30
+    while not got and time.monotonic() < deadline:
+        got = [m for m in consumer.poll(1.0) if m.error() is None]
+    assert got
+    admin = AdminClient({"bootstrap.servers": target.bootstrap})  # kept alive until the result
+    admin.delete_topics([topic])[topic].result(30)
+    time.sleep(5)  # the consumer keeps fetching in the background meanwhile
+    for m in got:
+        consumer.acknowledge(m, CkAck.ACCEPT)
+    results = consumer.commit_sync(30.0) or {}
+    consumer.close()
+    errors = [err for err in results.values() if err is not None]
+    assert errors, f"{target.name}: acknowledgements of a deleted topic's records were accepted: {results}"
