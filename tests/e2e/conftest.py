@@ -140,11 +140,16 @@ def tansu_sidecar(tansu, tmp_path_factory) -> Iterator[SidecarProcess]:
 
 @pytest.fixture(params=["kshare", "native"])
 def target(request) -> Target:
-    if request.param == "kshare":
-        sc = request.getfixturevalue("sidecar")
-        return Target("kshare", sc.bootstrap, sc.backend)
-    native = request.getfixturevalue("native_kafka")
-    return Target("native", native.bootstrap, native.bootstrap)
+    return target_named(request, request.param)
+
+
+def target_named(request, name: str) -> Target:
+    """``name`` is "native" or the name of a sidecar fixture ("kshare": the ``sidecar`` fixture)."""
+    if name == "native":
+        native = request.getfixturevalue("native_kafka")
+        return Target("native", native.bootstrap, native.bootstrap)
+    sc = request.getfixturevalue("sidecar" if name == "kshare" else name)
+    return Target(name, sc.bootstrap, sc.backend)
 
 
 class Worker:

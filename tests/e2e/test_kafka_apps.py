@@ -29,7 +29,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from kshare_sidecar.testing.maven import require_tool, resolve_artifacts
 
-from tests.e2e.conftest import SidecarProcess, Target, wait_until
+from tests.e2e.conftest import SidecarProcess, Target, target_named, wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.skipif(
     os.environ.get("KSHARE_KAFKA_APPS") != "1", reason="opt-in: make test-kafka-apps (KSHARE_KAFKA_APPS=1)")]
@@ -50,14 +50,8 @@ def sidecar_on_4(native_kafka, tmp_path_factory):
 @pytest.fixture(params=["kshare", "kshare-on-4.3", "native"])
 def target(request) -> Target:
     """The conftest's two targets and a third: kshare on Kafka 4.3."""
-    if request.param == "kshare-on-4.3":
-        sc = request.getfixturevalue("sidecar_on_4")
-        return Target("kshare-on-4.3", sc.bootstrap, sc.backend)
-    if request.param == "kshare":
-        sc = request.getfixturevalue("sidecar")
-        return Target("kshare", sc.bootstrap, sc.backend)
-    native = request.getfixturevalue("native_kafka")
-    return Target("native", native.bootstrap, native.bootstrap)
+    target = target_named(request, "sidecar_on_4" if request.param == "kshare-on-4.3" else request.param)
+    return Target(request.param, target.bootstrap, target.backend)
 
 
 @pytest.fixture(scope="module")
