@@ -10,6 +10,7 @@ waiting to be sent (piggybacked on the next ShareFetch, or sent by ShareAcknowle
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -119,6 +120,71 @@ class PartitionInFlight:
         lost = len(self.pending)
         self.acquired.clear()
         self.delivered.clear()
+        self.pending.clear()
+        return lost
+
+    @property
+    def empty(self) -> bool:
+        return not (self.acquired or self.pending)
+
+
+@dataclass
+class RangesInFlight:
+    """Offsets-only books of one share-partition acquired from ``node``: ranges, never offsets.
+
+    Why a second shape: a consumer that never decodes records (``ShareConsumer(offsets_only=True)``,
+    the Spark source's driver) acquires and acknowledges tens of thousands of offsets per round;
+    a dict entry per offset (:class:`PartitionInFlight`) was Python work per record on exactly the
+    path the issue-19 profile measured. Here every step costs per range. Offsets without a data
+    record (compaction gaps, control records) are acquired like the rest: whoever reads the range
+    finds fewer records, and acknowledging such an offset ends it as GAP would.
+    """
+
+    node: int
+    #: ``[first, last, delivery_count]``, disjoint, in the order acquired
+    acquired: list[list[int]] = field(default_factory=list)
+    pending: list[AckBatch] = field(default_factory=list)
+
+    def add_acquired(self, ranges: Iterable[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+        """Take the broker's AcquiredRecords; returns them (all of them are this member's)."""
+        out = [(int(a), int(b), int(c)) for a, b, c in ranges if b >= a]
+        self.acquired.extend([a, b, c] for a, b, c in out)
+        self.acquired.sort()
+        return out
+
+    def acknowledge(self, first: int, last: int, ack_type: int) -> None:
+        """Queue one type for ``first..last``, which acquired ranges must cover without a hole
+        (a caller may have merged adjacent ranges)."""
+        if ack_type not in (AcknowledgeType.ACCEPT, AcknowledgeType.RELEASE, AcknowledgeType.REJECT):
+            raise ValueError(f"cannot acknowledge with {ack_type!r}; use ACCEPT, RELEASE or REJECT")
+        acq = self.acquired
+        i = bisect.bisect_right([r[0] for r in acq], first) - 1
+        j, covered = i, first
+        while 0 <= j < len(acq) and covered <= last and acq[j][0] <= covered <= acq[j][1]:
+            covered = acq[j][1] + 1
+            j += 1
+        if i < 0 or last < first or covered <= last:
+            raise AckStateError(f"offsets {first}..{last} are not acquired by this consumer")
+        (a, _, head), (_, b, tail) = acq[i], acq[j - 1]
+        acq[i:j] = ([[a, first - 1, head]] if a < first else []) + ([[last + 1, b, tail]] if last < b else [])
+        self.pending.append(AckBatch(first, last, (int(ack_type),)))
+
+    def take_pending(self) -> list[AckBatch]:
+        """The queued acks as batches, sorted, adjacent ones of one type merged."""
+        out: list[AckBatch] = []
+        for b in sorted(self.pending, key=lambda b: b.first_offset):
+            prev = out[-1] if out else None
+            if prev is not None and prev.last_offset + 1 == b.first_offset and prev.types == b.types:
+                out[-1] = AckBatch(prev.first_offset, b.last_offset, prev.types)
+            else:
+                out.append(b)
+        self.pending.clear()
+        return out
+
+    def drop(self) -> int:
+        """The share session ended (the broker released the records); returns acks lost."""
+        lost = sum(b.last_offset - b.first_offset + 1 for b in self.pending)
+        self.acquired.clear()
         self.pending.clear()
         return lost
 

@@ -26,7 +26,7 @@ from typing import Any, Self
 
 from aiokafka.structs import TopicPartition
 
-from .acks import AcknowledgeType
+from .acks import AcknowledgeType, RangesInFlight
 from .cluster import TRANSPORT_ERRORS as _TRANSPORT
 from .cluster import Cluster, Tp, parse_bootstrap
 from .errors import AckStateError, AuthenticationFailedError, ConsumerStoppedError, ShareConsumerError
@@ -53,9 +53,12 @@ class ShareConsumer:
                  share_acquire_mode: str = "batch_optimized", security_protocol: str = "PLAINTEXT",
                  ssl_context: ssl.SSLContext | None = None, sasl_mechanism: str | None = None,
                  sasl_plain_username: str | None = None, sasl_plain_password: str | None = None,
-                 sasl_oauth_token_provider: Any = None) -> None:
+                 sasl_oauth_token_provider: Any = None, offsets_only: bool = False) -> None:
         if acknowledgement_mode not in ("implicit", "explicit"):
             raise ValueError("acknowledgement_mode must be 'implicit' or 'explicit'")
+        if offsets_only and acknowledgement_mode != "explicit":
+            raise ValueError("offsets_only=True needs acknowledgement_mode='explicit' (nothing is handed out "
+                             "to accept implicitly; acknowledge ranges with acknowledge_offsets)")
         if share_acquire_mode not in ("batch_optimized", "record_limit"):
             raise ValueError("share_acquire_mode must be 'batch_optimized' or 'record_limit'")
         self.group_id, self.client_id = group_id, client_id
@@ -77,7 +80,7 @@ class ShareConsumer:
         self._requests = ShareConsumeRequestManager(group_id, self._membership, self._cluster, FetchConfig(
             max_poll_records=max_poll_records, min_bytes=fetch_min_bytes, max_bytes=fetch_max_bytes,
             acquire_mode=acquire_mode, timeout_s=self._timeout_s, backoff_s=self._backoff_s, check_crcs=check_crcs,
-            key_deserializer=key_deserializer, value_deserializer=value_deserializer))
+            key_deserializer=key_deserializer, value_deserializer=value_deserializer, offsets_only=offsets_only))
         self._assigned: frozenset[Tp] = frozenset()
         #: handed out by ``getmany`` to ``getone`` / ``async for``, not yielded yet
         self._iter: collections.deque[ShareRecord] = collections.deque()
@@ -157,6 +160,11 @@ class ShareConsumer:
     def member_id(self) -> str:
         return self._membership.member_id
 
+    @property
+    def joined(self) -> bool:
+        """Whether this member is in the group (the coordinator gave it a member epoch)."""
+        return self._membership.joined
+
     def partitions_for_topic(self, topic: str) -> set[int] | None:
         """Partitions of ``topic`` in the metadata this consumer holds (``None`` if unknown), as
         aiokafka's: the Faust driver presents every partition of a subscribed topic as assigned."""
@@ -175,15 +183,30 @@ class ShareConsumer:
         """Records acquired for this member, by partition; ``{}`` if none came within
         ``timeout_ms``. In implicit mode the records of the previous call are accepted first."""
         self._check()
+        if self._requests.config.offsets_only:
+            raise ShareConsumerError("an offsets_only consumer decodes no records: use getranges()")
         if self.implicit:
             self._accept_delivered()
         limit = max_records or self._max_poll_records
+        return await self._poll(timeout_ms, lambda: self._requests.drain(limit))
+
+    async def getranges(self, timeout_ms: int = 0) -> dict[TopicPartition, list[tuple[int, int, int]]]:
+        """Offsets-only mode: the ranges acquired for this member, ``{TopicPartition: [(first,
+        last, delivery_count)]}``; ``{}`` if none came within ``timeout_ms``. Records are never
+        decoded: the ranges may include offsets without a data record (compaction gaps, control
+        records). Pending acks go piggybacked on the ShareFetch that acquires."""
+        self._check()
+        if not self._requests.config.offsets_only:
+            raise ShareConsumerError("getranges() needs ShareConsumer(offsets_only=True)")
+        return await self._poll(timeout_ms, self._requests.drain_ranges)
+
+    async def _poll(self, timeout_ms: int, drain: Any) -> Any:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000
         requests = self._requests
         while True:
             if requests.buffer:
-                out = requests.drain(limit)
+                out = drain()
                 if out:
                     return out
             self._check()
@@ -215,6 +238,16 @@ class ShareConsumer:
         if inf is None:
             raise AckStateError(f"{record.topic}-{record.partition}@{record.offset} is not acquired by this consumer")
         inf.acknowledge(record.offset, AcknowledgeType(ack_type))
+
+    def acknowledge_offsets(self, tp: TopicPartition, first: int, last: int,
+                            ack_type: AcknowledgeType = AcknowledgeType.ACCEPT) -> None:
+        """Offsets-only mode: queue one type for ``first..last`` of ``tp``, inside one range that
+        ``getranges`` returned; sent with the next fetch or ``commit``."""
+        topic_id = self._cluster.ids.get(tp.topic)
+        inf = self._requests.inflight.get((topic_id, tp.partition)) if topic_id is not None else None
+        if not isinstance(inf, RangesInFlight):
+            raise AckStateError(f"{tp.topic}-{tp.partition}@{first}..{last} is not acquired by this consumer")
+        inf.acknowledge(first, last, AcknowledgeType(ack_type))
 
     async def commit(self) -> dict[TopicPartition, Exception | None]:
         """Send every pending ack now (ShareAcknowledge) and return the per-partition outcome of all

@@ -30,7 +30,7 @@ from aiokafka.structs import TopicPartition
 from kio.schema.errors import ErrorCode
 
 from . import protocol
-from .acks import AckBatch, AcknowledgeType, PartitionInFlight
+from .acks import AckBatch, AcknowledgeType, PartitionInFlight, RangesInFlight
 from .cluster import TRANSPORT_ERRORS as _TRANSPORT
 from .cluster import Cluster, Tp
 from .conn import NodeConn
@@ -65,6 +65,15 @@ class _Chunk:
     records: list[ShareRecord]
 
 
+@dataclass(slots=True)
+class _RangeChunk:
+    """Acquired ranges of one partition from one ShareFetch answer (offsets-only mode)."""
+
+    tp: Tp
+    key: TopicPartition
+    ranges: list[tuple[int, int, int]]
+
+
 @dataclass(frozen=True, slots=True)
 class FetchConfig:
     """The consumer's fetch settings, as ShareFetch sends them."""
@@ -78,6 +87,8 @@ class FetchConfig:
     check_crcs: bool
     key_deserializer: Deserializer | None
     value_deserializer: Deserializer | None
+    #: keep only AcquiredRecords ranges, never decode records (``ShareConsumer(offsets_only=True)``)
+    offsets_only: bool = False
 
 
 class ShareConsumeRequestManager:
@@ -90,8 +101,8 @@ class ShareConsumeRequestManager:
         self.config = config
         self.sessions: dict[int, ShareSession] = {}
         self._locks: dict[int, asyncio.Lock] = {}
-        self.inflight: dict[Tp, PartitionInFlight] = {}
-        self.buffer: collections.deque[_Chunk] = collections.deque()
+        self.inflight: dict[Tp, Any] = {}  # PartitionInFlight, or RangesInFlight (offsets only)
+        self.buffer: collections.deque[Any] = collections.deque()  # _Chunk, or _RangeChunk
         self.results: dict[TopicPartition, Exception | None] = {}
         #: lock duration the brokers last reported (ms)
         self.acquisition_lock_timeout_ms: int | None = None
@@ -119,18 +130,32 @@ class ShareConsumeRequestManager:
                 n += len(kept)
         return out
 
+    def drain_ranges(self) -> dict[TopicPartition, list[tuple[int, int, int]]]:
+        """Offsets-only mode: every buffered acquired range, ``(first, last, delivery_count)``."""
+        out: dict[TopicPartition, list[tuple[int, int, int]]] = {}
+        while self.buffer:
+            chunk = self.buffer.popleft()
+            if chunk.tp in self.inflight:  # else its session ended meanwhile: released
+                out.setdefault(chunk.key, []).extend(chunk.ranges)
+        return out
+
     def accept_delivered(self, unseen: dict[Tp, set[int]]) -> None:
         """Implicit mode: ACCEPT every record handed out, except the ``unseen`` ones."""
         for tp, inf in self.inflight.items():
             inf.accept_delivered(skip=unseen.get(tp, ()))
 
     def _take_records(self, node: int, tp: Tp, part: Any) -> None:
-        inf = self.inflight.get(tp)
+        inf: Any = self.inflight.get(tp)
         if inf is None or inf.node != node:
             if inf is not None:
                 self._lose(tp, inf, ErrorCode.not_leader_or_follower)
-            inf = self.inflight[tp] = PartitionInFlight(node)
+            inf = self.inflight[tp] = (RangesInFlight if self.config.offsets_only else PartitionInFlight)(node)
         ranges = [(int(a.first_offset), int(a.last_offset), int(a.delivery_count)) for a in part.acquired_records]
+        if self.config.offsets_only:  # the payloads are someone else's business (the Spark executors)
+            topic = self._cluster.names.get(tp[0], str(tp[0]))
+            self._cluster.ids.setdefault(topic, tp[0])
+            self.buffer.append(_RangeChunk(tp, TopicPartition(topic, tp[1]), inf.add_acquired(ranges)))
+            return
         try:
             raws = {r.offset: r for r in decode_batches(part.records or b"", check_crcs=self.config.check_crcs)}
         except RecordDecodeError as exc:
@@ -353,7 +378,7 @@ class ShareConsumeRequestManager:
     def conn(self, node: int) -> NodeConn:
         return self._cluster.conn(node)
 
-    def _lose(self, tp: Tp, inf: PartitionInFlight, code: ErrorCode) -> None:
+    def _lose(self, tp: Tp, inf: Any, code: ErrorCode) -> None:
         if inf.drop():
             self._result(tp, AcknowledgementError(code, "the share session ended; the records were released"))
         self.inflight.pop(tp, None)

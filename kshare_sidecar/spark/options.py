@@ -50,6 +50,8 @@ KNOWN_OPTIONS: dict[str, str] = {
     "pollTimeoutMs": f"how long one trigger waits for records (default {DEFAULT_POLL_TIMEOUT_MS})",
     "lockDurationMs": f"the group's acquisition lock, share.record.lock.duration.ms (default {DEFAULT_LOCK_MS})",
     "triggerIntervalMs": "the query's trigger interval, to check it against the lock (optional)",
+    "shareClient": "the driver's share consumer: auto (default: kshare's asyncio client, offsets only, unless a "
+                   "kafka.share.* setting needs librdkafka), kshare, or librdkafka",
     "readTimeoutMs": f"executor deadline to read one partition's ranges (default {DEFAULT_READ_TIMEOUT_MS})",
 }
 #: lower case (as Spark hands it over) -> documented case.
@@ -113,6 +115,8 @@ class SourceOptions:
     lock_ms: int = DEFAULT_LOCK_MS
     trigger_ms: int | None = None
     read_timeout_ms: int = DEFAULT_READ_TIMEOUT_MS
+    #: the driver's share consumer: auto, kshare or librdkafka (``shareclient.py``)
+    client_choice: str = "auto"
     #: ``kafka.<setting>``: both clients; ``kafka.share.<setting>`` / ``kafka.read.<setting>``: one.
     client: tuple[ClientSetting, ...] = ()
     share_client: tuple[ClientSetting, ...] = ()
@@ -240,6 +244,9 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         raise OptionError(f"option 'subscribe' has invalid topic name(s): {', '.join(bad)}")
 
     backend = opts.get("kafka.backend.servers", "").strip()
+    choice = opts.get("shareclient", "").strip().lower() or "auto"
+    if choice not in ("auto", "kshare", "librdkafka"):
+        raise OptionError(f"option 'shareClient' must be one of auto, kshare, librdkafka, got {opts['shareclient']!r}")
     parsed = SourceOptions(
         bootstrap=bootstrap,
         backend=backend or bootstrap,
@@ -250,6 +257,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         lock_ms=_int(opts, "lockDurationMs", DEFAULT_LOCK_MS, minimum=1),
         trigger_ms=_int(opts, "triggerIntervalMs", None, minimum=0),
         read_timeout_ms=_int(opts, "readTimeoutMs", DEFAULT_READ_TIMEOUT_MS, minimum=1),
+        client_choice=choice,
         client=tuple(settings["both"]),
         share_client=tuple(settings["share"]),
         read_client=tuple(settings["read"]),

@@ -44,9 +44,11 @@ else:
 
 from . import lifecycle
 from . import ranges as R
-from .acquire import Acquirer
+from .acquire import Acquirer, LibrdkafkaAcquirer
+from .acquire_ranges import RangeAcquirer
 from .clientconf import validate_clients
 from .options import SourceOptions, parse_options
+from .shareclient import driver_client
 from .read import read_ranges
 
 log = logging.getLogger("kshare.spark")
@@ -66,6 +68,7 @@ class ShareGroupDataSource(DataSource):
         # source's own options, then the kafka.* settings by librdkafka itself.
         self.parsed: SourceOptions = parse_options(options)
         validate_clients(self.parsed)
+        driver_client(self.parsed)  # shareClient=kshare with a setting only librdkafka has: fail here
 
     @classmethod
     def name(cls) -> str:
@@ -105,7 +108,10 @@ class ShareGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     @property
     def acquirer(self) -> Acquirer:
         if self._acquirer is None:
-            self._acquirer = Acquirer(self.opts, self.sid)
+            which, why = driver_client(self.opts)
+            log.info("kshare source: the driver's share consumer is %s (%s)", which, why)
+            cls = RangeAcquirer if which == "kshare" else LibrdkafkaAcquirer
+            self._acquirer = cls(self.opts, self.sid)
             lifecycle.watch(self)  # only the driver's source process gets here
         return self._acquirer
 
@@ -130,7 +136,9 @@ class ShareGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         seq = int(start.get("seq", -1))
         acq = self.acquirer
         # Everything up to `start` is processed: Spark plans the next batch only after the
-        # previous one finished and was recorded in the commit log.
+        # previous one finished and was recorded in the commit log. They are sent (and the
+        # window freed) before the poll: acks riding on the ShareFetch that acquires are applied
+        # while it acquires, so it finds the window still full and the batch comes out smaller.
         acq.acknowledge_through(seq)
         if acq.outstanding:
             # Spark has not consumed our last offer yet: offer it again, acquire nothing new.

@@ -14,10 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from aiokafka.structs import TopicPartition
+
 from kshare_sidecar.client import (
     AcknowledgementError,
     AcknowledgeType,
+    AckStateError,
     ShareConsumer,
+    ShareConsumerError,
     UnsupportedVersionError,
 )
 from tests.e2e.conftest import LOCK_MS, Worker, wait_until
@@ -401,3 +405,52 @@ def test_acknowledging_records_of_a_deleted_topic_fails(target):
     consumer.close()
     errors = [err for err in results.values() if err is not None]
     assert errors, f"{target.name}: acknowledgements of a deleted topic's records were accepted: {results}"
+
+
+def _transactional_produce(bootstrap: str, topic: str, sizes: list[int]) -> None:
+    """One transaction per size (each ends with a control record, an offset without data)."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique("tx")})
+    p.init_transactions(30)
+    n = 0
+    for size in sizes:
+        p.begin_transaction()
+        for _ in range(size):
+            p.produce(topic, key=str(n).encode(), value=b"v", partition=0)
+            n += 1
+        p.commit_transaction(30)
+
+
+async def test_offsets_only_consumer_acquires_and_acknowledges_ranges(target):
+    """The Spark driver's client (offsets_only): ranges, never records — the transactions'
+    control-record offsets included — acknowledged by range, a RELEASE redelivered with count 2."""
+    topic, group, _ = _setup(target, records=0)
+    _transactional_produce(target.backend, topic, [5, 3])  # data 0-4, marker 5, data 6-8, marker 9
+    tp = TopicPartition(topic, 0)
+    async with _consumer(target, group, topic, offsets_only=True, max_poll_records=100) as c:
+        with pytest.raises(ShareConsumerError, match="getranges"):
+            await c.getmany()
+        got: list = []
+        data = {0, 1, 2, 3, 4, 6, 7, 8}
+        deadline = time.monotonic() + 20
+        while not data <= {o for a, b, _ in got for o in range(a, b + 1)} and time.monotonic() < deadline:
+            got += (await c.getranges(timeout_ms=500)).get(tp, [])
+        offsets = {o for a, b, _ in got for o in range(a, b + 1)}
+        # natively the control records' offsets are acquired too ([0, 9]); the sidecar archives them itself
+        assert data <= offsets <= set(range(10)) and {n for *_, n in got} == {1}
+        with pytest.raises(AckStateError):
+            c.acknowledge_offsets(tp, 8, 12)  # beyond what was acquired
+        c.acknowledge_offsets(tp, 0, 1, AcknowledgeType.RELEASE)
+        for a, b, _ in got:
+            if max(a, 2) <= b:
+                c.acknowledge_offsets(tp, max(a, 2), b, AcknowledgeType.ACCEPT)
+        assert all(exc is None for exc in (await c.commit()).values())
+        again: list = []
+        deadline = time.monotonic() + 20
+        while not again and time.monotonic() < deadline:
+            again = (await c.getranges(timeout_ms=500)).get(tp, [])
+        assert again == [(0, 1, 2)]
+        c.acknowledge_offsets(tp, 0, 1)
+        assert all(exc is None for exc in (await c.commit()).values())
+        assert await c.getranges(timeout_ms=1500) == {}, "an accepted offset came back"

@@ -153,3 +153,41 @@ def test_load_reports_bad_options(spark):
     with pytest.raises(Exception, match=r"'kafka.isolation.level' is not valid for the driver's share consumer"):
         spark.readStream.format("kshare").option("kafka.bootstrap.servers", "h:1").option("group", "g") \
             .option("subscribe", "t").option("kafka.isolation.level", "read_committed").load()
+
+
+def test_driver_client_is_kshare_unless_a_setting_needs_librdkafka(tmp_path):
+    from kshare_sidecar.spark.shareclient import asyncio_kwargs, driver_client
+
+    assert driver_client(parse_options(BASE))[0] == "kshare"
+    plain = parse_options({**BASE, "kafka.client.id": "etl", "kafka.share.fetch.wait.max.ms": "200",
+                           "kafka.statistics.interval.ms": "1000", "kafka.read.isolation.level": "read_committed"})
+    assert driver_client(plain)[0] == "kshare"
+    assert asyncio_kwargs(plain) == {"client_id": "etl", "fetch_max_wait_ms": 200}
+    scram = parse_options({**BASE, "kafka.security.protocol": "sasl_plaintext", "kafka.sasl.mechanism": "SCRAM-SHA-512",
+                           "kafka.sasl.username": "u", "kafka.sasl.password": "p"})
+    assert asyncio_kwargs(scram) == {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "SCRAM-SHA-512",
+                                     "sasl_plain_username": "u", "sasl_plain_password": "p"}
+    # librdkafka's default SASL mechanism is GSSAPI, which only librdkafka speaks
+    gssapi = parse_options({**BASE, "kafka.security.protocol": "SASL_PLAINTEXT"})
+    which, why = driver_client(gssapi)
+    assert which == "librdkafka" and "GSSAPI" in why
+    odd = parse_options({**BASE, "kafka.share.socket.nagle.disable": "true"})
+    assert driver_client(odd) == ("librdkafka", "shareClient=auto and no asyncio-client equivalent for "
+                                                "'kafka.share.socket.nagle.disable'")
+    with pytest.raises(OptionError, match="'shareClient' is 'kshare'.*'kafka.share.socket.nagle.disable'"):
+        driver_client(parse_options({**BASE, "kafka.share.socket.nagle.disable": "true", "shareclient": "kshare"}))
+    assert driver_client(parse_options({**BASE, "shareClient": "LIBRDKAFKA"}))[0] == "librdkafka"
+    with pytest.raises(OptionError, match="'shareClient' must be one of auto, kshare, librdkafka"):
+        parse_options({**BASE, "shareClient": "java"})
+
+
+def test_tls_settings_become_one_ssl_context():
+    import ssl
+
+    from kshare_sidecar.spark.shareclient import asyncio_kwargs
+
+    opts = parse_options({**BASE, "kafka.security.protocol": "SSL", "kafka.ssl.endpoint.identification.algorithm": "none"})
+    ctx = asyncio_kwargs(opts)["ssl_context"]
+    assert isinstance(ctx, ssl.SSLContext) and not ctx.check_hostname and ctx.verify_mode == ssl.CERT_REQUIRED
+    lax = parse_options({**BASE, "kafka.security.protocol": "SSL", "kafka.enable.ssl.certificate.verification": "false"})
+    assert asyncio_kwargs(lax)["ssl_context"].verify_mode == ssl.CERT_NONE

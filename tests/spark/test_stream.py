@@ -56,13 +56,15 @@ def test_drains_topic_to_parquet(spark, target, record_property):
 
 
 def test_two_queries_and_a_share_consumer_split_the_topic(spark, target, record_property):
-    """Two Spark queries in one group plus a confluent-kafka ShareConsumer: each gets a part, union = all."""
+    """Two Spark queries in one group plus a confluent-kafka ShareConsumer: each gets a part, union = all.
+    The queries' drivers use the two share clients (shareClient kshare and librdkafka)."""
     total = 6_000
     topic, group = target.topic(2), target.group()
     outs = [tempfile.mkdtemp(prefix=f"kshare-spark-q{i}-") for i in range(2)]
     queries = []
     for i, out in enumerate(outs):
-        df = _stream(spark, target.source_options(group, topic, maxRecordsPerTrigger="200"))
+        df = _stream(spark, target.source_options(group, topic, maxRecordsPerTrigger="200",
+                                                  shareClient=("kshare", "librdkafka")[i]))
         queries.append(df.writeStream.format("parquet").option("path", f"{out}/data")
                        .option("checkpointLocation", f"{out}/ck").queryName(f"share_q{i}")
                        .trigger(processingTime="200 milliseconds").start())

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from kshare_sidecar.client.acks import AckBatch, PartitionInFlight, ack_batches
+from kshare_sidecar.client.acks import AckBatch, PartitionInFlight, RangesInFlight, ack_batches
 from kshare_sidecar.client.acks import AcknowledgeType as T
 from kshare_sidecar.client.errors import AckStateError
 
@@ -95,3 +97,59 @@ def test_implicit_accept_skips_records_not_seen_yet():
         inf.deliver(o)
     inf.accept_delivered(skip={2})
     assert inf.pending == {0: T.ACCEPT, 1: T.ACCEPT} and inf.delivered == {2}
+
+
+# -- offsets-only books (RangesInFlight) -------------------------------------------------------------
+
+def test_ranges_are_acknowledged_by_range_and_split_where_a_part_is_left():
+    inf = RangesInFlight(node=1)
+    assert inf.add_acquired([(10, 19, 1), (0, 4, 2)]) == [(10, 19, 1), (0, 4, 2)]
+    inf.acknowledge(12, 14, T.ACCEPT)
+    assert inf.acquired == [[0, 4, 2], [10, 11, 1], [15, 19, 1]]
+    inf.acknowledge(0, 4, T.RELEASE)
+    inf.acknowledge(10, 11, T.ACCEPT)
+    assert inf.take_pending() == [AckBatch(0, 4, (2,)), AckBatch(10, 14, (1,))]  # adjacent ACCEPTs merged
+    assert inf.acquired == [[15, 19, 1]] and not inf.empty
+    assert inf.drop() == 0 and inf.empty
+
+
+def test_a_range_spanning_adjacent_acquired_ranges_is_one_ack_but_not_across_a_hole():
+    inf = RangesInFlight(node=1)
+    inf.add_acquired([(0, 4, 1), (5, 9, 2), (11, 12, 1)])
+    inf.acknowledge(3, 6, T.ACCEPT)  # the driver merged (0-4) and (5-9) when their counts matched
+    assert inf.acquired == [[0, 2, 1], [7, 9, 2], [11, 12, 1]]
+    for first, last in ((8, 11), (12, 13), (20, 20), (5, 4)):
+        with pytest.raises(AckStateError):
+            inf.acknowledge(first, last, T.ACCEPT)
+    with pytest.raises(ValueError):
+        inf.acknowledge(0, 0, T.GAP)
+
+
+@given(st.lists(st.tuples(st.integers(0, 60), st.integers(0, 6)), max_size=12),
+       st.lists(st.tuples(st.integers(0, 70), st.integers(0, 8), st.sampled_from([1, 2, 3])), max_size=20))
+def test_ranges_in_flight_agree_with_a_set_of_offsets(acquire, acks):
+    """Against a naive model (a dict offset -> count, acks per offset): what is acquired, what an
+    ack may cover, and which offsets the batches send."""
+    inf, model, sent = RangesInFlight(node=1), {}, {}
+    ranges = []
+    for start, length in acquire:
+        if any(o in model for o in range(start, start + length + 1)):
+            continue  # the broker never hands out an offset this member already holds
+        ranges.append((start, start + length, 1 + length % 3))
+        model.update(dict.fromkeys(range(start, start + length + 1), 1 + length % 3))
+    inf.add_acquired(ranges)
+    for first, length, kind in acks:
+        last = first + length
+        wanted = range(first, last + 1)
+        if all(o in model for o in wanted):
+            inf.acknowledge(first, last, kind)
+            for o in wanted:
+                del model[o]
+                sent[o] = kind
+        else:
+            with pytest.raises(AckStateError):
+                inf.acknowledge(first, last, kind)
+    assert {o: c for a, b, c in inf.acquired for o in range(a, b + 1)} == model
+    batches = inf.take_pending()
+    assert {o: b.types[0] for b in batches for o in range(b.first_offset, b.last_offset + 1)} == sent
+    assert all(x.last_offset < y.first_offset for x, y in zip(batches, batches[1:]))
