@@ -327,6 +327,7 @@ class Sidecar:
         self.forwarder = install(registry, self.pool, replaceable={0, 1, 2}, reserved=reserved,
                                  node=self.node_for)
         self.forwarder.client_credentials = self.config.passthrough.credentials == "client"
+        self.forwarder.topics_deleted = self.backend.forget_deleted
         if self._needs_tokens(self._specs or self.config.listener_specs()):
             await self._start_tokens()
         mixed.register(registry, self.pool, is_share_group=lambda g: g in self.coordinator.groups,

@@ -26,7 +26,8 @@ import asyncio
 import contextvars
 import dataclasses
 import logging
-from collections.abc import Callable
+import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -51,6 +52,7 @@ _RETRY_COORDINATOR = {int(ErrorCode.not_coordinator), int(ErrorCode.coordinator_
 _RETRY_LEADER = {int(ErrorCode.not_leader_or_follower), int(ErrorCode.leader_not_available),
                  int(ErrorCode.fenced_leader_epoch), int(ErrorCode.unknown_leader_epoch)}
 _PRODUCE, _FETCH = ApiKey.PRODUCE, ApiKey.FETCH
+_NO_ID = uuid.UUID(int=0)
 
 
 #: APIs decoded to check they leave kshare's state alone (small admin / transactional requests).
@@ -85,6 +87,9 @@ class Forwarder:
         #: with neither (anonymous) gets its connection closed
         self.client_credentials = False
         self.tokens: Any = None  # forward.tokens.DelegationTokens
+        #: (names, backend topic ids) -> None: told of every topic a forwarded DeleteTopics deleted,
+        #: before the client is answered (the backend's topic cache forgets them: Backend.forget_deleted)
+        self.topics_deleted: Callable[[list[str], list[uuid.UUID]], Awaitable[None]] | None = None
         self._upstreams: dict[int, Upstream] = {}
 
     # -- entry point -----------------------------------------------------------------------------
@@ -98,7 +103,10 @@ class Forwarder:
         try:
             if self.reserved is not None and self._touches_reserved(frame, api_key, version):
                 return await self._refuse(upstream, frame, api_key, version, kind, spec)
-            return await self._route(upstream, frame, api_key, version, kind, spec, release)
+            answer = await self._route(upstream, frame, api_key, version, kind, spec, release)
+            if api_key == ApiKey.DELETE_TOPICS and answer is not None and self.topics_deleted is not None:
+                await self._deleted(answer, version)
+            return answer
         except BrokerConnClosed as exc:  # the client went away mid-request: its upstreams are closed
             log.debug("api key %d v%d: client gone before the backend answered: %s", api_key, version, exc)
             return None
@@ -106,6 +114,18 @@ class Forwarder:
             failures.log(f"forward-{api_key}", logging.WARNING, "api key %d v%d: backend unavailable: %s",
                          api_key, version, exc)
             return self._unavailable(frame, api_key, version, kind, spec)
+
+    async def _deleted(self, answer: bytes, version: int) -> None:
+        """A DeleteTopics answer: the topics it deleted (error code 0), by name and (v6+) id."""
+        assert self.topics_deleted is not None
+        try:
+            body = decode(ApiKey.DELETE_TOPICS, version, answer[4:])
+        except Exception:  # noqa: BLE001 - the client gets the bytes either way
+            log.debug("DeleteTopics v%d: answer not decoded, the topic cache keeps its age", version, exc_info=True)
+            return
+        done = [r for r in body.responses if r.error_code == ErrorCode.none]
+        await self.topics_deleted([str(r.name) for r in done if r.name],
+                                  [r.topic_id for r in done if getattr(r, "topic_id", None) not in (None, _NO_ID)])
 
     def _upstream(self, conn: Any) -> Upstream:
         conn_id = getattr(conn, "conn_id", 0)

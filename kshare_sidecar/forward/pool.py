@@ -67,8 +67,12 @@ def encode(request: Any, client_id: str | None = "kshare") -> bytes:
     return request_payload(request, 0, client_id)
 
 
-def decode(api_key: int, version: int, payload: bytes) -> Any:
-    """A response payload (no size prefix) as the kio entity of ``(api_key, version)``."""
+def decode(api_key: int, version: int, payload: bytes | bytearray | memoryview) -> Any:
+    """A response payload (no size prefix) as the kio entity of ``(api_key, version)``. A raw
+    answer is a writable buffer, which kio's readers refuse: it is copied (small answers only —
+    a raw answer is decoded only to read its error codes or topics)."""
+    if not isinstance(payload, bytes):
+        payload = bytes(payload)
     _, body = codec.decode_response(payload, codec.response_class(api_key, version))
     return body
 
