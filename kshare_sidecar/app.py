@@ -190,6 +190,12 @@ class Sidecar:
                               f"values SASL_PLAINTEXT, SASL_SSL")
         return tls
 
+    @property
+    def _backend_operations(self) -> bool:
+        """Forwarded requests run as the sidecar's principal: the backend's authorized operations
+        (computed for it) are the clients' (api.metadata.operations_source)."""
+        return self.config.passthrough.credentials != "client"
+
     def _replays_plain(self) -> bool:
         """passthrough.credentials = client: a PLAIN client's password can be replayed to the backend."""
         return (self.config.passthrough.credentials == "client"
@@ -320,17 +326,19 @@ class Sidecar:
         await self.pool.start()
         versions_api.register(registry, **versions_api.sidecar_features(
             self.pool.supported_features, self.pool.finalized_features, self.pool.finalized_features_epoch))
-        metadata_api.register(registry, BackendCatalog(self.backend, hidden), backend=self.pool)
+        metadata_api.register(registry, BackendCatalog(self.backend, hidden), backend=self.pool,
+                              backend_operations=self._backend_operations)
         coordinator_api.register(registry, check=self.pool.check_coordinator)
         txn_prefix = getattr(self.persister, "transactional_id_prefix", "kshare-state")
         reserved = Reserved(frozenset(hidden), (f"{txn_prefix}-",), await self.pool.topic_ids(hidden))
         self.forwarder = install(registry, self.pool, replaceable={0, 1, 2}, reserved=reserved,
                                  node=self.node_for)
         self.forwarder.client_credentials = self.config.passthrough.credentials == "client"
+        self.forwarder.topics_deleted = self.backend.forget_deleted
         if self._needs_tokens(self._specs or self.config.listener_specs()):
             await self._start_tokens()
         mixed.register(registry, self.pool, is_share_group=lambda g: g in self.coordinator.groups,
-                       node_id=lambda: self.node.node_id, hidden=hidden)
+                       node_id=lambda: self.node.node_id, hidden=hidden, backend_operations=self._backend_operations)
 
     async def _start_tokens(self) -> None:
         """Delegation tokens owned by clients' principals (forward/tokens.py), checked once now."""
@@ -359,7 +367,8 @@ class Sidecar:
         cfg, view = self.config, self.cluster_view
         assert view is not None  # built with the registry when cluster.name is set
         pool = getattr(self, "pool", None)
-        metadata_api.register(registry, BackendCatalog(self.backend, hidden), backend=pool, cluster=view)
+        metadata_api.register(registry, BackendCatalog(self.backend, hidden), backend=pool, cluster=view,
+                              backend_operations=self._backend_operations)
         coordinator_api.register(registry, check=pool.check_coordinator if pool is not None else None, cluster=view)
         self.membership = ClusterMembership(
             name=cfg.cluster.name, persister=self.persister, view=view,

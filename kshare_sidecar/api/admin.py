@@ -31,7 +31,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ..auth.acls import CLUSTER_NAME, Decider, Op, Res
+from ..auth.acls import CLUSTER_NAME, NOT_PROVIDED, Decider, Op, Res
 from ..log.errors import BackendError, UnknownTopicError
 from ..protocol.constants import ApiKey, OffsetSpec
 from ..service.admin import AdminError, AdminService, GroupDescription
@@ -42,20 +42,10 @@ log = logging.getLogger("kshare.api.admin")
 
 _ZERO_UUID = uuid.UUID(int=0)
 #: AuthorizedOperations "not provided" (Kafka's INT32_MIN default).
-_NO_OPS = -(2**31)
+_NO_OPS = NOT_PROVIDED
 #: Kafka's default messages (Errors.java) where KafkaApis sends them.
 TOPIC_AUTH_MESSAGE = "Topic authorization failed."
 GROUP_AUTH_MESSAGE = "Group authorization failed."
-
-
-#: Kafka's AclEntry.supportedOperations(GROUP): what AuthorizedOperations reports on.
-_GROUP_OPS = (Op.READ, Op.DESCRIBE, Op.DELETE, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS)
-
-
-def authorized_operations(acl: Decider, group_id: str) -> int:
-    """IncludeAuthorizedOperations: the allowed GROUP operations as Kafka's bit field (1 << code);
-    all of them when authorization is off, as a broker without an authorizer answers."""
-    return sum(1 << int(op) for op in _GROUP_OPS if acl.allows(op, Res.GROUP, group_id))
 
 
 def visible_groups(acl: Decider, groups: list) -> list:
@@ -117,7 +107,7 @@ def make_share_group_describe(admin: AdminService):
                                      "topic(s) that the client is not authorized to describe.")
             described = _described(d)
             if getattr(req, "include_authorized_operations", False) and d.error == ErrorCode.none:
-                described["authorized_operations"] = authorized_operations(acl, group_id)
+                described["authorized_operations"] = acl.operations(Res.GROUP, group_id)
             groups.append(described)
         return {"throttle_time": 0, "groups": tuple(groups)}
 

@@ -19,7 +19,7 @@ from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i32, i32Timedelta
 
 from ..protocol.constants import ApiKey
-from ..auth.acls import CLUSTER_NAME, Decider, Op, Res
+from ..auth.acls import CLUSTER_NAME, NOT_PROVIDED, Decider, Op, Res
 from ..log.types import TopicInfo
 from .catalog import TopicCatalog
 from .context import KafkaError, RequestContext, acl_of
@@ -33,39 +33,52 @@ _NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 
 
 class MetadataHandler:
-    """``backend`` (pass-through, optional): an object with ``async metadata(names, auto_create=)``
-    returning the backend's own Metadata answer. With it, leader epochs are the backend's (clients
-    send them back on forwarded Fetch/Produce, where a made-up epoch would be FENCED) and
-    ``allow_auto_topic_creation`` reaches the backend; topic ids stay the catalog's."""
+    """``backend`` (pass-through, optional): an object with ``async metadata(names, auto_create=,
+    authorized_operations=)`` returning the backend's own Metadata answer. With it, leader epochs
+    are the backend's (clients send them back on forwarded Fetch/Produce, where a made-up epoch
+    would be FENCED) and ``allow_auto_topic_creation`` reaches the backend; topic ids stay the
+    catalog's. Authorized operations: :func:`operations_source`."""
 
-    def __init__(self, catalog: TopicCatalog, backend: Any = None, cluster: Any = None) -> None:
+    def __init__(self, catalog: TopicCatalog, backend: Any = None, cluster: Any = None,
+                 backend_operations: bool = True) -> None:
         self._catalog = catalog
         self._backend = backend
         #: a cluster of sidecars (issue 15): a ``ClusterView`` — every live sidecar is a broker and
         #: each partition's leader is the sidecar leading its share-partitions
         self._cluster = cluster
+        #: passthrough.credentials = sidecar: the backend's authorized operations (computed for the
+        #: sidecar's principal) are the client's, as everything forwarded runs as that principal
+        self._backend_operations = backend_operations
 
     async def __call__(self, ctx: RequestContext, header: Any, request: Any) -> Any:
         topics = await self._topics(ctx, request)
         acl = await acl_of(ctx)
         if not acl.unrestricted:
             topics = _authorized(acl, ctx, request, topics)
+        source = operations_source(ctx, self._backend, self._backend_operations)
         if self._backend is not None:
-            topics = await self._from_backend(ctx, request, topics)
+            topics = await self._from_backend(ctx, request, topics, operations=source == "backend")
+        if getattr(request, "include_topic_authorized_operations", False) and source == "acl":
+            topics = [_with_operations(acl, t) for t in topics]
+        cluster_ops = NOT_PROVIDED
+        if getattr(request, "include_cluster_authorized_operations", False) and 8 <= ctx.api_version <= 10:
+            cluster_ops = await cluster_operations(ctx, self._backend, self._backend_operations)
         if self._cluster is not None:
             return _response(ctx, [_led_by(self._cluster, t) for t in topics],
-                             brokers=self._cluster.nodes(ctx.listener))
-        return _response(ctx, topics)
+                             brokers=self._cluster.nodes(ctx.listener), cluster_ops=cluster_ops)
+        return _response(ctx, topics, cluster_ops=cluster_ops)
 
-    async def _from_backend(self, ctx: RequestContext, request: Any,
-                            topics: list[v13.MetadataResponseTopic]) -> list[v13.MetadataResponseTopic]:
-        """Epochs, leaderless partitions and auto-creation from the backend's own answer."""
+    async def _from_backend(self, ctx: RequestContext, request: Any, topics: list[v13.MetadataResponseTopic], *,
+                            operations: bool) -> list[v13.MetadataResponseTopic]:
+        """Epochs, leaderless partitions and auto-creation from the backend's own answer (and, with
+        ``operations``, each topic's authorized operations when the client asked for them)."""
         auto = bool(getattr(request, "allow_auto_topic_creation", False))
+        operations = operations and bool(getattr(request, "include_topic_authorized_operations", False))
         names = [t.name for t in topics if t.name is not None and (
             t.error_code == ErrorCode.none or (auto and t.error_code == ErrorCode.unknown_topic_or_partition))]
         if not names:
             return topics
-        answer = await self._backend.metadata(names, auto_create=auto)
+        answer = await self._backend.metadata(names, auto_create=auto, authorized_operations=operations)
         by_name = {t.name: t for t in answer.topics}
         node = ctx.node.node_id
         # The catalog is a cache (up to metadata.max.age): a topic whose partitions were added a
@@ -84,15 +97,19 @@ class MetadataHandler:
             found = by_name.get(topic.name)
             if found is None:
                 out.append(topic)
-            elif found.error_code != ErrorCode.none:  # e.g. LEADER_NOT_AVAILABLE while auto-creating
-                out.append(_unknown_name(topic.name, ErrorCode(found.error_code)))
+                continue
+            if found.error_code != ErrorCode.none:  # e.g. LEADER_NOT_AVAILABLE while auto-creating
+                topic = _unknown_name(topic.name, ErrorCode(found.error_code))
             elif topic.error_code != ErrorCode.none:  # created a moment ago: the client asks again
-                out.append(_unknown_name(topic.name, ErrorCode.leader_not_available))
+                topic = _unknown_name(topic.name, ErrorCode.leader_not_available)
             else:
                 epochs = {int(p.partition_index): (int(p.leader_id), int(getattr(p, "leader_epoch", 0)),
                                                    ErrorCode(p.error_code)) for p in found.partitions}
-                out.append(dataclasses.replace(topic, partitions=tuple(
-                    _with_backend(p, epochs.get(p.partition_index), node) for p in topic.partitions)))
+                topic = dataclasses.replace(topic, partitions=tuple(
+                    _with_backend(p, epochs.get(p.partition_index), node) for p in topic.partitions))
+            if operations:
+                topic = dataclasses.replace(topic, topic_authorized_operations=found.topic_authorized_operations)
+            out.append(topic)
         return out
 
     async def _topics(self, ctx: RequestContext, request: Any) -> list[v13.MetadataResponseTopic]:
@@ -177,6 +194,45 @@ def _authorized(acl: Decider, ctx: RequestContext, request: Any,
     return out
 
 
+def operations_source(ctx: RequestContext, backend: Any, backend_operations: bool) -> str | None:
+    """Where a client's authorized operations come from (Metadata, DescribeCluster,
+    DescribeTopicPartitions), the principal they are Kafka's answer for being the one its requests
+    are authorized as:
+
+    - ``"acl"``: the sidecar authorizes its clients (``authorizer.class.name = backend``): the
+      backend's ACLs for the client's principal, evaluated here (Kafka's answer for it); also
+      without pass-through, where the sidecar answers everything and checks nothing (all of
+      them, as a broker without an authorizer answers);
+    - ``"backend"``: no authorizer here and forwarded requests run as the sidecar's principal
+      (``passthrough.credentials = sidecar``): the backend's answer, computed for that principal;
+    - ``None`` ("not provided"): no authorizer here but the backend authorizes each client as
+      itself (``passthrough.credentials = client``) — the backend's answer would be the
+      sidecar's, not the client's."""
+    if ctx.authorizer is not None or backend is None:
+        return "acl"
+    return "backend" if backend_operations else None
+
+
+async def cluster_operations(ctx: RequestContext, backend: Any, backend_operations: bool) -> int:
+    """A client's AuthorizedOperations on the cluster, by :func:`operations_source`; 0 without
+    DESCRIBE on the cluster, as Kafka (KafkaApis / AuthHelper) answers."""
+    source = operations_source(ctx, backend, backend_operations)
+    if source == "backend":
+        return int(await backend.cluster_authorized_operations())
+    if source is None:
+        return NOT_PROVIDED
+    acl = await acl_of(ctx)
+    return acl.operations(Res.CLUSTER, CLUSTER_NAME) if acl.allows(Op.DESCRIBE, Res.CLUSTER, CLUSTER_NAME) else 0
+
+
+def _with_operations(acl: Decider, topic: v13.MetadataResponseTopic) -> v13.MetadataResponseTopic:
+    """Kafka sets a topic's operations on the topics the client may describe, found or not (not on
+    unknown ids nor on TOPIC_AUTHORIZATION_FAILED)."""
+    if topic.name is None or topic.error_code == ErrorCode.topic_authorization_failed:
+        return topic
+    return dataclasses.replace(topic, topic_authorized_operations=i32(acl.operations(Res.TOPIC, topic.name)))
+
+
 def _with_backend(p: v13.MetadataResponsePartition, backend: tuple[int, int, ErrorCode] | None,
                   node: int) -> v13.MetadataResponsePartition:
     if backend is None:
@@ -239,14 +295,16 @@ def _unknown_id(
 
 
 def _response(ctx: RequestContext, topics: list[v13.MetadataResponseTopic],
-              brokers: list | None = None) -> v13.MetadataResponse:
+              brokers: list | None = None, cluster_ops: int = NOT_PROVIDED) -> Any:
+    """The v13 answer; a dict with ``cluster_authorized_operations`` when it is provided (a field
+    of v8–v10 only, which the dispatcher's conversion keeps)."""
     node = ctx.node
     listed: tuple[v13.MetadataResponseBroker, ...] = (v13.MetadataResponseBroker(
         node_id=BrokerId(node.node_id), host=node.host, port=i32(node.port), rack=node.rack),)
     if brokers:
         listed += tuple(v13.MetadataResponseBroker(node_id=b.node_id, host=b.host, port=b.port, rack=None)
                         for b in brokers if b.node_id != node.node_id)
-    return v13.MetadataResponse(
+    response = v13.MetadataResponse(
         throttle_time=_NO_THROTTLE,
         brokers=listed,
         cluster_id=node.cluster_id,
@@ -254,6 +312,10 @@ def _response(ctx: RequestContext, topics: list[v13.MetadataResponseTopic],
         topics=tuple(topics),
         error_code=ErrorCode.none,
     )
+    if cluster_ops == NOT_PROVIDED:
+        return response
+    fields = {f.name: getattr(response, f.name) for f in dataclasses.fields(response)}
+    return {**fields, "cluster_authorized_operations": cluster_ops}
 
 
 def metadata_error_response(ctx: RequestContext, request: Any, code: ErrorCode, message: str | None) -> Any:
@@ -278,8 +340,9 @@ def metadata_error_response(ctx: RequestContext, request: Any, code: ErrorCode, 
     return _response(ctx, topics)
 
 
-def register(registry: ApiRegistry, catalog: TopicCatalog, backend: Any = None, cluster: Any = None) -> None:
+def register(registry: ApiRegistry, catalog: TopicCatalog, backend: Any = None, cluster: Any = None,
+             backend_operations: bool = True) -> None:
     registry.register(
-        API_KEY, MIN_VERSION, MAX_VERSION, MetadataHandler(catalog, backend, cluster),
+        API_KEY, MIN_VERSION, MAX_VERSION, MetadataHandler(catalog, backend, cluster, backend_operations),
         error_response=metadata_error_response, replace=backend is not None or cluster is not None,
     )

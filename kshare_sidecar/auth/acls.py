@@ -87,6 +87,20 @@ IMPLIED_BY: dict[Op, frozenset[Op]] = {
 }
 
 
+#: Kafka's ``AclEntry.supportedOperations``: what an AuthorizedOperations bit field reports on.
+SUPPORTED_OPERATIONS: dict[Res, tuple[Op, ...]] = {
+    Res.TOPIC: (Op.READ, Op.WRITE, Op.CREATE, Op.DESCRIBE, Op.DELETE, Op.ALTER, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS),
+    Res.GROUP: (Op.READ, Op.DESCRIBE, Op.DELETE, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS),
+    Res.CLUSTER: (Op.CREATE, Op.CLUSTER_ACTION, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS, Op.IDEMPOTENT_WRITE, Op.ALTER,
+                  Op.DESCRIBE),
+    Res.TRANSACTIONAL_ID: (Op.DESCRIBE, Op.WRITE),
+    Res.DELEGATION_TOKEN: (Op.DESCRIBE,),
+    Res.USER: (Op.CREATE_TOKENS, Op.DESCRIBE_TOKENS),
+}
+#: An AuthorizedOperations field's "not provided" (the schema's default, Integer.MIN_VALUE).
+NOT_PROVIDED = -(2**31)
+
+
 @dataclass(frozen=True, slots=True)
 class Acl:
     """One ACL binding as DescribeAcls returns it."""
@@ -187,6 +201,12 @@ class Decider:
     def allowed(self, op: Op, resource_type: Res, names: Iterable[str]) -> set[str]:
         """The subset of ``names`` allowed (Kafka's ``filterByAuthorized``)."""
         return {n for n in set(names) if self.allows(op, resource_type, n)}
+
+    def operations(self, resource_type: Res, name: str) -> int:
+        """Kafka's AuthorizedOperations for the resource: a bit (1 << code) per allowed operation
+        of those the resource type supports (AuthHelper.authorizedOperations) — all of them when
+        authorization is off, as a broker without an authorizer answers."""
+        return sum(1 << int(op) for op in SUPPORTED_OPERATIONS[resource_type] if self.allows(op, resource_type, name))
 
     @property
     def unrestricted(self) -> bool:

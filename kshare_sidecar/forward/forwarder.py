@@ -26,7 +26,8 @@ import asyncio
 import contextvars
 import dataclasses
 import logging
-from collections.abc import Callable
+import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -51,10 +52,11 @@ _RETRY_COORDINATOR = {int(ErrorCode.not_coordinator), int(ErrorCode.coordinator_
 _RETRY_LEADER = {int(ErrorCode.not_leader_or_follower), int(ErrorCode.leader_not_available),
                  int(ErrorCode.fenced_leader_epoch), int(ErrorCode.unknown_leader_epoch)}
 _PRODUCE, _FETCH = ApiKey.PRODUCE, ApiKey.FETCH
+_NO_ID = uuid.UUID(int=0)
 
 
 #: APIs decoded to check they leave kshare's state alone (small admin / transactional requests).
-_GUARDED = frozenset({19, 20, 21, 22, 24, 25, 26, 28, 33, 37})
+_GUARDED = frozenset({19, 20, 21, 22, 24, 25, 26, 28, 33, 37, 61, 65})
 _TXN_FIELDS = ("transactional_id", "v3_and_below_transactional_id")
 _NAMES = routes.KeySpec("names", None, "responses", "name")
 
@@ -85,6 +87,9 @@ class Forwarder:
         #: with neither (anonymous) gets its connection closed
         self.client_credentials = False
         self.tokens: Any = None  # forward.tokens.DelegationTokens
+        #: (names, backend topic ids) -> None: told of every topic a forwarded DeleteTopics deleted,
+        #: before the client is answered (the backend's topic cache forgets them: Backend.forget_deleted)
+        self.topics_deleted: Callable[[list[str], list[uuid.UUID]], Awaitable[None]] | None = None
         self._upstreams: dict[int, Upstream] = {}
 
     # -- entry point -----------------------------------------------------------------------------
@@ -98,7 +103,12 @@ class Forwarder:
         try:
             if self.reserved is not None and self._touches_reserved(frame, api_key, version):
                 return await self._refuse(upstream, frame, api_key, version, kind, spec)
-            return await self._route(upstream, frame, api_key, version, kind, spec, release)
+            answer = await self._route(upstream, frame, api_key, version, kind, spec, release)
+            if api_key == ApiKey.DELETE_TOPICS and answer is not None and self.topics_deleted is not None:
+                await self._deleted(answer, version)
+            elif api_key == ApiKey.LIST_TRANSACTIONS and answer is not None and self.reserved is not None:
+                answer = self._listed(answer, version)
+            return answer
         except BrokerConnClosed as exc:  # the client went away mid-request: its upstreams are closed
             log.debug("api key %d v%d: client gone before the backend answered: %s", api_key, version, exc)
             return None
@@ -106,6 +116,26 @@ class Forwarder:
             failures.log(f"forward-{api_key}", logging.WARNING, "api key %d v%d: backend unavailable: %s",
                          api_key, version, exc)
             return self._unavailable(frame, api_key, version, kind, spec)
+
+    async def _deleted(self, answer: bytes, version: int) -> None:
+        """A DeleteTopics answer: the topics it deleted (error code 0), by name and (v6+) id."""
+        assert self.topics_deleted is not None
+        try:
+            body = decode(ApiKey.DELETE_TOPICS, version, answer[4:])
+        except Exception:  # noqa: BLE001 - the client gets the bytes either way
+            log.debug("DeleteTopics v%d: answer not decoded, the topic cache keeps its age", version, exc_info=True)
+            return
+        done = [r for r in body.responses if r.error_code == ErrorCode.none]
+        await self.topics_deleted([str(r.name) for r in done if r.name],
+                                  [r.topic_id for r in done if getattr(r, "topic_id", None) not in (None, _NO_ID)])
+
+    def _listed(self, answer: bytes, version: int) -> bytes:
+        """A ListTransactions answer without kshare's state writers (reserved.py)."""
+        assert self.reserved is not None
+        header, body = codec.decode_response(bytes(memoryview(answer)[4:]),
+                                             codec.response_class(ApiKey.LIST_TRANSACTIONS, version))
+        kept = self.reserved.listed(body)
+        return answer if kept is None else codec.encode_response(kept, header.correlation_id)
 
     def _upstream(self, conn: Any) -> Upstream:
         conn_id = getattr(conn, "conn_id", 0)
@@ -226,21 +256,22 @@ class Forwarder:
                 self.pool.forget_coordinator(key_type, key)
 
     async def _split_partitions(self, up: Upstream, frame: bytes, api_key: int, version: int,
-                                spec: routes.PartitionSpec, *,
-                                refuse: Callable[[Any], bool] | None = None) -> bytes | None:
+                                spec: routes.PartitionSpec, *, refuse: Callable[[Any], bool] | None = None,
+                                refused: tuple[ErrorCode, str | None] = (ErrorCode.invalid_topic_exception, None)
+                                ) -> bytes | None:
         decoded = codec.decode_request(frame)
         body = decoded.body
         if api_key == _FETCH:
             body = _sessionless(body)
         leaders: dict[tuple[Any, int], int | None] = {}
-        orphan, refused = -1, -2
+        orphan, refused_node = -1, -2
         single = self.pool.single_node
         for topic in getattr(body, spec.req_topics):
             key = routes.topic_key(topic)
             for part in getattr(topic, spec.req_parts):
                 index = int(part) if spec.req_part_index is None else int(getattr(part, spec.req_part_index))
                 if refuse is not None and refuse(key):
-                    leaders[(key, index)] = refused
+                    leaders[(key, index)] = refused_node
                 else:
                     leaders[(key, index)] = single if single is not None else await self.pool.leader(key, index)
 
@@ -251,9 +282,8 @@ class Forwarder:
         parts = routes.split_partitions(body, spec, leader_of)
         expect = not (api_key == _PRODUCE and int(getattr(body, "acks", 1)) == 0)
         responses = []
-        if refused in parts:
-            error = routes.partition_error_response(decoded.response_class, parts.pop(refused), spec,
-                                                    ErrorCode.invalid_topic_exception)
+        if refused_node in parts:
+            error = routes.partition_error_response(decoded.response_class, parts.pop(refused_node), spec, *refused)
             if error is not None:
                 responses.append(error)
         if orphan in parts:
@@ -323,8 +353,13 @@ class Forwarder:
         assert reserved is not None
         if api_key == _PRODUCE:  # the state topic's partitions refused, the rest forwarded
             return await self._split_partitions(up, frame, api_key, version, spec, refuse=reserved.topic)
+        if api_key == ApiKey.DESCRIBE_PRODUCERS:  # the same, answered as for an unknown topic
+            return await self._split_partitions(up, frame, api_key, version, spec, refuse=reserved.topic,
+                                                refused=(ErrorCode.unknown_topic_or_partition, reserved_keys.NOT_HOSTED))
         decoded = codec.decode_request(frame)
         body = decoded.body
+        if api_key == ApiKey.DESCRIBE_TRANSACTIONS:
+            return await self._describe_transactions(up, decoded, spec)
         code = reserved.refused(api_key, version, body) or ErrorCode.transactional_id_authorization_failed
         log.info("api key %d v%d client %r: refused %s: it touches kshare's share state", api_key, version,
                  getattr(decoded.header, "client_id", None), code.name)
@@ -347,6 +382,29 @@ class Forwarder:
         if response is None:
             raise CloseConnection(f"api key {api_key} v{version}: {code.name}")
         return codec.encode_response(response, decoded.correlation_id)
+
+    async def _describe_transactions(self, up: Upstream, decoded: codec.DecodedRequest, spec: routes.KeySpec) -> bytes:
+        """The state writers' ids answered TRANSACTIONAL_ID_NOT_FOUND, as ids the backend does not
+        know; the others asked at the backend, whose answer is joined to it as bytes
+        (reserved.join_described)."""
+        assert self.reserved is not None
+        body, version = decoded.body, decoded.api_version
+        ids = tuple(body.transactional_ids)
+        hidden = tuple(t for t in ids if self.reserved.txn(t))
+        rest = tuple(t for t in ids if not self.reserved.txn(t))
+        item = routes.item_class(decoded.response_class, "transaction_states")
+        assert item is not None
+        refused = routes.error_entity(decoded.response_class, ErrorCode.none, transaction_states=tuple(
+            routes.error_entity(item, ErrorCode.transactional_id_not_found, transactional_id=t, producer_id=0,
+                                producer_epoch=0) for t in hidden))  # Kafka's answer, to the field
+        answer = codec.encode_response(refused, decoded.correlation_id)
+        if not rest:
+            return answer
+        frame = codec.encode_request(dataclasses.replace(body, transactional_ids=rest), decoded.correlation_id,
+                                     getattr(decoded.header, "client_id", None))[4:]  # as the dispatcher's
+        backend = await self._to_coordinator(up, frame, decoded.api_key, version, routes.Route.TXN, spec, lambda: None)
+        assert backend is not None
+        return reserved_keys.join_described(backend, answer)
 
     # -- errors ----------------------------------------------------------------------------------
     def _unavailable(self, frame: bytes, api_key: int, version: int, kind: routes.Route, spec: Any) -> bytes:

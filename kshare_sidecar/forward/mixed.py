@@ -22,12 +22,13 @@ from kio.schema.errors import ErrorCode
 
 from ..api.admin import visible_groups
 from ..api.context import KafkaError, RequestContext, acl_of
-from ..auth.acls import CLUSTER_NAME, Op, Res
+from ..api.metadata import cluster_operations, operations_source
+from ..auth.acls import CLUSTER_NAME, NOT_PROVIDED, Op, Res
 from ..api.registry import ApiRegistry
 from ..protocol.constants import ApiKey, ConfigResourceType
 from .pool import GROUP_KEY, BackendPool, BackendUnavailable, CoordinatorError, make
 
-_NO_OPS = -(2**31)
+_NO_OPS = NOT_PROVIDED
 
 LocalHandler = Callable[[RequestContext, Any, Any], Awaitable[Any]]
 
@@ -210,21 +211,30 @@ def _config_node(resource: Any, pool: BackendPool, sidecar_id: int) -> tuple[int
 
 
 # -- DescribeCluster (60): the sidecar is the cluster's only broker --------------------------------
-def describe_cluster(pool: BackendPool) -> LocalHandler:
+def describe_cluster(pool: BackendPool, backend_operations: bool) -> LocalHandler:
+    """Authorized operations as Metadata's (api.metadata.cluster_operations)."""
     async def handler(ctx: RequestContext, header: Any, req: Any) -> Any:
         node = ctx.node
+        ops = _NO_OPS
+        if getattr(req, "include_cluster_authorized_operations", False):
+            try:
+                ops = await cluster_operations(ctx, pool, backend_operations)
+            except BackendUnavailable as exc:
+                raise KafkaError(ErrorCode.request_timed_out, str(exc)) from exc
         return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "endpoint_type": 1,
                 "cluster_id": node.cluster_id or pool.cluster_id or "",
                 "controller_id": node.effective_controller_id,
                 "brokers": ({"broker_id": node.node_id, "host": node.host, "port": node.port, "rack": node.rack,
                              "is_fenced": False},),
-                "cluster_authorized_operations": _NO_OPS}
+                "cluster_authorized_operations": ops}
 
     return handler
 
 
 # -- DescribeTopicPartitions (75): the backend's answer, leaders rewritten to the sidecar ------------
-def describe_topic_partitions(pool: BackendPool, hidden: AbstractSet[str]) -> LocalHandler:
+def describe_topic_partitions(pool: BackendPool, hidden: AbstractSet[str], backend_operations: bool) -> LocalHandler:
+    """The backend's authorized operations are for the sidecar's principal: replaced by the client's
+    where they differ (api.metadata.operations_source)."""
     async def handler(ctx: RequestContext, header: Any, req: Any) -> Any:
         try:
             answer = await pool.call(None, req)
@@ -234,6 +244,7 @@ def describe_topic_partitions(pool: BackendPool, hidden: AbstractSet[str]) -> Lo
         one = lambda ids: (me,) if ids else ()  # noqa: E731
         acl = await acl_of(ctx)  # asked as the sidecar: Kafka's DESCRIBE rule for the client here
         named = bool(getattr(req, "topics", None))
+        source = operations_source(ctx, pool, backend_operations)
         topics = []
         for t in answer.topics:
             if t.name in hidden:
@@ -248,14 +259,16 @@ def describe_topic_partitions(pool: BackendPool, hidden: AbstractSet[str]) -> Lo
                 isr_nodes=one(p.isr_nodes), eligible_leader_replicas=None if p.eligible_leader_replicas is None
                 else one(p.eligible_leader_replicas), last_known_elr=None if p.last_known_elr is None
                 else one(p.last_known_elr), offline_replicas=()) for p in t.partitions)
-            topics.append(dataclasses.replace(t, partitions=parts))
+            ops = t.topic_authorized_operations if source == "backend" else \
+                acl.operations(Res.TOPIC, t.name) if source == "acl" else _NO_OPS
+            topics.append(dataclasses.replace(t, partitions=parts, topic_authorized_operations=ops))
         return dataclasses.replace(answer, topics=tuple(topics))
 
     return handler
 
 
 def register(registry: ApiRegistry, pool: BackendPool, *, is_share_group: Callable[[str], bool],
-             node_id: Callable[[], int], hidden: AbstractSet[str]) -> None:
+             node_id: Callable[[], int], hidden: AbstractSet[str], backend_operations: bool = True) -> None:
     """Wrap the sidecar's own ListGroups, DeleteGroups and config handlers; add DescribeCluster
     and DescribeTopicPartitions. Ranges are clamped to what the backend speaks."""
     def wrap(api_key: int, make_handler: Callable[[LocalHandler], LocalHandler]) -> None:
@@ -272,7 +285,8 @@ def register(registry: ApiRegistry, pool: BackendPool, *, is_share_group: Callab
     wrap(42, lambda h: delete_groups(h, pool, is_share_group))
     wrap(32, lambda h: configs(h, pool, 32, "results", node_id, hidden))
     wrap(44, lambda h: configs(h, pool, 44, "responses", node_id, hidden))
-    for api_key, handler in ((60, describe_cluster(pool)), (75, describe_topic_partitions(pool, hidden))):
+    for api_key, handler in ((60, describe_cluster(pool, backend_operations)),
+                             (75, describe_topic_partitions(pool, hidden, backend_operations))):
         if api_key in pool.versions:
             from . import kio_range
             lo, hi = pool.versions[api_key]

@@ -26,6 +26,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ..auth.acls import NOT_PROVIDED
 from ..log.brokerconn import BrokerConn, BrokerConnError
 from ..log.errors import LEADER_NOT_AVAILABLE, BackendUnavailableError
 from ..protocol.address import parse_bootstrap
@@ -67,8 +68,12 @@ def encode(request: Any, client_id: str | None = "kshare") -> bytes:
     return request_payload(request, 0, client_id)
 
 
-def decode(api_key: int, version: int, payload: bytes) -> Any:
-    """A response payload (no size prefix) as the kio entity of ``(api_key, version)``."""
+def decode(api_key: int, version: int, payload: bytes | bytearray | memoryview) -> Any:
+    """A response payload (no size prefix) as the kio entity of ``(api_key, version)``. A raw
+    answer is a writable buffer, which kio's readers refuse: it is copied (small answers only —
+    a raw answer is decoded only to read its error codes or topics)."""
+    if not isinstance(payload, bytes):
+        payload = bytes(payload)
     _, body = codec.decode_response(payload, codec.response_class(api_key, version))
     return body
 
@@ -178,9 +183,11 @@ class BackendPool:
         return v
 
     # -- metadata --------------------------------------------------------------------------------
-    async def metadata(self, names: Iterable[str] | None, *, auto_create: bool = False) -> Any:
-        """A backend Metadata answer for ``names`` (``None``: all topics, ``[]``: brokers only);
-        every answer refreshes the broker and leader caches."""
+    async def metadata(self, names: Iterable[str] | None, *, auto_create: bool = False,
+                       authorized_operations: bool = False) -> Any:
+        """A backend Metadata answer for ``names`` (``None``: all topics, ``[]``: brokers only),
+        with each topic's authorized operations (for the sidecar's principal) when asked; every
+        answer refreshes the broker and leader caches."""
         version = self.version(3, _METADATA_MAX)
         req_cls = codec.request_class(3, version)
         topic_cls = routes.item_class(req_cls, "topics")
@@ -189,10 +196,19 @@ class BackendPool:
         if version == 0 and topics is None:
             topics = ()
         request = make(3, version, topics=topics, allow_auto_topic_creation=auto_create,
-                       include_cluster_authorized_operations=False, include_topic_authorized_operations=False)
+                       include_cluster_authorized_operations=False,
+                       include_topic_authorized_operations=authorized_operations)
         response = await self.call(None, request)
         self._learn(response, full=names is None)
         return response
+
+    async def cluster_authorized_operations(self) -> int:
+        """The backend's AuthorizedOperations on the cluster for the sidecar's principal
+        (DescribeCluster); "not provided" from a backend without DescribeCluster (before 2.8)."""
+        if 60 not in self.versions:
+            return NOT_PROVIDED
+        answer = await self.call(None, make(60, self.version(60, 1), include_cluster_authorized_operations=True))
+        return int(answer.cluster_authorized_operations)
 
     def _learn(self, response: Any, *, full: bool) -> None:
         brokers = {int(b.node_id): (b.host, int(b.port)) for b in response.brokers}

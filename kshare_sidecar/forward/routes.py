@@ -270,20 +270,24 @@ def _placeholder(cls: type, f: dataclasses.Field) -> Any:
     return -1
 
 
-def partition_error_response(resp_cls: type, body: Any, spec: PartitionSpec, code: ErrorCode) -> Any:
-    """The response to ``body`` with ``code`` on every partition it named."""
+def partition_error_response(resp_cls: type, body: Any, spec: PartitionSpec, code: ErrorCode,
+                             message: str | None = None) -> Any:
+    """The response to ``body`` with ``code`` on every partition it named (and ``message``, where
+    a partition has an error message)."""
     topic_cls = item_class(resp_cls, spec.resp_topics)
     part_cls = item_class(topic_cls, spec.resp_parts) if topic_cls is not None else None
     if topic_cls is None or part_cls is None:
         return None
     topic_fields = {f.name for f in dataclasses.fields(topic_cls)}
+    said = {"error_message": message} if message is not None and "error_message" in {
+        f.name for f in dataclasses.fields(part_cls)} else {}
     topics = []
     for topic in getattr(body, spec.req_topics):
         known = {a: getattr(topic, a) for a in ("name", "topic", "topic_id")
                  if a in topic_fields and hasattr(topic, a)}
         parts = tuple(
-            error_entity(part_cls, code, **{spec.resp_part_index: int(p) if spec.req_part_index is None
-                                           else int(getattr(p, spec.req_part_index))})
+            error_entity(part_cls, code, **said, **{spec.resp_part_index: int(p) if spec.req_part_index is None
+                                                   else int(getattr(p, spec.req_part_index))})
             for p in getattr(topic, spec.req_parts))
         topics.append(error_entity(topic_cls, ErrorCode.none, **known, **{spec.resp_parts: parts}))
     return error_entity(resp_cls, ErrorCode.none, **{spec.resp_topics: tuple(topics)})

@@ -190,6 +190,26 @@ class Backend:
         partition count in the backend's own answer: CreatePartitions a moment ago)."""
         await self._refresh_names(tuple(dict.fromkeys(names)))
 
+    async def forget_deleted(self, names: Iterable[str], backend_ids: Iterable[uuid.UUID] = ()) -> None:
+        """Topics a DeleteTopics just deleted (it passed through the sidecar and succeeded): out of
+        the cache now, so their share-partitions answer UNKNOWN_TOPIC_ID at once, as Kafka's do
+        (``ShareService._slot``), instead of after the cache's age; and kept out when a broker's
+        metadata still lists them a moment longer."""
+        cache = self._cache
+        ids = set(backend_ids)
+        gone = {n for n in names if n in cache.by_name}
+        gone |= {c.info.name for c in cache.by_name.values() if c.meta.backend_id in ids}
+        for topic_id in ids:
+            cache.mark_deleted(topic_id)
+        for name in gone:
+            old = cache.drop(name)
+            if old is None:
+                continue
+            if old.meta.backend_id is not None:
+                cache.mark_deleted(old.meta.backend_id)
+            if old.minted:
+                await self._ids.forget(name, old.info.topic_id)
+
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
         """Cache-only lookup (no I/O) for the hot path; see :meth:`resolve_topic_id`."""
         entry = self._cache.by_id.get(topic_id)
@@ -231,7 +251,7 @@ class Backend:
     async def _apply(self, answer: MetadataAnswer, *, full: bool) -> None:
         cache = self._cache
         now = time.monotonic()
-        gone = set(answer.unknown)
+        gone = set(answer.unknown) | {n for n, m in answer.topics.items() if m.backend_id in cache.deleted}
         if full:
             gone |= set(cache.by_name) - set(answer.topics)
         for name in gone:
@@ -239,6 +259,8 @@ class Backend:
             if old is not None and old.minted:
                 await self._ids.forget(name, old.info.topic_id)
         for name, meta in answer.topics.items():
+            if name in gone:
+                continue
             old = cache.by_name.get(name)
             if meta.backend_id is not None and self._use_backend_ids:
                 topic_id, minted = meta.backend_id, False

@@ -23,6 +23,7 @@ METADATA_API = ApiKey.METADATA
 # every supported backend speaks (v13 only adds a top-level error code).
 METADATA_VERSIONS = range(1, 13)
 ZERO_UUID = uuid.UUID(int=0)
+_DELETED_KEPT = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +109,9 @@ class TopicCache:
         self.by_name: dict[str, CachedTopic] = {}
         self.by_id: dict[uuid.UUID, CachedTopic] = {}
         self.full_refresh_at: float = 0.0  # monotonic time of the last all-topics refresh
+        #: backend topic ids a DeleteTopics deleted (oldest first, bounded): a broker whose metadata
+        #: has not caught up yet must not put such a topic back (ids are never reused)
+        self.deleted: dict[uuid.UUID, None] = {}
 
     def put(self, entry: CachedTopic) -> None:
         old = self.by_name.get(entry.info.name)
@@ -121,6 +125,11 @@ class TopicCache:
         if old is not None:
             self.by_id.pop(old.info.topic_id, None)
         return old
+
+    def mark_deleted(self, backend_id: uuid.UUID) -> None:
+        self.deleted[backend_id] = None
+        while len(self.deleted) > _DELETED_KEPT:
+            del self.deleted[next(iter(self.deleted))]
 
     def age(self) -> float:
         return time.monotonic() - self.full_refresh_at if self.full_refresh_at else float("inf")

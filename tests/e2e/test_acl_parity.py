@@ -200,6 +200,44 @@ def test_admin_apis_same_outcomes_kshare_and_native(brokers, kshare, certs):
                                             "topic_configs": "TOPIC_AUTHORIZATION_FAILED"}, table
 
 
+def test_authorized_operations_are_the_clients_kshare_and_native(brokers, kshare, certs):
+    """librdkafka's 0081 with an authorizer: DescribeTopics (Metadata) and DescribeCluster with
+    their authorized operations, as alice (READ and ALTER_CONFIGS on the topic, nothing on the
+    cluster) and bob (READ on the topic, DESCRIBE and IDEMPOTENT_WRITE on the cluster). Through the
+    sidecar they were never provided; the backend would compute them for the sidecar's principal (a
+    super user: everything), so the sidecar evaluates the backend's ACLs for the client's."""
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AdminClient
+
+    b39, b4 = brokers
+    ca = certs[0]
+    topic = unique("acl-ops")
+    for broker in (b39, b4):
+        create_topic(broker.bootstrap, topic, 1)
+        _grant(broker, ca, [_acl(ResourceType.TOPIC, topic, "alice", AclOperation.READ),
+                            _acl(ResourceType.TOPIC, topic, "alice", AclOperation.ALTER_CONFIGS),
+                            _acl(ResourceType.TOPIC, topic, "bob", AclOperation.READ),
+                            _acl(ResourceType.BROKER, "kafka-cluster", "bob", AclOperation.DESCRIBE),
+                            _acl(ResourceType.BROKER, "kafka-cluster", "bob", AclOperation.IDEMPOTENT_WRITE)])
+    time.sleep(1.5)
+
+    def operations(bootstrap: str, user: str) -> tuple[set[str], set[str]]:
+        admin = AdminClient({"bootstrap.servers": bootstrap, **scram(user, ca)})
+        (described,) = admin.describe_topics(TopicCollection([topic]), include_authorized_operations=True).values()
+        cluster = admin.describe_cluster(include_authorized_operations=True).result(30)
+        return ({op.name for op in described.result(30).authorized_operations or ()},
+                {op.name for op in cluster.authorized_operations or ()})
+
+    results = {(name, user): operations(bootstrap, user)
+               for name, bootstrap in (("kshare", kshare.sasl_bootstrap), ("native", b4.ssl_bootstrap))
+               for user in ("alice", "bob")}
+    print("\n" + "\n".join(f"{k}: {v}" for k, v in results.items()))
+    assert results[("kshare", "alice")] == results[("native", "alice")] == (
+        {"READ", "DESCRIBE", "ALTER_CONFIGS", "DESCRIBE_CONFIGS"}, set())
+    assert results[("kshare", "bob")] == results[("native", "bob")] == ({"READ", "DESCRIBE"},
+                                                                        {"DESCRIBE", "IDEMPOTENT_WRITE"})
+
+
 @pytest.fixture(scope="module")
 def client_sidecar(brokers, certs, tmp_path_factory):
     """The module's sidecar with passthrough.credentials = client: (process, SASL_SSL port, SSL port)."""

@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from aiokafka.structs import TopicPartition
 
@@ -378,6 +379,27 @@ async def test_a_one_byte_fetch_max_bytes_takes_one_batch_per_share_fetch(target
             if n:
                 sizes.append(n)
     assert sizes == [1] * 10, sizes
+
+
+async def test_acknowledging_right_after_delete_topics_gets_unknown_topic_id(target):
+    """librdkafka's 0176 ``commit_sync_after_topic_deletion`` and 0181's after-delete cases:
+    records of 3 partitions acquired, the topic deleted through the bootstrap, then acknowledged
+    with no fetch in between. Kafka 4.3 answers UNKNOWN_TOPIC_ID for each partition; the sidecar
+    answered NO_ERROR (its topic cache learnt of the deletion only from a later backend read or
+    its age) until a forwarded DeleteTopics made it forget the topics at once."""
+    from confluent_kafka.admin import AdminClient
+
+    topic, group, _ = _setup(target, partitions=3, records=30)
+    async with _consumer(target, group, topic) as c:
+        got = await _take(c, 30)
+        assert len(got) == 30
+        admin = AdminClient({"bootstrap.servers": target.bootstrap})
+        await asyncio.to_thread(lambda: admin.delete_topics([topic])[topic].result(30))
+        for record in got:
+            c.acknowledge(record, AcknowledgeType.ACCEPT)
+        results = await c.commit()
+    codes = {tp.partition: getattr(err, "code", None) for tp, err in results.items()}
+    assert codes == {p: ErrorCode.unknown_topic_id for p in range(3)}, f"{target.name}: {results}"
 
 
 def test_acknowledging_records_of_a_deleted_topic_fails(target):

@@ -358,3 +358,26 @@ def _produce_v13_by_topic_id(sc, backend: str, topic: str) -> None:
     assert produce(topic_id(sc.bootstrap, topic)) == ErrorCode.none
     state = sc.env["KSHARE_STATE_TOPIC"]
     assert produce(topic_id(backend, state)) == ErrorCode.invalid_topic_exception
+
+
+def test_authorized_operations_are_those_of_a_broker_without_an_authorizer(target):
+    """librdkafka's 0081: DescribeTopics (Metadata) and DescribeCluster asked with their authorized
+    operations. Without an authorizer Kafka answers every operation the resource type supports (8
+    for a topic, 7 for the cluster); through the sidecar they were never filled in. Now the
+    backend's values are passed on (with passthrough.credentials = sidecar everything forwarded
+    runs as the sidecar's principal, whose operations the backend computes)."""
+    from confluent_kafka import TopicCollection
+
+    admin = AdminClient({"bootstrap.servers": target.bootstrap})
+    topic = _name("ops")
+    _create(AdminClient({"bootstrap.servers": target.backend}), topic, 1)
+    (described,) = admin.describe_topics(TopicCollection([topic]), include_authorized_operations=True).values()
+    cluster = admin.describe_cluster(include_authorized_operations=True).result(30)
+    assert {op.name for op in described.result(30).authorized_operations or ()} == {
+        "READ", "WRITE", "CREATE", "DESCRIBE", "DELETE", "ALTER", "DESCRIBE_CONFIGS", "ALTER_CONFIGS"}, target.name
+    assert {op.name for op in cluster.authorized_operations or ()} == {
+        "CREATE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE", "ALTER", "DESCRIBE"}
+    # not asked: not provided, on both
+    (plain,) = admin.describe_topics(TopicCollection([topic])).values()
+    assert not plain.result(30).authorized_operations
+    assert not admin.describe_cluster().result(30).authorized_operations

@@ -145,3 +145,46 @@ def test_reserved_names_the_state_topic_and_writer_ids():
     assert reserved.topic("__kshare_state") and not reserved.topic("orders")
     assert reserved.topic(state_id) and not reserved.topic(uuid.uuid4())
     assert reserved.txn("kshare-state-__kshare_state-3") and not reserved.txn("app-txn") and not reserved.txn(None)
+
+
+def test_topics_a_forwarded_delete_topics_deleted_are_reported_from_the_raw_answer():
+    """The raw answer (a writable buffer, as the upstream connection hands it over) is read for the
+    topics deleted — by name, and by id from v6 — and only those without an error."""
+    from kio.schema.delete_topics.v6 import response as dt6
+    from kio.schema.errors import ErrorCode
+
+    from kshare_sidecar.forward.forwarder import Forwarder
+    from kshare_sidecar.forward.pool import BackendPool
+
+    gone = uuid.uuid4()
+    answer = dt6.DeleteTopicsResponse(throttle_time=datetime.timedelta(0), responses=(
+        dt6.DeletableTopicResult(name="a", topic_id=gone, error_code=ErrorCode.none, error_message=None),
+        dt6.DeletableTopicResult(name="b", topic_id=uuid.UUID(int=0), error_code=ErrorCode.none, error_message=None),
+        dt6.DeletableTopicResult(name="c", topic_id=uuid.uuid4(), error_code=ErrorCode.topic_authorization_failed,
+                                 error_message=None)))
+    told = []
+
+    async def topics_deleted(names, ids):
+        told.append((names, ids))
+
+    forwarder = Forwarder(BackendPool("127.0.0.1:1"))
+    forwarder.topics_deleted = topics_deleted
+    asyncio.run(forwarder._deleted(bytearray(codec.encode_response(answer, 7)), 6))
+    assert told == [(["a", "b"], [gone])]
+
+
+def test_a_raw_coordinator_answer_with_not_coordinator_forgets_the_coordinator():
+    """A raw answer is a writable buffer: it used to fail kio's reader silently, so NOT_COORDINATOR
+    in an answer passed through as bytes never made the pool forget the coordinator."""
+    from kio.schema.errors import ErrorCode
+    from kio.schema.heartbeat.v4 import response as hb4
+
+    from kshare_sidecar.forward.forwarder import Forwarder
+    from kshare_sidecar.forward.pool import GROUP_KEY, BackendPool
+
+    pool = BackendPool("127.0.0.1:1")
+    forgotten = []
+    pool.forget_coordinator = lambda key_type, key: forgotten.append((key_type, key))  # type: ignore[method-assign]
+    answer = hb4.HeartbeatResponse(throttle_time=datetime.timedelta(0), error_code=ErrorCode.not_coordinator)
+    Forwarder(pool)._notice_coordinator_errors(bytearray(codec.encode_response(answer, 7)), 12, 4, GROUP_KEY, ["g"])
+    assert forgotten == [(GROUP_KEY, "g")]

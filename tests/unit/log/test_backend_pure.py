@@ -127,6 +127,35 @@ async def test_backend_ids_are_used_as_given():
     assert backend.topic_by_name("t").topic_id == tid
 
 
+async def test_a_topic_deleted_through_the_sidecar_is_forgotten_and_stays_out():
+    """DeleteTopics passed through (forward/forwarder.py): gone from the cache at once; a broker
+    whose metadata lags and still lists it (same id) does not put it back; recreated under a new
+    id, it is back."""
+    backend = Backend("unused:1")
+    old, new = uuid.uuid4(), uuid.uuid4()
+    await backend._apply(MetadataAnswer({"t": _meta("t", 1, old), "u": _meta("u", 1, uuid.uuid4())},
+                                        frozenset(), 12), full=True)
+    await backend.forget_deleted(["t"])
+    assert backend.topic_by_id(old) is None and backend.topic_by_name("t") is None
+    assert backend.topic_by_name("u") is not None
+    await backend._apply(MetadataAnswer({"t": _meta("t", 1, old)}, frozenset(), 12), full=False)  # lagging
+    assert backend.topic_by_id(old) is None
+    await backend._apply(MetadataAnswer({"t": _meta("t", 1, new)}, frozenset(), 12), full=False)  # recreated
+    assert backend.topic_by_name("t").topic_id == new
+
+
+async def test_a_topic_deleted_by_id_is_forgotten_and_a_minted_id_released():
+    store = InMemoryTopicIdStore()
+    backend = Backend("unused:1", topic_id_store=store)
+    await backend._apply(MetadataAnswer({"m": _meta("m", 1)}, frozenset(), 12), full=False)  # minted
+    tid = uuid.uuid4()
+    await backend._apply(MetadataAnswer({"t": _meta("t", 1, tid)}, frozenset(), 12), full=False)
+    await backend.forget_deleted([], [tid])
+    assert backend.topic_by_id(tid) is None
+    await backend.forget_deleted(["m"])
+    assert backend.topic_by_name("m") is None and store.snapshot() == {}
+
+
 def _partition(records, code=0, aborted=None):
     return types.SimpleNamespace(error_code=code, high_watermark=10, last_stable_offset=8, log_start_offset=2,
                                  aborted_transactions=aborted, records=records)
