@@ -68,6 +68,7 @@ class Acquirer:
         #: partitions assigned and whether the member is in the group (Trigger.AvailableNow).
         self.assigned = 0
         self.joined = False
+        self._consumer: Any = None  # the client, made by _open (each subclass its own kind)
 
     # -- the client's four steps ----------------------------------------------------------
     def _open(self) -> None:
@@ -88,6 +89,9 @@ class Acquirer:
 
     def _close_client(self) -> None:
         raise NotImplementedError
+
+    def _client_open(self) -> bool:
+        return self._consumer is not None
 
     # -- shared ---------------------------------------------------------------------------
     def end_offsets(self) -> dict[str, int]:
@@ -157,9 +161,6 @@ class Acquirer:
             return 0
         return self._settle(due, accept=True)
 
-    def _client_open(self) -> bool:
-        raise NotImplementedError
-
     def _settle(self, seqs: list[int], *, accept: bool) -> int:
         self._open()
         done = failed = 0
@@ -217,9 +218,6 @@ class LibrdkafkaAcquirer(Acquirer):
     def __init__(self, opts: SourceOptions, sid: str | None = None) -> None:
         super().__init__(opts, sid)
         self._consumer: ShareConsumer | None = None
-
-    def _client_open(self) -> bool:
-        return self._consumer is not None
 
     def _open(self) -> None:
         self.consumer()

@@ -71,9 +71,6 @@ class RangeAcquirer(Acquirer):
         self._loop: _LoopThread | None = None
         self._consumer: ShareConsumer | None = None
 
-    def _client_open(self) -> bool:
-        return self._consumer is not None
-
     def _run(self, coro: Coroutine[Any, Any, Any], timeout_s: float | None = None) -> Any:
         assert self._loop is not None
         with lifecycle.consumer_call():
@@ -103,19 +100,9 @@ class RangeAcquirer(Acquirer):
         got = self._run(consumer.getranges(int(timeout_s * 1000)), timeout_s + self._timeout_s)
         self.assigned, self.joined = len(consumer.assignment()), consumer.joined
         started = time.perf_counter()
-        out: dict[str, list[R.Range]] = {}
-        n = 0
-        for tp, rs in got.items():
-            merged: list[R.Range] = []
-            for first, last, count in sorted(rs):
-                n += last - first + 1
-                if merged and merged[-1][1] + 1 == first and merged[-1][2] == count:
-                    merged[-1][1] = last  # contiguous runs collapse, as ranges.compress does
-                else:
-                    merged.append([first, last, count])
-            out[R.tp_key(tp.topic, tp.partition)] = merged
+        out = {R.tp_key(tp.topic, tp.partition): R.merge(rs) for tp, rs in got.items()}
         self.timings["take"] += time.perf_counter() - started
-        return out, n
+        return out, R.count(out)
 
     def _queue_acks(self, ranges: dict[str, list[R.Range]], accept: bool) -> tuple[int, int]:
         from kshare_sidecar.client import AcknowledgeType
@@ -150,13 +137,12 @@ class RangeAcquirer(Acquirer):
 
     def _close_client(self) -> None:
         consumer, self._consumer = self._consumer, None
-        loop, self._loop = self._loop, None
         try:
-            if consumer is not None and loop is not None:
-                with lifecycle.consumer_call():
-                    loop.run(consumer.close(), self._timeout_s)
+            if consumer is not None:
+                self._run(consumer.close())
         except Exception as exc:  # broker gone: the session times out on its side
             log.debug("kshare source: closing the share consumer: %s", exc)
         finally:
-            if loop is not None:
-                loop.close()
+            if self._loop is not None:
+                self._loop.close()
+                self._loop = None

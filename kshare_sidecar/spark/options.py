@@ -26,6 +26,8 @@ DEFAULT_LOCK_MS = 30_000
 DEFAULT_MAX_RECORDS = 10_000
 DEFAULT_POLL_TIMEOUT_MS = 1_000
 DEFAULT_READ_TIMEOUT_MS = 120_000
+#: ``shareClient``: the driver's share consumer (``shareclient.py``)
+SHARE_CLIENTS = ("auto", "kshare", "librdkafka")
 
 #: The executors' readers' librdkafka defaults (a ``kafka.read.*`` or ``kafka.*`` setting wins).
 #: librdkafka's consumer prefetches until ``queued.min.messages`` (default 100,000) are queued:
@@ -245,8 +247,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
 
     backend = opts.get("kafka.backend.servers", "").strip()
     choice = opts.get("shareclient", "").strip().lower() or "auto"
-    if choice not in ("auto", "kshare", "librdkafka"):
-        raise OptionError(f"option 'shareClient' must be one of auto, kshare, librdkafka, got {opts['shareclient']!r}")
+    if choice not in SHARE_CLIENTS:
+        raise OptionError(f"option 'shareClient' must be one of {', '.join(SHARE_CLIENTS)}, got {opts['shareclient']!r}")
     parsed = SourceOptions(
         bootstrap=bootstrap,
         backend=backend or bootstrap,

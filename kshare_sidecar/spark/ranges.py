@@ -75,6 +75,19 @@ def compress_columns(topics: Sequence[str], partitions: Sequence[int] | np.ndarr
     return {key: out[key] for key in sorted(out)}
 
 
+def merge(ranges: Iterable[tuple[int, int, int]]) -> list[Range]:
+    """Ranges (``first, last, delivery_count``) sorted, adjacent ones with one count collapsed: the
+    same runs :func:`compress` makes from records, from ranges a broker already gave (the asyncio
+    driver's AcquiredRecords). Work per range, not per record."""
+    out: list[Range] = []
+    for first, last, cnt in sorted(ranges):
+        if out and out[-1][1] + 1 == first and out[-1][2] == cnt:
+            out[-1][1] = last
+        else:
+            out.append([first, last, cnt])
+    return out
+
+
 def count(ranges: dict[str, list[Range]]) -> int:
     return sum(last - first + 1 for rs in ranges.values() for first, last, _ in rs)
 

@@ -53,8 +53,6 @@ _IGNORED = ("statistics.interval.ms", "debug", "log_level", "log.connection.clos
 #: mechanisms the asyncio client speaks (librdkafka's default, GSSAPI, is not one of them)
 _MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
-MODES = ("auto", "kshare", "librdkafka")
-
 
 def untranslatable(opts: SourceOptions) -> list[str]:
     """The options (as the user wrote them) the asyncio client has no equivalent for."""
