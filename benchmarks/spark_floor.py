@@ -68,19 +68,19 @@ class FloorReader(DataSourceStreamReader):
         n = partition.rows
         if not n:
             return
-        schema = arrow_schema()
+        schema = arrow_schema()  # the kshare source's default schema (includeHeaders=false)
         f = {field.name: field.type for field in schema}
-        yield pa.RecordBatch.from_arrays([
-            pa.repeat(pa.scalar(b"k", f["key"]), n),
-            pa.repeat(pa.scalar(b"x" * self.value_size, f["value"]), n),
-            pa.repeat(pa.scalar("floor", f["topic"]), n),
-            pa.repeat(pa.scalar(partition.partition, f["partition"]), n),
-            pa.array(np.arange(partition.first, partition.first + n, dtype=np.int64), type=f["offset"]),
-            pa.nulls(n, f["timestamp"]),
-            pa.repeat(pa.scalar(0, f["timestampType"]), n),
-            pa.nulls(n, f["headers"]),
-            pa.repeat(pa.scalar(1, f["deliveryCount"]), n),
-        ], schema=schema)
+        columns = {
+            "key": pa.repeat(pa.scalar(b"k", f["key"]), n),
+            "value": pa.repeat(pa.scalar(b"x" * self.value_size, f["value"]), n),
+            "topic": pa.repeat(pa.scalar("floor", f["topic"]), n),
+            "partition": pa.repeat(pa.scalar(partition.partition, f["partition"]), n),
+            "offset": pa.array(np.arange(partition.first, partition.first + n, dtype=np.int64), type=f["offset"]),
+            "timestamp": pa.nulls(n, f["timestamp"]),
+            "timestampType": pa.repeat(pa.scalar(0, f["timestampType"]), n),
+            "deliveryCount": pa.repeat(pa.scalar(1, f["deliveryCount"]), n),
+        }
+        yield pa.RecordBatch.from_arrays([columns[name] for name in schema.names], schema=schema)
 
 
 def register(spark) -> None:

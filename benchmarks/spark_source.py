@@ -196,14 +196,16 @@ def broker_limits(record_locks: int) -> dict[str, str]:
 
 
 class SidecarThread:
-    def __init__(self, backend: str, record_locks: int = 0) -> None:
+    """An in-process sidecar on ``backend``; ``settings``: extra sidecar settings (``--sidecar-config``)."""
+
+    def __init__(self, backend: str, record_locks: int = 0, settings: dict[str, str] | None = None) -> None:
         from kshare_sidecar.config import load_config
         from kshare_sidecar.app import Sidecar
 
         self.sidecar = Sidecar(load_config(env={}, overrides={
             "bootstrap.servers": backend, "listen": "127.0.0.1:0", "share.auto.offset.reset": "earliest",
             "state.topic.replication.factor": 1,
-            **{k: int(v) for k, v in broker_limits(record_locks).items()}}))
+            **{k: int(v) for k, v in broker_limits(record_locks).items()}, **(settings or {})}))
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
 
@@ -363,6 +365,8 @@ def main() -> None:
     ap.add_argument("--floor", action="store_true",
                     help="also run python-floor, a Python streaming source whose reads cost nothing "
                          "(spark_floor.py): the ceiling of any source on PySpark's Python data source API")
+    ap.add_argument("--sidecar-config", action="append", default=[], metavar="KEY=VALUE",
+                    help="a setting of the sidecar (docs/configuration.md), e.g. read.ahead.enable=true; repeatable")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--bootstrap", help=argparse.SUPPRESS)
     ap.add_argument("--topic", help=argparse.SUPPRESS)
@@ -394,7 +398,8 @@ def main() -> None:
             # Started up front, so that --rounds can alternate the three sources in one session.
             k39 = stack.enter_context(KafkaBroker("3.9"))
             produce(k39.bootstrap, topic, n, args.value_size, 2)
-            share = stack.enter_context(SidecarThread(k39.bootstrap, args.record_locks))
+            settings = dict(kv.split("=", 1) for kv in args.sidecar_config)
+            share = stack.enter_context(SidecarThread(k39.bootstrap, args.record_locks, settings))
         if args.baseline_python:
             base = run_baseline(args.baseline_python, k4.bootstrap, topic, n, args)
             first = {"spark-kafka": base["spark-kafka"],
@@ -441,6 +446,7 @@ def main() -> None:
     print(json.dumps({"benchmark": "spark_source", "spark": spark_version, "records": n,
                       "value_size": args.value_size, "partitions": 2, "per_trigger": args.per_trigger,
                       "warmup": args.warmup, "record_locks": args.record_locks, "rounds": args.rounds,
+                      "sidecar_config": args.sidecar_config,
                       "cores": "local[2]", "cpus": os.cpu_count(),
                       "loadavg_at_start": [round(x, 2) for x in load_start],
                       "loadavg_at_end": [round(x, 2) for x in load_end],

@@ -14,7 +14,7 @@ from __future__ import annotations
 from .options import LockDurationWarning, OptionError, SourceOptions, parse_options
 
 try:
-    from .source import SCHEMA, ShareGroupDataSource, ShareGroupStreamReader
+    from .source import SCHEMA, SCHEMA_WITH_HEADERS, ShareGroupDataSource, ShareGroupStreamReader
 except ImportError as exc:  # pragma: no cover - depends on the extra
     raise ImportError(
         "kshare_sidecar.spark needs PySpark 4.x with its sql extra: pip install 'kshare-sidecar[spark]' "
@@ -29,6 +29,7 @@ def register(spark) -> None:
 
 __all__ = [
     "SCHEMA",
+    "SCHEMA_WITH_HEADERS",
     "LockDurationWarning",
     "OptionError",
     "ShareGroupDataSource",

@@ -55,6 +55,8 @@ KNOWN_OPTIONS: dict[str, str] = {
     "shareClient": "the driver's share consumer: auto (default: kshare's asyncio client, offsets only, unless a "
                    "kafka.share.* setting needs librdkafka), kshare, or librdkafka",
     "readTimeoutMs": f"executor deadline to read one partition's ranges (default {DEFAULT_READ_TIMEOUT_MS})",
+    "includeHeaders": "true: rows carry a 'headers' column, as with Spark's Kafka source's option of that name "
+                      "(default false)",
 }
 #: lower case (as Spark hands it over) -> documented case.
 CANONICAL: dict[str, str] = {k.lower(): k for k in KNOWN_OPTIONS}
@@ -123,6 +125,8 @@ class SourceOptions:
     client: tuple[ClientSetting, ...] = ()
     share_client: tuple[ClientSetting, ...] = ()
     read_client: tuple[ClientSetting, ...] = ()
+    #: ``includeHeaders``: the schema has the ``headers`` column (``source.schema_for``).
+    include_headers: bool = False
     #: whether kafka.backend.servers was given (else executors read through kafka.bootstrap.servers).
     backend_given: bool = field(default=False, compare=False)
 
@@ -182,6 +186,16 @@ def _int(opts: Mapping[str, str], name: str, default: int | None, *, minimum: in
     if value < minimum:
         raise OptionError(f"option '{name}' must be >= {minimum}, got {value}")
     return value
+
+
+def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
+    """``true`` / ``false`` in any case, as Spark's own sources take booleans."""
+    raw = str(opts.get(name.lower(), "")).strip().lower()
+    if not raw:
+        return default
+    if raw not in ("true", "false"):
+        raise OptionError(f"option '{name}' must be true or false, got {opts[name.lower()]!r}")
+    return raw == "true"
 
 
 def _client_setting(key: str, value: str) -> tuple[str, ClientSetting]:
@@ -260,6 +274,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         trigger_ms=_int(opts, "triggerIntervalMs", None, minimum=0),
         read_timeout_ms=_int(opts, "readTimeoutMs", DEFAULT_READ_TIMEOUT_MS, minimum=1),
         client_choice=choice,
+        include_headers=_bool(opts, "includeHeaders", False),
         client=tuple(settings["both"]),
         share_client=tuple(settings["share"]),
         read_client=tuple(settings["read"]),

@@ -50,9 +50,11 @@ _READERS: OrderedDict[_ReaderKey, _Reader] = OrderedDict()
 MAX_READERS = 16
 
 
-def arrow_schema():
+def arrow_schema(include_headers: bool = False):
+    """The Arrow form of ``source.SCHEMA`` (``SCHEMA_WITH_HEADERS`` with ``include_headers``)."""
     import pyarrow as pa
 
+    headers = [("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))]
     return pa.schema([
         ("key", pa.binary()),
         ("value", pa.binary()),
@@ -61,7 +63,7 @@ def arrow_schema():
         ("offset", pa.int64()),
         ("timestamp", pa.timestamp("us", tz="UTC")),
         ("timestampType", pa.int32()),
-        ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+        *(headers if include_headers else []),
         ("deliveryCount", pa.int32()),
     ])
 
@@ -79,14 +81,22 @@ class _Columns:
         self.topic = topic
         self.partition = partition
         self.msgs: list = []
+        #: the offsets of ``msgs`` as the read loop computed them (one array per add_many), or []
+        self.offsets: list = []
         self.counts: list[tuple[int, int]] = []  # (first row, deliveryCount) per run
 
     def __len__(self) -> int:
         return len(self.msgs)
 
-    def add_many(self, msgs: list, count: int) -> None:
+    def add_many(self, msgs: list, count: int, offsets=None) -> None:
+        """Keep ``msgs`` (delivered ``count`` times); ``offsets``: their offsets as a numpy array
+        if the caller has it (the read loop does), so that flush need not ask every message again."""
         if not self.counts or self.counts[-1][1] != count:
             self.counts.append((len(self.msgs), count))
+        if offsets is None or (self.msgs and not self.offsets):
+            self.offsets = []  # not known for every kept message: flush asks the messages
+        else:
+            self.offsets.append(offsets)
         self.msgs.extend(msgs)
 
     def flush(self, schema):
@@ -101,24 +111,29 @@ class _Columns:
         ts_types = np.full(n, -1, np.int32)  # librdkafka: 1 create time, 2 log-append time
         ts_types[kinds == 1] = 0
         ts_types[kinds == 2] = 1
-        headers = list(map(Message.headers, msgs))
         starts = [start for start, _ in self.counts] + [n]
         counts = np.repeat(np.array([count for _, count in self.counts], np.int32), np.diff(starts))
-        arrays = [
-            pa.array(list(map(Message.key, msgs)), type=f["key"]),
-            pa.array(list(map(Message.value, msgs)), type=f["value"]),
-            pa.repeat(pa.scalar(self.topic, f["topic"]), n),
-            pa.repeat(pa.scalar(self.partition, f["partition"]), n),
-            pa.array(np.fromiter(map(Message.offset, msgs), np.int64, n), type=f["offset"]),
-            pa.array(millis * 1000, type=f["timestamp"], mask=(kinds == 0) | (millis < 0)),
-            pa.array(ts_types, type=f["timestampType"]),
+        offsets = (np.concatenate(self.offsets) if self.offsets
+                   else np.fromiter(map(Message.offset, msgs), np.int64, n))
+        columns = {
+            "key": pa.array(list(map(Message.key, msgs)), type=f["key"]),
+            "value": pa.array(list(map(Message.value, msgs)), type=f["value"]),
+            "topic": pa.repeat(pa.scalar(self.topic, f["topic"]), n),
+            "partition": pa.repeat(pa.scalar(self.partition, f["partition"]), n),
+            "offset": pa.array(offsets, type=f["offset"]),
+            "timestamp": pa.array(millis * 1000, type=f["timestamp"], mask=(kinds == 0) | (millis < 0)),
+            "timestampType": pa.array(ts_types, type=f["timestampType"]),
+            "deliveryCount": pa.array(counts, type=f["deliveryCount"]),
+        }
+        if "headers" in f:  # includeHeaders=true
+            headers = list(map(Message.headers, msgs))
             # librdkafka gives (key, value) tuples, which Arrow takes as structs; no headers -> null
-            pa.array([h or None for h in headers], type=f["headers"]) if any(headers)
-            else pa.nulls(n, f["headers"]),
-            pa.array(counts, type=f["deliveryCount"]),
-        ]
+            columns["headers"] = (pa.array([h or None for h in headers], type=f["headers"]) if any(headers)
+                                  else pa.nulls(n, f["headers"]))
+        arrays = [columns[name] for name in schema.names]
         last = self.counts[-1][1] if self.counts else None
         self.msgs = []
+        self.offsets = []
         self.counts = [(0, last)] if last is not None else []
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
@@ -183,7 +198,7 @@ def read_ranges(opts: SourceOptions, topic: str, partition: int, ranges: list[li
     import numpy as np
     from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
-    schema = arrow_schema()
+    schema = arrow_schema(opts.include_headers)
     ranges = sorted(ranges)
     key, reader = _reader(opts, topic, partition, ranges[0][0] if ranges else 0)
     consumer = reader.consumer
@@ -229,7 +244,10 @@ def read_ranges(opts: SourceOptions, topic: str, partition: int, ranges: list[li
                 if (offsets > last).any():
                     ended = True
                 if inside.any():
-                    cols.add_many(msgs if inside.all() else list(compress(msgs, inside.tolist())), count)
+                    if inside.all():
+                        cols.add_many(msgs, count, offsets)
+                    else:
+                        cols.add_many(list(compress(msgs, inside.tolist())), count, offsets[inside])
                     position = int(offsets[inside].max()) + 1
                     if len(cols) >= ARROW_BATCH:
                         yield cols.flush(schema)

@@ -82,7 +82,7 @@ def test_acknowledge_ranges_calls_every_offset_once_and_counts_failures(spans, n
     assert done + failed == len(expected)
 
 
-def columns_model(topic, partition, msgs, counts):
+def columns_model(topic, partition, msgs, counts, include_headers=True):
     """The per-record column building of the executors before issue 19, as Python lists."""
     ts_type = {1: 0, 2: 1}
     rows = []
@@ -94,6 +94,8 @@ def columns_model(topic, partition, msgs, counts):
             "timestamp": ts * 1000 if kind and ts >= 0 else None, "timestampType": ts_type.get(kind, -1),
             "headers": [{"key": k, "value": v} for k, v in headers] if headers else None, "deliveryCount": count,
         })
+        if not include_headers:
+            del rows[-1]["headers"]
     return rows
 
 
@@ -106,19 +108,22 @@ message = st.builds(
 
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.tuples(st.lists(message, min_size=1, max_size=8), st.integers(1, 4)), min_size=1, max_size=4),
-       st.integers(1, 12))
-def test_columns_equal_the_per_record_model(runs, flush_every):
+       st.integers(1, 12), st.booleans(), st.booleans())
+def test_columns_equal_the_per_record_model(runs, flush_every, include_headers, with_offsets):
     """Runs of records with one delivery count each, flushed every few records: every Arrow batch
-    holds what the per-record code built, with the count of each record's run."""
-    schema = arrow_schema()
+    holds what the per-record code built, with the count of each record's run (with and without
+    the headers column; with and without the offsets the read loop hands over)."""
+    import numpy as np
+
+    schema = arrow_schema(include_headers)
     cols = _Columns("topic-a", 3)
     built, msgs, counts, offset = [], [], [], 0
     for run, count in runs:
         for key, value, headers, ts in run:
             msg = Message(topic="topic-a", partition=3, offset=offset, key=key, value=value, headers=headers,
                           timestamp=ts)
+            cols.add_many([msg], count, np.array([offset], np.int64) if with_offsets and offset % 3 else None)
             offset += 1
-            cols.add_many([msg], count)
             msgs.append(msg)
             counts.append(count)
             if len(cols) >= flush_every:
@@ -127,7 +132,8 @@ def test_columns_equal_the_per_record_model(runs, flush_every):
         built.append(cols.flush(schema))
     assert all(b.schema.equals(schema) for b in built)
     assert [row for b in built for row in b.to_pylist()] == [
-        {**row, "timestamp": _utc(row["timestamp"])} for row in columns_model("topic-a", 3, msgs, counts)]
+        {**row, "timestamp": _utc(row["timestamp"])}
+        for row in columns_model("topic-a", 3, msgs, counts, include_headers)]
 
 
 def _utc(micros):

@@ -102,10 +102,27 @@ def test_missing_required(drop, message):
     ({"kafka.read.bootstrap.servers": "x:1"}, "use 'kafka.backend.servers'"),
     ({"kafka.read.enable.auto.commit": "true"}, "never commit"),
     ({"subscribe": "bad topic"}, "invalid topic name"),
+    ({"includeheaders": "yes"}, "option 'includeHeaders' must be true or false, got 'yes'"),
 ])
 def test_rejected(extra, message):
     with pytest.raises(OptionError, match=message):
         parse_options({**BASE, **extra})
+
+
+def test_headers_are_a_column_only_when_asked_for():
+    """As Spark's Kafka source (includeHeaders, default false): the column costs every batch."""
+    from kshare_sidecar.spark import SCHEMA, SCHEMA_WITH_HEADERS
+    from kshare_sidecar.spark.read import arrow_schema
+    from kshare_sidecar.spark.source import schema_for
+
+    assert not parse_options(BASE).include_headers
+    assert parse_options({**BASE, "INCLUDEHEADERS": "True"}).include_headers
+    assert not parse_options({**BASE, "includeHeaders": "false"}).include_headers
+    assert schema_for(parse_options(BASE)) == SCHEMA and "headers" not in SCHEMA
+    assert schema_for(parse_options({**BASE, "includeHeaders": "true"})) == SCHEMA_WITH_HEADERS
+    assert arrow_schema().names == [c.split()[0] for c in SCHEMA.split(", ")]
+    assert arrow_schema(True).names == ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType",
+                                        "headers", "deliveryCount"]
 
 
 def test_lock_shorter_than_trigger_warns():
@@ -149,6 +166,10 @@ def test_load_reports_bad_options(spark):
     with pytest.raises(Exception, match=r"'subscrib' \(did you mean 'subscribe'\?\)"):
         spark.readStream.format("kshare").option("kafka.bootstrap.servers", "h:1").option("group", "g") \
             .option("subscribe", "t").option("subscrib", "t").load()
+    ok = spark.readStream.format("kshare").option("kafka.bootstrap.servers", "h:1").option("group", "g") \
+        .option("subscribe", "t")
+    assert "headers" not in ok.load().columns
+    assert ok.option("includeHeaders", "true").load().columns[-2:] == ["headers", "deliveryCount"]
     # kafka.* settings are checked by load() now, not at the first trigger.
     with pytest.raises(Exception, match=r"'kafka.isolation.level' is not valid for the driver's share consumer"):
         spark.readStream.format("kshare").option("kafka.bootstrap.servers", "h:1").option("group", "g") \

@@ -53,3 +53,24 @@ def test_reader_reads_exactly_the_ranges_and_keeps_its_queue_between_tasks(kafka
         assert _rows(opts, topic, [[27, 31, 1]]) == [(o, 1) for o in range(27, 32)]
     finally:
         RD._close_all()
+
+
+def test_headers_are_read_only_with_include_headers(kafka_39):
+    """includeHeaders=true: each row's headers as (key, value) structs, null for a record without;
+    by default (as Spark's Kafka source) the rows have no headers column at all."""
+    topic = unique("spark-read-headers")
+    create_topic(kafka_39.bootstrap, topic, 1)
+    p = Producer({"bootstrap.servers": kafka_39.bootstrap})
+    p.produce(topic, value=b"a", partition=0, headers=[("h1", b"x"), ("h2", None)])
+    p.produce(topic, value=b"b", partition=0)
+    p.flush(30)
+    base = {"kafka.bootstrap.servers": kafka_39.bootstrap, "group": "g", "subscribe": topic}
+    RD._close_all()
+    try:
+        rows = [r for b in read_ranges(parse_options({**base, "includeHeaders": "true"}), topic, 0, [[0, 1, 1]])
+                for r in b.to_pylist()]
+        assert [r["headers"] for r in rows] == [[{"key": "h1", "value": b"x"}, {"key": "h2", "value": None}], None]
+        rows = [r for b in read_ranges(parse_options(base), topic, 0, [[0, 1, 1]]) for r in b.to_pylist()]
+        assert [r["value"] for r in rows] == [b"a", b"b"] and "headers" not in rows[0]
+    finally:
+        RD._close_all()
