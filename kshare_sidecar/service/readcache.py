@@ -13,11 +13,13 @@ than half a window of cached records beyond the window's end, the next window's 
 in the background into an *ahead* entry, which the acquisition that needs it promotes. Reads
 stay sized by the window (never by the client's MaxBytes); since an ordinary read at the window's
 end already covers two windows more (``logreader._read_size``), most acquisitions hit the cache
-without it. Opt-in (``read.ahead.enable``): in
-the 1M throughput run it turned cache hits/misses from ~100/530 into 904/159 but raised read
-amplification from ~1.2 to 1.45 (and the 4 MiB-cache test from ~1.1 to ~1.2), and with
-transactional state writes a ShareFetch waits for its acknowledgements' write anyway, which
-takes longer than the read it saves.
+without it. On by default since 2026-11-27 (``read.ahead.enable``). It was opt-in because, in
+the 1M throughput run of issue 14, it turned cache hits/misses from ~100/530 into 904/159 but
+raised read amplification from ~1.2 to 1.45. Since reads at the window's end cover two windows
+more, that run hits the cache either way (~828/220) and its amplification is 1.09-1.10 on and
+off; where it still matters is a consumer that pauses between polls (Spark's micro-batches, any
+per-batch work): there, the ShareFetch after the pause found its bytes cached at p75 (2 ms
+instead of 14 ms, 20k-record polls after 150 ms pauses, through a sidecar on Kafka 3.9).
 """
 
 from __future__ import annotations
