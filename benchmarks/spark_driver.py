@@ -5,7 +5,8 @@ with Spark's own (Py4J calls, offset serialization) and the load of a whole quer
 topic with the driver's acquirer exactly as ``latestOffset`` drives it — acknowledge the previous
 batch, then acquire the next — without Spark, so the two driver clients (``shareClient``:
 ``kshare``, the asyncio client in offsets-only mode, and ``librdkafka``) are compared side by
-side, natively (Kafka 4.3) and through an in-process sidecar on Kafka 3.9, in one run.
+side, natively (Kafka 4.3) and through a sidecar process on Kafka 3.9, in one run (until 2026-11-27 the
+sidecar ran on a thread of this process, sharing the GIL with the client under test).
 
     python benchmarks/spark_driver.py                  # 400k records, 2 rounds (figure of record)
     python benchmarks/spark_driver.py --quick          # 100k records, 1 round (smoke test)
@@ -27,7 +28,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from spark_source import SidecarThread, broker_limits, produce, set_group  # noqa: E402
+from spark_source import broker_limits, produce, set_group, sidecar_process  # noqa: E402
 
 
 def drain(client: str, bootstrap: str, topic: str, records: int, per_trigger: int, locks: int) -> dict:
@@ -89,7 +90,7 @@ def main() -> None:
         topic = f"bench-driver-{uuid.uuid4().hex[:6]}"
         for backend in (k4.bootstrap, k39.bootstrap):
             produce(backend, topic, records, 100, 2)
-        sidecar = stack.enter_context(SidecarThread(k39.bootstrap, args.record_locks))
+        sidecar = stack.enter_context(sidecar_process(k39.bootstrap, args.record_locks)).bootstrap
         for r in range(rounds):
             for target, bootstrap in (("native 4.3", k4.bootstrap), ("sidecar on 3.9", sidecar)):
                 res = {c: drain(c, bootstrap, topic, records, args.per_trigger, args.record_locks)

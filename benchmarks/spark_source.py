@@ -40,19 +40,18 @@ Usage: python benchmarks/spark_source.py [--quick] [--records N] [--rounds R] [-
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def produce(bootstrap: str, topic: str, n: int, size: int, partitions: int) -> None:
@@ -119,6 +118,13 @@ def set_group(bootstrap: str, group: str, record_locks: int = 0) -> dict[str, st
     return applied
 
 
+#: How often run_query asks Spark for progress. Each ``recentProgress`` converts every kept
+#: progress (up to ~60 per query) over py4j; at 0.05 s (until 2026-11-27) that was a steady load
+#: on the driver JVM and this process, on the 2 cores the query runs on. The figures come from the
+#: progress timestamps, so a slower poll only stops the query later.
+POLL_S = 0.5
+
+
 def run_query(spark, df, n: int, timeout_s: float) -> dict:
     """Drain ``n`` records into the noop sink; records/s from the end of the first records-bearing
     batch's ``latestOffset`` to the end of the batch that reached ``n``, with Spark's per-batch
@@ -142,7 +148,7 @@ def run_query(spark, df, n: int, timeout_s: float) -> dict:
     deadline = time.monotonic() + timeout_s
     try:
         while time.monotonic() < deadline and rows < n:
-            time.sleep(0.05)
+            time.sleep(POLL_S)
             if query.exception() is not None:
                 raise RuntimeError(str(query.exception()))
             for p in query.recentProgress:
@@ -195,28 +201,18 @@ def broker_limits(record_locks: int) -> dict[str, str]:
     return {"group.share.max.partition.max.record.locks": str(record_locks)}
 
 
-class SidecarThread:
-    """An in-process sidecar on ``backend``; ``settings``: extra sidecar settings (``--sidecar-config``)."""
+def sidecar_process(backend: str, record_locks: int = 0, settings: dict[str, str] | None = None):
+    """``kshare sidecar run`` on ``backend`` as its own process, as it is deployed (``common.SidecarProcess``).
 
-    def __init__(self, backend: str, record_locks: int = 0, settings: dict[str, str] | None = None) -> None:
-        from kshare_sidecar.config import load_config
-        from kshare_sidecar.app import Sidecar
+    Until 2026-11-27 the benchmarks ran the sidecar on a thread of their own process, where it
+    shared the GIL with the benchmark's polling of Spark (py4j) or, in ``spark_driver.py``, with
+    the client under test. ``settings``: extra sidecar settings (``--sidecar-config``)."""
+    from common import SidecarProcess
 
-        self.sidecar = Sidecar(load_config(env={}, overrides={
-            "bootstrap.servers": backend, "listen": "127.0.0.1:0", "share.auto.offset.reset": "earliest",
-            "state.topic.replication.factor": 1,
-            **{k: int(v) for k, v in broker_limits(record_locks).items()}, **(settings or {})}))
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+    from kshare_sidecar.config_settings import env_name
 
-    def __enter__(self):
-        self.thread.start()
-        asyncio.run_coroutine_threadsafe(self.sidecar.start(), self.loop).result(60)
-        return f"127.0.0.1:{self.sidecar.port}"
-
-    def __exit__(self, *exc):
-        asyncio.run_coroutine_threadsafe(self.sidecar.stop(), self.loop).result(60)
-        self.loop.call_soon_threadsafe(self.loop.stop)
+    wanted = {**broker_limits(record_locks), **(settings or {})}
+    return SidecarProcess(backend, env={env_name(k): str(v) for k, v in wanted.items()})
 
 
 def kafka_jar_list(spark_version: str, fallback: str) -> tuple[str, str]:
@@ -399,7 +395,7 @@ def main() -> None:
             k39 = stack.enter_context(KafkaBroker("3.9"))
             produce(k39.bootstrap, topic, n, args.value_size, 2)
             settings = dict(kv.split("=", 1) for kv in args.sidecar_config)
-            share = stack.enter_context(SidecarThread(k39.bootstrap, args.record_locks, settings))
+            share = stack.enter_context(sidecar_process(k39.bootstrap, args.record_locks, settings)).bootstrap
         if args.baseline_python:
             base = run_baseline(args.baseline_python, k4.bootstrap, topic, n, args)
             first = {"spark-kafka": base["spark-kafka"],
