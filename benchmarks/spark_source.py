@@ -367,6 +367,9 @@ def main() -> None:
     ap.add_argument("--bootstrap", help=argparse.SUPPRESS)
     ap.add_argument("--topic", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    bad = [kv for kv in args.sidecar_config if "=" not in kv]
+    if bad:
+        ap.error(f"--sidecar-config takes KEY=VALUE, got {', '.join(bad)}")
     n = args.records or (50_000 if args.quick else 200_000)
     if args.worker:
         args.records = n

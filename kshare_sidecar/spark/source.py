@@ -53,18 +53,16 @@ from .read import read_ranges
 
 log = logging.getLogger("kshare.spark")
 
-#: The rows' schema: Spark's Kafka source's columns plus ``deliveryCount``; with
-#: ``includeHeaders=true`` the ``headers`` column too (:data:`SCHEMA_WITH_HEADERS`). Headers are
-#: opt-in as in Spark's Kafka source: the column costs every batch even when all null (a Python
-#: source's batch of 20k rows, 5-13 ms more in Spark's addBatch measured, issue 19).
-SCHEMA = (
-    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
-    "timestampType int, deliveryCount int"
-)
-SCHEMA_WITH_HEADERS = (
-    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
-    "timestampType int, headers array<struct<key: string, value: binary>>, deliveryCount int"
-)
+#: The rows' columns (Spark SQL DDL): Spark's Kafka source's plus ``deliveryCount``; the
+#: ``headers`` column only with ``includeHeaders=true``, as in Spark's Kafka source: it costs every
+#: batch even when all null (a Python source's batch of 20k rows, 5-13 ms more in Spark's addBatch
+#: measured, issue 19). ``read.arrow_schema`` is the Arrow form of both.
+_COLUMNS = (("key", "binary"), ("value", "binary"), ("topic", "string"), ("partition", "int"), ("offset", "long"),
+            ("timestamp", "timestamp"), ("timestampType", "int"))
+_HEADERS = ("headers", "array<struct<key: string, value: binary>>")
+_COUNT = ("deliveryCount", "int")
+SCHEMA = ", ".join(f"{name} {kind}" for name, kind in (*_COLUMNS, _COUNT))
+SCHEMA_WITH_HEADERS = ", ".join(f"{name} {kind}" for name, kind in (*_COLUMNS, _HEADERS, _COUNT))
 
 
 def schema_for(opts: SourceOptions) -> str:
