@@ -55,6 +55,8 @@ KNOWN_OPTIONS: dict[str, str] = {
     "shareClient": "the driver's share consumer: auto (default: kshare's asyncio client, offsets only, unless a "
                    "kafka.share.* setting needs librdkafka), kshare, or librdkafka",
     "readTimeoutMs": f"executor deadline to read one partition's ranges (default {DEFAULT_READ_TIMEOUT_MS})",
+    "minPartitions": "input partitions (Spark tasks) per micro-batch at least, its records spread evenly over them "
+                     "(default: one per topic-partition assigned to the query's share consumer)",
     "includeHeaders": "true: rows carry a 'headers' column, as with Spark's Kafka source's option of that name "
                       "(default false)",
 }
@@ -125,6 +127,8 @@ class SourceOptions:
     client: tuple[ClientSetting, ...] = ()
     share_client: tuple[ClientSetting, ...] = ()
     read_client: tuple[ClientSetting, ...] = ()
+    #: ``minPartitions``: at least this many input partitions per batch (``source._pieces``); None: default.
+    min_partitions: int | None = None
     #: ``includeHeaders``: the schema has the ``headers`` column (``source.schema_for``).
     include_headers: bool = False
     #: whether kafka.backend.servers was given (else executors read through kafka.bootstrap.servers).
@@ -275,6 +279,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         read_timeout_ms=_int(opts, "readTimeoutMs", DEFAULT_READ_TIMEOUT_MS, minimum=1),
         client_choice=choice,
         include_headers=_bool(opts, "includeHeaders", False),
+        min_partitions=_int(opts, "minPartitions", None, minimum=1),
         client=tuple(settings["both"]),
         share_client=tuple(settings["share"]),
         read_client=tuple(settings["read"]),

@@ -6,7 +6,8 @@ Design (see docs/spark.md):
   Spark calls it only after the batch ending at ``start`` finished and its commit-log entry
   was written — then acquires the next batch with one poll.
 - An offset carries only the acquired ranges of its batch (``ranges.py``); never payloads.
-- ``partitions(start, end)`` turns the ranges into one input partition per topic-partition;
+- ``partitions(start, end)`` cuts the ranges into even input partitions (``ranges.split``: the
+  share group decides how a batch spreads over topic-partitions, and it spreads unevenly);
   ``read`` on the **executors** fetches exactly those offsets from the backend (``read.py``).
 - ``commit(end)`` acknowledges too (idempotent backup); ``stop()`` releases what is still
   acquired and closes the share session. Spark ends the source process with SIGTERM, which
@@ -53,6 +54,10 @@ from .read import read_ranges
 
 log = logging.getLogger("kshare.spark")
 
+#: Fewest records worth a Spark task of their own when a batch is split (``_pieces``): a task
+#: costs a few ms of scheduling and Python worker round trips whatever it reads.
+MIN_SLICE = 1000
+
 #: The rows' columns (Spark SQL DDL): Spark's Kafka source's plus ``deliveryCount``; the
 #: ``headers`` column only with ``includeHeaders=true``, as in Spark's Kafka source: it costs every
 #: batch even when all null (a Python source's batch of 20k rows, 5-13 ms more in Spark's addBatch
@@ -92,16 +97,16 @@ class ShareGroupDataSource(DataSource):
 
 
 class ShareGroupPartition(InputPartition):
-    """The acquired ranges of one topic-partition for one micro-batch."""
+    """One Spark task's share of a micro-batch: ranges of one or more topic-partitions, read in turn
+    (``ranges.split`` evens the batch out across tasks)."""
 
-    def __init__(self, topic: str, partition: int, ranges: list[list[int]]) -> None:
+    def __init__(self, parts: list[tuple[str, int, list[list[int]]]]) -> None:
         super().__init__(None)
-        self.topic = topic
-        self.partition = partition
-        self.ranges = ranges
+        self.parts = parts
 
     def __repr__(self) -> str:
-        return f"ShareGroupPartition({self.topic}[{self.partition}], {len(self.ranges)} ranges)"
+        listed = ", ".join(f"{topic}[{partition}] {len(rs)} ranges" for topic, partition, rs in self.parts)
+        return f"ShareGroupPartition({listed})"
 
 
 class ShareGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -189,11 +194,22 @@ class ShareGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                 "records: the share group redelivers them with a higher delivery count", end.get("seq"),
                 end.get("sid"), n)
             return []
-        out: list[InputPartition] = []
-        for key, rs in sorted(end["ranges"].items()):
-            topic, partition = R.split_key(key)
-            out.append(ShareGroupPartition(topic, partition, [list(r) for r in rs]))
-        return out
+        ranges = end["ranges"]
+        slices = R.split(ranges, self._pieces(ranges))
+        log.debug("kshare source: batch %s: %d records in %d input partitions", end.get("seq"), R.count(ranges),
+                  len(slices))
+        return [ShareGroupPartition([(*R.split_key(key), [list(r) for r in rs]) for key, rs in piece])
+                for piece in slices]
+
+    def _pieces(self, ranges: dict[str, list[list[int]]]) -> int:
+        """How many input partitions a batch gets: ``minPartitions``, else one per topic-partition
+        assigned to this member (at least one per topic-partition in the batch), as Spark's Kafka
+        source has one per topic-partition -- but with the records spread evenly over them, since
+        the share group, not the source, decides where a batch's records come from; never slices
+        under ``MIN_SLICE`` records."""
+        assigned = self._acquirer.assigned if self._acquirer is not None else 0
+        wanted = max(self.opts.min_partitions or 0, assigned, len(ranges))
+        return max(1, min(wanted, -(-R.count(ranges) // MIN_SLICE)))
 
     def commit(self, end: dict) -> None:
         if self._acquirer is not None:  # nothing acquired in this session: nothing to acknowledge
@@ -209,4 +225,5 @@ class ShareGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     # -- executors ---------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator:
         part = cast(ShareGroupPartition, partition)  # partitions() made every one of them
-        yield from read_ranges(self.opts, part.topic, part.partition, part.ranges)
+        for topic, number, ranges in part.parts:
+            yield from read_ranges(self.opts, topic, number, ranges)

@@ -53,6 +53,48 @@ def test_compress_keeps_contiguous_runs_as_one_range():
     assert got == {"t:0": [[0, 9_999, 1]], "t:1": [[0, 9_999, 1]]}
 
 
+def _ranges(spans):
+    """(gap, length, count) -> disjoint ascending ranges, as a broker acquires them."""
+    out, position = [], 0
+    for gap, length, count in spans:
+        first = position + gap
+        out.append([first, first + length, count])
+        position = first + length + 1
+    return R.merge(out)
+
+
+batches = st.dictionaries(
+    st.sampled_from(["a:0", "a:1", "b.c:3", "t-1:12"]),
+    st.lists(st.tuples(st.integers(0, 5), st.integers(0, 30), st.integers(1, 3)), min_size=1, max_size=4).map(_ranges),
+)
+
+
+@settings(deadline=None)
+@given(batches, st.integers(1, 9))
+def test_split_cuts_a_batch_into_even_slices_that_cover_it_exactly(ranges, pieces):
+    """issue 19: the slices are the Spark tasks of a batch; together they hold every acquired
+    offset once with its delivery count, in order, and their sizes differ by at most one."""
+    slices = R.split(ranges, pieces)
+    total = R.count(ranges)
+    assert len(slices) == min(pieces, total)
+    sizes = [R.count(dict(piece)) for piece in slices]
+    assert not sizes or (max(sizes) - min(sizes) <= 1 and min(sizes) >= 1)
+    flat = [(key, offset, count) for piece in slices for key, rs in piece for first, last, count in rs
+            for offset in range(first, last + 1)]
+    model = [(key, offset, count) for key in sorted(ranges) for first, last, count in ranges[key]
+             for offset in range(first, last + 1)]
+    assert flat == model
+    for piece in slices:  # a topic-partition appears once per slice, in key order
+        keys = [key for key, _ in piece]
+        assert keys == sorted(set(keys))
+
+
+def test_split_evens_out_a_lopsided_batch():
+    got = R.split({"t:0": [[0, 14_999, 1]], "t:1": [[0, 4_999, 2]]}, 2)
+    assert got == [[("t:0", [[0, 9_999, 1]])], [("t:0", [[10_000, 14_999, 1]]), ("t:1", [[0, 4_999, 2]])]]
+    assert R.split({}, 4) == [] and len(R.split({"t:0": [[0, 2, 1]]}, 5)) == 3
+
+
 class FakeShareConsumer:
     """acknowledge_offset that records each call and raises for offsets not in flight."""
 

@@ -103,6 +103,8 @@ def test_missing_required(drop, message):
     ({"kafka.read.enable.auto.commit": "true"}, "never commit"),
     ({"subscribe": "bad topic"}, "invalid topic name"),
     ({"includeheaders": "yes"}, "option 'includeHeaders' must be true or false, got 'yes'"),
+    ({"minPartitions": "0"}, "option 'minPartitions' must be >= 1, got 0"),
+    ({"minpartitions": "two"}, "option 'minPartitions' must be an integer"),
 ])
 def test_rejected(extra, message):
     with pytest.raises(OptionError, match=message):
@@ -123,6 +125,38 @@ def test_headers_are_a_column_only_when_asked_for():
     assert arrow_schema().names == [c.split()[0] for c in SCHEMA.split(", ")]
     assert arrow_schema(True).names == ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType",
                                         "headers", "deliveryCount"]
+
+
+def test_min_partitions_is_optional():
+    assert parse_options(BASE).min_partitions is None
+    assert parse_options({**BASE, "MINPARTITIONS": "8"}).min_partitions == 8
+
+
+def test_a_batch_is_spread_evenly_over_its_input_partitions():
+    """issue 19: the share group decides where a batch's records come from (14-17k + 3-9k on two
+    partitions were seen), so tasks get even slices: one per assigned topic-partition by default,
+    at least minPartitions, none under MIN_SLICE records."""
+    from types import SimpleNamespace
+
+    from kshare_sidecar.spark.source import MIN_SLICE, ShareGroupStreamReader
+
+    def plan(reader, ranges, assigned=0):
+        reader._acquirer = SimpleNamespace(assigned=assigned) if assigned else None
+        end = {"seq": 0, "sid": reader.sid, "ranges": ranges}
+        return [part.parts for part in reader.partitions(R.initial_offset(), end)]
+
+    reader = ShareGroupStreamReader(parse_options(BASE))
+    lopsided = {"a:0": [[0, 14_999, 1]], "a:1": [[0, 4_999, 2]]}
+    assert plan(reader, lopsided) == [[("a", 0, [[0, 9_999, 1]])],
+                                      [("a", 0, [[10_000, 14_999, 1]]), ("a", 1, [[0, 4_999, 2]])]]
+    tail = {"a:1": [[5_000, 24_999, 1]]}  # the other partition is drained: still one task per core's worth
+    assert plan(reader, tail) == [[("a", 1, [[5_000, 24_999, 1]])]]
+    assert plan(reader, tail, assigned=2) == [[("a", 1, [[5_000, 14_999, 1]])], [("a", 1, [[15_000, 24_999, 1]])]]
+    wide = ShareGroupStreamReader(parse_options({**BASE, "minPartitions": "4"}))
+    assert [sum(R.count({"x": rs}) for _, _, rs in part) for part in plan(wide, tail, assigned=2)] == [5_000] * 4
+    small = {"a:1": [[0, MIN_SLICE + 5, 1]]}
+    assert len(plan(wide, small)) == 2 and len(plan(wide, {"a:1": [[0, 9, 1]]})) == 1
+    assert plan(reader, {}) == []
 
 
 def test_lock_shorter_than_trigger_warns():
