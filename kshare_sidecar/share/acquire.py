@@ -143,7 +143,8 @@ class Acquisition(InFlight):
         """Walk the log batches and decide, per AVAILABLE stretch, acquire or archive (no mutation).
 
         Stops once MaxRecords is reached (at the end of the log batch, or exactly in RECORD_LIMIT
-        mode), at max_record_locks, or where poison-record throttling (Kafka 4.2+) ends the fetch:
+        mode), at max_record_locks (at the end of the log batch that crosses it, as Kafka does, or
+        exactly in RECORD_LIMIT mode or when the window was full already), or where poison-record throttling (Kafka 4.2+) ends the fetch:
         a record delivered `throttle_at` times or more goes out only in a fetch of its own, at most
         `max_records >> (count - throttle_at + 1)` records, alone on its last attempt.
         """
@@ -155,6 +156,12 @@ class Acquisition(InFlight):
         cap_last = spso + self._cap - 1
         if cap_last < end - 1:
             cap_last = end - 1
+        # Kafka (SharePartition.lastOffsetAndMaxRecordsToAcquire, acquireNewBatchRecords): while the
+        # window has room, the records still allowed are counted from the fetch offset and rounded up
+        # to the end of the log batch holding the last of them, so the batch that crosses
+        # max_record_locks is acquired whole (the window may exceed the cap by less than one log
+        # batch); only RECORD_LIMIT mode, and a window already full, stop exactly at the cap.
+        whole = not record_limit and end - spso < self._cap
         limit = self._limit
         throttle = self._throttle
         throttle_at = self._throttle_at
@@ -202,7 +209,7 @@ class Acquisition(InFlight):
                 covered = last
             else:
                 continue
-            hi = last if last < cap_last else cap_last
+            hi = last if last < cap_last or (whole and not strict) else cap_last
             if lo > hi:
                 continue
             segments(lo, hi, segs)

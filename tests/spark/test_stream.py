@@ -200,10 +200,11 @@ def test_batches_grow_with_the_groups_in_flight_window(spark, target, record_pro
     """Issue 19 (6): a micro-batch is one poll, bounded by share.partition.max.record.locks per
     partition (default 2000: 4,000-record batches through kshare on 2 partitions). A group that
     raises it (here to 4000, the default group.share.max.partition.max.record.locks) gets
-    batches past 4,000 up to maxRecordsPerTrigger. Through kshare every batch but the last is the
-    whole window of both partitions (8,000): the sidecar used to serve only what its cached read
-    held, cutting a poll short wherever that read ended inside the window (issue 19; Kafka reads
-    the whole window at once, and acquires whole log batches, so its batches can be larger).
+    batches past 4,000 up to maxRecordsPerTrigger. Through kshare every batch but the last holds
+    at least the whole window of both partitions (8,000): the sidecar used to serve only what its
+    cached read held, cutting a poll short wherever that read ended inside the window (issue 19;
+    Kafka reads the whole window at once). Like Kafka, the log batch that crosses the window or
+    maxRecordsPerTrigger is acquired whole, so batches can be a little larger.
     100-byte values, so that the sidecar's reads (sized in bytes: ~3 windows, the first 1 MiB)
     end inside windows."""
     total = 48_000
@@ -222,5 +223,5 @@ def test_batches_grow_with_the_groups_in_flight_window(spark, target, record_pro
     print(f"[{target.name}] batch sizes with share.partition.max.record.locks=4000: {sizes}")
     assert sum(sizes) == total
     assert max(sizes) > 4_000, sizes
-    if not target.native:
-        assert all(size == 8_000 for size in sizes[:-1]), sizes
+    if not target.native:  # the log batch crossing a limit is acquired whole, as Kafka does
+        assert all(size >= 8_000 for size in sizes[:-1]), sizes

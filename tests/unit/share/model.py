@@ -68,6 +68,8 @@ class ModelPartition:
             batch_size = max_records
         floor = max(self.spso, self.log_start)
         cap_last = max(self.end - 1, self.spso + cfg.max_record_locks - 1)
+        # Kafka acquires the log batch that crosses the cap whole while the window has room
+        whole = mode != 1 and self.end - self.spso < cfg.max_record_locks
         covered = None if fetch_offset is None else min(fetch_offset, self.end) - 1
 
         def avail(o):
@@ -103,7 +105,7 @@ class ModelPartition:
                 continue
             lo = max(base, floor, -1 if covered is None else covered + 1)
             covered = last
-            hi = min(last, cap_last)
+            hi = last if whole and not strict else min(last, cap_last)
             offs = [o for o in range(lo, hi + 1) if avail(o)]
             if drop:
                 archive.extend(offs)

@@ -55,18 +55,32 @@ def test_record_limit_mode_is_strict() -> None:
 def test_cap_counts_the_window_and_only_reavailable_records_are_acquirable_when_full() -> None:
     sp, _ = make(max_record_locks=10)
     log = data((0, 5), (6, 11), (12, 20))
-    assert sp.acquire("a", log, 100) == [AR(0, 9, 1)]  # clipped to the cap (mid-batch since Kafka 4.2)
-    assert sp.in_flight == 10 and sp.next_fetch_offset() is None and not sp.can_acquire()
+    # Kafka counts the records still allowed (10) from the fetch offset and rounds up to the end of
+    # the log batch holding the last of them: the batch crossing the cap is acquired whole
+    # (SharePartition.lastOffsetAndMaxRecordsToAcquire + acquireNewBatchRecords; a native 4.3 broker
+    # acquired 17,428 records of two 8.7k-record log batches on a partition capped at 10,000)
+    assert sp.acquire("a", log, 100) == [AR(0, 11, 1)]
+    assert sp.in_flight == 12 and sp.next_fetch_offset() is None and not sp.can_acquire()
     # acknowledged records above SPSO still count against the cap (Kafka's SPEO - SPSO + 1)
     assert sp.acknowledge("a", [(6, 9, [ACCEPT])]) == ErrorCode.none
     assert sp.next_fetch_offset() is None
     assert sp.acknowledge("a", [(2, 2, [RELEASE])]) == ErrorCode.none
     assert sp.next_fetch_offset() == 2
+    # the window is full: only the re-available record inside it, never new ones
     assert sp.acquire("b", log, 100, fetch_offset=2) == [AR(2, 2, 2)]
     assert sp.next_fetch_offset() is None
     assert sp.acknowledge("a", [(0, 1, [ACCEPT])]) == ErrorCode.none
-    assert sp.spso == 2 and sp.next_fetch_offset() == 10
-    assert sp.acquire("b", log[1:], 100, fetch_offset=10) == [AR(10, 11, 1)]
+    assert sp.spso == 2 and sp.next_fetch_offset() is None  # 2..11: still 10 in flight
+    assert sp.acknowledge("b", [(2, 2, [ACCEPT])]) == ErrorCode.none
+    assert sp.spso == 3 and sp.next_fetch_offset() == 12
+    assert sp.acquire("b", log[2:], 100, fetch_offset=12) == [AR(12, 20, 1)]  # crosses the cap at 12: whole
+
+
+def test_record_limit_mode_stops_exactly_at_the_cap() -> None:
+    sp, _ = make(max_record_locks=10)
+    log = data((0, 5), (6, 11), (12, 20))
+    assert sp.acquire("a", log, 100, mode=AcquireMode.RECORD_LIMIT) == [AR(0, 9, 1)]
+    assert sp.in_flight == 10 and not sp.can_acquire()
 
 
 def test_control_batches_holes_and_aborted_transactions_are_archived() -> None:
