@@ -143,10 +143,11 @@ class Acquisition(InFlight):
         """Walk the log batches and decide, per AVAILABLE stretch, acquire or archive (no mutation).
 
         Stops once MaxRecords is reached (at the end of the log batch, or exactly in RECORD_LIMIT
-        mode), at max_record_locks (at the end of the log batch that crosses it, as Kafka does, or
-        exactly in RECORD_LIMIT mode or when the window was full already), or where poison-record throttling (Kafka 4.2+) ends the fetch:
-        a record delivered `throttle_at` times or more goes out only in a fetch of its own, at most
-        `max_records >> (count - throttle_at + 1)` records, alone on its last attempt.
+        mode), at max_record_locks (at the end of the log batch that crosses it, as Kafka does;
+        exactly in RECORD_LIMIT mode or when the window was full already), or where poison-record
+        throttling (Kafka 4.2+) ends the fetch: a record delivered `throttle_at` times or more goes
+        out only in a fetch of its own, at most `max_records >> (count - throttle_at + 1)` records,
+        alone on its last attempt.
         """
         strict = record_limit
         want = max_records

@@ -202,11 +202,11 @@ class ShareGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                 for piece in slices]
 
     def _pieces(self, ranges: dict[str, list[list[int]]]) -> int:
-        """How many input partitions a batch gets: ``minPartitions``, else one per topic-partition
-        assigned to this member (at least one per topic-partition in the batch), as Spark's Kafka
-        source has one per topic-partition -- but with the records spread evenly over them, since
-        the share group, not the source, decides where a batch's records come from; never slices
-        under ``MIN_SLICE`` records."""
+        """How many input partitions a batch gets: the most of ``minPartitions``, the
+        topic-partitions assigned to this member and those in the batch -- as Spark's Kafka source
+        has one per topic-partition, but with the records spread evenly over them, since the share
+        group, not the source, decides where a batch's records come from; never slices under
+        ``MIN_SLICE`` records."""
         assigned = self._acquirer.assigned if self._acquirer is not None else 0
         wanted = max(self.opts.min_partitions or 0, assigned, len(ranges))
         return max(1, min(wanted, -(-R.count(ranges) // MIN_SLICE)))
