@@ -118,10 +118,10 @@ def split(ranges: dict[str, list[Range]], pieces: int) -> list[Piece]:
     pieces = max(1, min(pieces, total))
     if not total:
         return []
-    base, extra = divmod(total, pieces)
+    base, extra = divmod(total, pieces)  # the first `extra` slices take one record more
     out: list[Piece] = []
     current: Piece = []
-    room = base + (1 if extra else 0)  # records the current slice still takes
+    room = base + (extra > 0)  # records the current slice still takes
     for key in sorted(ranges):
         for first, last, cnt in sorted(ranges[key]):
             while first <= last:
@@ -135,5 +135,5 @@ def split(ranges: dict[str, list[Range]], pieces: int) -> list[Piece]:
                 if not room:
                     out.append(current)
                     current = []
-                    room = base + (1 if len(out) < extra else 0)
+                    room = base + (len(out) < extra)
     return out

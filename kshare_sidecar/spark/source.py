@@ -195,21 +195,21 @@ class ShareGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                 end.get("sid"), n)
             return []
         ranges = end["ranges"]
-        slices = R.split(ranges, self._pieces(ranges))
-        log.debug("kshare source: batch %s: %d records in %d input partitions", end.get("seq"), R.count(ranges),
-                  len(slices))
+        total = R.count(ranges)
+        slices = R.split(ranges, self._pieces(len(ranges), total))
+        log.debug("kshare source: batch %s: %d records in %d input partitions", end.get("seq"), total, len(slices))
         return [ShareGroupPartition([(*R.split_key(key), [list(r) for r in rs]) for key, rs in piece])
                 for piece in slices]
 
-    def _pieces(self, ranges: dict[str, list[list[int]]]) -> int:
+    def _pieces(self, topic_partitions: int, records: int) -> int:
         """How many input partitions a batch gets: the most of ``minPartitions``, the
         topic-partitions assigned to this member and those in the batch -- as Spark's Kafka source
         has one per topic-partition, but with the records spread evenly over them, since the share
         group, not the source, decides where a batch's records come from; never slices under
         ``MIN_SLICE`` records."""
         assigned = self._acquirer.assigned if self._acquirer is not None else 0
-        wanted = max(self.opts.min_partitions or 0, assigned, len(ranges))
-        return max(1, min(wanted, -(-R.count(ranges) // MIN_SLICE)))
+        wanted = max(self.opts.min_partitions or 0, assigned, topic_partitions)
+        return max(1, min(wanted, -(-records // MIN_SLICE)))
 
     def commit(self, end: dict) -> None:
         if self._acquirer is not None:  # nothing acquired in this session: nothing to acknowledge

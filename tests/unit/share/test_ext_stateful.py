@@ -168,7 +168,8 @@ class ExtendedVsNaive(RuleBasedStateMachine):
                 held_by_consumers[k] = o
         # held records count against the cap; the log batch crossing it is acquired whole (Kafka)
         crossing = max(last - base for base, last, *_ in self.log)
-        assert self.sp.in_flight <= max(self.cfg.max_record_locks, 4) + crossing, "held records count against the cap"
+        assert self.sp.in_flight <= max(self.cfg.max_record_locks, 4) + crossing, \
+            "held records count against the cap"
 
     @invariant()
     def restore_is_identity(self) -> None:
