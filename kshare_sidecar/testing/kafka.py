@@ -20,9 +20,11 @@ from .maven import kafka_libs, require_tool
 from .process import BrokerProcess, die_with_parent
 
 #: Pinned versions by alias: 3.9 is a backend without share groups, 4 the native reference.
-# 4.4.0 is on Maven Central but its kafka-tools-api artifact is not (checked 2026-11-21), so it
-# cannot be resolved; 4.3.1 is the newest 4.x release whose artifacts all resolve.
-KAFKA_VERSIONS: dict[str, str] = {"3.9": "3.9.2", "4": "4.3.1"}
+KAFKA_VERSIONS: dict[str, str] = {"3.9": "3.9.2", "4.3": "4.3.1", "4.4": "4.4.0", "4": "4.3.1"}
+
+#: The ``share.version`` feature level each share-group release is formatted with: 4.4's level 2
+#: turns on its dead-letter queues (KIP-1191), which level 1 leaves off.
+SHARE_VERSION = {"4.3.1": 1, "4.4.0": 2}
 
 _LOG4J1 = """log4j.rootLogger=INFO, stdout
 log4j.appender.stdout=org.apache.log4j.ConsoleAppender
@@ -161,7 +163,7 @@ class KafkaBroker(BrokerProcess):
         format_cmd = base + ["kafka.tools.StorageTool", "format", "-t", self.cluster_id or _cluster_id(), "-c",
                              str(config)]
         if self.share_groups:
-            format_cmd += ["--feature", "share.version=1"]
+            format_cmd += ["--feature", f"share.version={SHARE_VERSION.get(self.version, 1)}"]
         format_cmd += self.format_args  # e.g. --add-scram for SCRAM users (tests/e2e/test_secured_backend.py)
         fmt = subprocess.run(format_cmd, capture_output=True, text=True, timeout=120)
         if fmt.returncode != 0:

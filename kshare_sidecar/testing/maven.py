@@ -97,6 +97,8 @@ def resolve_artifacts(
 def kafka_libs(version: str) -> Path:
     """The classpath directory for Apache Kafka ``version`` (resolved on first use)."""
     artifacts = [("org.apache.kafka", "kafka_2.13", version)] + _LOGGING[version.split(".")[0]]
+    if version >= "4.4":  # 4.4 moved the admin commands (ConfigCommand and the rest) to kafka-tools
+        artifacts.append(("org.apache.kafka", "kafka-tools", version))
     return resolve_artifacts(f"kafka-{version}", artifacts)
 
 
