@@ -16,7 +16,7 @@ When every member subscribes to the same topic *names* (unknown topics included,
 which member a free partition goes to follow the iteration order of the Java hash collections
 Kafka's code walks; :mod:`.javaorder` reproduces that order, so that behaviour under churn is
 the same as a Kafka 4.3 broker's (verified against Kafka's own class in
-``tests/unit/assignors/test_simple_assignor_oracle.py`` and end to end by ``tests/e2e/parity``).
+``tests/integration/assignors/test_simple_assignor_oracle.py`` and end to end by ``tests/e2e/parity``).
 Quirks are kept: an unsubscribed topic that no member subscribes to any more stays assigned in
 the heterogeneous case, and a topic whose partitions were all revoked stays with an empty set.
 Only a topic's ``assignable`` partitions (initialized share-partitions) are targets, as Kafka's

@@ -11,6 +11,7 @@ import datetime as dt
 import json
 import sys
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any, NoReturn, TypedDict
 
 import typer
@@ -334,7 +335,7 @@ def reset_offsets(
             if missing:
                 fail(prog, f"topic '{t}' has no partition {missing[0]} (partitions 0..{len(have) - 1})", EXIT_FAILED)
             resolved[t] = ps if ps is not None else have
-        with err_console().status("resolving offsets...", spinner="dots") if not as_json else _nullcontext():
+        with err_console().status("resolving offsets...", spinner="dots") if not as_json else nullcontext():
             offsets = client.list_offsets(resolved, spec)
             if spec >= 0 and any(v == -1 for v in offsets.values()):  # no record that recent: the log end
                 ends = client.list_offsets({t: [p for p in ps if offsets[(t, p)] == -1] for t, ps in resolved.items()
@@ -349,7 +350,7 @@ def reset_offsets(
                 for t, ps in sorted(plan.items()) for p, o in sorted(ps.items())]
         code = EXIT_OK
         if execute:
-            with err_console().status("resetting...", spinner="dots") if not as_json else _nullcontext():
+            with err_console().status("resetting...", spinner="dots") if not as_json else nullcontext():
                 resp = client.alter_offsets(group, plan)
             if resp.error_code != ErrorCode.none:
                 msg = resp.error_message or error_name(resp.error_code)
@@ -375,14 +376,6 @@ def reset_offsets(
         return code
 
     run_client(prog, bootstrap_server, timeout, go)
-
-
-class _nullcontext:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 # -- delete-offsets ----------------------------------------------------------------------------

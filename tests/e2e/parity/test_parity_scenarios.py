@@ -22,7 +22,7 @@ SCENARIOS = {
     # Two members sharing one partition, one of them also alone on a second topic. (Which of two
     # members gets which of several partitions follows the topic ids' hash order, and the two
     # clusters give their topics different ids: that exactness is checked against Kafka's own
-    # assignor class in tests/unit/assignors/test_simple_assignor_oracle.py.)
+    # assignor class in tests/integration/assignors/test_simple_assignor_oracle.py.)
     "two-members-share": [
         Join("a", (TOPIC_A, TOPIC_B)), Settle(), Join("b", (TOPIC_B,)), Settle(), Describe(),
         Fetch("a"), Fetch("b"), Acknowledge("a", RELEASE), Acknowledge("b", REJECT), Fetch("a"), Fetch("b"),

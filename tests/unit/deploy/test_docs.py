@@ -112,7 +112,9 @@ def test_doc_invocations_are_found():
 
 
 def test_toml_examples_load(tmp_path):
-    for block in re.findall(r"```toml\n(.*?)```", CONFIG_DOC.read_text(), re.S):
+    blocks = re.findall(r"```toml\n(.*?)```", CONFIG_DOC.read_text(), re.S)
+    assert blocks, f"{CONFIG_DOC.name} shows no TOML example: nothing to check"
+    for block in blocks:
         tomllib.loads(block)
         path = tmp_path / "kshare.toml"
         path.write_text(block)
