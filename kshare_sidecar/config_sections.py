@@ -74,6 +74,7 @@ class AuthorizerSettings:
 
     class_name: str = _key("authorizer.class.name")
     cache_ms: int = _key("authorizer.cache.ms")
+    denial_recheck_ms: int = _key("authorizer.denial.recheck.ms")
     super_users: str = _key("super.users")
     allow_everyone_if_no_acl_found: bool = _key("allow.everyone.if.no.acl.found")
     allow_plaintext_anonymous: bool = _key("authorizer.allow.plaintext.anonymous")

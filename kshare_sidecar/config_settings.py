@@ -199,6 +199,10 @@ SETTINGS: tuple[Setting, ...] = (
        "the backend's ACLs for the client's principal (Kafka's rules and error codes).", choices=("", "backend")),
     _S("authorizer.cache.ms", 5000, int, "How long a principal's ACLs read from the backend are used before a "
        "background refresh.", 100, 3_600_000),
+    _S("authorizer.denial.recheck.ms", 1000, int, "A refusal is never taken from the cache: the principal's ACLs "
+       "are read again first (a grant made a moment ago is honoured, as a broker does); one principal's re-reads "
+       "are at least this far apart, so a client that keeps being refused costs the backend one DescribeAcls set "
+       "per interval (its refusals wait for the next read).", 100, 60_000),
     _S("super.users", "", str, "Principals allowed everything without ACLs, ';'-separated as in Kafka "
        "(User:admin;User:kshare); the backend's super.users cannot be read over the protocol."),
     _S("allow.everyone.if.no.acl.found", False, bool, "As Kafka's StandardAuthorizer: when no ACL at all (for any "

@@ -62,9 +62,9 @@ async def _authorize(ctx: RequestContext, group_id: str):
     acl = await acl_of(ctx)
     if acl.unrestricted:
         return None
-    if not acl.allows(Op.READ, Res.GROUP, group_id):
+    if not await acl.permits(Op.READ, Res.GROUP, group_id):
         raise KafkaError(ErrorCode.group_authorization_failed)
-    return lambda topic: acl.allows(Op.READ, Res.TOPIC, topic)
+    return lambda topic: acl.permits(Op.READ, Res.TOPIC, topic)
 
 
 def _leader(ctx: RequestContext, mod, cluster=None, topic_id=None, partition: int = 0):
