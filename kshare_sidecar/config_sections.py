@@ -91,6 +91,16 @@ class PassthroughSettings:
 
 
 @dataclass(frozen=True)
+class QuotaSettings:
+    """The backend's client quotas applied to ShareFetch (quota/client_quotas.py)."""
+
+    enable: bool = _key("client.quota.enable")
+    refresh_ms: int = _key("client.quota.refresh.ms")
+    window_num: int = _key("quota.window.num")
+    window_size_seconds: int = _key("quota.window.size.seconds")
+
+
+@dataclass(frozen=True)
 class ServerSettings:
     """The sidecar as clients see it, and its own switches."""
 
@@ -204,7 +214,7 @@ SECTIONS: dict[str, type[DataclassInstance]] = {
     "listener": ListenerSettings, "listener_security": ListenerSecuritySettings, "authorizer": AuthorizerSettings,
     "passthrough": PassthroughSettings, "server": ServerSettings, "plugins": PluginSettings,
     "cluster": ClusterSettings, "backend": BackendSettings, "state": StateSettings, "share": ShareGroupSettings,
-    "deadletter": DeadLetterSettings,
+    "deadletter": DeadLetterSettings, "quota": QuotaSettings,
 }
 
 _T = TypeVar("_T", bound="DataclassInstance")
