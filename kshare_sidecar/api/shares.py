@@ -108,12 +108,13 @@ def _watch_connection(ctx: RequestContext, shares, watched: set[int], quotas=Non
         ctx.on_close(closed)
 
 
-def _throttle(quotas, ctx: RequestContext, out: ShareOut) -> i32Timedelta:
+def _throttle(quotas, ctx: RequestContext, out: ShareOut, at_least_ms: int) -> i32Timedelta:
     """Record the answer's bytes on the client's fetch quota (one check per response, the bytes
     summed per partition); its ThrottleTimeMs."""
     if quotas is None:
         return _ZERO
-    ms = quotas.record(ctx.principal, ctx.client_id or "", sum(len(p.records) for p in out.partitions), ctx.conn_id)
+    ms = quotas.record(ctx.principal, ctx.client_id or "", sum(len(p.records) for p in out.partitions), ctx.conn_id,
+                       at_least_ms)
     return cast(i32Timedelta, datetime.timedelta(milliseconds=ms)) if ms else _ZERO
 
 
@@ -126,8 +127,8 @@ def make_fetch_handler(shares, cluster=None, quotas=None):
         _check_ids(req)
         readable = await _authorize(ctx, req.group_id)
         _watch_connection(ctx, shares, watched, quotas)
-        max_bytes = req.max_bytes if quotas is None else quotas.max_bytes(ctx.principal, ctx.client_id or "",
-                                                                         req.max_bytes)
+        max_bytes, wait_ms = (req.max_bytes, 0) if quotas is None else \
+            quotas.admit(ctx.principal, ctx.client_id or "", req.max_bytes)  # 0: acknowledgements only
         params = FetchParams(
             max_wait_ms=int(req.max_wait.total_seconds() * 1000), min_bytes=min(req.min_bytes, max_bytes),
             max_bytes=max_bytes, max_records=req.max_records, batch_size=req.batch_size,
@@ -150,7 +151,7 @@ def make_fetch_handler(shares, cluster=None, quotas=None):
                 for p in parts))
             for topic_id, parts in _by_topic(out).items())
         return f2.ShareFetchResponse(
-            throttle_time=_throttle(quotas, ctx, out), error_code=out.error, error_message=out.message,
+            throttle_time=_throttle(quotas, ctx, out, wait_ms), error_code=out.error, error_message=out.message,
             acquisition_lock_timeout=_lock_timeout(out.lock_timeout_ms),
             responses=responses if not out.error else (), node_endpoints=_endpoints(ctx, f2, cluster))
 

@@ -17,12 +17,14 @@ broker's ClientQuotaManager does for Fetch and ShareFetch:
   ShareAcknowledge waits for the end of the throttle, as a broker stops reading a throttled
   channel (KIP-219);
 - a ShareFetch's MaxBytes is capped at what the quota allows over the window, ``quota × (num − 1)
-  × window`` (KafkaApis, ``maxValueInQuotaWindow``).
+  × window`` (KafkaApis, ``maxValueInQuotaWindow``), and at what the client may still receive
+  within its quota; a client at its quota gets an answer without records (its acknowledgements
+  applied) that carries the throttle time.
 
-One difference, deliberate (docs/compatibility.md): Kafka empties the answer that crosses the quota
-(``throttleResponse``), and the records it acquired stay locked until their acquisition lock
-expires, then are delivered again with a higher delivery count; kshare delivers that answer and
-throttles the next one, so nothing is held hostage and counted as a failed delivery.
+One difference, deliberate (docs/compatibility.md): Kafka acquires records for the answer that
+crosses the quota and then empties it (``throttleResponse``): those records stay locked until
+their acquisition lock expires and go out again with a higher delivery count. kshare sizes the
+fetch to the quota before acquiring, so it never acquires records it will not send.
 """
 
 from __future__ import annotations
@@ -111,16 +113,32 @@ class ClientQuotas:
                     del self._rates[key]
 
     # -- what the ShareFetch path asks (once per request / response) --------------------------
-    def max_bytes(self, principal: str, client_id: str, requested: int) -> int:
-        """MaxBytes capped at what the quota allows over the window (KafkaApis)."""
+    def admit(self, principal: str, client_id: str, requested: int) -> tuple[int, int]:
+        """(MaxBytes for this ShareFetch, ThrottleTimeMs when it may acquire nothing now).
+
+        MaxBytes is capped at what the quota allows over the window (KafkaApis) and at what the
+        client may still receive without going over it, so no answer runs far past the quota
+        (its first log batch always goes, as Kafka's fetch rule wants). A client already at its
+        quota acquires nothing: its acknowledgements are applied and the answer, without records,
+        carries the throttle time — the empty throttled answer Kafka sends, without acquiring
+        records that would then wait for their lock to expire."""
         resolved = self.table.resolve(_user(principal), client_id) if self.table.enabled else None
         if resolved is None:
-            return requested
-        return max(1, min(requested, int(resolved[1] * (self.samples - 1) * self.window_ms / 1000)))
+            return requested, 0
+        key, bound = resolved
+        cap = min(requested, int(bound * (self.samples - 1) * self.window_ms / 1000))
+        rate = self._rates.get(key)
+        if rate is None:
+            return max(1, cap), 0
+        now = self._now_ms()
+        room = rate.room(bound, now)
+        if room < 1:
+            return 0, max(1, rate.throttle_ms(bound, now))
+        return max(1, min(cap, int(room))), 0
 
-    def record(self, principal: str, client_id: str, size: int, conn_id: int | None) -> int:
-        """Record one answer's bytes; its ThrottleTimeMs (0: within the quota). A throttled
-        connection is muted for that long (:meth:`unmuted`)."""
+    def record(self, principal: str, client_id: str, size: int, conn_id: int | None, at_least_ms: int = 0) -> int:
+        """Record one answer's bytes; its ThrottleTimeMs (0: within the quota; ``at_least_ms``
+        from :meth:`admit`). A throttled connection is muted for that long (:meth:`unmuted`)."""
         if not self.table.enabled:
             return 0
         resolved = self.table.resolve(_user(principal), client_id)
@@ -132,7 +150,7 @@ class ClientQuotas:
             rate = self._rates[key] = SampledRate(self.samples, self.window_ms)
         now = self._now_ms()
         rate.record(size, now)
-        throttle = rate.throttle_ms(bound, now)
+        throttle = max(rate.throttle_ms(bound, now), at_least_ms)
         if throttle > 0:
             self.throttled += 1
             if conn_id is not None:

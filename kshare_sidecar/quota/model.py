@@ -213,5 +213,10 @@ class SampledRate:
             return 0
         return min(round((rate - bound) / bound * self.window_span_ms(now_ms)), 2**31 - 1)
 
+    def room(self, bound: float, now_ms: int) -> float:
+        """Bytes that can be recorded now without taking the rate over ``bound`` (<= 0: none)."""
+        span = self.window_span_ms(now_ms)
+        return bound * span / 1000 - sum(s.value for s in self._samples)
+
     def idle_since(self) -> int:
         return max((s.last_ms for s in self._samples), default=0)

@@ -139,6 +139,61 @@ async def test_isolation_level_change_reaches_a_running_consumer(targets):
         "before: committed only": (True, 0), "after: committed": True, "after: aborted delivered": 5}, results
 
 
+def test_isolation_level_change_reaches_a_running_librdkafka_consumer(targets):
+    """The same change under confluent-kafka's ShareConsumer, polling all along in its own thread."""
+    import threading
+
+    from confluent_kafka import ShareConsumer as LibrdkafkaShareConsumer
+
+    def scenario(target: Target, out: dict) -> None:
+        topic, group = _setup(target, **{"share.isolation.level": "read_committed"})
+        seen: set[bytes] = set()
+        stop = threading.Event()
+
+        def poll() -> None:
+            consumer = LibrdkafkaShareConsumer({"bootstrap.servers": target.bootstrap, "group.id": group})
+            consumer.subscribe([topic])
+            try:
+                while not stop.is_set():
+                    for msg in consumer.poll(0.5):
+                        if not msg.error():
+                            seen.add(msg.value())
+            finally:
+                consumer.close()
+
+        poller = threading.Thread(target=poll)
+        poller.start()
+        try:
+            time.sleep(3)  # joined and fetching
+            committed, aborted = _transactions(target.backend, topic, "a")
+            deadline = time.monotonic() + 30
+            while not committed <= seen and time.monotonic() < deadline:
+                time.sleep(0.2)
+            time.sleep(2)
+            before = (committed <= seen, len(seen & aborted))
+            set_group_config(target.bootstrap, group, {"share.isolation.level": "read_uncommitted"})
+            time.sleep(1)
+            committed2, aborted2 = _transactions(target.backend, topic, "b")
+            deadline = time.monotonic() + 30
+            while not (committed2 | aborted2) <= seen and time.monotonic() < deadline:
+                time.sleep(0.2)
+            out[target.name] = {"before: committed, aborted seen": before,
+                                "after: committed": committed2 <= seen, "after: aborted seen": len(seen & aborted2)}
+        finally:
+            stop.set()
+            poller.join()
+
+    results: dict[str, dict] = {}
+    threads = [threading.Thread(target=scenario, args=(t, results)) for t in targets]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    print(f"\n{results}")
+    assert results["kshare"] == results["native"] == {
+        "before: committed, aborted seen": (True, 0), "after: committed": True, "after: aborted seen": 5}, results
+
+
 async def test_delivery_count_limit_lowered_for_a_loaded_share_partition(targets):
     async def scenario(target: Target) -> list[int]:
         topic, group = _setup(target, records=1)

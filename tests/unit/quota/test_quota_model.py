@@ -93,11 +93,14 @@ def test_record_throttles_mutes_and_caps_max_bytes():
     now = [100.0]
     quotas = ClientQuotas("127.0.0.1:1", None, clock=lambda: now[0])
     quotas.table = table(c=1000)
-    assert quotas.max_bytes("User:ANONYMOUS", APP, 52_428_800) == 10_000  # 1000 B/s × 10 windows
-    assert quotas.max_bytes("User:ANONYMOUS", "other", 500) == 500
+    assert quotas.admit("User:ANONYMOUS", APP, 52_428_800) == (10_000, 0)  # 1000 B/s × 10 windows
+    assert quotas.admit("User:ANONYMOUS", "other", 500) == (500, 0)  # no quota
     assert quotas.record("User:ANONYMOUS", APP, 5000, conn_id=7) == 0
-    throttle = quotas.record("User:ANONYMOUS", APP, 10_000, conn_id=7)
+    assert quotas.admit("User:ANONYMOUS", APP, 52_428_800) == (5000, 0)  # what is left within the quota
+    throttle = quotas.record("User:ANONYMOUS", APP, 10_000, conn_id=7)  # a first batch larger than that
     assert throttle == 5000  # 15 000 B over 10 windows, 1500 B/s: (1500 - 1000) / 1000 × 10 s
+    max_bytes, wait = quotas.admit("User:ANONYMOUS", APP, 52_428_800)
+    assert (max_bytes, wait) == (0, 5000)  # at the quota: nothing acquired, the throttle answered
     waited = []
 
     async def sleep(s):
