@@ -69,6 +69,7 @@ class ClientQuotas:
         self._clock = clock
         self._timeout = timeout_s
         self.table = QuotaTable()
+        self._resolved: dict[tuple[str, str], tuple[tuple[str, str], float] | None] = {}  # per table
         self._rates: dict[tuple[str, str], SampledRate] = {}
         self._muted: dict[int, float] = {}  # connection id -> end of its throttle (clock seconds)
         self._task: asyncio.Task[None] | None = None
@@ -100,7 +101,8 @@ class ClientQuotas:
             return False
         if table != self.table:
             log.info("client quotas: %d %s entities from the backend", len(table), CONSUMER_BYTE_RATE)
-        self.table = table
+            self.table = table
+            self._resolved = {}
         return True
 
     async def _refresher(self) -> None:
@@ -113,6 +115,16 @@ class ClientQuotas:
                     del self._rates[key]
 
     # -- what the ShareFetch path asks (once per request / response) --------------------------
+    def _resolve(self, principal: str, client_id: str) -> tuple[tuple[str, str], float] | None:
+        key = (principal, client_id)
+        try:
+            return self._resolved[key]
+        except KeyError:
+            if len(self._resolved) > 100_000:  # many short-lived client ids: start over
+                self._resolved = {}
+            found = self._resolved[key] = self.table.resolve(_user(principal), client_id)
+            return found
+
     def admit(self, principal: str, client_id: str, requested: int) -> tuple[int, int]:
         """(MaxBytes for this ShareFetch, ThrottleTimeMs when it may acquire nothing now).
 
@@ -122,7 +134,7 @@ class ClientQuotas:
         quota acquires nothing: its acknowledgements are applied and the answer, without records,
         carries the throttle time — the empty throttled answer Kafka sends, without acquiring
         records that would then wait for their lock to expire."""
-        resolved = self.table.resolve(_user(principal), client_id) if self.table.enabled else None
+        resolved = self._resolve(principal, client_id) if self.table.enabled else None
         if resolved is None:
             return requested, 0
         key, bound = resolved
@@ -141,7 +153,7 @@ class ClientQuotas:
         from :meth:`admit`). A throttled connection is muted for that long (:meth:`unmuted`)."""
         if not self.table.enabled:
             return 0
-        resolved = self.table.resolve(_user(principal), client_id)
+        resolved = self._resolve(principal, client_id)
         if resolved is None:
             return 0
         key, bound = resolved

@@ -208,10 +208,11 @@ class SampledRate:
 
     def throttle_ms(self, bound: float, now_ms: int) -> int:
         """0 within ``bound``; else Kafka's throttle time for the current rate."""
-        rate = self.measure(now_ms)
+        span = self.window_span_ms(now_ms)
+        rate = sum(s.value for s in self._samples) / (span / 1000)
         if rate <= bound:
             return 0
-        return min(round((rate - bound) / bound * self.window_span_ms(now_ms)), 2**31 - 1)
+        return min(round((rate - bound) / bound * span), 2**31 - 1)
 
     def room(self, bound: float, now_ms: int) -> float:
         """Bytes that can be recorded now without taking the rate over ``bound`` (<= 0: none)."""

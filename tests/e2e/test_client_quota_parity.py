@@ -23,7 +23,7 @@ from kshare_sidecar.testing.tools import run_configs
 from tests.e2e.conftest import LOCK_MS, Target
 from tests.support import create_topic, set_group_config, unique
 
-pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300), pytest.mark.optin("parity-debts")]
 
 QUOTA = 100_000  # bytes per second
 RECORD = 1000

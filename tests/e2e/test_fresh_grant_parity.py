@@ -26,7 +26,7 @@ from tests.e2e.conftest import SidecarProcess
 from tests.e2e.test_secured_backend import make_ca_and_server_cert
 from tests.support import set_group_config, unique
 
-pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300), pytest.mark.optin("parity-debts")]
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from kshare_sidecar.testing.kafka import KafkaBroker
 from tests.e2e.conftest import LOCK_MS, Target
 from tests.support import create_topic, produce, set_group_config, unique
 
-pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300), pytest.mark.optin("parity-debts")]
 
 
 @pytest.fixture(scope="module")
