@@ -4,8 +4,9 @@ Responses are built in the v2 shape and converted by the registry for v1 clients
 partition that carried acknowledgements is answered, and `Records` is never null.
 Authorization (``authorizer.class.name = backend``): see :func:`_authorize`. Client quotas
 (``client.quota.enable``; quota/client_quotas.py): a throttled connection's next request waits for
-the end of its throttle, MaxBytes is capped at the quota's window, and each ShareFetch answer's
-bytes are recorded once — an answer over the quota carries ThrottleTimeMs.
+the end of its throttle, MaxBytes is capped at what the client may still receive within its quota
+(nothing acquired at the quota), and each ShareFetch answer's bytes are recorded once — an answer
+over the quota carries ThrottleTimeMs.
 """
 
 from __future__ import annotations
