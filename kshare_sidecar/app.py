@@ -31,6 +31,7 @@ from .api import shares as shares_api
 from .api import versions as versions_api
 from .api.sasl import ListenerHandler
 from .auth.authorizer import AuthorizerError, BackendAuthorizer, backend_authorizer
+from .quota.client_quotas import ClientQuotas, client_quotas
 from .auth.tls import server_ssl_context
 from .cluster.view import ClusterView
 from .config import ConfigError, ListenerSpec, SidecarConfig
@@ -96,6 +97,7 @@ class Sidecar:
     security: BackendSecurity
     authenticator: Any
     authorizer: BackendAuthorizer | None
+    quotas: ClientQuotas | None
     persister: Any
     backend: Backend
     coordinator: ShareGroupCoordinator
@@ -141,6 +143,9 @@ class Sidecar:
         if start is not None:  # e.g. delegate: the backend offers the mechanisms it relays
             await start(cfg.listener_security.mechanisms)
         await self._start_authorizer()
+        self.quotas = client_quotas(cfg, self.security)
+        if self.quotas is not None:  # a backend that cannot answer yet: logged, read again later
+            await self.quotas.start()
         await self._start_state(specs)
         hidden = {cfg.state.topic}
         self.backend = Backend(cfg.backend.bootstrap_servers, topic_id_store=PersisterTopicIds(self.persister),
@@ -275,7 +280,7 @@ class Sidecar:
                                             {spec.name: (spec.advertised_host, spec.advertised_port or 0)
                                              for spec in specs}, self.persister.partitions)
         heartbeat_api.register(registry, self.groups)
-        shares_api.register(registry, self.shares, cluster=self.cluster_view)
+        shares_api.register(registry, self.shares, cluster=self.cluster_view, quotas=self.quotas)
         admin_api.register(registry, self.admin, self.backend)
         configs_api.register(registry, self.admin)
         return registry
@@ -378,6 +383,7 @@ class Sidecar:
         self.group_configs = GroupConfigTail(bootstrap_servers=cfg.backend.bootstrap_servers,
                                              topic=self.persister.topic, partitions=self.persister.partitions,
                                              client_options=self.security.aiokafka_options())
+        self.group_configs.listeners.append(self.partitions.reconfigure_group)
         await self.group_configs.start()
         self.admin.remote_group_configs = self.group_configs.configs
         self.admin.remote_state = self.group_configs
@@ -412,7 +418,7 @@ class Sidecar:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for name in ("forwarder", "tokens", "pool", "shares", "deadletter", "partitions", "membership", "group_configs",
-                     "backend", "persister", "authenticator", "authorizer"):
+                     "backend", "persister", "authenticator", "authorizer", "quotas"):
             part = getattr(self, name, None)
             if part is not None:
                 try:

@@ -29,6 +29,7 @@ from .config_sections import (
     ListenerSettings,
     PassthroughSettings,
     PluginSettings,
+    QuotaSettings,
     ServerSettings,
     ShareGroupSettings,
     StateSettings,
@@ -102,6 +103,7 @@ class SidecarConfig:
     state: StateSettings
     share: ShareGroupSettings
     deadletter: DeadLetterSettings
+    quota: QuotaSettings
     #: The listeners to open (``listeners``, or one PLAINTEXT listener on ``listen``).
     specs: tuple[ListenerSpec, ...]
     #: The sidecar-wide defaults of every GROUP config (built once: read on every request).
@@ -128,6 +130,7 @@ class SidecarConfig:
                   state=build_section(StateSettings, values),
                   share=build_section(ShareGroupSettings, values),
                   deadletter=build_section(DeadLetterSettings, values),
+                  quota=build_section(QuotaSettings, values),
                   specs=tuple(_listener_specs(listener, listener_security)),
                   group_defaults=MappingProxyType(group_defaults))
         _check_cross_settings(cfg)

@@ -74,6 +74,7 @@ class AuthorizerSettings:
 
     class_name: str = _key("authorizer.class.name")
     cache_ms: int = _key("authorizer.cache.ms")
+    denial_recheck_ms: int = _key("authorizer.denial.recheck.ms")
     super_users: str = _key("super.users")
     allow_everyone_if_no_acl_found: bool = _key("allow.everyone.if.no.acl.found")
     allow_plaintext_anonymous: bool = _key("authorizer.allow.plaintext.anonymous")
@@ -87,6 +88,16 @@ class PassthroughSettings:
     credentials: str = _key("passthrough.credentials")
     delegation_token_max_lifetime_ms: int = _key("passthrough.delegation.token.max.lifetime.ms")
     delegation_token_idle_ms: int = _key("passthrough.delegation.token.idle.ms")
+
+
+@dataclass(frozen=True)
+class QuotaSettings:
+    """The backend's client quotas applied to ShareFetch (quota/client_quotas.py)."""
+
+    enable: bool = _key("client.quota.enable")
+    refresh_ms: int = _key("client.quota.refresh.ms")
+    window_num: int = _key("quota.window.num")
+    window_size_seconds: int = _key("quota.window.size.seconds")
 
 
 @dataclass(frozen=True)
@@ -203,7 +214,7 @@ SECTIONS: dict[str, type[DataclassInstance]] = {
     "listener": ListenerSettings, "listener_security": ListenerSecuritySettings, "authorizer": AuthorizerSettings,
     "passthrough": PassthroughSettings, "server": ServerSettings, "plugins": PluginSettings,
     "cluster": ClusterSettings, "backend": BackendSettings, "state": StateSettings, "share": ShareGroupSettings,
-    "deadletter": DeadLetterSettings,
+    "deadletter": DeadLetterSettings, "quota": QuotaSettings,
 }
 
 _T = TypeVar("_T", bound="DataclassInstance")

@@ -199,6 +199,10 @@ SETTINGS: tuple[Setting, ...] = (
        "the backend's ACLs for the client's principal (Kafka's rules and error codes).", choices=("", "backend")),
     _S("authorizer.cache.ms", 5000, int, "How long a principal's ACLs read from the backend are used before a "
        "background refresh.", 100, 3_600_000),
+    _S("authorizer.denial.recheck.ms", 1000, int, "A refusal is never taken from the cache: the principal's ACLs "
+       "are read again first (a grant made a moment ago is honoured, as a broker does); one principal's re-reads "
+       "are at least this far apart, so a client that keeps being refused costs the backend one DescribeAcls set "
+       "per interval (its refusals wait for the next read).", 100, 60_000),
     _S("super.users", "", str, "Principals allowed everything without ACLs, ';'-separated as in Kafka "
        "(User:admin;User:kshare); the backend's super.users cannot be read over the protocol."),
     _S("allow.everyone.if.no.acl.found", False, bool, "As Kafka's StandardAuthorizer: when no ACL at all (for any "
@@ -277,6 +281,15 @@ SETTINGS: tuple[Setting, ...] = (
     _S("max.inflight.requests.per.connection", 64, int, "Outstanding responses per connection before it stops reading.",
        1, 10000),
     _S("metrics.port", 0, int, "Prometheus metrics port (0 = off).", 0, 65535),
+    # -- client quotas: the backend's consumer_byte_rate applied to ShareFetch (docs/compatibility.md)
+    _S("client.quota.enable", True, bool, "Apply the backend's consumer_byte_rate quotas (user and client-id "
+       "entities, read with DescribeClientQuotas) to ShareFetch as a broker does: ThrottleTimeMs and a muted "
+       "connection. Needs DESCRIBE_CONFIGS on CLUSTER for the sidecar's backend principal; false: no throttling."),
+    _S("client.quota.refresh.ms", 5000, int, "How often the backend's client quotas are read again.", 100,
+       3_600_000),
+    _S("quota.window.num", 11, int, "Samples a client's byte rate is measured over (Kafka's broker setting).", 2,
+       1000),
+    _S("quota.window.size.seconds", 1, int, "Length of each sample (Kafka's broker setting).", 1, 3600),
     _S("persister", "topic", str, "Persister plugin name (built-ins: topic, memory)."),
     _S("assignor", "simple", str, "Share-group assignor plugin name: the default of the per-group "
        "share.assignor (kshare's own group config)."),
@@ -325,8 +338,8 @@ SETTINGS: tuple[Setting, ...] = (
     _S("group.share.max.delivery.count.limit", 10, int, "Highest per-group share.delivery.count.limit.", 2, 10),
     _S("group.share.max.partition.max.record.locks", 4000, int, "Highest per-group share.partition.max.record.locks.",
        100, 10000),
-    _S("group.share.renew.acknowledge.enable", True, bool, "Default of share.renew.acknowledge.enable (stored and "
-       "described per group; see compatibility.md)."),
+    _S("group.share.renew.acknowledge.enable", True, bool, "Default of share.renew.acknowledge.enable: false "
+       "refuses RENEW acknowledgements (INVALID_RECORD_STATE), as Kafka 4.4 does."),
     _S("share.auto.offset.reset", "latest", str, "Default initial SPSO for new share-partitions.",
        check=_offset_reset),
     _S("share.isolation.level", "read_uncommitted", str, "Default isolation level for share groups.",

@@ -94,7 +94,7 @@ def make_share_group_describe(admin: AdminService):
         acl = await acl_of(ctx)
         groups = []
         for group_id in req.group_ids:
-            if not acl.allows(Op.DESCRIBE, Res.GROUP, group_id):
+            if not await acl.permits(Op.DESCRIBE, Res.GROUP, group_id):
                 groups.append(_described(GroupDescription(group_id, ErrorCode.group_authorization_failed)))
                 continue
             try:
@@ -102,7 +102,7 @@ def make_share_group_describe(admin: AdminService):
             except AdminError as exc:
                 d = GroupDescription(group_id, exc.code, exc.message)
             topics = {name for m in d.members for _, name, _ in m.assignment}
-            if len(acl.allowed(Op.DESCRIBE, Res.TOPIC, topics)) < len(topics):
+            if len(await acl.permitted(Op.DESCRIBE, Res.TOPIC, topics)) < len(topics):
                 d = GroupDescription(group_id, ErrorCode.topic_authorization_failed, "The group has described "
                                      "topic(s) that the client is not authorized to describe.")
             described = _described(d)
@@ -133,14 +133,14 @@ def make_describe_offsets(admin: AdminService):
         acl = await acl_of(ctx)
         groups = []
         for g in req.groups:
-            if not acl.allows(Op.DESCRIBE, Res.GROUP, g.group_id):
+            if not await acl.permits(Op.DESCRIBE, Res.GROUP, g.group_id):
                 groups.append({"group_id": g.group_id, "topics": (), "error_code": ErrorCode.group_authorization_failed,
                                "error_message": None})
                 continue
             topics = None if g.topics is None else {t.topic_name: list(t.partitions) for t in g.topics}
             denied: dict[str, list[int]] = {}
             if topics is not None:
-                allowed = acl.allowed(Op.DESCRIBE, Res.TOPIC, topics)
+                allowed = await acl.permitted(Op.DESCRIBE, Res.TOPIC, topics)
                 denied = {n: ps for n, ps in topics.items() if n not in allowed}
                 topics = {n: ps for n, ps in topics.items() if n in allowed}
             try:
@@ -172,14 +172,14 @@ def _describe_offsets_error(ctx, req, code: ErrorCode, message: str | None) -> d
 def make_alter_offsets(admin: AdminService):
     async def alter_share_group_offsets(ctx: RequestContext, header, req) -> dict[str, Any]:
         acl = await acl_of(ctx)
-        if not acl.allows(Op.READ, Res.GROUP, req.group_id):
+        if not await acl.permits(Op.READ, Res.GROUP, req.group_id):
             raise KafkaError(ErrorCode.group_authorization_failed)
         topics: dict[str, dict[int, int]] = {}
         for t in req.topics:
             parts = topics.setdefault(t.topic_name, {})
             for p in t.partitions:
                 parts[p.partition_index] = p.start_offset
-        readable = acl.allowed(Op.READ, Res.TOPIC, topics)
+        readable = await acl.permitted(Op.READ, Res.TOPIC, topics)
         denied = {n: ps for n, ps in topics.items() if n not in readable}
         try:
             result = await admin.alter_offsets(req.group_id, {n: ps for n, ps in topics.items() if n in readable})
@@ -201,10 +201,10 @@ def make_alter_offsets(admin: AdminService):
 def make_delete_offsets(admin: AdminService):
     async def delete_share_group_offsets(ctx: RequestContext, header, req) -> dict[str, Any]:
         acl = await acl_of(ctx)
-        if not acl.allows(Op.DELETE, Res.GROUP, req.group_id):
+        if not await acl.permits(Op.DELETE, Res.GROUP, req.group_id):
             raise KafkaError(ErrorCode.group_authorization_failed)
         names = [t.topic_name for t in req.topics]
-        readable = acl.allowed(Op.READ, Res.TOPIC, names)
+        readable = await acl.permitted(Op.READ, Res.TOPIC, names)
         try:
             result = await admin.delete_offsets(req.group_id, [n for n in names if n in readable])
         except AdminError as exc:
@@ -223,7 +223,7 @@ def make_delete_groups(admin: AdminService):
     async def delete_groups(ctx: RequestContext, header, req) -> dict[str, Any]:
         acl = await acl_of(ctx)
         names = list(dict.fromkeys(req.groups_names))
-        allowed = acl.allowed(Op.DELETE, Res.GROUP, names)
+        allowed = await acl.permitted(Op.DELETE, Res.GROUP, names)
         try:
             result = await admin.delete_groups([g for g in names if g in allowed]) if allowed else []
         except AdminError as exc:

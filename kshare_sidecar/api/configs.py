@@ -43,7 +43,7 @@ def make_describe_configs(admin: AdminService):
                    "resource_name": r.resource_name, "configs": ()}
             if r.resource_type != ConfigResourceType.GROUP:
                 res["error_code"], res["error_message"] = ErrorCode.invalid_request, _not_served(r.resource_type)
-            elif not acl.allows(Op.DESCRIBE_CONFIGS, Res.GROUP, r.resource_name):
+            elif not await acl.permits(Op.DESCRIBE_CONFIGS, Res.GROUP, r.resource_name):
                 res["error_code"], res["error_message"] = ErrorCode.group_authorization_failed, \
                     "Group authorization failed."
             elif not r.resource_name:
@@ -89,7 +89,7 @@ def make_incremental_alter_configs(admin: AdminService):
             try:
                 if r.resource_type != ConfigResourceType.GROUP:
                     raise AdminError(ErrorCode.invalid_request, _not_served(r.resource_type))
-                if not acl.allows(Op.ALTER_CONFIGS, Res.GROUP, r.resource_name):
+                if not await acl.permits(Op.ALTER_CONFIGS, Res.GROUP, r.resource_name):
                     raise AdminError(ErrorCode.group_authorization_failed, None)
                 if not r.resource_name:
                     raise AdminError(ErrorCode.invalid_group_id, "the group id must not be empty")

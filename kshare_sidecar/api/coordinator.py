@@ -65,13 +65,13 @@ def _coordinator(ctx: RequestContext, key: str, key_type: int, transactions: boo
     return _failed(key, ErrorCode.invalid_request, f"unknown coordinator type {key_type}")
 
 
-def _denied(acl: Decider, key: str, key_type: int) -> dict[str, Any] | None:
-    if key_type == GROUP and not acl.allows(Op.DESCRIBE, Res.GROUP, key):
+async def _denied(acl: Decider, key: str, key_type: int) -> dict[str, Any] | None:
+    if key_type == GROUP and not await acl.permits(Op.DESCRIBE, Res.GROUP, key):
         return _failed(key, ErrorCode.group_authorization_failed, "Group authorization failed.")
-    if key_type == TRANSACTION and not acl.allows(Op.DESCRIBE, Res.TRANSACTIONAL_ID, key):
+    if key_type == TRANSACTION and not await acl.permits(Op.DESCRIBE, Res.TRANSACTIONAL_ID, key):
         return _failed(key, ErrorCode.transactional_id_authorization_failed,
                        "Transactional Id authorization failed.")
-    if key_type == SHARE and not acl.allows(Op.CLUSTER_ACTION, Res.CLUSTER, CLUSTER_NAME):
+    if key_type == SHARE and not await acl.permits(Op.CLUSTER_ACTION, Res.CLUSTER, CLUSTER_NAME):
         return _failed(key, ErrorCode.cluster_authorization_failed, "Cluster authorization failed.")
     return None
 
@@ -99,7 +99,7 @@ def local(cluster: Any = None):
     async def find_coordinator(ctx: RequestContext, header: Any, request: Any) -> dict[str, Any]:
         keys, key_type = _keys(ctx, request)
         acl = await acl_of(ctx)
-        return _shape(ctx, [_denied(acl, key, key_type) or _coordinator(ctx, key, key_type, cluster=cluster)
+        return _shape(ctx, [await _denied(acl, key, key_type) or _coordinator(ctx, key, key_type, cluster=cluster)
                             for key in keys])
     return find_coordinator
 
@@ -119,7 +119,7 @@ def forwarding(check, cluster: Any = None):
         acl = await acl_of(ctx)
         out = []
         for key in keys:
-            denied = _denied(acl, key, key_type)
+            denied = await _denied(acl, key, key_type)
             if denied is not None:
                 out.append(denied)
                 continue

@@ -26,11 +26,11 @@ _ZERO = i32Timedelta.parse(datetime.timedelta(0))
 def make_handler(groups):
     async def share_group_heartbeat(ctx: RequestContext, header, req):
         acl = await acl_of(ctx)
-        if not acl.allows(Op.READ, Res.GROUP, req.group_id):
+        if not await acl.permits(Op.READ, Res.GROUP, req.group_id):
             return _error(ErrorCode.group_authorization_failed)
         if req.subscribed_topic_names:
             wanted = set(req.subscribed_topic_names)
-            if len(acl.allowed(Op.DESCRIBE, Res.TOPIC, wanted)) < len(wanted):
+            if len(await acl.permitted(Op.DESCRIBE, Res.TOPIC, wanted)) < len(wanted):
                 return _error(ErrorCode.topic_authorization_failed)
         result = await groups.heartbeat(
             group_id=req.group_id, member_id=req.member_id, member_epoch=req.member_epoch, rack_id=req.rack_id,

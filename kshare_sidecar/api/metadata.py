@@ -54,6 +54,8 @@ class MetadataHandler:
         topics = await self._topics(ctx, request)
         acl = await acl_of(ctx)
         if not acl.unrestricted:
+            if request.topics:  # named topics: a refusal is confirmed on fresh ACLs (Decider.confirm)
+                await acl.confirm(*((Op.DESCRIBE, Res.TOPIC, t.name) for t in topics if t.name is not None))
             topics = _authorized(acl, ctx, request, topics)
         source = operations_source(ctx, self._backend, self._backend_operations)
         if self._backend is not None:

@@ -2,7 +2,11 @@
 
 Responses are built in the v2 shape and converted by the registry for v1 clients. Every
 partition that carried acknowledgements is answered, and `Records` is never null.
-Authorization (``authorizer.class.name = backend``): see :func:`_authorize`.
+Authorization (``authorizer.class.name = backend``): see :func:`_authorize`. Client quotas
+(``client.quota.enable``; quota/client_quotas.py): a throttled connection's next request waits for
+the end of its throttle, MaxBytes is capped at what the client may still receive within its quota
+(nothing acquired at the quota), and each ShareFetch answer's bytes are recorded once — an answer
+over the quota carries ThrottleTimeMs.
 """
 
 from __future__ import annotations
@@ -62,9 +66,9 @@ async def _authorize(ctx: RequestContext, group_id: str):
     acl = await acl_of(ctx)
     if acl.unrestricted:
         return None
-    if not acl.allows(Op.READ, Res.GROUP, group_id):
+    if not await acl.permits(Op.READ, Res.GROUP, group_id):
         raise KafkaError(ErrorCode.group_authorization_failed)
-    return lambda topic: acl.allows(Op.READ, Res.TOPIC, topic)
+    return lambda topic: acl.permits(Op.READ, Res.TOPIC, topic)
 
 
 def _leader(ctx: RequestContext, mod, cluster=None, topic_id=None, partition: int = 0):
@@ -91,7 +95,7 @@ def _by_topic(out: ShareOut) -> dict:
     return topics
 
 
-def _watch_connection(ctx: RequestContext, shares, watched: set[int]) -> None:
+def _watch_connection(ctx: RequestContext, shares, watched: set[int], quotas=None) -> None:
     """A TCP disconnect closes the connection's share sessions (releasing their records)."""
     if ctx.connection is not None and ctx.conn_id not in watched:
         watched.add(ctx.conn_id)
@@ -99,20 +103,36 @@ def _watch_connection(ctx: RequestContext, shares, watched: set[int]) -> None:
         def closed(conn) -> None:
             watched.discard(conn.conn_id)
             shares.connection_closed(conn.conn_id)
+            if quotas is not None:
+                quotas.connection_closed(conn.conn_id)
 
         ctx.on_close(closed)
 
 
-def make_fetch_handler(shares, cluster=None):
+def _throttle(quotas, ctx: RequestContext, out: ShareOut, at_least_ms: int) -> i32Timedelta:
+    """Record the answer's bytes on the client's fetch quota (one check per response, the bytes
+    summed per partition); its ThrottleTimeMs."""
+    if quotas is None:
+        return _ZERO
+    ms = quotas.record(ctx.principal, ctx.client_id or "", sum(len(p.records) for p in out.partitions), ctx.conn_id,
+                       at_least_ms)
+    return cast(i32Timedelta, datetime.timedelta(milliseconds=ms)) if ms else _ZERO
+
+
+def make_fetch_handler(shares, cluster=None, quotas=None):
     watched: set[int] = set()
 
     async def share_fetch(ctx: RequestContext, header, req):
+        if quotas is not None:  # a throttled connection is muted until its throttle ends (KIP-219)
+            await quotas.unmuted(ctx.conn_id)
         _check_ids(req)
         readable = await _authorize(ctx, req.group_id)
-        _watch_connection(ctx, shares, watched)
+        _watch_connection(ctx, shares, watched, quotas)
+        max_bytes, wait_ms = (req.max_bytes, 0) if quotas is None else \
+            quotas.admit(ctx.principal, ctx.client_id or "", req.max_bytes)  # 0: acknowledgements only
         params = FetchParams(
-            max_wait_ms=int(req.max_wait.total_seconds() * 1000), min_bytes=req.min_bytes,
-            max_bytes=req.max_bytes, max_records=req.max_records, batch_size=req.batch_size,
+            max_wait_ms=int(req.max_wait.total_seconds() * 1000), min_bytes=min(req.min_bytes, max_bytes),
+            max_bytes=max_bytes, max_records=req.max_records, batch_size=req.batch_size,
             mode=getattr(req, "share_acquire_mode", 0))
         out = await shares.share_fetch(
             conn_id=ctx.conn_id, group_id=req.group_id, member_id=req.member_id, epoch=req.share_session_epoch,
@@ -132,15 +152,17 @@ def make_fetch_handler(shares, cluster=None):
                 for p in parts))
             for topic_id, parts in _by_topic(out).items())
         return f2.ShareFetchResponse(
-            throttle_time=_ZERO, error_code=out.error, error_message=out.message,
+            throttle_time=_throttle(quotas, ctx, out, wait_ms), error_code=out.error, error_message=out.message,
             acquisition_lock_timeout=_lock_timeout(out.lock_timeout_ms),
             responses=responses if not out.error else (), node_endpoints=_endpoints(ctx, f2, cluster))
 
     return share_fetch
 
 
-def make_ack_handler(shares, cluster=None):
+def make_ack_handler(shares, cluster=None, quotas=None):
     async def share_acknowledge(ctx: RequestContext, header, req):
+        if quotas is not None:  # muted with its connection (no bytes recorded: Kafka's fetch quota
+            await quotas.unmuted(ctx.conn_id)  # counts ShareFetch answers only)
         _check_ids(req)
         readable = await _authorize(ctx, req.group_id)
         out = await shares.share_acknowledge(
@@ -160,6 +182,6 @@ def make_ack_handler(shares, cluster=None):
     return share_acknowledge
 
 
-def register(registry, shares, cluster=None) -> None:
-    registry.register(ApiKey.SHARE_FETCH, 1, 2, make_fetch_handler(shares, cluster))
-    registry.register(ApiKey.SHARE_ACKNOWLEDGE, 1, 2, make_ack_handler(shares, cluster))
+def register(registry, shares, cluster=None, quotas=None) -> None:
+    registry.register(ApiKey.SHARE_FETCH, 1, 2, make_fetch_handler(shares, cluster, quotas))
+    registry.register(ApiKey.SHARE_ACKNOWLEDGE, 1, 2, make_ack_handler(shares, cluster, quotas))

@@ -23,7 +23,7 @@ Codes are Kafka's wire values (``AclOperation``, ``ResourceType``, ``PatternType
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -187,13 +187,35 @@ def _by_type(acls: Iterable[Acl]) -> dict[int, tuple[Acl, ...]]:
 ALLOW_EVERYTHING = AclSet(super_user=True)
 
 
-@dataclass(frozen=True, slots=True)
-class Decider:
-    """An :class:`AclSet` bound to one request's principal and client host: what handlers ask."""
+#: ``recheck(principal, since)``: the principal's ACLs read from the backend by a read that
+#: started at or after ``since`` (:meth:`~.authorizer.BackendAuthorizer.fresh_acls`).
+Recheck = Callable[[str, float], Awaitable[AclSet]]
 
-    acls: AclSet
-    principal: str
-    host: str
+
+class Decider:
+    """An :class:`AclSet` bound to one request's principal and client host: what handlers ask.
+
+    ``allows`` / ``allowed`` / ``operations`` answer from the set the request started with (a
+    cached read of the backend's ACLs). Where a *no* becomes an error for the client, handlers ask
+    :meth:`permits` (or :meth:`confirm` first): a no on the cached set is checked again on a set
+    read after the request arrived, so a refusal never rests on a cache older than a grant — a
+    broker applies a new ACL within milliseconds, and GROUP_AUTHORIZATION_FAILED is fatal to share
+    consumers. Filtering (a listing without the topics one may not see) keeps the cached answer.
+    """
+
+    __slots__ = ("_recheck", "acls", "fresh", "host", "principal", "since")
+
+    def __init__(self, acls: AclSet, principal: str, host: str, *, recheck: Recheck | None = None,
+                 since: float = 0.0) -> None:
+        self.acls = acls
+        self.principal = principal
+        self.host = host
+        self._recheck = recheck
+        self.since = since  # when the request's decisions started (the authorizer's clock)
+        self.fresh = recheck is None  # the set was read after `since` (nothing to re-check)
+
+    def __repr__(self) -> str:
+        return f"Decider({self.principal}@{self.host}, {len(self.acls)} ACLs{', fresh' if self.fresh else ''})"
 
     def allows(self, op: Op, resource_type: Res, name: str) -> bool:
         return self.acls.authorize(self.principal, self.host, op, resource_type, name)
@@ -201,6 +223,29 @@ class Decider:
     def allowed(self, op: Op, resource_type: Res, names: Iterable[str]) -> set[str]:
         """The subset of ``names`` allowed (Kafka's ``filterByAuthorized``)."""
         return {n for n in set(names) if self.allows(op, resource_type, n)}
+
+    async def confirm(self, *checks: tuple[Op, Res, str]) -> None:
+        """Before refusing any of ``checks``: when one of them fails on the cached set, read the
+        principal's ACLs again (once per request; the authorizer rate-limits per principal) and
+        use that set for the rest of the request."""
+        if self.fresh or all(self.allows(op, rt, name) for op, rt, name in checks):
+            return
+        assert self._recheck is not None
+        self.acls = await self._recheck(self.principal, self.since)
+        self.fresh = True
+
+    async def permits(self, op: Op, resource_type: Res, name: str) -> bool:
+        """``allows``, with a refusal confirmed on a fresh read (:meth:`confirm`)."""
+        if self.allows(op, resource_type, name):
+            return True
+        await self.confirm((op, resource_type, name))
+        return self.allows(op, resource_type, name)
+
+    async def permitted(self, op: Op, resource_type: Res, names: Iterable[str]) -> set[str]:
+        """``allowed``, with the refused names confirmed on a fresh read (:meth:`confirm`)."""
+        wanted = set(names)
+        await self.confirm(*((op, resource_type, n) for n in wanted))
+        return self.allowed(op, resource_type, wanted)
 
     def operations(self, resource_type: Res, name: str) -> int:
         """Kafka's AuthorizedOperations for the resource: a bit (1 << code) per allowed operation

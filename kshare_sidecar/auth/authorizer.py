@@ -14,6 +14,15 @@ unfiltered DescribeAcls (every principal's ACLs, shared by all principals' refre
 :data:`STALE_FACTOR` × cache.ms is no longer trusted: requests fail with a retriable error until
 the backend answers again (fail closed, never open).
 
+A refusal never rests on the cache: a broker applies a new ACL from its metadata log within
+milliseconds, so a client granted READ a moment ago is served there — and a share consumer
+refused GROUP_AUTHORIZATION_FAILED gives up for good. So before a handler refuses
+(:meth:`.acls.Decider.confirm`), :meth:`BackendAuthorizer.fresh_acls` reads the principal's
+ACLs (and ``User:*``'s, and every ACL with allow.everyone.if.no.acl.found) by a read that started
+after the request arrived. Such re-reads of one principal are at least
+``authorizer.denial.recheck.ms`` apart — a denied client that keeps asking costs the backend one
+DescribeAcls set per interval, and its refusals wait for the next read instead.
+
 Evaluation itself is :mod:`.acls` (sans-I/O); this module is only the I/O and the cache.
 """
 
@@ -73,6 +82,7 @@ class _Entry:
     acls: AclSet
     fetched: float
     used: float
+    started: float = 0.0  # when the read that produced `acls` was sent (what fresh_acls compares)
 
 
 def acls_from_response(response: Any) -> list[Acl]:
@@ -91,7 +101,7 @@ class BackendAuthorizer:
 
     def __init__(self, bootstrap_servers: str, security: Any, *, cache_ms: int = 5000,
                  super_users: frozenset[str] = frozenset(), plaintext_anonymous: bool = True,
-                 allow_everyone_if_no_acl_found: bool = False,
+                 allow_everyone_if_no_acl_found: bool = False, denial_recheck_ms: int = 1000,
                  clock: Callable[[], float] = time.monotonic, timeout_s: float = 10.0) -> None:
         self._conns = [BrokerConn(host, port, security=security, connect_timeout_s=timeout_s)
                        for host, port in parse_bootstrap(bootstrap_servers)]
@@ -102,6 +112,10 @@ class BackendAuthorizer:
         self._timeout = timeout_s
         self._entries: dict[str, _Entry] = {}
         self._inflight: dict[str, asyncio.Future[AclSet]] = {}
+        self._inflight_started: dict[str, float] = {}
+        self.recheck_s = denial_recheck_ms / 1000
+        self._rechecked: dict[str, float] = {}  # principal -> when its last re-read (fresh_acls) started
+        self.rechecks = 0
         self._task: asyncio.Task[None] | None = None
         self._wildcard: tuple[float, list[Acl]] | None = None
         self.allow_everyone = allow_everyone_if_no_acl_found
@@ -139,7 +153,8 @@ class BackendAuthorizer:
     async def decider(self, principal: str, host: str, security_protocol: str = "PLAINTEXT") -> Decider:
         if self.exempt(principal, security_protocol):
             return Decider(AclSet(super_user=True), principal, host)
-        return Decider(await self.acls(principal), principal, host)
+        since = self._clock()
+        return Decider(await self.acls(principal), principal, host, recheck=self.fresh_acls, since=since)
 
     async def acls(self, principal: str) -> AclSet:
         now = self._clock()
@@ -154,43 +169,92 @@ class BackendAuthorizer:
             _failures.log("acls", logging.WARNING, "ACLs of %s could not be read from the backend: %s", principal, exc)
             raise AclsUnavailable(f"ACLs could not be read from the backend: {exc}") from exc
 
+    async def fresh_acls(self, principal: str, since: float) -> AclSet:
+        """The principal's ACLs from a read that started at or after ``since`` (see the module
+        docstring): the cached set if it is that recent, a read in flight that started after it,
+        or a new read once ``authorizer.denial.recheck.ms`` has passed since the principal's last
+        re-read (waiting for that moment). A failed read is AclsUnavailable (retriable), never a
+        refusal from the old set."""
+        while True:
+            entry = self._entries.get(principal)
+            if entry is not None and entry.started >= since:
+                entry.used = self._clock()
+                return entry.acls
+            pending = self._inflight.get(principal)
+            if pending is not None:
+                if self._inflight_started.get(principal, 0.0) >= since:
+                    return await self._await_read(principal, pending)
+                await asyncio.wait({pending})  # an older read: the next one must start after it
+                continue
+            wait = self._rechecked.get(principal, float("-inf")) + self.recheck_s - self._clock()
+            if wait > 0:
+                await asyncio.sleep(wait)
+                continue
+            self._rechecked[principal] = self._clock()
+            self.rechecks += 1
+            return await self._await_read(principal, self._start(principal, shared=False))
+
+    async def _await_read(self, principal: str, pending: asyncio.Future[AclSet]) -> AclSet:
+        try:
+            return await asyncio.shield(pending)
+        except (BrokerConnError, TimeoutError, OSError, AuthorizerError) as exc:
+            _failures.log("acls", logging.WARNING, "ACLs of %s could not be read from the backend: %s", principal, exc)
+            raise AclsUnavailable(f"ACLs could not be read from the backend: {exc}") from exc
+
     # -- internals -----------------------------------------------------------------------------
     async def _load(self, principal: str) -> AclSet:
         """One DescribeAcls pair per principal at a time (concurrent requests share it)."""
         pending = self._inflight.get(principal)
         if pending is None:
-            pending = self._inflight[principal] = asyncio.ensure_future(self._fetch(principal))
-            pending.add_done_callback(lambda _f: self._inflight.pop(principal, None))
+            pending = self._start(principal, shared=True)
         return await asyncio.shield(pending)
 
-    async def _fetch(self, principal: str) -> AclSet:
-        own, wildcard, every = await asyncio.gather(self._describe(principal), self._wildcard_acls(),
-                                                    self._all_acls())
+    def _start(self, principal: str, *, shared: bool) -> asyncio.Future[AclSet]:
+        """Start a read of the principal's ACLs (``shared``: ``User:*``'s and every ACL may come
+        from a read of the last half cache period; else they are read now too)."""
+        pending = self._inflight[principal] = asyncio.ensure_future(self._fetch(principal, shared=shared))
+        self._inflight_started[principal] = self._clock()
+
+        def done(f: asyncio.Future[AclSet]) -> None:
+            if self._inflight.get(principal) is f:
+                del self._inflight[principal]
+            if not f.cancelled():
+                f.exception()  # retrieved: the awaiting requests report it
+
+        pending.add_done_callback(done)
+        return pending
+
+    async def _fetch(self, principal: str, *, shared: bool = True) -> AclSet:
+        started = self._clock()
+        own, wildcard, every = await asyncio.gather(self._describe(principal), self._wildcard_acls(shared),
+                                                    self._all_acls(shared))
         acls = AclSet([*own, *wildcard] if principal != WILDCARD_PRINCIPAL else own, resource_acls=every)
         now = self._clock()
         old = self._entries.get(principal)
-        self._entries[principal] = _Entry(acls, now, old.used if old is not None else now)
+        if old is not None and old.started > started:
+            return old.acls  # a later read finished first: keep it
+        self._entries[principal] = _Entry(acls, now, old.used if old is not None else now, started)
         self.fetches += 1
         log.debug("ACLs of %s: %d bindings", principal, len(acls))
         return acls
 
-    async def _wildcard_acls(self) -> list[Acl]:
+    async def _wildcard_acls(self, shared: bool = True) -> list[Acl]:
         """``User:*``'s ACLs, shared by every principal's refresh within half a cache period (N
-        principals cost N + 1 DescribeAcls per period, not 2N)."""
+        principals cost N + 1 DescribeAcls per period, not 2N); ``shared=False``: read now."""
         now = self._clock()
-        if self._wildcard is not None and now - self._wildcard[0] < self.cache_s / 2:
+        if shared and self._wildcard is not None and now - self._wildcard[0] < self.cache_s / 2:
             return self._wildcard[1]
         acls = await self._describe(WILDCARD_PRINCIPAL)
         self._wildcard = (now, acls)
         return acls
 
-    async def _all_acls(self) -> list[Acl] | None:
+    async def _all_acls(self, shared: bool = True) -> list[Acl] | None:
         """Every ACL of the backend (no principal filter), for allow.everyone.if.no.acl.found;
         ``None`` when that is off. Shared within half a cache period, as ``User:*``'s."""
         if not self.allow_everyone:
             return None
         now = self._clock()
-        if self._everyone is not None and now - self._everyone[0] < self.cache_s / 2:
+        if shared and self._everyone is not None and now - self._everyone[0] < self.cache_s / 2:
             return self._everyone[1]
         acls = await self._describe(None)
         self._everyone = (now, acls)
@@ -230,6 +294,7 @@ class BackendAuthorizer:
             for principal, entry in list(self._entries.items()):
                 if now - entry.used > self.cache_s * IDLE_FACTOR:
                     del self._entries[principal]
+                    self._rechecked.pop(principal, None)
                 elif now - entry.fetched >= self.cache_s:
                     try:
                         await self._load(principal)
@@ -251,7 +316,8 @@ def backend_authorizer(config: Any, security: Any) -> BackendAuthorizer | None:
     return BackendAuthorizer(config.backend.bootstrap_servers, security, cache_ms=config.authorizer.cache_ms,
                              super_users=supers,
                              plaintext_anonymous=config.authorizer.allow_plaintext_anonymous,
-                             allow_everyone_if_no_acl_found=config.authorizer.allow_everyone_if_no_acl_found)
+                             allow_everyone_if_no_acl_found=config.authorizer.allow_everyone_if_no_acl_found,
+                             denial_recheck_ms=config.authorizer.denial_recheck_ms)
 
 
 __all__ = ["AclsUnavailable", "AuthorizerError", "BackendAuthorizer", "Permission", "Res", "backend_authorizer"]

@@ -85,8 +85,8 @@ def delete_groups(local: LocalHandler, pool: BackendPool, is_share_group: Callab
     async def handler(ctx: RequestContext, header: Any, req: Any) -> Any:
         names = list(dict.fromkeys(req.groups_names))
         acl = await acl_of(ctx)  # the backend would be asked as the sidecar: Kafka's DELETE check here
-        results: dict[str, Any] = {g: ErrorCode.group_authorization_failed for g in names
-                                   if not acl.allows(Op.DELETE, Res.GROUP, g)}
+        allowed = await acl.permitted(Op.DELETE, Res.GROUP, names)
+        results: dict[str, Any] = {g: ErrorCode.group_authorization_failed for g in names if g not in allowed}
         ours = [g for g in names if is_share_group(g) and g not in results]
         if ours:
             answer = await local(ctx, header, dataclasses.replace(req, groups_names=tuple(ours)))
@@ -136,7 +136,7 @@ def configs(local: LocalHandler, pool: BackendPool, api_key: int, out_list: str,
         for i, r in enumerate(resources):
             if i in answers:
                 continue
-            denied = _config_denied(acl, api_key, r)
+            denied = await _config_denied(acl, api_key, r)
             if denied is not None:
                 answers[i] = {"error_code": denied[0], "error_message": denied[1], "resource_type": r.resource_type,
                               "resource_name": r.resource_name, **({"configs": ()} if api_key == ApiKey.DESCRIBE_CONFIGS else {})}
@@ -174,14 +174,14 @@ def configs(local: LocalHandler, pool: BackendPool, api_key: int, out_list: str,
 _CLUSTER_CONFIG_TYPES = (ConfigResourceType.BROKER, ConfigResourceType.BROKER_LOGGER, ConfigResourceType.CLIENT_METRICS)
 
 
-def _config_denied(acl: Any, api_key: int, resource: Any) -> tuple[ErrorCode, str | None] | None:
+async def _config_denied(acl: Any, api_key: int, resource: Any) -> tuple[ErrorCode, str | None] | None:
     """Kafka's ConfigHelper / ControllerApis rules for backend resources: DESCRIBE_CONFIGS (32) or
     ALTER_CONFIGS (44) on the TOPIC, or on the CLUSTER for broker, broker-logger and client-metrics
     resources."""
     op = Op.DESCRIBE_CONFIGS if api_key == ApiKey.DESCRIBE_CONFIGS else Op.ALTER_CONFIGS
-    if resource.resource_type == ConfigResourceType.TOPIC and not acl.allows(op, Res.TOPIC, resource.resource_name):
+    if resource.resource_type == ConfigResourceType.TOPIC and not await acl.permits(op, Res.TOPIC, resource.resource_name):
         return ErrorCode.topic_authorization_failed, "Topic authorization failed." if api_key == ApiKey.DESCRIBE_CONFIGS else None
-    if resource.resource_type in _CLUSTER_CONFIG_TYPES and not acl.allows(op, Res.CLUSTER, CLUSTER_NAME):
+    if resource.resource_type in _CLUSTER_CONFIG_TYPES and not await acl.permits(op, Res.CLUSTER, CLUSTER_NAME):
         return ErrorCode.cluster_authorization_failed, "Cluster authorization failed." if api_key == ApiKey.DESCRIBE_CONFIGS else None
     return None
 
@@ -245,6 +245,8 @@ def describe_topic_partitions(pool: BackendPool, hidden: AbstractSet[str], backe
         acl = await acl_of(ctx)  # asked as the sidecar: Kafka's DESCRIBE rule for the client here
         named = bool(getattr(req, "topics", None))
         source = operations_source(ctx, pool, backend_operations)
+        if named:  # a refusal is confirmed on fresh ACLs (Decider.confirm)
+            await acl.confirm(*((Op.DESCRIBE, Res.TOPIC, t.name) for t in answer.topics if t.name not in hidden))
         topics = []
         for t in answer.topics:
             if t.name in hidden:

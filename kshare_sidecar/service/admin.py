@@ -441,12 +441,13 @@ class AdminService:
         """Apply validated changes to a group's overrides and persist them.
 
         The group need not exist yet (configs may be set before the first member joins).
-        ``share.auto.offset.reset``, ``share.isolation.level``, the session timeout and heartbeat
-        interval apply at once; ``share.assignor`` at the group's next assignment (the coordinator
-        sees the change at the next heartbeat and bumps the group epoch); the lock duration,
-        delivery count limit and record-lock cap apply to share-partitions loaded after the
-        change, so an empty group's loaded share-partitions are unloaded here (they reload on the
-        next fetch)."""
+        Every config applies at once, as on Kafka (docs/admin.md): ``share.isolation.level`` to the
+        next fetch, the session timeout and heartbeat interval to the next heartbeat,
+        ``share.auto.offset.reset`` to share-partitions initialized from now on,
+        ``share.assignor`` at the group's next assignment; the loaded share-partitions take the
+        lock duration, delivery count limit, record-lock cap and extension keys now
+        (SharePartitionManager.reconfigure_group; an empty group's are unloaded instead and
+        reload on the next fetch)."""
         self._ready()
         if not group_id:
             raise AdminError(ErrorCode.invalid_group_id, "the group id must not be empty")
@@ -464,9 +465,11 @@ class AdminService:
                     group.configs.pop(name, None)
                 else:
                     group.configs[name] = value
-            if not group.members:
-                self.partitions.unload_group(group_id)
             await self._save(group_id)
+            if not group.members:  # nothing in flight: the next fetch loads them afresh
+                self.partitions.unload_group(group_id)
+            else:
+                self.partitions.reconfigure_group(group_id)
             log.info("share group %s: configs changed: %s", group_id,
                      ", ".join(f"{k}={'(default)' if v is None else v}" for k, v in changes.items()))
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
@@ -244,6 +244,9 @@ class GroupConfigTail:
         self.client_options = client_options
         self.configs: dict[str, dict[str, str]] = {}
         self.snapshots: dict[str, dict] = {}  # group id -> {SharePartitionKey: raw value}
+        #: called with a group id when its configs change: the share-partitions this sidecar leads
+        #: take them (SharePartitionManager.reconfigure_group), as every broker's do on Kafka
+        self.listeners: list[Callable[[str], object]] = []
         self._consumer: AIOKafkaConsumer | None = None
         self._task: asyncio.Task | None = None
 
@@ -293,10 +296,20 @@ class GroupConfigTail:
                         _kind, group_id, record = codec.decode(m.key, m.value)
                     except codec.CodecError:
                         continue  # logged by the owner's replay
+                    before = self.configs.get(group_id)
                     if record is None:
                         self.configs.pop(group_id, None)
                     else:
                         self.configs[group_id] = dict(record.configs)
+                    if self.configs.get(group_id) != before:
+                        self._changed(group_id)
+
+    def _changed(self, group_id: str) -> None:
+        for listener in self.listeners:
+            try:
+                listener(group_id)
+            except Exception:  # noqa: BLE001 - one listener must not stop the tail
+                log.exception("cluster: applying group %s's changed configs failed", group_id)
 
     def summary(self, key):
         """The newest snapshot of ``key`` as a StateSummary (None: none read)."""

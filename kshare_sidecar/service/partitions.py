@@ -34,6 +34,7 @@ from ..persist.records import UNSET_OFFSET, WriteItem
 from ..share.config import Extensions, ShareConfig
 from ..share.extended import ExtendedSharePartition
 from ..share.holds import HOLDERS
+from ..share.keyorder import KeyIndex
 from ..share.partition import SharePartition
 from ..timeutil import parse_iso_duration_ms
 
@@ -202,6 +203,43 @@ class SharePartitionManager:
         return Extensions(dead_letter=bool(group.deadletter_topic_name), backoff_ms=group.release_backoff_ms,
                           backoff_multiplier=group.release_backoff_multiplier,
                           backoff_max_ms=group.release_backoff_max_ms, key_ordering=group.key_ordering)
+
+    def reconfigure_group(self, group_id: str) -> int:
+        """The group's configs changed: every loaded share-partition of it takes them now, as
+        Kafka's SharePartition reads them on every use (lock duration at the next acquisition,
+        delivery count limit at the next release or expiry, record-lock cap at the next fetch;
+        kshare's extensions likewise). Called by the group's coordinator at the change and, in a
+        cluster, by every sidecar when the group's record reaches it (cluster.GroupConfigTail).
+        Returns how many share-partitions changed."""
+        slots = [slot for key, slot in self.slots.items() if key.group_id == group_id]
+        if not slots:
+            return 0
+        config, ext = self.share_config(group_id), self.extensions(group_id)
+        changed = 0
+        for slot in slots:
+            sp = slot.partition
+            touched = sp.config != config
+            if touched:
+                sp.reconfigure(config)
+            if isinstance(sp, ExtendedSharePartition):
+                touched |= sp.ext != ext
+                sp.ext = ext
+            elif ext.enabled:
+                # a plain share-partition gains kshare's extensions: the extended engine is the same
+                # window with extra decisions (its holds start empty; key ordering covers the
+                # records acquired from now on)
+                sp.__class__ = ExtendedSharePartition
+                assert isinstance(sp, ExtendedSharePartition)
+                sp.ext, sp._wall, sp.key_index = ext, wall_ms, KeyIndex()
+                touched = True
+            if touched:
+                changed += 1
+                slot.wake()  # a higher cap or limit may let a parked fetch acquire now
+                self.track(slot)
+                self._changed(slot)  # a dropped dead-letter topic: its held records are archived
+        if changed:
+            log.info("share group %s: %d loaded share-partition(s) took the changed configs", group_id, changed)
+        return changed
 
     def _changed(self, slot: Slot) -> None:
         if self.on_change is not None:

@@ -20,7 +20,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -33,6 +33,7 @@ from ..protocol.types import TopicIdPartition
 from ..share.acks import parse_ack_batches
 from ..share.sessions import SessionError, ShareSession, ShareSessionCache
 from ..share.types import AckBatch
+from ..states import RENEW
 from .logreader import ShareLogReader
 from .partitions import PartitionError, PendingAcks, SharePartitionManager, Slot
 from .sharefetch import DelayedShareFetch, FetchParams, PartitionOut
@@ -44,8 +45,9 @@ __all__ = ["FetchParams", "PartitionOut", "ShareOut", "ShareService"]
 
 log = logging.getLogger("kshare.shares")
 
-#: ``readable(topic_name) -> bool``: may the requesting principal READ the topic (authorization on)
-Readable = Callable[[str], bool]
+#: ``await readable(topic_name) -> bool``: may the requesting principal READ the topic (authorization
+#: on; a refusal is confirmed on ACLs read after the request arrived, auth/acls.Decider.permits)
+Readable = Callable[[str], Awaitable[bool]]
 #: a request's topics: (topic id, partition, its AcknowledgementBatches)
 RequestTopics = list[tuple[uuid.UUID, int, list[AckBatch]]]
 
@@ -107,8 +109,9 @@ class ShareService:
         # The durable write of the piggybacked acks and the acquisition of new records run side by
         # side: the response waits for both, so a fetch costs max(write, read), not their sum.
         allowed_acks = {tp: b for tp, b in acks.items() if tp not in denied}
-        ack_task = asyncio.ensure_future(self._acknowledge(group_id, member_id, allowed_acks,
-                                                           allow_renew=is_renew)) if allowed_acks else None
+        ack_task = asyncio.ensure_future(self._acknowledge(
+            group_id, member_id, allowed_acks, allow_renew=is_renew,
+            renew_enabled=group.renew_acknowledge_enable)) if allowed_acks else None
         fetched: dict[TopicIdPartition, PartitionOut] = {}
         try:
             if epoch != -1 and not is_renew and params.max_records > 0 and params.max_bytes > 0 \
@@ -151,7 +154,8 @@ class ShareService:
                                 readable: Readable | None = None) -> ShareOut:
         _METRICS.share_ack_requests += 1  # metrics (issue 7)
         key = (group_id, member_id)
-        lock_ms = GroupConfig.of(self.group_config(group_id)).record_lock_duration_ms
+        group = GroupConfig.of(self.group_config(group_id))
+        lock_ms = group.record_lock_duration_ms
         try:
             if epoch == 0:
                 raise SessionError(ErrorCode.invalid_share_session_epoch,
@@ -163,7 +167,8 @@ class ShareService:
         acks = _merge_acks(topics)
         denied = await self._denied(readable, set(acks))
         allowed = {tp: b for tp, b in acks.items() if tp not in denied}
-        results = await self._acknowledge(group_id, member_id, allowed, allow_renew=is_renew) if allowed else {}
+        results = await self._acknowledge(group_id, member_id, allowed, allow_renew=is_renew,
+                                          renew_enabled=group.renew_acknowledge_enable) if allowed else {}
         results |= {tp: ErrorCode.topic_authorization_failed for tp in denied}
         if epoch == -1:
             self._close(session)
@@ -186,7 +191,7 @@ class ShareService:
         denied: set[TopicIdPartition] = set()
         for topic_id in {t for t, _ in tps}:
             info = await self.backend.resolve_topic_id(topic_id)
-            if info is not None and not readable(info.name):
+            if info is not None and not await readable(info.name):
                 denied |= {tp for tp in tps if tp[0] == topic_id}
         return denied
 
@@ -215,12 +220,17 @@ class ShareService:
 
     # -- acknowledgements --------------------------------------------------------------------
     async def _acknowledge(self, group_id: str, member_id: str, acks: dict[TopicIdPartition, list[AckBatch]],
-                           *, allow_renew: bool) -> dict[TopicIdPartition, ErrorCode]:
+                           *, allow_renew: bool, renew_enabled: bool = True) -> dict[TopicIdPartition, ErrorCode]:
         results: dict[TopicIdPartition, ErrorCode] = {}
         planned: list[tuple[Slot, object]] = []  # (slot, PendingAcks): persist_plans takes AckPlans too
         for (topic_id, p), batches in acks.items():
             if isinstance(parse_ack_batches(batches, allow_renew=allow_renew), ErrorCode):
                 results[(topic_id, p)] = ErrorCode.invalid_request  # Kafka validates batches first
+                continue
+            if not renew_enabled and any(RENEW in b.ack_types for b in batches):
+                # share.renew.acknowledge.enable=false (read at each acknowledgement, as Kafka's
+                # SharePartition does): the partition's acknowledgement fails as a whole
+                results[(topic_id, p)] = ErrorCode.invalid_record_state
                 continue
             try:
                 slot = await self._slot(group_id, topic_id, p, load=False)

@@ -55,13 +55,8 @@ class InFlight:
     ) -> None:
         if start_offset < 0:
             raise ValueError("start_offset must be resolved (>= 0) before building a SharePartition")
-        self.config = config
         self._clock = clock
-        self._limit = config.delivery_count_limit
-        self._duration = config.record_lock_duration_ms
-        self._cap = config.max_record_locks
-        self._throttle = config.throttle_redelivery
-        self._throttle_at = config.throttle_threshold
+        self.reconfigure(config)
         self.state_epoch = state_epoch
         self.leader_epoch = leader_epoch
         self._spso = start_offset
@@ -74,6 +69,18 @@ class InFlight:
         self._available = 0  # AVAILABLE records in the window (re-available or restored)
         self._avail_hint = start_offset  # no AVAILABLE record in the window below this offset
         self.version = 0  # bumped on every mutation; detects stale ack plans
+
+    def reconfigure(self, config: ShareConfig) -> None:
+        """Take the group's current configs, as Kafka's SharePartition reads them on every use
+        (ShareGroupConfigProvider): a new lock duration applies to the next acquisition or
+        renewal (locks already taken keep their deadline), a new delivery count limit to the next
+        release, expiry or redelivery throttle, a new record-lock cap to the next acquisition."""
+        self.config = config
+        self._limit = config.delivery_count_limit
+        self._duration = config.record_lock_duration_ms
+        self._cap = config.max_record_locks
+        self._throttle = config.throttle_redelivery
+        self._throttle_at = config.throttle_threshold
 
     # ------------------------------------------------------------------ views
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import re
 import socket
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -43,7 +46,7 @@ class AclBroker(SaslBroker):
 
     def __init__(self, version: str, keystore: Path, **kw) -> None:
         extra = dict(AUTHORIZER)
-        if version == "4":  # the same short intervals the other native e2e fixtures use
+        if version.split(".")[0] == "4":  # the same short intervals the other native e2e fixtures use
             extra |= {"group.share.heartbeat.interval.ms": "1000", "group.share.min.heartbeat.interval.ms": "1000"}
         super().__init__(version, extra_config=extra, heap="768m", **kw)
         self.keystore = keystore
@@ -284,3 +287,42 @@ def _java_outcome(java: list[str], bootstrap: str, group: str, topic: str, user:
     lines = result.stdout.strip().splitlines()
     return lines[-1].replace("DONE", "consumed") if result.returncode == 0 and lines else \
         f"exit {result.returncode}: {result.stderr[-300:]}"
+
+
+@contextmanager
+def acl_brokers(keystore: Path, versions: tuple[str, ...] = ("3.9", "4.4")) -> Iterator[list[AclBroker]]:
+    """AclBrokers of ``versions`` started side by side (distinct ports drawn at once), stopped after.
+
+    The harness's brokers die with the *thread* that spawned them (PR_SET_PDEATHSIG), so each
+    starter thread lives until the brokers are stopped."""
+    brokers = [AclBroker(v, keystore) for v in versions]
+    ports = iter(_distinct_ports(5 * len(brokers)))
+    for b in brokers:
+        b.port, b.controller_port, b.sasl_port, b.ssl_port = next(ports), next(ports), next(ports), next(ports)
+        b.mtls_port = next(ports)
+    errors: list[BaseException] = []
+    started = [threading.Event() for _ in brokers]
+    done = threading.Event()
+
+    def start(b: AclBroker, ready: threading.Event) -> None:
+        try:
+            b.start()
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            errors.append(exc)
+        ready.set()
+        done.wait()
+
+    for b, e in zip(brokers, started, strict=True):
+        threading.Thread(target=start, args=(b, e), daemon=True).start()
+    for e in started:
+        e.wait()
+    try:
+        if errors:
+            raise errors[0]
+        for b in brokers:
+            _wait_port(b.ssl_port)
+        yield brokers
+    finally:
+        for b in brokers:
+            b.stop()
+        done.set()

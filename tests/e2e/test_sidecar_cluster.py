@@ -369,6 +369,15 @@ def test_three_sidecars_route_by_owner_and_hand_over_on_sigterm(kafka_39, tmp_pa
         for w in workers:
             assert w.wait(180) == 0, w.stderr()
         check_clients(workers, records, partitions)
+        # a change made now (through a sidecar that is not the coordinator) reaches the share-partitions
+        # already loaded on every other sidecar leading some of them (the group's record, tailed by
+        # each; the coordinator unloads its own, the group being empty now)
+        set_group_config(cluster.nodes[other].bootstrap, group, {"share.delivery.count.limit": "3"})
+        took = f"share group {group}: "
+        assert wait_until(lambda: all(
+            any(took in line and "took the changed configs" in line
+                for line in cluster.nodes[n].log_path.read_text(errors="replace").splitlines())
+            for n in set(leaders.values()) - {owner}), 20), cluster.logs()
 
         # Members outlive a move of their coordinator (Kafka persists them; so does kshare): a
         # member of our own (raw requests) and a confluent-kafka ShareConsumer with a debug log

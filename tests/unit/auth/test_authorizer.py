@@ -158,3 +158,59 @@ def test_allow_everyone_is_off_by_default_and_then_reads_nothing_more():
         assert None not in calls
 
     asyncio.run(run())
+
+
+def test_a_refusal_is_confirmed_on_acls_read_after_the_request():
+    """A grant made after the cached read: the cached set says no, the confirmed answer is yes."""
+    clock = Clock()
+    acls: dict[str, list[Acl]] = {}
+    az, calls = make(acls, clock)
+
+    async def run():
+        d = await az.decider("User:bob", "h", "SASL_SSL")  # cached: nothing
+        assert not await d.permits(Op.READ, Res.GROUP, "g")  # the first read is fresh: no re-read
+        assert az.rechecks == 0
+        acls["User:bob"] = [read("User:bob")]  # granted at the backend
+        clock.now = 0.1
+        d = await az.decider("User:bob", "h", "SASL_SSL")
+        assert not d.allows(Op.READ, Res.GROUP, "g")  # the cache does not know it yet
+        assert await d.permits(Op.READ, Res.GROUP, "g")  # confirmed on a fresh read: allowed
+        assert az.rechecks == 1 and d.allows(Op.READ, Res.GROUP, "g")
+        assert (await az.decider("User:bob", "h", "SASL_SSL")).allows(Op.READ, Res.GROUP, "g")  # cached now
+
+    asyncio.run(run())
+
+
+def test_refusals_re_read_at_most_once_per_recheck_interval():
+    """A client refused again and again: one re-read per interval, shared by the refusals that wait."""
+    az, calls = make({}, Clock(), denial_recheck_ms=200)
+    az._clock = __import__("time").monotonic  # real time: the rate limit sleeps
+
+    async def run():
+        deciders = [await az.decider("User:eve", "h", "SASL_SSL") for _ in range(5)]
+        before = len(calls)
+        results = await asyncio.gather(*(d.permits(Op.READ, Res.GROUP, "g") for d in deciders))
+        assert results == [False] * 5
+        assert az.rechecks <= 2  # 5 refusals, at most one re-read each 200 ms
+        assert len(calls) - before == 2 * az.rechecks  # the principal's and User:*'s
+
+    asyncio.run(run())
+
+
+def test_a_failed_confirmation_is_retriable_not_a_refusal():
+    clock = Clock()
+    az, _ = make({}, clock)
+
+    async def run():
+        await az.decider("User:eve", "h", "SASL_SSL")
+        clock.now = 0.5
+        d = await az.decider("User:eve", "h", "SASL_SSL")  # from the cache
+
+        async def broken(principal):
+            raise AuthorizerError("backend gone")
+
+        az._describe = broken  # type: ignore[method-assign]
+        with pytest.raises(AclsUnavailable):
+            await d.permits(Op.READ, Res.GROUP, "g")
+
+    asyncio.run(run())

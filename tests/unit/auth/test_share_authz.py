@@ -108,7 +108,8 @@ async def test_group_configs_need_describe_configs_and_alter_configs(dispatch):
 
 
 async def test_share_fetch_keeps_unreadable_partitions_in_the_session_and_answers_them(svc):  # noqa: F811
-    denied = lambda name: name != TOPIC.name  # noqa: E731
+    async def denied(name: str) -> bool:
+        return name != TOPIC.name
     out = await svc.share_fetch(conn_id=1, group_id="g", member_id="m1", epoch=0,
                                 params=__import__("kshare_sidecar.service.shares", fromlist=["x"]).FetchParams(
                                     max_wait_ms=50), topics=[(TOPIC.topic_id, 0, [])], forgotten=[], readable=denied)
