@@ -24,6 +24,7 @@ from .config_sections import (
     AuthorizerSettings,
     BackendSettings,
     ClusterSettings,
+    ConsoleSettings,
     DeadLetterSettings,
     ListenerSecuritySettings,
     ListenerSettings,
@@ -102,6 +103,7 @@ class SidecarConfig:
     state: StateSettings
     share: ShareGroupSettings
     deadletter: DeadLetterSettings
+    console: ConsoleSettings
     #: The listeners to open (``listeners``, or one PLAINTEXT listener on ``listen``).
     specs: tuple[ListenerSpec, ...]
     #: The sidecar-wide defaults of every GROUP config (built once: read on every request).
@@ -128,6 +130,7 @@ class SidecarConfig:
                   state=build_section(StateSettings, values),
                   share=build_section(ShareGroupSettings, values),
                   deadletter=build_section(DeadLetterSettings, values),
+                  console=build_section(ConsoleSettings, values),
                   specs=tuple(_listener_specs(listener, listener_security)),
                   group_defaults=MappingProxyType(group_defaults))
         _check_cross_settings(cfg)
