@@ -61,7 +61,7 @@ async def reset_start_offset(admin: Any, backend: Any, decider: Decider, group: 
             assert value is not None
             wanted.setdefault(t.name, {})[po.partition] = value
     result = await admin.alter_offsets(group, wanted)
-    failed = [f"{t.name}-{p.partition}: {ErrorCode(p.error).name} {p.message or ''}".strip()
+    failed = [f"{t.name}-{p.partition}: {ErrorCode(p.error).name.upper()} {p.message or ''}".strip()
               for t in result for p in t.partitions if p.error]
     done = sum(1 for t in result for p in t.partitions if not p.error)
     if failed:
@@ -76,7 +76,7 @@ async def delete_group(admin: Any, decider: Decider, group: str) -> str:
     [(_, code)] = await admin.delete_groups([group])
     if code != ErrorCode.none:
         hint = " (it still has members: stop its consumers first)" if code == ErrorCode.non_empty_group else ""
-        raise Refused(409, f"share group {group!r} was not deleted: {ErrorCode(code).name}{hint}")
+        raise Refused(409, f"share group {group!r} was not deleted: {ErrorCode(code).name.upper()}{hint}")
     log.info("console: share group %s deleted by %s", group, decider.principal)
     return f"share group {group} deleted"
 

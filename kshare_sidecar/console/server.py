@@ -14,7 +14,9 @@ Everything a page needs (CSS, the small script) is served from here; nothing fro
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
@@ -31,6 +33,26 @@ from .security import COOKIE, CSRF_HEADER, HEADERS, Guard, Identity, Refused, Se
 log = logging.getLogger("kshare.console")
 
 FRAGMENT_HEADER = "X-Kshare-Fragment"
+
+
+@dataclass
+class Caller:
+    """Who made the request being served (set by the middleware; a handler runs in its task)."""
+
+    ident: Identity
+    session: Session
+    form: dict[str, str] = field(default_factory=dict)
+
+
+_CALLER: contextvars.ContextVar[Caller | None] = contextvars.ContextVar("kshare_console_caller", default=None)
+
+
+def caller() -> Caller:
+    c = _CALLER.get()
+    assert c is not None, "outside a console request"
+    return c
+
+
 DEAD_LETTERS_SHOWN = 50
 _STATIC = {"console.css": "text/css", "console.js": "text/javascript"}
 
@@ -132,7 +154,7 @@ class Console:
                 ident = await self.guard.identify(request.headers, peercert, request.remote or "")
                 cookie = request.cookies.get(COOKIE)
                 sid, session = self.guard.session(cookie, ident.principal)
-                request["ident"], request["session"] = ident, session
+                _CALLER.set(Caller(ident, session))
                 if request.method == "POST":
                     await self._check_post(request, session)
                 response = await handler(request)
@@ -162,22 +184,23 @@ class Console:
         token = request.headers.get(CSRF_HEADER) or form.get("csrf")
         self.guard.check_change(session=session, token=token, origin=request.headers.get("Origin"),
                                 referer=request.headers.get("Referer"), scheme=request.scheme, host=request.host)
-        request["form"] = form
+        caller().form = form
 
     def _refused(self, request: web.Request, exc: Refused) -> web.StreamResponse:
         headers = {"WWW-Authenticate": 'Basic realm="kshare console", charset="UTF-8"'} if exc.basic else None
         if _wants_json(request):
             return web.Response(status=exc.status, body=orjson.dumps({"error": exc.message}),
                                 content_type="application/json", headers=headers)
-        session: Session | None = request.get("session")
-        ident: Identity | None = request.get("ident")
+        current = _CALLER.get()
+        session = current.session if current is not None else None
+        ident = current.ident if current is not None else None
         ctx = pages.PageContext(ident.principal if ident else "-", session.csrf if session else "", False,
                                 self.services.node_id, "/api/groups", [("error", exc.message)], refresh_ms=0)
         body = pages.document(f"{exc.status}", pages.tag("p", tag_text(exc.status)), ctx)
         return web.Response(status=exc.status, text=body, content_type="text/html", headers=headers)
 
     async def _decider(self, request: web.Request) -> Decider:
-        ident: Identity = request["ident"]
+        ident = caller().ident
         return await self._decider_of(ident.principal, ident.host, ident.protocol)
 
     async def _decider_of(self, principal: str, host: str, protocol: str) -> Decider:
@@ -192,9 +215,9 @@ class Console:
         return await self._decider_of(principal, "", "SSL")
 
     def _ctx(self, request: web.Request, json_url: str) -> pages.PageContext:
-        session: Session = request["session"]
+        session = caller().session
         flash, session.flash = session.flash, []
-        return pages.PageContext(request["ident"].principal, session.csrf, self.actions, self.services.node_id,
+        return pages.PageContext(caller().ident.principal, session.csrf, self.actions, self.services.node_id,
                                  json_url, flash, refresh_ms=self.config.console.sample_interval_ms)
 
     def _page(self, request: web.Request, page: pages.Html) -> web.Response:
@@ -308,7 +331,7 @@ class Console:
 
     async def session(self, request: web.Request) -> web.Response:
         """For scripts: the principal and the token that POSTs to /api/actions/... carry."""
-        return _json({"principal": request["ident"].principal, "csrf": request["session"].csrf,
+        return _json({"principal": caller().ident.principal, "csrf": caller().session.csrf,
                       "actions": self.actions, "csrf_header": CSRF_HEADER})
 
     async def static(self, request: web.Request) -> web.Response:
@@ -320,7 +343,7 @@ class Console:
 
     # -- actions -----------------------------------------------------------------------------
     async def act(self, request: web.Request) -> web.StreamResponse:
-        form: dict[str, str] = request["form"]
+        form = caller().form
         action = request.path.split("/actions/", 1)[1]
         decider = await self._decider(request)
         group = form.get("group", "")
@@ -332,7 +355,7 @@ class Console:
         elif action == "delete":
             line, back = await actions.delete_group(self.services.admin, decider, group), "/"
         elif action == "redrive":
-            line = self._redrive(form, decider, request["ident"].principal)
+            line = self._redrive(form, decider, caller().ident.principal)
             back = "/redrives"
         else:  # redrive/stop
             name = form.get("name", "")
@@ -341,7 +364,7 @@ class Console:
             line, back = f"redrive {name} stops after the chunk in flight", "/redrives"
         if _wants_json(request):
             return _json({"ok": True, "message": line})
-        request["session"].flash.append(("ok", line))
+        caller().session.flash.append(("ok", line))
         raise web.HTTPSeeOther(back)
 
     def _redrive(self, form: dict[str, str], decider: Decider, principal: str) -> str:

@@ -34,22 +34,34 @@ class TopicReader:
 
     def __init__(self, bootstrap_servers: str, client_options: dict[str, Any] | None = None, *,
                  isolation_level: str = "read_committed", client_id: str = "kshare-dlq-reader") -> None:
-        self._consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap_servers, group_id=None,
-                                          enable_auto_commit=False, isolation_level=isolation_level,
-                                          auto_offset_reset="earliest", client_id=client_id,
-                                          **(client_options or {}))
-        self._started = False
+        self._options = dict(bootstrap_servers=bootstrap_servers, group_id=None, enable_auto_commit=False,
+                             isolation_level=isolation_level, auto_offset_reset="earliest", client_id=client_id,
+                             **(client_options or {}))
+        self._consumer_or_none: AIOKafkaConsumer | None = None  # made at first use (aiokafka warns of unused ones)
         self._lock = asyncio.Lock()
 
+    @property
+    def _consumer(self) -> AIOKafkaConsumer:
+        assert self._consumer_or_none is not None, "start() first"
+        return self._consumer_or_none
+
     async def start(self) -> None:
-        if not self._started:
-            await self._consumer.start()
-            self._started = True
+        if self._consumer_or_none is None:
+            consumer = AIOKafkaConsumer(**self._options)
+            try:
+                await consumer.start()
+            except KafkaError as exc:
+                await consumer.stop()
+                raise ReadError(f"cannot reach the backend: {exc}") from exc
+            except BaseException:
+                await consumer.stop()
+                raise
+            self._consumer_or_none = consumer
 
     async def close(self) -> None:
-        if self._started:
-            self._started = False
-            await self._consumer.stop()
+        consumer, self._consumer_or_none = self._consumer_or_none, None
+        if consumer is not None:
+            await consumer.stop()
 
     async def partitions(self, topic: str) -> list[int]:
         """The topic's partitions; :class:`ReadError` when the backend does not know it."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 PREFIX = "__dlq.errors."
 TOPIC = PREFIX + "topic"
@@ -64,7 +65,7 @@ class DeadLetter:
         the same, and reading the source gives the same record back)."""
         return self.key is None and self.value is None and not self.user_headers
 
-    def as_dict(self, limit: int = 256) -> dict[str, object]:
+    def as_dict(self, limit: int = 256) -> dict[str, Any]:
         """The JSON form the console and ``kshare dlq --json`` print (payloads as :func:`preview`)."""
         return {"topic": self.topic, "partition": self.partition, "offset": self.offset,
                 "timestamp": self.timestamp, "key": preview(self.key, limit), "value": preview(self.value, limit),
