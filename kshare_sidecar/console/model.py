@@ -230,6 +230,7 @@ async def group_detail(services: Services, group_id: str, sampler: Sampler) -> d
     now_ms = services.partitions.clock()
     detail = group_summary(services, group_id, now_ms)
     group = services.coordinator.groups.get(group_id)
+    detail["member_count"] = detail["members"]
     detail["members"] = member_views(group, lambda tid: _topic_name(services, tid)) if group is not None else []
     detail["assignor"] = services.coordinator.assignor_name(group) if group is not None else ""
     loaded = [partition_view(s, now_ms, hwm=STATS.high_watermarks.get(s.key)) for s in _slots(services, group_id)]

@@ -52,11 +52,12 @@ def document(title: str, main: Html, ctx: PageContext) -> Html:
               tag("a", "Redrives", href="/redrives"), tag("a", "JSON", href=ctx.json_url, class_="json"))
     who = tag("span", f"{ctx.principal} · node {ctx.node_id} · actions {'on' if ctx.actions else 'off'}",
               class_="who")
+    pause = tag("button", "pause refresh", type="button", id="pause", class_="pause", aria_pressed="false")
     head = tag("head", raw('<meta charset="utf-8">'), tag("title", f"kshare · {title}"),
                raw('<meta name="viewport" content="width=device-width, initial-scale=1">'),
                raw('<link rel="stylesheet" href="/static/console.css">'),
                raw('<script src="/static/console.js" defer></script>'))
-    body = tag("body", tag("header", tag("strong", "kshare"), nav, who),
+    body = tag("body", tag("header", tag("strong", "kshare"), nav, pause, who),
                tag("main", main_content(title, main, ctx), id="main", data_refresh=ctx.refresh_ms))
     return Html("<!doctype html>" + tag("html", head, body, lang="en"))
 
@@ -107,7 +108,7 @@ def groups_page(rows: list[dict[str, Any]], history: dict[str, list[dict[str, An
 def _summary(d: dict[str, Any]) -> Html:
     items = [("state", d["state"] or "-"), ("group epoch", d["group_epoch"]), ("assignor", d.get("assignor") or "-"),
              ("coordinator", f"node {d['coordinator']}" + (" (this sidecar)" if d["coordinated_here"] else "")),
-             ("members", d["members"]), ("assigned partitions", d["assigned_partitions"]), ("lag", _num(d["lag"])),
+             ("members", d.get("member_count", d["members"])), ("assigned partitions", d["assigned_partitions"]), ("lag", _num(d["lag"])),
              ("records in flight", d["records_in_flight"]),
              ("oldest acquisition", age(d["oldest_acquisition_age_ms"])),
              ("oldest in flight", age(d["oldest_in_flight_age_s"] * 1000)),

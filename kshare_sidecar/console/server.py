@@ -54,6 +54,8 @@ def caller() -> Caller:
 
 
 DEAD_LETTERS_SHOWN = 50
+#: The redrive positions kept on the backend are read again at most this often (the page refreshes).
+STORED_MAX_AGE_S = 10.0
 _STATIC = {"console.css": "text/css", "console.js": "text/javascript"}
 
 
@@ -79,6 +81,7 @@ class Console:
         self.port = self.plan.port
         self._runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[Any]] = []
+        self._stored: tuple[float, list[dict[str, Any]]] | None = None
 
     @property
     def url(self) -> str:
@@ -320,11 +323,14 @@ class Console:
 
     async def redrives_view(self, request: web.Request) -> web.Response:
         view: dict[str, Any] = {"redrives": [s.as_dict() for s in self.redrives.statuses()]}
-        if not request.headers.get(FRAGMENT_HEADER):  # an admin request per full view, not per refresh
+        now = asyncio.get_running_loop().time()
+        if self._stored is None or now - self._stored[0] > STORED_MAX_AGE_S:  # not an admin request per refresh
             try:
-                view["stored"] = await progress(self.config.backend.bootstrap_servers, self.client_options)
+                self._stored = (now, await progress(self.config.backend.bootstrap_servers, self.client_options))
             except Exception as exc:  # noqa: BLE001 - the page still shows the local redrives
                 view["error"] = f"positions on the backend could not be read: {exc}"
+        if self._stored is not None:
+            view["stored"] = self._stored[1]
         if _wants_json(request):
             return _json(view)
         return self._page(request, pages_dlq.redrives_page(view, self._ctx(request, "/api/redrives")))

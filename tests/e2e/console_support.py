@@ -118,11 +118,14 @@ class Producing:
         producer.flush(30)
 
 
-def produce_values(bootstrap: str, topic: str, values: list[bytes], *, partitions: int = 1) -> None:
+def produce_values(bootstrap: str, topic: str, values: list[bytes], *, partitions: int = 1,
+                   one_per_batch: bool = False) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     for i, value in enumerate(values):
         producer.produce(topic, key=f"k{i}".encode(), value=value, partition=i % partitions,
                          headers=[("trace", f"t{i}".encode())])
+        if one_per_batch:  # acquisitions take whole batches: small ones let several consumers share
+            producer.flush(30)
     assert producer.flush(30) == 0
 
 

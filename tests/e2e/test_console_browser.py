@@ -88,7 +88,7 @@ def test_the_console_in_a_browser_shows_the_real_state_acts_and_refuses(kafka_39
 
     backend = kafka_39.bootstrap
     topic, dlq, group = "orders-" + unique("b")[-8:], unique("dlq.orders"), unique("workers")
-    create_topic(backend, topic, 2)
+    create_topic(backend, topic, 1)  # one share-partition that every consumer of the group shares
     create_topic(backend, dlq, 1)
     users = tmp_path / "users"
     users.write_text(f"{USER}:{PASSWORD}\n")
@@ -105,11 +105,12 @@ def test_the_console_in_a_browser_shows_the_real_state_acts_and_refuses(kafka_39
     attacker = None
     try:
         set_group_config(sc.bootstrap, group, {"errors.deadletterqueue.topic.name": dlq,
+                                               "errors.deadletterqueue.copy.record.enable": "true",
                                                "share.delivery.count.limit": "3",
                                                "share.record.lock.duration.ms": "60000",
                                                "share.release.backoff.ms": "1000"})
         values = _values()
-        produce_values(backend, topic, values, partitions=2)
+        produce_values(backend, topic, values)
         expected_dead = sum(1 for v in values if v.startswith((b"rej-", b"rel-", b"evil-", b"\x00bin-")))
         worker = ShareWorker(sc.bootstrap, group, topic).start()
         workers.append(worker)
@@ -120,11 +121,23 @@ def test_the_console_in_a_browser_shows_the_real_state_acts_and_refuses(kafka_39
                  what="every relonce record redelivered")
         worker.stop()
         redelivered = sum(1 for e in worker.deliveries() if e["dc"] > 1)
-        # a group mid-way: new records, a consumer holding what it got (in flight), one releasing a few
-        produce_values(backend, topic, [b"ok-new-%d" % i for i in range(60)], partitions=2)
-        holder = ShareWorker(sc.bootstrap, group, topic, hold=True, max_poll_records=25).start()
+        # a group mid-way: a consumer holding the head of new records (in flight), another working
+        # through the rest: accepted, rejected (dead letters), released (held by a 30 s backoff)
+        set_group_config(sc.bootstrap, group, {"share.release.backoff.ms": "30000"})
+        fresh = [b"rel-new-%d" % i if i % 6 == 0 else b"rej-new-%d" % i if i % 6 == 1 else b"ok-new-%d" % i
+                 for i in range(60)]
+        produce_values(backend, topic, fresh, one_per_batch=True)
+        holder = ShareWorker(sc.bootstrap, group, topic, hold=True, max_poll_records=10).start()
         workers.append(holder)
         held = wait_for(lambda: holder.deliveries(), 60, what="the holder's acquisition")
+        second = ShareWorker(sc.bootstrap, group, topic).start()
+        workers.append(second)
+        wait_for(lambda: len(second.deliveries()) >= len(fresh) - len(held), 60, what="the rest delivered once")
+        second.stop()
+        released = [e for e in second.deliveries() if e["ack"] == "release"]
+        expected_dead += sum(1 for e in second.deliveries() if e["ack"] == "reject")
+        wait_for(lambda: api.get(f"/api/group?id={group}")[1].get("dead_lettered_total") == expected_dead, 60,
+                 what=f"{expected_dead} dead letters")
         time.sleep(3)  # the console samples once a second: a few points for its plots
 
         browser = _browser(tmp_path / "profile")
@@ -136,20 +149,25 @@ def test_the_console_in_a_browser_shows_the_real_state_acts_and_refuses(kafka_39
 
         browser.get(f"{console}/group?id={group}")
         wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "section.partition"), 20, what="the group page")
-        facts = {dd.get_attribute("data-field"): dd.text for dd in browser.find_elements(By.CSS_SELECTOR, "dl dd")}
+        browser.find_element(By.ID, "pause").click()  # no refresh while the test reads the page
+        facts = browser.execute_script(
+            "const o = {}; document.querySelectorAll('dl dd').forEach(d => o[d.dataset.field] = d.textContent); "
+            "return o;")
         _, truth = api.get(f"/api/group?id={group}")
-        assert _number(facts["records_in_flight"]) == truth["records_in_flight"] == len(held)
+        assert _number(facts["records_in_flight"]) == truth["records_in_flight"] == len(held) + len(released)
         assert _number(facts["dead-lettered"]) == truth["dead_lettered_total"] == expected_dead
         assert _number(facts["redeliveries"]) == truth["redelivered_total"] == redelivered
-        by_partition = Counter(e["p"] for e in held)
+        held_by, backoff_by = Counter(e["p"] for e in held), Counter(e["p"] for e in released)
         for p in truth["partitions"]:
-            assert p["counts"]["acquired"] == by_partition.get(p["partition"], 0), p
-            assert p["histogram"].get("1", 0) >= p["counts"]["acquired"]
+            assert p["counts"]["acquired"] == held_by.get(p["partition"], 0), p
+            assert p["counts"]["backoff"] == backoff_by.get(p["partition"], 0), p
+            assert p["histogram"].get("1", 0) >= p["counts"]["acquired"] + p["counts"]["backoff"]
         browser.save_screenshot(str(SHOTS / "group.png"))
 
         browser.get(f"{console}/deadletters?topic={dlq}")
-        wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "table.letters tbody tr"), 20, what="dead letters")
-        rows = browser.find_elements(By.CSS_SELECTOR, "table.letters tbody tr")
+        browser.find_element(By.ID, "pause").click()
+        wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "table.letters > tbody > tr"), 20, what="dead letters")
+        rows = browser.find_elements(By.CSS_SELECTOR, "table.letters > tbody > tr")
         assert len(rows) == min(expected_dead, 50)
         assert browser.execute_script("return window.__pwned") is None
         assert len(browser.find_elements(By.TAG_NAME, "script")) == 1  # the console's own
@@ -183,6 +201,7 @@ def test_the_console_in_a_browser_shows_the_real_state_acts_and_refuses(kafka_39
         # the action, end to end from the page: redrive the dead letters back to their topic
         holder.stop()
         browser.get(f"{console}/group?id={group}")
+        browser.find_element(By.ID, "pause").click()
         form = browser.find_element(By.CSS_SELECTOR, "form[action='/actions/redrive']")
         rate = form.find_element(By.NAME, "rate")
         rate.clear()
@@ -198,7 +217,8 @@ def test_the_console_in_a_browser_shows_the_real_state_acts_and_refuses(kafka_39
         copies = Counter(dict(m.headers() or []).get("kshare.redrive.source") for m in read_topic(backend, topic))
         copies.pop(None, None)
         assert len(copies) == expected_dead and set(copies.values()) == {1}
-        print(f"\n[kshare] browser: {len(held)} in flight, {redelivered} redeliveries, {expected_dead} dead letters "
+        print(f"\n[kshare] browser: {truth['records_in_flight']} in flight ({len(held)} held by a consumer, "
+              f"{len(released)} in release backoff), {redelivered} redeliveries, {expected_dead} dead letters "
               f"shown as the engine has them; redrive from the page: {expected_dead} records back once; "
               f"screenshots in {SHOTS}")
     finally:

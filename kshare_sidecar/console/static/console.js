@@ -6,6 +6,8 @@
   var main = document.getElementById("main");
   var period = main ? parseInt(main.getAttribute("data-refresh") || "0", 10) : 0;
   var paused = false;
+  var held = false;  // the pause button: no refresh until pressed again
+  var button = document.getElementById("pause");
 
   function busy() {
     var el = document.activeElement;
@@ -19,7 +21,7 @@
   }
 
   function refresh() {
-    if (paused || busy() || document.hidden) { return; }
+    if (paused || held || busy() || document.hidden) { return; }
     var open = openDetails();
     fetch(window.location.href, { headers: { "X-Kshare-Fragment": "1" }, credentials: "same-origin" })
       .then(function (r) { return r.ok ? r.text() : null; })
@@ -40,5 +42,13 @@
   document.addEventListener("toggle", function (ev) {
     if (ev.target.tagName === "DETAILS") { paused = main.querySelector("details[open]") !== null; }
   }, true);
+  if (button) {
+    button.hidden = !(main && period > 0);
+    button.addEventListener("click", function () {
+      held = !held;
+      button.textContent = held ? "resume refresh" : "pause refresh";
+      button.setAttribute("aria-pressed", held ? "true" : "false");
+    });
+  }
   if (main && period > 0) { window.setInterval(refresh, period); }
 })();
