@@ -102,7 +102,7 @@ test-console: $(STAMP)
 		|| flock /tmp/apt.lock apt-get install -y -q chromium chromium-driver prometheus
 	$(PY) -m pip install -q -e '.[test,console,browser]'
 	$(PY) -m pytest -q -rfEs -s --run console tests/e2e/test_console_browser.py tests/e2e/test_console_redrive.py \
-		tests/integration/test_prometheus_live.py tests/integration/test_prometheus_rules.py
+		tests/integration/test_prometheus_live.py tests/integration/test_prometheus_rules.py tests/integration/test_dlq_cli.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache

@@ -132,6 +132,20 @@ def read_metadata(text: str | None) -> dict[str, Any] | None:
 
 
 Authorize = Callable[[str], Awaitable[bool]]
+#: How long a retriable backend error (no group coordinator yet: a fresh cluster creates
+#: __consumer_offsets at the first lookup) is retried before a redrive gives up.
+RETRY_S = 30.0
+
+
+async def _retrying(call: Callable[[], Awaitable[Any]]) -> Any:
+    deadline = asyncio.get_running_loop().time() + RETRY_S
+    while True:
+        try:
+            return await call()
+        except KafkaError as exc:
+            if not getattr(exc, "retriable", False) or asyncio.get_running_loop().time() > deadline:
+                raise
+            await asyncio.sleep(0.5)
 
 
 class Redrive:
@@ -200,7 +214,7 @@ class Redrive:
         admin = AIOKafkaAdminClient(bootstrap_servers=self._bootstrap, client_id="kshare-redrive", **self._options)
         await admin.start()
         try:
-            committed = await admin.list_consumer_group_offsets(self.name)
+            committed = await _retrying(lambda: admin.list_consumer_group_offsets(self.name))
         except KafkaError as exc:
             raise RedriveError(f"cannot read the progress of redrive {self.name!r}: {exc}") from exc
         finally:
@@ -337,7 +351,7 @@ async def progress(bootstrap_servers: str, client_options: dict[str, Any] | None
         groups = [g[0] for g in await admin.list_consumer_groups() if str(g[0]).startswith(PREFIX)]
         out = []
         for name in sorted(groups):
-            committed = await admin.list_consumer_group_offsets(name)
+            committed = await _retrying(lambda n=name: admin.list_consumer_group_offsets(n))
             metas = {tp.partition: (om.offset, read_metadata(om.metadata)) for tp, om in committed.items()}
             first = next((m for _o, m in metas.values() if m is not None), None)
             if first is None:
