@@ -21,8 +21,18 @@ import typer
 from rich.table import Table
 
 from ..config import ConfigError, load_config
-from .groups import (EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, JSON, OneLineCommand, OneLineGroup,
-                     console, fail, out_json)
+from .groups import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    JSON,
+    OneLineCommand,
+    OneLineGroup,
+    console,
+    fail,
+    out_json,
+)
 
 app = typer.Typer(help="Dead-letter topics: list and show records, redrive them back.", no_args_is_help=True,
                   cls=OneLineGroup)

@@ -47,8 +47,8 @@ def _attr(name: str, value: object) -> str:
     if value is True:
         return f" {name}"
     text = str(value)
-    if name in _URL_ATTRS and not (text.startswith("/") and not text.startswith("//") or text.startswith("?")
-                                   or text.startswith("#")):
+    own = text.startswith(("?", "#")) or (text.startswith("/") and not text.startswith("//"))
+    if name in _URL_ATTRS and not own:
         raise ValueError(f"{name}={text!r}: only the console's own relative URLs are allowed")
     return f' {name}="{esc(value)}"'
 

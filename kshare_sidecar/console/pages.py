@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
-from .html import Html, esc, raw, tag
+from .html import Html, raw, tag
 from .svg import KIND_LABELS, KINDS, histogram, sparkline, strip
 
 

@@ -16,7 +16,7 @@ from .pages import PageContext, _field, _form, document, table, url
 def _when(ms: int | None) -> str:
     if not ms or ms < 0:
         return "-"
-    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def payload(p: dict[str, Any]) -> Html:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..auth.authenticators import CredentialsUnavailable
 from ..auth.principal import tls_principal
 from ..config import ConfigError, SidecarConfig
 
@@ -179,7 +180,7 @@ class Guard:
             return user
         try:
             ok = await self.authenticator.verify_plain(user, password)
-        except Exception as exc:  # CredentialsUnavailable: the store (or backend) cannot check now
+        except CredentialsUnavailable as exc:  # the store (or the backend) cannot check now
             raise Refused(503, f"credentials could not be verified now: {type(exc).__name__}") from None
         if not ok:
             raise Refused(401, "wrong user name or password", basic=True)

@@ -24,6 +24,7 @@ import orjson
 from aiohttp import web
 
 from ..auth.acls import ALLOW_ALL, CLUSTER_NAME, Decider, Op, Res
+from ..auth.authorizer import AclsUnavailable
 from ..config import SidecarConfig
 from ..dlq.reader import ReadError, TopicReader
 from ..dlq.redrive import RedriveRequest, progress
@@ -132,7 +133,7 @@ class Console:
         while True:
             try:
                 self.sampler.sample(self._rows())
-            except Exception:  # noqa: BLE001 - the plots must not stop for one bad pass
+            except Exception:
                 log.exception("console: sampling failed")
             await asyncio.sleep(self.sampler.interval_s)
 
@@ -211,7 +212,7 @@ class Console:
             return ALLOW_ALL
         try:
             return await self.authorizer.decider(principal, host, protocol)
-        except Exception as exc:  # AclsUnavailable: fail closed, retriable
+        except AclsUnavailable as exc:  # fail closed, retriable
             raise Refused(503, f"ACLs could not be read from the backend now: {exc}") from None
 
     async def _decider_for(self, principal: str) -> Decider:

@@ -69,9 +69,9 @@ class TopicReader:
         parts = self._consumer.partitions_for_topic(topic)
         if not parts:
             try:
-                await self._consumer._client.force_metadata_update()  # noqa: SLF001 - no public refresh
-                self._consumer._client.add_topic(topic)  # noqa: SLF001
-                await self._consumer._client.force_metadata_update()  # noqa: SLF001
+                await self._consumer._client.force_metadata_update()
+                self._consumer._client.add_topic(topic)
+                await self._consumer._client.force_metadata_update()
             except KafkaError as exc:
                 raise ReadError(f"cannot read the metadata of {topic!r}: {exc}") from exc
             parts = self._consumer.partitions_for_topic(topic)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import logging
 import time
@@ -351,7 +352,7 @@ async def progress(bootstrap_servers: str, client_options: dict[str, Any] | None
         groups = [g[0] for g in await admin.list_consumer_groups() if str(g[0]).startswith(PREFIX)]
         out = []
         for name in sorted(groups):
-            committed = await _retrying(lambda n=name: admin.list_consumer_group_offsets(n))
+            committed = await _retrying(functools.partial(admin.list_consumer_group_offsets, name))
             metas = {tp.partition: (om.offset, read_metadata(om.metadata)) for tp, om in committed.items()}
             first = next((m for _o, m in metas.values() if m is not None), None)
             if first is None:
