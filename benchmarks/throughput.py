@@ -32,6 +32,7 @@ import multiprocessing as mp
 import sys
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -146,7 +147,7 @@ class ConsolePoller:
         gid = urllib.parse.quote(group)
         self.requests = [(f"{url}/", {}), (f"{url}/group?id={gid}", {"X-Kshare-Fragment": "1"}),
                          (f"{url}/api/group?id={gid}", {})]
-        self.loads = self.failures = 0
+        self.loads = self.failures = self.not_yet = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -165,19 +166,28 @@ class ConsolePoller:
                     with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as r:
                         r.read()
                     self.loads += 1
+                except urllib.error.HTTPError as exc:
+                    if exc.code == 404:  # the group's page before its first member joined
+                        self.not_yet += 1
+                    else:
+                        self.failures += 1
                 except OSError:
                     self.failures += 1
 
 
 def console_cost(bootstrap: str, topic: str, n: int, timeout: float, rounds: int, report) -> None:
+    """Rounds of the two runs, in alternating order (the second run of a round may find the
+    broker's page cache warmer)."""
     from tests.support import unique
 
-    for r in range(rounds):
+    def without(r: int) -> None:
         sc = SidecarProcess(bootstrap, metrics_port=free_port())
         try:
             report("a", kshare_consume(sc, unique("kshare-g"), topic, n, timeout), round_=r)
         finally:
             sc.stop()
+
+    def with_console(r: int) -> None:
         port = free_port()
         sc = SidecarProcess(bootstrap, metrics_port=free_port(), env={
             "KSHARE_CONSOLE_LISTEN": f"127.0.0.1:{port}", "KSHARE_CONSOLE_SAMPLE_INTERVAL_MS": "1000"})
@@ -185,10 +195,14 @@ def console_cost(bootstrap: str, topic: str, n: int, timeout: float, rounds: int
             group = unique("kshare-g")
             with ConsolePoller(f"http://127.0.0.1:{port}", group) as poller:
                 result = kshare_consume(sc, group, topic, n, timeout)
-            result["console_page_loads"], result["console_failures"] = poller.loads, poller.failures
+            result.update(console_page_loads=poller.loads, console_failures=poller.failures)
             report("a", result, suffix="_console", round_=r)
         finally:
             sc.stop()
+
+    for r in range(rounds):
+        for run in ((without, with_console) if r % 2 == 0 else (with_console, without)):
+            run(r)
 
 
 # -- setup ------------------------------------------------------------------------------------
@@ -264,7 +278,12 @@ def main() -> None:
         with_console = [v["records_per_s"] for k, v in results.items() if "_console" in k]
         summary = {"scenario": "throughput_console", "records": n, "record_bytes": RECORD_BYTES,
                    "partitions": PARTITIONS, "consumers": CONSUMERS, "machine": machine(), "results": results,
-                   "ratio_console_to_without": round(sum(with_console) / sum(without), 3) if without else None}
+                   "ratio_console_to_without": round(sum(with_console) / sum(without), 3) if without else None,
+                   "cpu_s_per_1m_records": {
+                       "without": [v["sidecar"]["sidecar_cpu_s_per_1m_records"] for k, v in results.items()
+                                   if "_console" not in k],
+                       "with_console": [v["sidecar"]["sidecar_cpu_s_per_1m_records"] for k, v in results.items()
+                                        if "_console" in k]}}
         finish(summary, args.out, "throughput_console", lambda png: plot(results, png))
         return
     if "a" in only:

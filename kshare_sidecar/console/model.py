@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..metrics import IN_FLIGHT_AGE, STATS
+from ..service.admin_model import AdminError
 from ..share.holds import BACKOFF, DEAD_LETTER, HOLDERS, KEY_ORDER
 from ..states import RecordState
 
@@ -138,7 +139,10 @@ def _coordinator_node(services: Services, group_id: str) -> int:
 def group_ids(services: Services) -> list[str]:
     """Groups this sidecar knows: those it coordinates (listed as ListGroups lists them) and those
     whose share-partitions it leads."""
-    ids = {g.group_id for g in services.admin.list_groups()}
+    try:
+        ids = {g.group_id for g in services.admin.list_groups()}
+    except AdminError:  # the state is still loading (a takeover): what is loaded is all there is
+        ids = set()
     ids |= {s.key.group_id for s in _slots(services)}
     return sorted(ids)
 
