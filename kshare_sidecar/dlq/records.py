@@ -60,10 +60,11 @@ class DeadLetter:
 
     @property
     def headers_only(self) -> bool:
-        """Written with copy off: null key and value and no header but the context. The source
-        record must then be read from the source topic (a tombstone copied without headers looks
-        the same, and reading the source gives the same record back)."""
-        return self.key is None and self.value is None and not self.user_headers
+        """Written with copy off: no key, no value (null, or empty for a writer whose client cannot
+        send null for both) and no header but the context. The source record must then be read
+        from the source topic (an empty record copied without headers looks the same, and reading
+        the source gives the same record back)."""
+        return not self.key and not self.value and not self.user_headers
 
     def as_dict(self, limit: int = 256) -> dict[str, Any]:
         """The JSON form the console and ``kshare dlq --json`` print (payloads as :func:`preview`)."""

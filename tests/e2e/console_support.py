@@ -190,11 +190,12 @@ class ConsoleClient:
         raise AssertionError(f"the redrive of {group} did not end in {timeout_s} s")
 
 
-def wait_for(predicate, timeout: float, step: float = 0.3, what: str = "condition"):
+def wait_for(predicate, timeout: float, step: float = 0.3, what: str = "condition", detail=None):
+    """The predicate's first truthy value; on timeout, an AssertionError with ``detail()`` if given."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(step)
-    raise AssertionError(f"{what} not reached in {timeout} s")
+    raise AssertionError(f"{what} not reached in {timeout} s" + (f"\n{detail()}" if detail else ""))

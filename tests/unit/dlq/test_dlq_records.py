@@ -25,6 +25,8 @@ def test_a_copied_dead_letter_carries_the_source_record_and_its_context():
 def test_a_headers_only_dead_letter_is_recognised():
     d = parse("dlq.orders", 0, 7, 1000, None, None, CONTEXT)
     assert d.headers_only and d.context_complete
+    assert parse("dlq.orders", 0, 7, 1000, b"", b"", CONTEXT).headers_only  # a writer that cannot send nulls
+    assert not parse("dlq.orders", 0, 7, 1000, None, b"v", CONTEXT).headers_only
 
 
 def test_missing_or_malformed_context_is_none_not_an_error():
