@@ -17,7 +17,7 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY kshare_sidecar ./kshare_sidecar
-RUN pip wheel --wheel-dir /wheels .
+RUN pip wheel --wheel-dir /wheels ".[console]"  # the web console's aiohttp too (docs/console.md)
 
 # --- runtime
 FROM ${PYTHON_IMAGE}
@@ -27,7 +27,7 @@ LABEL org.opencontainers.image.title="kshare-sidecar" \
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    pip install --no-index --find-links=/wheels /wheels/kshare_sidecar-*.whl \
+    pip install --no-index --find-links=/wheels "$(ls /wheels/kshare_sidecar-*.whl)[console]" \
  && groupadd --system --gid 10001 kshare \
  && useradd --system --uid 10001 --gid kshare --home-dir /home/kshare --create-home --shell /usr/sbin/nologin kshare
 

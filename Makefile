@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-fast typecheck test-spark bench fuzz test-fencing test-parity test-parity-debts test-cluster-faults test-sidecar-cluster test-franz test-kafka-apps test-topology test-tansu test-tokens clean
+.PHONY: demo test test-fast typecheck test-spark bench fuzz test-fencing test-parity test-parity-debts test-cluster-faults test-sidecar-cluster test-franz test-kafka-apps test-topology test-tansu test-tokens test-console clean
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "java not found: install a Java 17+ runtime"; exit 2; }
@@ -98,6 +98,18 @@ test-tansu: $(STAMP)
 test-tokens: $(STAMP)
 	KSHARE_TOKEN_REAUTH=1 $(PY) -m pytest -q -rfEs -s tests/e2e/test_acl_parity.py tests/e2e/test_backend_oauth_endpoint.py \
 		-k "tokens_are_replaced or without_create_tokens or tokens_refresh_and_sessions_reauthenticate"
+
+# The console's opt-in suite (docs/console.md): Debian's headless chromium driven through its chromedriver
+# (pages, numbers, a redrive from the page, refused actions, hostile payloads, the screenshots of
+# docs/console/), Debian's Prometheus scraping a live sidecar under load (every dashboard query returns
+# series; the alert rules load), and a redrive of 600 dead letters under load with the sidecar killed
+# mid-way; ~6 min. Installs the Debian packages (as root) and the `browser` extra when missing.
+test-console: $(STAMP)
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null && command -v prometheus >/dev/null \
+		|| flock /tmp/apt.lock apt-get install -y -q chromium chromium-driver prometheus
+	$(PY) -m pip install -q -e '.[test,console,browser]'
+	$(PY) -m pytest -q -rfEs -s --run console tests/e2e/test_console_browser.py tests/e2e/test_console_redrive.py \
+		tests/integration/test_prometheus_live.py tests/integration/test_prometheus_rules.py tests/integration/test_dlq_cli.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache

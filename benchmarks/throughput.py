@@ -13,16 +13,28 @@ the asyncio÷confluent ratio per target. The clock runs from the first record an
 receives to the moment the last of the N records is received (group join time is excluded for
 every scenario alike). Everything (brokers, sidecar, consumers) shares one machine.
 
+``--console``: the console's cost on the fetch path (docs/console.md). Scenario (a) only, in
+--console-rounds rounds, each two runs side by side on the same topic: a sidecar without the
+console, then a sidecar with the console sampling every second and a poller that loads the
+groups page, the group's page (as its refresh script does) and the group's JSON once a second
+each, as an operator with the console open would (more than one browser tab does); reported as
+``kshare_on_kafka_3_9`` and ``kshare_on_kafka_3_9_console`` with their ratio.
+
 Prints one line per scenario, then one JSON object as the LAST line; writes throughput.png
 (matplotlib, if importable) and throughput.json into --out (default: $TMPDIR/kshare-bench).
 Usage: python benchmarks/throughput.py [--quick] [--records N] [--out DIR] [--client confluent|asyncio|both]
+       python benchmarks/throughput.py --console [--quick] [--console-rounds N]
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import sys
+import threading
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -127,6 +139,72 @@ def kshare_consume(sc: SidecarProcess, group: str, topic: str, target: int, time
     return result
 
 
+# -- the console's cost (--console) ------------------------------------------------------------
+class ConsolePoller:
+    """Loads the console's pages for one group once a second each until stopped (an open console)."""
+
+    def __init__(self, url: str, group: str) -> None:
+        gid = urllib.parse.quote(group)
+        self.requests = [(f"{url}/", {}), (f"{url}/group?id={gid}", {"X-Kshare-Fragment": "1"}),
+                         (f"{url}/api/group?id={gid}", {})]
+        self.loads = self.failures = self.not_yet = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> ConsolePoller:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            for url, headers in self.requests:
+                try:
+                    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as r:
+                        r.read()
+                    self.loads += 1
+                except urllib.error.HTTPError as exc:
+                    if exc.code == 404:  # the group's page before its first member joined
+                        self.not_yet += 1
+                    else:
+                        self.failures += 1
+                except OSError:
+                    self.failures += 1
+
+
+def console_cost(bootstrap: str, topic: str, n: int, timeout: float, rounds: int, report) -> None:
+    """Rounds of the two runs, in alternating order (the second run of a round may find the
+    broker's page cache warmer)."""
+    from tests.support import unique
+
+    def without(r: int) -> None:
+        sc = SidecarProcess(bootstrap, metrics_port=free_port())
+        try:
+            report("a", kshare_consume(sc, unique("kshare-g"), topic, n, timeout), round_=r)
+        finally:
+            sc.stop()
+
+    def with_console(r: int) -> None:
+        port = free_port()
+        sc = SidecarProcess(bootstrap, metrics_port=free_port(), env={
+            "KSHARE_CONSOLE_LISTEN": f"127.0.0.1:{port}", "KSHARE_CONSOLE_SAMPLE_INTERVAL_MS": "1000"})
+        try:
+            group = unique("kshare-g")
+            with ConsolePoller(f"http://127.0.0.1:{port}", group) as poller:
+                result = kshare_consume(sc, group, topic, n, timeout)
+            result.update(console_page_loads=poller.loads, console_failures=poller.failures)
+            report("a", result, suffix="_console", round_=r)
+        finally:
+            sc.stop()
+
+    for r in range(rounds):
+        for run in ((without, with_console) if r % 2 == 0 else (with_console, without)):
+            run(r)
+
+
 # -- setup ------------------------------------------------------------------------------------
 def prepare_topic(bootstrap: str, topic: str, n: int) -> None:
     produce_records(bootstrap, topic, n, partitions=PARTITIONS, record_bytes=RECORD_BYTES)
@@ -160,6 +238,9 @@ def main() -> None:
     ap.add_argument("--metrics", action="store_true", help="scrape scenario (a)'s sidecar /metrics into --out")
     ap.add_argument("--client", choices=["confluent", "asyncio", "both"], default="confluent",
                     help="share consumer of (a)-(c): confluent-kafka's, kshare's asyncio one, or both")
+    ap.add_argument("--console", action="store_true", help="scenario (a) without and with the web console open "
+                    "and polling (its cost on the fetch path)")
+    ap.add_argument("--console-rounds", type=int, default=2, help="--console: rounds of the two runs")
     args = ap.parse_args()
     kinds = {"confluent": ["share"], "asyncio": ["asyncio"], "both": ["share", "asyncio"]}[args.client]
     n = args.records or (100_000 if args.quick else 1_000_000)
@@ -173,8 +254,10 @@ def main() -> None:
     results: dict[str, dict] = {}
     names = {"a": "kshare_on_kafka_3_9", "b": "kshare_on_kafka_4", "c": "native_kafka_4", "d": "plain_consumer_kafka_4"}
 
-    def report(key: str, r: dict, kind: str = "share") -> None:
-        name = names[key] + ("_asyncio" if kind == "asyncio" else "")
+    def report(key: str, r: dict, kind: str = "share", suffix: str = "", round_: int | None = None) -> None:
+        name = names[key] + ("_asyncio" if kind == "asyncio" else "") + suffix
+        if round_ is not None:
+            name += f"_round{round_ + 1}"
         r["client"] = "kshare asyncio" if kind == "asyncio" else "confluent-kafka"
         results[name] = r
         print(f"({key}) {name:<32} {r['records']:>9} records in {r['seconds']:>8.2f} s  "
@@ -186,6 +269,23 @@ def main() -> None:
                   f"({f['sidecar_cpu_s_per_1m_records']} s per 1M records), peak RSS {f['sidecar_max_rss_mb']} MB, "
                   f"cache hits/misses {f['cache_hits']}/{f['cache_misses']}", flush=True)
 
+    if args.console:
+        with KafkaBroker("3.9") as b39:
+            topic = unique("tput")
+            prepare_topic(b39.bootstrap, topic, n)
+            console_cost(b39.bootstrap, topic, n, timeout, args.console_rounds, report)
+        without = [v["records_per_s"] for k, v in results.items() if "_console" not in k]
+        with_console = [v["records_per_s"] for k, v in results.items() if "_console" in k]
+        summary = {"scenario": "throughput_console", "records": n, "record_bytes": RECORD_BYTES,
+                   "partitions": PARTITIONS, "consumers": CONSUMERS, "machine": machine(), "results": results,
+                   "ratio_console_to_without": round(sum(with_console) / sum(without), 3) if without else None,
+                   "cpu_s_per_1m_records": {
+                       "without": [v["sidecar"]["sidecar_cpu_s_per_1m_records"] for k, v in results.items()
+                                   if "_console" not in k],
+                       "with_console": [v["sidecar"]["sidecar_cpu_s_per_1m_records"] for k, v in results.items()
+                                        if "_console" in k]}}
+        finish(summary, args.out, "throughput_console", lambda png: plot(results, png))
+        return
     if "a" in only:
         with KafkaBroker("3.9") as b39:
             topic = unique("tput")

@@ -109,6 +109,7 @@ class Sidecar:
     node: NodeIdentity
     dispatcher: Dispatcher
     metrics: Any  # metrics.MetricsServer when metrics.port is set
+    console: Any  # console.server.Console when console.listen is set
 
     def __init__(self, config: SidecarConfig, *, persister: Any = None) -> None:
         self.config = config
@@ -169,9 +170,27 @@ class Sidecar:
             from .metrics import MetricsServer
             self.metrics = MetricsServer(self, cfg.server.metrics_port)
             self.metrics.start()
+        if cfg.console.listen:  # the web console (docs/console.md)
+            await self._start_console()
         log.info("kshare sidecar serving share groups on %s for backend %s (%d groups restored)",
                  ", ".join(f"{spec.name}://{d.node.host}:{d.node.port}" for spec, d in zip(specs, self._dispatchers)),
                  cfg.backend.bootstrap_servers, restored)
+
+    async def _start_console(self) -> None:
+        try:
+            from .console.server import Console
+        except ImportError as exc:  # aiohttp is the `console` extra
+            raise ConfigError(f"console.listen is set but the console cannot load ({exc}): install "
+                              f"kshare-sidecar[console]") from None
+        from .console.model import Services
+
+        services = Services(coordinator=self.coordinator, partitions=self.partitions, admin=self.admin,
+                            node_id=self.config.server.node_id, cluster_view=self.cluster_view,
+                            group_config=self.group_config)
+        self.console = Console(self.config, services, authenticator=getattr(self, "authenticator", None),
+                               authorizer=self.authorizer, backend=self.backend,
+                               client_options=self.security.aiokafka_options())
+        await self.console.start()
 
     def _listener_security(self, specs: list[ListenerSpec]) -> dict[str, Any]:
         """TLS contexts by protocol and the SASL authenticator, checked before anything starts."""
@@ -417,8 +436,8 @@ class Sidecar:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for name in ("forwarder", "tokens", "pool", "shares", "deadletter", "partitions", "membership", "group_configs",
-                     "backend", "persister", "authenticator", "authorizer", "quotas"):
+        for name in ("console", "forwarder", "tokens", "pool", "shares", "deadletter", "partitions", "membership",
+                     "group_configs", "backend", "persister", "authenticator", "authorizer", "quotas"):
             part = getattr(self, name, None)
             if part is not None:
                 try:

@@ -24,6 +24,7 @@ from .config_sections import (
     AuthorizerSettings,
     BackendSettings,
     ClusterSettings,
+    ConsoleSettings,
     DeadLetterSettings,
     ListenerSecuritySettings,
     ListenerSettings,
@@ -104,6 +105,7 @@ class SidecarConfig:
     share: ShareGroupSettings
     deadletter: DeadLetterSettings
     quota: QuotaSettings
+    console: ConsoleSettings
     #: The listeners to open (``listeners``, or one PLAINTEXT listener on ``listen``).
     specs: tuple[ListenerSpec, ...]
     #: The sidecar-wide defaults of every GROUP config (built once: read on every request).
@@ -131,6 +133,7 @@ class SidecarConfig:
                   share=build_section(ShareGroupSettings, values),
                   deadletter=build_section(DeadLetterSettings, values),
                   quota=build_section(QuotaSettings, values),
+                  console=build_section(ConsoleSettings, values),
                   specs=tuple(_listener_specs(listener, listener_security)),
                   group_defaults=MappingProxyType(group_defaults))
         _check_cross_settings(cfg)

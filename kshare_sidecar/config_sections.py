@@ -111,6 +111,20 @@ class ServerSettings:
 
 
 @dataclass(frozen=True)
+class ConsoleSettings:
+    """The web console (kshare_sidecar/console, docs/console.md): '' listen = off."""
+
+    listen: str = _key("console.listen")
+    actions_enable: bool = _key("console.actions.enable")
+    authentication: str = _key("console.authentication")
+    ssl_enable: bool = _key("console.ssl.enable")
+    ssl_client_auth: str = _key("console.ssl.client.auth")
+    allow_remote_unauthenticated: bool = _key("console.allow.remote.unauthenticated")
+    sample_interval_ms: int = _key("console.sample.interval.ms")
+    redrive_max_records_per_second: int = _key("console.redrive.max.records.per.second")
+
+
+@dataclass(frozen=True)
 class PluginSettings:
     """Which plugins are loaded and which persister and default assignor they provide."""
 
@@ -214,7 +228,7 @@ SECTIONS: dict[str, type[DataclassInstance]] = {
     "listener": ListenerSettings, "listener_security": ListenerSecuritySettings, "authorizer": AuthorizerSettings,
     "passthrough": PassthroughSettings, "server": ServerSettings, "plugins": PluginSettings,
     "cluster": ClusterSettings, "backend": BackendSettings, "state": StateSettings, "share": ShareGroupSettings,
-    "deadletter": DeadLetterSettings, "quota": QuotaSettings,
+    "deadletter": DeadLetterSettings, "quota": QuotaSettings, "console": ConsoleSettings,
 }
 
 _T = TypeVar("_T", bound="DataclassInstance")

@@ -290,6 +290,27 @@ SETTINGS: tuple[Setting, ...] = (
     _S("quota.window.num", 11, int, "Samples a client's byte rate is measured over (Kafka's broker setting).", 2,
        1000),
     _S("quota.window.size.seconds", 1, int, "Length of each sample (Kafka's broker setting).", 1, 3600),
+    # -- the web console (docs/console.md)
+    _S("console.listen", "", str, "host:port of the web console's own HTTP(S) listener ('' = off). Without "
+       "authentication it must be a loopback address unless console.allow.remote.unauthenticated is true.",
+       check=_optional_host_port),
+    _S("console.actions.enable", False, bool, "Let the console change things (reset a group's start offset, "
+       "delete a group, redrive dead letters), each checked with the ACLs of the Kafka API it corresponds to; "
+       "false: read-only."),
+    _S("console.authentication", "auto", str, "auto: the console asks for credentials when any listener "
+       "requires authentication (SASL, or SSL with ssl.client.auth=required); required: always; none: never "
+       "(loopback only, unless console.allow.remote.unauthenticated).", choices=("auto", "required", "none")),
+    _S("console.ssl.enable", False, bool, "Serve the console over HTTPS with ssl.keystore.location (needed for "
+       "HTTP Basic authentication on a non-loopback address)."),
+    _S("console.ssl.client.auth", "none", str, "Client certificates on the console (mTLS, CAs from "
+       "ssl.truststore.location): required/requested make the principal User:<subject DN>, as on the Kafka "
+       "listeners.", choices=("none", "requested", "required")),
+    _S("console.allow.remote.unauthenticated", False, bool, "Allow a console without authentication on a "
+       "non-loopback address (anyone who can reach it sees every group; actions stay off unless enabled)."),
+    _S("console.sample.interval.ms", 5000, int, "How often the console samples each group for its plots "
+       "(10 minutes are kept).", 1000, 60000),
+    _S("console.redrive.max.records.per.second", 500, int, "Highest rate a redrive started from the console "
+       "may ask for (records per second); also its default.", 1, 100000),
     _S("persister", "topic", str, "Persister plugin name (built-ins: topic, memory)."),
     _S("assignor", "simple", str, "Share-group assignor plugin name: the default of the per-group "
        "share.assignor (kshare's own group config)."),

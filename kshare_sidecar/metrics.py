@@ -24,6 +24,11 @@ SharePartitionMetrics InFlightBatchCount (not kept; see docs)       -> (none)
 KIP-1226 share-partition lag                                        -> kshare_share_partition_lag
 socket-server-metrics successful-authentication-total{listener}     -> kshare_successful_authentication_total{listener}
 socket-server-metrics failed-authentication-total{listener}         -> kshare_failed_authentication_total{listener}
+
+kshare's own (no Kafka counterpart; the console's figures and the shipped alert rules use them):
+kshare_share_group_delivered_records_total{group}, kshare_share_group_redelivered_records_total{group},
+kshare_share_group_dead_lettered_records_total{group}, kshare_state_write_failures_total,
+kshare_share_partition_oldest_in_flight_age_seconds{group,topic,partition}, kshare_cluster_members.
 """
 
 from __future__ import annotations
@@ -71,6 +76,24 @@ class Stats:
         # listener name -> SASL authentications that succeeded / failed (issue 16)
         self.authentications: dict[str, int] = {}
         self.authentication_failures: dict[str, int] = {}
+        # per share group (the console's rates and the alert rules): records delivered, of those
+        # redelivered (delivery count > 1), and records archived after their dead-letter write
+        self.group_delivered: dict[str, int] = {}
+        self.group_redelivered: dict[str, int] = {}
+        self.group_dead_lettered: dict[str, int] = {}
+        self.state_write_failures = 0  # share-state writes that failed (the change was rolled back)
+
+    def count_delivered(self, group: str, acquired) -> None:
+        """Count one acquisition's records for ``group``; ``acquired`` are AcquiredRecords."""
+        n = redelivered = 0
+        for a in acquired:
+            size = a.last_offset - a.first_offset + 1
+            n += size
+            if a.delivery_count > 1:
+                redelivered += size
+        self.group_delivered[group] = self.group_delivered.get(group, 0) + n
+        if redelivered:
+            self.group_redelivered[group] = self.group_redelivered.get(group, 0) + redelivered
 
     def count_acks(self, runs) -> None:
         """Count one acknowledgement plan's records by type; ``runs`` are (first, last, type)."""
@@ -82,6 +105,34 @@ class Stats:
 
 
 STATS = Stats()
+
+
+class InFlightAge:
+    """How long each share-partition's start offset (SPSO) has stayed on a record that is not done:
+    the age of its oldest in-flight record as far as the sidecar can tell without a timestamp per
+    record (SQS's ApproximateAgeOfOldestMessage). Observed whenever /metrics is scraped or the
+    console samples: the age is exact to one observation interval."""
+
+    def __init__(self) -> None:
+        self._since: dict[Any, tuple[int, float]] = {}
+
+    def observe(self, key: Any, spso: int, busy: bool, now: float) -> float:
+        """Seconds the SPSO has stayed at ``spso`` while the window held records (``busy``)."""
+        if not busy:
+            self._since.pop(key, None)
+            return 0.0
+        seen = self._since.get(key)
+        if seen is None or seen[0] != spso:
+            self._since[key] = (spso, now)
+            return 0.0
+        return now - seen[1]
+
+    def forget(self, keep: set[Any]) -> None:
+        for key in [k for k in self._since if k not in keep]:
+            del self._since[key]
+
+
+IN_FLIGHT_AGE = InFlightAge()
 
 # One registry for the process (not prometheus-client's global one, so importing kshare never
 # changes what other code exports).
@@ -140,6 +191,21 @@ class KshareCollector:
             for listener, n in sorted(counts.items()):
                 c.add_metric([listener], n)
             yield c
+        for name, doc, counts in (
+                ("kshare_share_group_delivered_records", "Records delivered (acquired) to consumers, per share "
+                 "group.", s.group_delivered),
+                ("kshare_share_group_redelivered_records", "Records delivered again (delivery count above 1), "
+                 "per share group.", s.group_redelivered),
+                ("kshare_share_group_dead_lettered_records", "Records archived after their dead-letter write, per "
+                 "share group.", s.group_dead_lettered)):
+            c = CounterMetricFamily(name, doc, labels=["group"])
+            for group, n in sorted(counts.items()):
+                c.add_metric([group], n)
+            yield c
+        c = CounterMetricFamily("kshare_state_write_failures", "Share-state writes that failed (the change they "
+                                "carried was rolled back; clients retry).")
+        c.add_metric([], s.state_write_failures)
+        yield c
         c = CounterMetricFamily("kshare_record_acknowledgement", "Records acknowledged (durably), by type "
                                 "(ShareFetch piggybacked and ShareAcknowledge).", labels=["ack_type"])
         for name, n in s.acks.items():
@@ -154,8 +220,18 @@ class KshareCollector:
         lag = GaugeMetricFamily("kshare_share_partition_lag", "Share-partition lag (HWM - SPSO - delivery "
                                 "complete count) from the last high watermark seen.",
                                 labels=["group", "topic", "partition"])
+        age = GaugeMetricFamily("kshare_share_partition_oldest_in_flight_age_seconds", "How long the share-partition "
+                                "start offset has stayed on a record not yet done (0 when nothing is in flight).",
+                                labels=["group", "topic", "partition"])
+        members = GaugeMetricFamily("kshare_cluster_members", "Live sidecars of the cluster as this sidecar sees "
+                                    "them (a cluster of sidecars only).", labels=["cluster"])
         loaded = 0
+        now = time.monotonic()
+        seen: set[Any] = set()
         for sc in list(self.sidecars):
+            view = getattr(sc, "cluster_view", None)
+            if view is not None:
+                members.add_metric([sc.config.cluster.name], len(view.map.nodes))
             coordinator = getattr(sc, "coordinator", None)
             if coordinator is not None:
                 for group in list(coordinator.groups.values()):
@@ -169,6 +245,8 @@ class KshareCollector:
                     labels = [key.group_id, slot.topic, str(key.partition)]
                     sp = slot.partition
                     in_flight.add_metric(labels, sp.in_flight)
+                    seen.add(key)
+                    age.add_metric(labels, IN_FLIGHT_AGE.observe(key, sp.spso, sp.in_flight > 0, now))
                     hwm = s.high_watermarks.get(key)
                     if hwm is not None:
                         lag.add_metric(labels, sp.lag(hwm))
@@ -186,8 +264,11 @@ class KshareCollector:
         g = GaugeMetricFamily("kshare_share_partitions_loaded", "Share-partitions loaded in memory.")
         g.add_metric([], loaded)
         yield g
+        IN_FLIGHT_AGE.forget(seen)
         yield in_flight
         yield lag
+        yield age
+        yield members
         up = GaugeMetricFamily("kshare_backend_up", "1 while the backend cluster answers the sidecar's "
                                "probe (a Metadata request every 1-2 s), 0 during an outage.")
         outages = CounterMetricFamily("kshare_backend_outages", "Backend outages seen (up -> down transitions).")

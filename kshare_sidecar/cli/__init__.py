@@ -7,6 +7,7 @@ import typer
 from . import configs as configs_cli
 from . import consume as consume_cli
 from . import dev
+from . import dlq as dlq_cli
 from . import groups as groups_cli
 from . import plugins as plugins_cli
 from . import sidecar as sidecar_cli
@@ -25,6 +26,7 @@ app.add_typer(sidecar_cli.app, name="sidecar")
 app.add_typer(groups_cli.app, name="groups")
 app.add_typer(configs_cli.app, name="configs")
 app.add_typer(state_cli.app, name="state")
+app.add_typer(dlq_cli.app, name="dlq")
 app.command("consume", cls=groups_cli.OneLineCommand)(consume_cli.consume)
 
 

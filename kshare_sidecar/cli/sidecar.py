@@ -24,6 +24,8 @@ def run(
     node_id: int = typer.Option(None, "--node-id", help="Node id presented to clients"),
     persister: str = typer.Option(None, "--persister", help="Persister plugin (topic, memory)"),
     metrics_port: int = typer.Option(None, "--metrics-port", help="Serve Prometheus metrics on this port"),
+    console_listen: str = typer.Option(None, "--console-listen", help="Serve the web console on host:port "
+                                       "(docs/console.md)"),
     log_level: str = typer.Option("INFO", "--log-level", help="DEBUG, INFO, WARNING, ERROR"),
 ) -> None:
     """Serve KIP-932 share groups on the Kafka protocol, backed by an ordinary cluster."""
@@ -32,7 +34,7 @@ def run(
         cfg = load_config(config, overrides={"bootstrap.servers": bootstrap_server, "listen": listen,
                                              "listeners": listeners,
                                              "node.id": node_id, "persister": persister,
-                                             "metrics.port": metrics_port})
+                                             "metrics.port": metrics_port, "console.listen": console_listen})
         from ..log.security import BackendSecurity
 
         BackendSecurity.from_config(cfg)  # unreadable files, missing credentials: one line, exit 2

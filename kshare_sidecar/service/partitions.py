@@ -33,7 +33,7 @@ from ..persist.model import SharePartitionKey
 from ..persist.records import UNSET_OFFSET, WriteItem
 from ..share.config import Extensions, ShareConfig
 from ..share.extended import ExtendedSharePartition
-from ..share.holds import HOLDERS
+from ..share.holds import DEAD_LETTER, HOLDERS
 from ..share.keyorder import KeyIndex
 from ..share.partition import SharePartition
 from ..timeutil import parse_iso_duration_ms
@@ -341,6 +341,7 @@ class SharePartitionManager:
                 with _WRITE_LATENCY.time():  # metrics (issue 7)
                     await self.persister.write(slot.key, plan.state, self._writer_epoch(slot))
             except PersistError as exc:
+                _METRICS.state_write_failures += 1  # the alert rules (compose/prometheus/)
                 log.warning("state write for %s failed, acknowledgement rolled back: %s", _name(slot.key, slot.topic),
                             exc)
                 return slot.key, _ack_error(exc)
@@ -356,6 +357,10 @@ class SharePartitionManager:
                 code = ErrorCode.none
             if is_ack and code == ErrorCode.none and plan.member_id not in HOLDERS:  # metrics (issue 7)
                 _METRICS.count_acks(plan.runs)
+            elif is_ack and code == ErrorCode.none and plan.member_id == DEAD_LETTER:  # archived after the DLQ write
+                group = slot.key.group_id
+                _METRICS.group_dead_lettered[group] = _METRICS.group_dead_lettered.get(group, 0) + sum(
+                    last - first + 1 for first, last, _t in plan.runs)
         slot.wake()
         self.track(slot)
         self._changed(slot)
@@ -373,6 +378,7 @@ class SharePartitionManager:
                 with _WRITE_LATENCY.time():  # metrics (issue 7)
                     await self.persister.write(slot.key, slot.partition.snapshot(), self._writer_epoch(slot))
             except PersistError as exc:
+                _METRICS.state_write_failures += 1  # the alert rules (compose/prometheus/)
                 log.warning("state write for %s failed: %s", _name(slot.key, slot.topic), exc)
 
     def _spawn(self, coro) -> None:

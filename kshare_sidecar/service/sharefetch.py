@@ -165,6 +165,7 @@ class DelayedShareFetch:
         budget.bytes -= len(records)
         _METRICS.delivered_records += n
         _METRICS.delivered_bytes += len(records)
+        _METRICS.count_delivered(slot.key.group_id, acquired)  # per group: the console, the alert rules
         return records, acquired
 
     async def _wait(self, slots: list[Slot], remaining_s: float) -> None:
