@@ -58,7 +58,7 @@ class Project:
     def compose(self, *args: str, files: list[str] | None = None, check: bool = True) -> subprocess.CompletedProcess:
         paths = [str(COMPOSE / f) for f in files] if files else [str(self.file)]
         argv = [self.tool, "-p", self.name, *[a for p in paths for a in ("-f", p)], *args]
-        result = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=600)
+        result = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=600, check=False)
         if check:
             assert result.returncode == 0, f"{' '.join(args)}: {result.stderr[-3000:]}"
         return result

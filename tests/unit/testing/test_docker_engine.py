@@ -45,7 +45,7 @@ def test_ensure_dockerd_installs_only_when_missing(monkeypatch):
 
 def test_a_failed_install_says_so(monkeypatch):
     monkeypatch.setattr(docker_engine.shutil, "which", lambda name: "/usr/bin/apt-get" if name == "apt-get" else None)
-    run = lambda argv, **kw: subprocess.CompletedProcess(argv, 100, "", "E: Unable to locate package docker.io")  # noqa: E731
+    run = lambda argv, **kw: subprocess.CompletedProcess(argv, 100, "", "E: Unable to locate package docker.io")
     with pytest.raises(HarnessError, match="installing docker.io failed \\(exit 100\\): E: Unable to locate"):
         docker_engine.ensure_dockerd(run)
 
