@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-fast typecheck test-spark bench fuzz test-fencing test-parity test-parity-debts test-cluster-faults test-sidecar-cluster test-franz test-kafka-apps test-topology test-tansu test-tokens test-console clean
+.PHONY: demo test test-fast typecheck test-spark bench fuzz test-fencing test-parity test-parity-debts test-cluster-faults test-sidecar-cluster test-franz test-kafka-apps test-topology test-tansu test-tokens test-console test-containers clean
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "java not found: install a Java 17+ runtime"; exit 2; }
@@ -113,3 +113,10 @@ test-console: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache
+
+# Containers for real (docs/testing.md, "Containers"): a Docker engine (the one that answers, else
+# Debian's docker.io installed if missing and a private dockerd started, then stopped at the end),
+# local images from Debian's packages (cached by tag), the project's Dockerfile built on them, the
+# testcontainers example of docs/testing.md, and every compose file run, a sidecar killed under load; opt-in.
+test-containers: $(STAMP)
+	$(PY) -m pytest -q -rfEs --run containers tests/containers

@@ -107,6 +107,7 @@ def check_argv(argv: list[str]) -> list[str]:
                 problems.append(f"{' '.join(path)} takes no argument {token!r}")
             positional += 1
         i += 1
-    if subcommands(command) and not getattr(command, "invoke_without_command", False):
+    asked_help = any(token in HELP for token in argv)  # `kshare --help`: the group's help, no command needed
+    if subcommands(command) and not getattr(command, "invoke_without_command", False) and not asked_help:
         problems.append(f"{' '.join(path)} is a command group: name one of {', '.join(sorted(subcommands(command)))}")
     return problems

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -51,7 +52,7 @@ def _image_defaults(dockerfile) -> tuple[list[str], list[str], dict[str, str]]:
 def _builds_kshare(path: Path, service: dict) -> bool:
     build = service.get("build")
     if build is None:
-        return str(service.get("image", "")).startswith("kshare")
+        return interpolate(str(service.get("image", ""))).startswith("kshare")
     context = build if isinstance(build, str) else build.get("context", ".")
     dockerfile = "Dockerfile" if isinstance(build, str) else build.get("dockerfile", "Dockerfile")
     return (path.parent / context / dockerfile).resolve() == DOCKERFILE.resolve()
@@ -182,7 +183,7 @@ def test_every_service_has_a_healthcheck(filename):
 def test_kafka39_runs_apache_kafka_39_in_kraft_mode():
     doc = load_yaml(COMPOSE_DIR / "kafka39.yml")
     kafka = doc["services"]["kafka"]
-    assert kafka["image"] == "apache/kafka:3.9.2"
+    assert interpolate(kafka["image"]) == "apache/kafka:3.9.2"
     env = _env(kafka)
     assert "controller" in env["KAFKA_PROCESS_ROLES"] and "broker" in env["KAFKA_PROCESS_ROLES"]
     assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"].startswith(f"{env['KAFKA_NODE_ID']}@kafka:")
@@ -222,3 +223,57 @@ def test_readme_covers_every_file():
     for path in compose_files():
         assert f"compose/{path.name}" in readme, f"compose/README.md does not mention {path.name}"
     assert (REPO / "docs" / "deployment.md").exists()
+
+
+# -- image names through variables; the host-network overlays ---------------------------------------
+
+HOST_NETWORK = COMPOSE_DIR / "host-network"
+#: variable -> the image users pull (or build, for the sidecar) when it is not set
+IMAGE_VARIABLES = {"KAFKA_IMAGE": "apache/kafka:3.9.2", "KSHARE_IMAGE": "kshare-sidecar:dev",
+                   "PROMETHEUS_IMAGE": "prom/prometheus:v3.5.0",
+                   "REDPANDA_IMAGE": "docker.redpanda.com/redpandadata/redpanda:v25.2.1"}
+
+
+def test_images_come_from_variables_whose_defaults_are_what_users_pull(compose):
+    path, doc = compose
+    for name, svc in doc["services"].items():
+        image = (svc or {}).get("image")
+        if image is None:
+            continue  # an overlay's service: the base file names the image
+        var = image.split(":-", 1)[0].removeprefix("${")
+        assert image == f"${{{var}:-{IMAGE_VARIABLES[var]}}}", f"{path.name} service {name}: {image}"
+
+
+@pytest.mark.parametrize("overlay", sorted(p.name for p in HOST_NETWORK.glob("*.yml") if p.name != "prometheus.yml"))
+def test_host_network_overlays_put_every_service_on_loopback(overlay):
+    base = load_yaml(COMPOSE_DIR / overlay)
+    doc = load_yaml(HOST_NETWORK / overlay)
+    assert set(doc["services"]) <= set(base["services"]), f"{overlay} names services its base does not have"
+    for name, svc in doc["services"].items():
+        if name == "kshare" and overlay == "metrics.yml":
+            continue  # the kshare service's network comes from the base file's overlay
+        assert svc.get("network_mode") == "host", f"{overlay} {name}"
+        env = _env(svc)
+        merged = {**_env(base["services"][name]), **env}
+        for var in ("KAFKA_LISTENERS", "KAFKA_ADVERTISED_LISTENERS", "KSHARE_LISTENERS", "KSHARE_ADVERTISED_LISTENERS",
+                    "KSHARE_LISTEN", "KSHARE_ADVERTISED_LISTENER", "KSHARE_BOOTSTRAP_SERVERS",
+                    "KAFKA_CONTROLLER_QUORUM_VOTERS"):
+            if merged.get(var):
+                assert var in env, f"{overlay} {name}: {var} is left as the base file's {merged[var]}"
+                hosts = {item.rsplit("://", 1)[-1].split("@")[-1].rsplit(":", 1)[0] for item in env[var].split(",")}
+                assert hosts == {"127.0.0.1"}, f"{overlay} {name} {var}={env[var]}"
+        for var, value in env.items():
+            if var.startswith("KSHARE_"):
+                SETTING_BY_ENV[var].coerce(value, f"{overlay} {name} {var}")
+        # a healthcheck that names an address must name loopback (kshare-healthcheck alone reads KSHARE_LISTEN)
+        base_test = " ".join(map(str, ((base["services"][name] or {}).get("healthcheck") or {}).get("test", [])))
+        if re.search(r"[a-z0-9-]+:\d+", base_test):
+            test = " ".join(map(str, (svc.get("healthcheck") or {}).get("test", [])))
+            assert re.search(r"127\.0\.0\.1:\d+", interpolate(test)), f"{overlay} {name}: healthcheck {base_test}"
+    # every listener port of the merged file is distinct (one host network)
+    ports: list[str] = []
+    for name, svc in doc["services"].items():
+        for var, value in _env(svc).items():
+            if var in ("KAFKA_LISTENERS", "KSHARE_LISTENERS", "KSHARE_LISTEN", "KSHARE_METRICS_PORT"):
+                ports += [item.rsplit(":", 1)[-1] for item in value.split(",")]
+    assert len(ports) == len(set(ports)), f"{overlay}: a port is used twice: {sorted(ports)}"

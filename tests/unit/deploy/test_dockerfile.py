@@ -15,7 +15,7 @@ import pytest
 from kshare_sidecar.config import BY_KEY, env_name, load_config
 
 from .cli_model import check_argv
-from .conftest import REPO, env_pairs, final_stage
+from .conftest import DOCKERFILE, REPO, env_pairs, final_stage
 
 SETTING_BY_ENV = {env_name(k): s for k, s in BY_KEY.items()}
 
@@ -52,9 +52,30 @@ def test_entrypoint_is_kshare_and_cmd_is_a_real_command(dockerfile):
 
 
 def test_the_package_is_installed(dockerfile):
+    """Installed into a virtual environment in the build stage, which the final stage copies and
+    puts first on PATH (so `kshare` and the venv's pip, for derived images' plugins, are found)."""
+    starts = [n for n, inst in enumerate(dockerfile) if inst.keyword == "FROM"]
+    build = dockerfile[starts[0]:starts[-1]]
+    runs = " ".join(i.args for i in build if i.keyword == "RUN")
+    assert "venv /opt/kshare" in runs and "/opt/kshare/bin/pip install .[console]" in runs  # the console too
     stage = final_stage(dockerfile)
-    runs = " ".join(i.args for i in stage if i.keyword == "RUN")
-    assert "pip install" in runs and "kshare_sidecar" in runs
+    assert any(i.keyword == "COPY" and i.args.split() == ["--from=build", "/opt/kshare", "/opt/kshare"]
+               for i in stage)
+    env: dict[str, str] = {}
+    for inst in stage:
+        if inst.keyword == "ENV":
+            env |= env_pairs(inst)
+    assert env["PATH"].startswith("/opt/kshare/bin:")
+
+
+def test_builds_with_the_classic_builder(dockerfile):
+    """Nothing that only BuildKit understands: where no registry is reachable BuildKit cannot fetch
+    its `# syntax=` frontend, and the classic builder refuses heredocs, RUN --mount and COPY --chmod."""
+    text = DOCKERFILE.read_text()
+    assert not re.search(r"^#\s*syntax\s*=", text, re.M | re.I)
+    for inst in dockerfile:
+        assert not inst.heredocs, f"{inst.keyword} uses a heredoc"
+        assert "--mount" not in inst.args and "--chmod" not in inst.args and "--link" not in inst.args, inst.args
 
 
 def test_env_names_real_settings_with_valid_values(dockerfile):
@@ -114,8 +135,9 @@ def _healthcheck(dockerfile) -> tuple[str, str]:
     command = check.args.split(" CMD ", 1)[1].strip()
     argv = __import__("json").loads(command)
     for inst in stage:
-        if inst.keyword == "COPY" and inst.heredocs and inst.args.split()[-1].endswith("/" + argv[0]):
-            return argv[0], next(iter(inst.heredocs.values()))
+        parts = inst.args.split()
+        if inst.keyword == "COPY" and "--from" not in inst.args and parts[-1].endswith("/" + argv[0]):
+            return argv[0], (REPO / parts[0]).read_text()
     pytest.fail(f"HEALTHCHECK runs {argv[0]}, which the Dockerfile does not create")
 
 

@@ -210,3 +210,113 @@ def kc_module():
     import kshare_sidecar.testing.containers as module
 
     return module
+
+
+# -- the host's network: ApacheKafkaContainer and the sidecar in front of it -------------------------
+
+def test_apache_kafka_container_on_the_host_network_listens_on_loopback():
+    from kshare_sidecar.testing.containers import ApacheKafkaContainer
+
+    kafka = ApacheKafkaContainer("kshare-local/kafka:3.9.2", port=40001, controller_port=40002,
+                                 env={"KAFKA_NUM_PARTITIONS": "3"})
+    assert kafka._kwargs["network_mode"] == "host" and kafka.ports == {}
+    env = kafka.env
+    assert env["KAFKA_LISTENERS"] == "PLAINTEXT://127.0.0.1:40001,CONTROLLER://127.0.0.1:40002"
+    assert env["KAFKA_ADVERTISED_LISTENERS"] == "PLAINTEXT://127.0.0.1:40001"
+    assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"] == "1@127.0.0.1:40002"
+    assert len(env["CLUSTER_ID"]) == 22 and env["KAFKA_NUM_PARTITIONS"] == "3"
+    assert kafka.get_bootstrap_server() == "127.0.0.1:40001"
+    assert ApacheKafkaContainer().image == "apache/kafka:3.9.2"
+    a, b = ApacheKafkaContainer(), ApacheKafkaContainer()
+    assert len({a.port, a.controller_port, b.port, b.controller_port}) == 4  # free ports
+
+
+def test_kshare_in_front_of_a_host_network_kafka_uses_the_image_entrypoint_on_loopback(monkeypatch):
+    from kshare_sidecar.testing.containers import ApacheKafkaContainer
+
+    kafka = ApacheKafkaContainer(port=40001, controller_port=40002)
+    c = KShareContainer(kafka, port=40010, settings={"share.auto.offset.reset": "earliest"})
+    assert c.host_network and c._kwargs["network_mode"] == "host"
+    assert "entrypoint" not in c._kwargs and c._command is None and c.ports == {}  # the image's own ENTRYPOINT/CMD
+    assert c.environment("127.0.0.1:40010") == {
+        "KSHARE_BOOTSTRAP_SERVERS": "127.0.0.1:40001", "KSHARE_LISTEN": "127.0.0.1:40010",
+        "KSHARE_ADVERTISED_LISTENER": "127.0.0.1:40010", "KSHARE_SHARE_AUTO_OFFSET_RESET": "earliest"}
+    monkeypatch.setattr(tc_container.DockerContainer, "start", lambda self: setattr(self, "_container", FakeWrapped()))
+    probes = []
+    monkeypatch.setattr(KShareContainer, "wait_ready", lambda self, host, port: probes.append((host, port)))
+    c.start()
+    assert c.env["KSHARE_LISTEN"] == "127.0.0.1:40010" and probes == [("127.0.0.1", 40010)]
+    assert c.get_bootstrap_server() == "127.0.0.1:40010"
+
+
+def test_host_network_kafka_needs_a_host_network_sidecar():
+    from kshare_sidecar.testing.containers import ApacheKafkaContainer
+
+    c = KShareContainer(ApacheKafkaContainer(), network_mode="bridge")
+    with pytest.raises(ValueError, match="host's network"):
+        c.backend_bootstrap()
+
+
+def test_restart_is_docker_start_and_waits_again():
+    from kshare_sidecar.testing.containers import ApacheKafkaContainer
+
+    class Wrapped(FakeWrapped):
+        def __init__(self):
+            super().__init__()
+            self.calls = []
+
+        def kill(self, signal):
+            self.calls.append(("kill", signal))
+
+        def wait(self, timeout):
+            self.calls.append("wait")
+
+        def start(self):
+            self.calls.append("start")
+
+    c = KShareContainer(ApacheKafkaContainer(), port=40020)
+    c._container = Wrapped()
+    waits = []
+    c.wait_ready = lambda host, port: waits.append((host, port))
+    c.kill()
+    c.restart()
+    assert c._container.calls == [("kill", "SIGKILL"), "wait", "start"] and waits == [("127.0.0.1", 40020)]
+    bridge = KShareContainer("k:1")
+    bridge._container = Wrapped()
+    with pytest.raises(NotImplementedError, match="host's network"):
+        bridge.restart()
+
+
+def test_logs_on_failure_writes_logs_only_when_a_test_failed(tmp_path):
+    from kshare_sidecar.testing.containers import logs_on_failure
+
+    class Session:
+        testsfailed = 0
+
+    class Node:
+        nodeid = "t.py::test"
+        user_properties: list = []
+
+    class Config:
+        class pluginmanager:
+            @staticmethod
+            def get_plugin(name):
+                return None
+
+    class Request:
+        session, node, config = Session(), Node(), Config()
+
+    class C:
+        image = "registry.example/kshare-sidecar:dev"
+
+        def logs(self):
+            return "kshare sidecar serving share groups\n"
+
+    with logs_on_failure(Request(), C(), directory=tmp_path / "a"):
+        pass
+    assert not (tmp_path / "a").exists()
+    request = Request()
+    with logs_on_failure(request, C(), directory=tmp_path / "b"):
+        request.session.testsfailed += 1
+    assert (tmp_path / "b" / "0-kshare-sidecar-dev.log").read_text() == "kshare sidecar serving share groups\n"
+    assert request.node.user_properties == [("container_logs", [str(tmp_path / "b" / "0-kshare-sidecar-dev.log")])]
