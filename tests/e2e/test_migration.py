@@ -1,0 +1,148 @@
+"""Share groups moved between kshare and native Kafka 4.4, both ways, on real brokers (docs/migration.md).
+
+Opt-in (``make test-migration``): each test starts its own brokers (at most two JVMs) and runs
+confluent-kafka share consumers in phases (tests/e2e/migration_support.py). What is checked, from
+what the consumers saw: no record is lost (every one acknowledged at least once), and the records
+delivered again after having been acknowledged are exactly as many as the dry runs predicted.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kshare_sidecar.cli.kclient import AdminClient
+from kshare_sidecar.testing.kafka import KafkaBroker
+from tests.e2e.conftest import SidecarProcess
+from tests.e2e.migration_support import (
+    Phase,
+    Worker,
+    delivered_again,
+    drain_phase,
+    kshare_state,
+    plan_of,
+    produce_small_batches,
+    refusal_lines,
+    wait_until_empty,
+    window_phase,
+)
+from tests.support import create_topic
+
+pytestmark = [pytest.mark.optin("migration"), pytest.mark.kafka]
+
+N = 1000
+#: the sidecar's locks as long as Kafka's default: a holder's records stay held through a phase
+SIDECAR_ENV = {"KSHARE_GROUP_SHARE_RECORD_LOCK_DURATION_MS": "30000"}
+
+
+@pytest.fixture
+def kafka44():
+    with KafkaBroker("4.4", heap="768m") as broker:
+        yield broker
+
+
+def _sidecar(backend: str, tmp_path, name: str = "sidecar") -> SidecarProcess:
+    return SidecarProcess(backend, tmp_path / f"{name}.log", env=dict(SIDECAR_ENV)).start()
+
+
+def _state_args(sc: SidecarProcess) -> list[str]:
+    return ["-b", sc.backend, "--state-topic", sc.env["KSHARE_STATE_TOPIC"], "--sidecar", sc.bootstrap]
+
+
+def _assert_nothing_lost(phases: list[Phase]) -> None:
+    acked = set().union(*(p.acked for p in phases))
+    assert acked == {(0, o) for o in range(N)}, f"never acknowledged: {sorted({(0, o) for o in range(N)} - acked)[:20]}"
+
+
+def test_to_native_and_back_on_kafka_44(kafka44, tmp_path, record_property):
+    """kshare over Kafka 4.4 -> native 4.4 (the same cluster: the sidecar passes the group through)
+    -> kshare again, each move with records in flight."""
+    sc = _sidecar(kafka44.bootstrap, tmp_path)
+    try:
+        topic, group = "orders", "payments"
+        create_topic(kafka44.bootstrap, topic, 1)
+        produce_small_batches(kafka44.bootstrap, topic, N)
+        args = _state_args(sc)
+        refused: dict[str, str] = {}
+
+        def connected() -> None:
+            done = kshare_state("migrate-to-native", group, *args)
+            assert done.returncode == 1, done.stderr
+            refused["consumers connected"] = refusal_lines(done)[0]
+
+        a = window_phase("a-kshare", sc.bootstrap, group, topic, tmp_path, accept=400, on_holding=connected)
+        dry = wait_until_empty(["migrate-to-native", group, *args, "--json"])
+        assert dry.returncode == 0, dry.stderr
+        first = plan_of(dry)
+        assert first["redelivered"] > 0 and first["partitions"][0]["start_offset"] == min(a.held)[1]
+        done = kshare_state("migrate-to-native", group, *args, "--execute", "--json")
+        assert done.returncode == 0, done.stderr
+        moved = plan_of(done)
+        assert moved["moved"] and moved["redelivered"] == first["redelivered"]
+        assert moved["carried"]["share.auto.offset.reset"] == "earliest"  # the sidecar's default, kept
+
+        again = kshare_state("migrate-to-native", group, *args)
+        refused["already moved"] = refusal_lines(again)[0]
+
+        # native Kafka, through the same bootstrap: the sidecar passes the group to the backend
+        b = window_phase("b-native", sc.bootstrap, group, topic, tmp_path, accept=300)
+        with AdminClient(kafka44.bootstrap) as admin:
+            native = admin.describe_offsets(group)
+            assert native.topics[0].partitions[0].start_offset == min(b.held)[1]
+        dry = wait_until_empty(["migrate-from-native", group, *args, "--json"])
+        assert dry.returncode == 0, dry.stderr
+        second = plan_of(dry)
+        assert second["redelivered"] > 0
+        done = kshare_state("migrate-from-native", group, *args, "--execute", "--json")
+        assert done.returncode == 0, done.stderr
+        assert plan_of(done)["moved"] and plan_of(done)["redelivered"] == second["redelivered"]
+        with AdminClient(kafka44.bootstrap) as admin:
+            assert admin.describe_group(group).error_code != 0  # the native group is gone
+
+        again = kshare_state("migrate-from-native", group, *args)
+        refused["native group gone"] = refusal_lines(again)[0]
+
+        c = drain_phase("c-kshare", sc.bootstrap, group, topic, tmp_path)
+        phases = [a, b, c]
+        _assert_nothing_lost(phases)
+        counted = delivered_again(phases)
+        record_property("migration", {"predicted": [first["redelivered"], second["redelivered"]],
+                                      "delivered_again": counted, "refusals": refused})
+        print(f"\npredicted {first['redelivered']} + {second['redelivered']}, delivered again {counted}")
+        for why, line in refused.items():
+            print(f"refusal ({why}): {line}")
+        assert counted == first["redelivered"] + second["redelivered"]
+    finally:
+        sc.stop()
+
+
+def test_wait_for_drain_moves_without_redelivery(kafka44, tmp_path):
+    """With the producers stopped and a consumer still running, --wait-for-drain waits until
+    nothing acknowledged lies beyond the start offset and the consumers have left, then moves:
+    no record is delivered twice."""
+    sc = _sidecar(kafka44.bootstrap, tmp_path)
+    try:
+        topic, group = "drained", "reports"
+        create_topic(kafka44.bootstrap, topic, 1)
+        produce_small_batches(kafka44.bootstrap, topic, N)
+        args = _state_args(sc)
+        a = window_phase("a", sc.bootstrap, group, topic, tmp_path, accept=300, reject_every=0)
+        dry = wait_until_empty(["migrate-to-native", group, *args, "--json"])
+        assert plan_of(dry)["redelivered"] > 0
+        # still connected when the tool starts (a consumer that stays 20 s after its last record)
+        work = Worker(sc.bootstrap, group, topic, tmp_path / "drain-work.jsonl", mode="work", idle_s=20)
+        done = kshare_state("migrate-to-native", group, *args, "--execute", "--wait-for-drain", "--drain-timeout",
+                            "300", "--json")
+        assert work.proc.wait(120) == 0
+        assert done.returncode == 0, done.stderr
+        assert "waiting for the window to drain" in done.stderr
+        plan = plan_of(done)
+        assert plan["moved"] and plan["redelivered"] == 0
+        drained = Phase("drain")
+        drained.add(work)
+        after = drain_phase("native", sc.bootstrap, group, topic, tmp_path, idle_s=6)
+        phases = [a, drained, after]
+        _assert_nothing_lost(phases)
+        assert delivered_again(phases) == 0
+        assert after.deliveries == []  # everything was consumed before the move
+    finally:
+        sc.stop()
