@@ -49,11 +49,13 @@ def restart_on_version(broker: KafkaBroker, version: str, *, sig: signal.Signals
     broker._wait_ready()
 
 
-def kafka_features(broker: KafkaBroker, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """``kafka-features.sh --bootstrap-server <broker> <args>`` with the broker's own release
-    (4.x ships the command in its jars as ``org.apache.kafka.tools.FeatureCommand``)."""
+def kafka_features(broker: KafkaBroker, *args: str, release: str = "4.4",
+                   timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``kafka-features.sh --bootstrap-server <broker> <args>`` of ``release`` (the tool of the
+    release being installed, as an upgrade uses it; 4.x ships it in its jars as
+    ``org.apache.kafka.tools.FeatureCommand``)."""
     java = require_tool("java", "install a Java 17+ runtime")
-    libs = kafka_libs(broker.version)
+    libs = kafka_libs(resolve_version(release))
     return subprocess.run([java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", f"{libs}/*",
                            "org.apache.kafka.tools.FeatureCommand", "--bootstrap-server", broker.bootstrap, *args],
                           capture_output=True, text=True, timeout=timeout)

@@ -82,21 +82,31 @@ class Worker:
 
 @dataclass
 class Phase:
-    """What one phase's consumers saw: deliveries in order, and acknowledgements by kind."""
+    """What one phase's consumers saw: deliveries in order, and the records acknowledged.
+
+    A record counts as acknowledged when the last thing a consumer did with it was an
+    acknowledgement. Usually that acknowledgement succeeded; one reported as failed while the
+    backend was down may still have been written (the sidecar re-reads the state after an
+    unconfirmed write, and such records are not delivered again) — a failure that was real brings
+    the record back within the phase, as its last event, and it is not acknowledged."""
 
     name: str
     deliveries: list[tuple[int, int]] = field(default_factory=list)
     acked: dict[tuple[int, int], str] = field(default_factory=dict)
     held: set[tuple[int, int]] = field(default_factory=set)
+    failed_acks: int = 0
 
     def add(self, worker: Worker, *, holder: bool = False) -> None:
         for e in worker.events():
+            key = (e.get("p"), e.get("o"))
             if e["ev"] == "rec":
-                self.deliveries.append((e["p"], e["o"]))
+                self.deliveries.append(key)
+                self.acked.pop(key, None)
                 if holder:
-                    self.held.add((e["p"], e["o"]))
-            elif e["ev"] == "ack" and e["ok"]:
-                self.acked[(e["p"], e["o"])] = e["t"]
+                    self.held.add(key)
+            elif e["ev"] == "ack":
+                self.acked[key] = e["t"]
+                self.failed_acks += not e["ok"]
 
 
 def window_phase(name: str, bootstrap: str, group: str, topic: str, tmp: Path, *, accept: int,

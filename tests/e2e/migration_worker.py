@@ -31,6 +31,7 @@ def main() -> int:
     ap.add_argument("--idle-s", type=float, default=6.0)
     ap.add_argument("--grace-s", type=float, default=30.0)
     ap.add_argument("--max-poll-records", type=int, default=100)
+    ap.add_argument("--work-ms", type=float, default=0.0, help="work: time spent on each record")
     args = ap.parse_args()
     stop = False
 
@@ -56,6 +57,8 @@ def main() -> int:
             msgs = [m for m in consumer.poll(0.5) if m.error() is None]
             for m in msgs:
                 emit(ev="rec", p=m.partition(), o=m.offset(), dc=m.delivery_count())
+                if args.work_ms and args.mode == "work":
+                    time.sleep(args.work_ms / 1000)
             if args.mode == "hold":
                 if msgs:
                     emit(ev="holding", n=len(msgs))

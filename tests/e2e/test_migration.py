@@ -82,6 +82,15 @@ def test_to_native_and_back_on_kafka_44(kafka44, tmp_path, record_property):
 
         again = kshare_state("migrate-to-native", group, *args)
         refused["already moved"] = refusal_lines(again)[0]
+        # a group both sides have: neither direction overwrites the target
+        with AdminClient(kafka44.bootstrap) as native_admin, AdminClient(sc.bootstrap) as kshare_admin:
+            assert not native_admin.alter_offsets("twice", {topic: {0: 5}}).error_code
+            assert not kshare_admin.alter_offsets("twice", {topic: {0: 7}}).error_code
+        refused["native target has the group"] = refusal_lines(kshare_state("migrate-to-native", "twice", *args))[0]
+        refused["kshare target has the group"] = refusal_lines(kshare_state("migrate-from-native", "twice", *args))[0]
+        no_sidecar = [a for a in args if a not in ("--sidecar", sc.bootstrap)]
+        refused["--execute without --sidecar"] = refusal_lines(
+            kshare_state("migrate-from-native", group, *no_sidecar, "--execute"))[0]
 
         # native Kafka, through the same bootstrap: the sidecar passes the group to the backend
         b = window_phase("b-native", sc.bootstrap, group, topic, tmp_path, accept=300)
