@@ -69,7 +69,7 @@ def list_groups(local: LocalHandler, pool: BackendPool, native: Callable[[str], 
         groups = list(mine["groups"])
         seen = {g["group_id"] for g in groups}
         acl = await acl_of(ctx)  # the backend answered the sidecar's principal: filter for the client's
-        wanted = {t.lower() for t in backend_types}
+        wanted = {t.lower() for t in types}
         for answer in answers:
             if answer.error_code != ErrorCode.none:
                 return {**mine, "error_code": answer.error_code}
@@ -77,7 +77,7 @@ def list_groups(local: LocalHandler, pool: BackendPool, native: Callable[[str], 
                 group_type = getattr(g, "group_type", None) or ("classic" if g.protocol_type else "")
                 if group_type.lower() == "share" and not native(g.group_id):
                     continue
-                if g.group_id in seen or (wanted and group_type.lower() not in wanted | {"share"}):
+                if g.group_id in seen or (wanted and group_type.lower() not in wanted):
                     continue
                 seen.add(g.group_id)
                 groups.append({"group_id": g.group_id, "protocol_type": g.protocol_type,

@@ -260,12 +260,15 @@ class Mover:
 
     async def _plan_native(self, plan: GroupPlan, view: KshareGroup) -> None:
         native = self.sides.native
-        offsets = await native.describe_offsets(plan.group)
         wanted: dict[str, list[int]] = {}
-        for o in offsets:
+        for o in await native.describe_offsets(plan.group):
             wanted.setdefault(o.topic, []).append(o.partition)
+        # the ends before the describe bound a lagging start offset; after it, the count (plan.py)
+        before = await native.end_offsets(wanted) if wanted else {}
+        offsets = [o for o in await native.describe_offsets(plan.group) if o.partition in wanted.get(o.topic, ())]
         ends = await native.end_offsets(wanted) if wanted else {}
-        plan.partitions = [native_partition(o.topic, o.partition, o.start_offset, o.lag, ends[(o.topic, o.partition)])
+        plan.partitions = [native_partition(o.topic, o.partition, o.start_offset, o.lag, ends[(o.topic, o.partition)],
+                                            before[(o.topic, o.partition)])
                            for o in sorted(offsets, key=lambda o: (o.topic, o.partition))]
         if not self._same:
             await self._check_topics(plan, self.sides.backend)

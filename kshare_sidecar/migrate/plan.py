@@ -89,13 +89,21 @@ def kshare_partition(topic: str, partition: int, state: PartitionState) -> Parti
     return PartitionPlan(topic, partition, state.start_offset, summary.completed_count, summary.redelivering_count)
 
 
-def native_partition(topic: str, partition: int, start_offset: int, lag: int, end_offset: int) -> PartitionPlan:
-    """A native share-partition (DescribeShareGroupOffsets v1 and the log end) as its move to kshare."""
+def native_partition(topic: str, partition: int, start_offset: int, lag: int, end_offset: int,
+                     end_before: int | None = None) -> PartitionPlan:
+    """A native share-partition (DescribeShareGroupOffsets v1 and the log end) as its move to kshare.
+
+    Kafka's persisted start offset may lag behind records it has all acknowledged (seen on 4.3.1:
+    start 10, lag 0 after 10..19 were accepted). Lag 0 says every record up to the end Kafka
+    counted to is done, so the start offset moves to ``end_before``, the end read *before* the
+    describe (never past a record produced after Kafka counted) and nothing is delivered again."""
     if start_offset < 0:
         return PartitionPlan(topic, partition, -1, end_offset=end_offset)
     if lag < 0:  # unknown lag: the window cannot be counted
         return PartitionPlan(topic, partition, start_offset, end_offset=end_offset,
                              error="the native cluster did not report its lag")
+    if lag == 0 and end_before is not None:
+        return PartitionPlan(topic, partition, max(start_offset, end_before), 0, end_offset=end_offset)
     return PartitionPlan(topic, partition, start_offset, max(0, end_offset - start_offset - lag), end_offset=end_offset)
 
 
