@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from kio.schema.alter_share_group_offsets.v0 import request as alter_offsets_req
 from kio.schema.api_versions.v3 import request as versions3_req
@@ -92,7 +92,7 @@ class ClusterAdmin:
         self._leaders: dict[tuple[str, int], int] = {}
         self._cluster_id: str | None = None
 
-    async def __aenter__(self) -> ClusterAdmin:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -26,8 +26,8 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
 from dataclasses import dataclass
+from typing import Any
 
 from ..protocol.constants import AlterConfigOp
 from .admin import AdminError, ClusterAdmin, GroupInfo

@@ -19,7 +19,7 @@ above it) (KIP-1226), so that count is end - start - lag.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 

@@ -58,7 +58,7 @@ def kafka_features(broker: KafkaBroker, *args: str, release: str = "4.4",
     libs = kafka_libs(resolve_version(release))
     return subprocess.run([java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", f"{libs}/*",
                            "org.apache.kafka.tools.FeatureCommand", "--bootstrap-server", broker.bootstrap, *args],
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def upgrade_features(broker: KafkaBroker, features: dict[str, str] | None = None) -> str:

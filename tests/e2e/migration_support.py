@@ -40,7 +40,7 @@ def produce_small_batches(bootstrap: str, topic: str, count: int, *, partitions:
 def kshare_state(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
     """``kshare state <args>`` as a user runs it."""
     return subprocess.run([sys.executable, "-m", "kshare_sidecar.cli", "state", *args], capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, check=False)
 
 
 def plan_of(done: subprocess.CompletedProcess[str]) -> dict:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from kio.schema.api_versions.v4 import response as versions
 from kio.schema.describe_configs.v4 import request as dreq
@@ -228,7 +228,7 @@ async def test_list_groups_shows_the_backends_share_groups_only_when_moved():
     from kshare_sidecar.forward.mixed import list_groups
 
     class ListPool(Pool):
-        versions = {16: (0, 5), 76: (1, 1)}
+        versions: ClassVar = {16: (0, 5), 76: (1, 1)}
 
         async def call(self, node: Any, request: Any) -> Any:
             self.calls.append(request)
