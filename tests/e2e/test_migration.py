@@ -9,6 +9,8 @@ delivered again after having been acknowledged are exactly as many as the dry ru
 from __future__ import annotations
 
 import pytest
+from confluent_kafka.admin import AdminClient as AdminClientCK
+from confluent_kafka.admin import NewTopic
 
 from kshare_sidecar.cli.kclient import AdminClient
 from kshare_sidecar.testing.kafka import KafkaBroker
@@ -25,7 +27,7 @@ from tests.e2e.migration_support import (
     wait_until_empty,
     window_phase,
 )
-from tests.support import create_topic
+from tests.support import create_topic, set_group_config
 
 pytestmark = [pytest.mark.optin("migration"), pytest.mark.kafka]
 
@@ -58,9 +60,15 @@ def test_to_native_and_back_on_kafka_44(kafka44, tmp_path, record_property):
     -> kshare again, each move with records in flight."""
     sc = _sidecar(kafka44.bootstrap, tmp_path)
     try:
-        topic, group = "orders", "payments"
+        topic, group, dlq = "orders", "payments", "dlq.payments"
         create_topic(kafka44.bootstrap, topic, 1)
         produce_small_batches(kafka44.bootstrap, topic, N)
+        # the group's dead-letter topic (KIP-1191: Kafka 4.4 writes to a topic that opts in)
+        topics_admin = AdminClientCK({"bootstrap.servers": kafka44.bootstrap})
+        topics_admin.create_topics([NewTopic(dlq, 1, 1, config={"errors.deadletterqueue.group.enable": "true"})])[
+            dlq].result(30)
+        dlq_configs = {"errors.deadletterqueue.topic.name": dlq, "errors.deadletterqueue.copy.record.enable": "true"}
+        set_group_config(sc.bootstrap, group, dlq_configs)
         args = _state_args(sc)
         refused: dict[str, str] = {}
 
@@ -79,6 +87,10 @@ def test_to_native_and_back_on_kafka_44(kafka44, tmp_path, record_property):
         moved = plan_of(done)
         assert moved["moved"] and moved["redelivered"] == first["redelivered"]
         assert moved["carried"]["share.auto.offset.reset"] == "earliest"  # the sidecar's default, kept
+        assert dlq_configs.items() <= moved["carried"].items()  # the dead-letter settings went along
+        with AdminClient(kafka44.bootstrap) as admin:
+            native_configs = {c.name: c.value for c in admin.describe_group_configs(group).configs}
+        assert dlq_configs.items() <= native_configs.items()
 
         again = kshare_state("migrate-to-native", group, *args)
         refused["already moved"] = refusal_lines(again)[0]
@@ -92,6 +104,8 @@ def test_to_native_and_back_on_kafka_44(kafka44, tmp_path, record_property):
         refused["--execute without --sidecar"] = refusal_lines(
             kshare_state("migrate-from-native", group, *no_sidecar, "--execute"))[0]
 
+        sc.stop()  # the mark is kshare state: a restarted sidecar still passes the group through
+        sc.start()
         # native Kafka, through the same bootstrap: the sidecar passes the group to the backend
         b = window_phase("b-native", sc.bootstrap, group, topic, tmp_path, accept=300)
         with AdminClient(kafka44.bootstrap) as admin:
@@ -106,6 +120,9 @@ def test_to_native_and_back_on_kafka_44(kafka44, tmp_path, record_property):
         assert plan_of(done)["moved"] and plan_of(done)["redelivered"] == second["redelivered"]
         with AdminClient(kafka44.bootstrap) as admin:
             assert admin.describe_group(group).error_code != 0  # the native group is gone
+        with AdminClient(sc.bootstrap) as admin:  # kshare's again, with its dead-letter settings
+            kshare_configs = {c.name: c.value for c in admin.describe_group_configs(group).configs}
+        assert dlq_configs.items() <= kshare_configs.items() and "share.coordinator" not in kshare_configs
 
         again = kshare_state("migrate-from-native", group, *args)
         refused["native group gone"] = refusal_lines(again)[0]
@@ -155,3 +172,41 @@ def test_wait_for_drain_moves_without_redelivery(kafka44, tmp_path):
         assert after.deliveries == []  # everything was consumed before the move
     finally:
         sc.stop()
+
+
+def test_kafka_39_to_another_cluster_with_native_share_groups_and_back(tmp_path):
+    """kshare over Kafka 3.9 -> a Kafka 4.4 cluster beside it (the topic mirrored: the same records at
+    the same offsets) -> kshare again. The consumers point at the 4.4 cluster while the group is there."""
+    with KafkaBroker("3.9", heap="640m") as old, KafkaBroker("4.4", heap="640m") as new:
+        sc = _sidecar(old.bootstrap, tmp_path)
+        try:
+            topic, group = "ledger", "auditors"
+            for cluster in (old, new):  # a mirror: the same records at the same offsets on both
+                create_topic(cluster.bootstrap, topic, 1)
+                produce_small_batches(cluster.bootstrap, topic, N)
+            args = [*_state_args(sc), "--native", new.bootstrap]
+            refused = refusal_lines(kshare_state("migrate-to-native", group, *_state_args(sc)))
+            assert "cannot serve share groups" in refused[0]  # the backend itself is 3.9
+            a = window_phase("a-kshare39", sc.bootstrap, group, topic, tmp_path, accept=350)
+            first = plan_of(wait_until_empty(["migrate-to-native", group, *args, "--json"]))
+            assert first["refusal"] is None and first["redelivered"] > 0
+            done = kshare_state("migrate-to-native", group, *args, "--execute", "--json")
+            assert done.returncode == 0 and plan_of(done)["moved"], done.stderr
+            assert any("kshare keeps its copy" in n for n in plan_of(done)["notes"])
+            with AdminClient(sc.bootstrap) as admin:  # not marked: kshare's copy is left as it was
+                kept = admin.describe_offsets(group).topics[0].partitions[0].start_offset
+            assert kept == first["partitions"][0]["start_offset"]
+            b = window_phase("b-native44", new.bootstrap, group, topic, tmp_path, accept=250)
+            with AdminClient(sc.bootstrap) as admin:  # back: the copy is replaced, not merged
+                assert admin.delete_groups([group])[group] == 0
+            second = plan_of(wait_until_empty(["migrate-from-native", group, *args, "--json"]))
+            done = kshare_state("migrate-from-native", group, *args, "--execute", "--json")
+            assert done.returncode == 0 and plan_of(done)["moved"], done.stderr
+            c = drain_phase("c-kshare39", sc.bootstrap, group, topic, tmp_path)
+            phases = [a, b, c]
+            _assert_nothing_lost(phases)
+            counted = delivered_again(phases)
+            print(f"\npredicted {first['redelivered']} + {second['redelivered']}, delivered again {counted}")
+            assert counted == first["redelivered"] + second["redelivered"]
+        finally:
+            sc.stop()

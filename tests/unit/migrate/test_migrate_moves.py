@@ -221,3 +221,13 @@ async def test_from_native_refuses_in_one_line(case, expected):
     (plan,) = await _mover(FakeState(view), native, sidecar, execute=True).from_native(["g"])
     assert expected in plan.refusal and "\n" not in plan.refusal
     assert native.calls == [] and (sidecar is None or sidecar.calls == [])
+
+
+async def test_another_cluster_without_the_topic_is_refused():
+    class NoTopics(FakeCluster):
+        async def topics(self, names: Any = None) -> dict[str, tuple[uuid.UUID, int]]:
+            return {}
+
+    native, backend = NoTopics(), FakeCluster("backend:9092", cid="backend")
+    (plan,) = await _mover(FakeState(_kshare()), native, FakeCluster("s:1"), backend=backend).to_native(["g"])
+    assert "topic orders does not exist with 2 partitions at native:9092" in plan.refusal
