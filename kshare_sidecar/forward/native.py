@@ -21,11 +21,10 @@ DeleteShareGroupOffsets) are diverted by the dispatcher before the sidecar's han
 (``ApiEntry.divert``) to the forwarder; batched ones (ShareGroupDescribe,
 DescribeShareGroupOffsets) and GROUP configs are split, the marked groups asked at the backend.
 
-Limit: ShareFetch and ShareAcknowledge are passed through to a backend of **one** broker only. A
-share session lives on one broker, and the client holds one session with "the sidecar"; spreading
-it over several backend brokers would need the sidecar to keep a session per broker for every
-client. So marking is refused while the backend has several brokers, and a marked group's fetches
-are answered INVALID_REQUEST, naming the fix, should the backend grow later.
+With one backend broker, ShareFetch and ShareAcknowledge go through as bytes. With several, the
+client's one share session with "the sidecar" is spread over sessions the sidecar keeps on each
+backend broker (:mod:`.sessions`): the request is split by the partitions' leaders and the answers
+merged.
 """
 
 from __future__ import annotations
@@ -42,10 +41,10 @@ from ..api.context import KafkaError, RequestContext
 from ..api.convert import convert_to_version
 from ..api.registry import ApiRegistry, RawHandler
 from ..protocol.constants import AlterConfigOp, ApiKey, ConfigResourceType, ConfigSource, ConfigType
-from ..wire import codec
-from . import routes
+from .forwarder import Forwarder
 from .mixed import _entity_dict, _entity_dict_shallow
 from .pool import GROUP_KEY, BackendPool, BackendUnavailable, CoordinatorError, make
+from .sessions import SplitSessions
 
 log = logging.getLogger("kshare.forward.native")
 
@@ -77,28 +76,24 @@ class NativeGroups:
 class Passage:
     """The pass-through of marked groups: diverts, split handlers, and the checks of marking."""
 
-    def __init__(self, native: NativeGroups, forwarder: RawHandler, pool: BackendPool, admin: Any) -> None:
+    def __init__(self, native: NativeGroups, forwarder: RawHandler, pool: BackendPool, admin: Any,
+                 split: RawHandler | None = None) -> None:
         self.native = native
         self.forwarder = forwarder
         self.pool = pool
         self.admin = admin  # service.admin.AdminService: members of a group, dropping its state
+        #: ShareFetch / ShareAcknowledge on a backend of several brokers (sessions.SplitSessions)
+        self.split = split
 
     # -- single-group requests: diverted as bytes -------------------------------------------------
     def divert(self, api_key: int) -> Callable[[Any], RawHandler | None]:
         def divert(body: Any) -> RawHandler | None:
             if not self.native(getattr(body, "group_id", None)):
                 return None
-            if api_key in _SESSIONS and self.pool.single_node is None:
-                return self._one_broker_only
+            if api_key in _SESSIONS and self.pool.single_node is None and self.split is not None:
+                return self.split  # one session with the sidecar, one per backend broker behind it
             return self.forwarder
         return divert
-
-    async def _one_broker_only(self, conn: Any, frame: bytes, release: Callable[[], None]) -> bytes:
-        decoded = codec.decode_request(frame)
-        response = routes.top_level_error_response(decoded.response_class, ErrorCode.invalid_request)
-        assert response is not None  # ShareFetch and ShareAcknowledge have a top-level error
-        response = dataclasses.replace(response, error_message=_MANY_BROKERS.format(group=decoded.body.group_id))
-        return codec.encode_response(response, decoded.correlation_id)
 
     # -- batched requests: the marked groups asked at the backend ---------------------------------
     def split_groups(self, local: LocalHandler, api_key: int, ids_field: str, id_of: Callable[[Any], str],
@@ -197,10 +192,6 @@ class Passage:
         if group_state is not None and group_state.members:
             return ErrorCode.invalid_config, (f"{COORDINATOR}={BACKEND}: share group {group} has "
                                               f"{len(group_state.members)} member(s); stop its consumers first")
-        if self.pool.single_node is None:
-            return ErrorCode.invalid_config, (f"{COORDINATOR}={BACKEND}: the backend has {len(self.pool.brokers)} "
-                                              "brokers and kshare passes share fetches to a one-broker backend only; "
-                                              "point the group's consumers at the backend instead")
         missing = await self._backend_share_groups_missing()
         if missing is not None:
             return ErrorCode.invalid_config, f"{COORDINATOR}={BACKEND}: the backend cannot serve share groups: {missing}"
@@ -245,10 +236,6 @@ class Passage:
                             r.resource_name, exc)
 
 
-_MANY_BROKERS = ("share group {group} is served by the backend (share.coordinator=backend), which has several brokers: "
-                 "kshare passes share fetches to a one-broker backend only; point the group's consumers at the backend")
-
-
 def _coordinator_entry() -> dict[str, Any]:
     return {"name": COORDINATOR, "value": BACKEND, "read_only": False, "config_source": ConfigSource.GROUP_CONFIG,
             "is_sensitive": False, "synonyms": (), "config_type": ConfigType.STRING, "documentation": None}
@@ -263,9 +250,9 @@ def _offsets_error(group: str, code: ErrorCode, message: str) -> dict[str, Any]:
     return {"group_id": group, "topics": (), "error_code": code, "error_message": message}
 
 
-def install(registry: ApiRegistry, native: NativeGroups, forwarder: RawHandler, pool: BackendPool, admin: Any) -> Passage:
+def install(registry: ApiRegistry, native: NativeGroups, forwarder: Forwarder, pool: BackendPool, admin: Any) -> Passage:
     """Divert the marked groups' single-group share requests; split the batched ones and GROUP configs."""
-    passage = Passage(native, forwarder, pool, admin)
+    passage = Passage(native, forwarder, pool, admin, SplitSessions(pool, forwarder.upstream, forwarder.node))
     for api_key in SINGLE_GROUP:
         if api_key in registry:
             registry.set_divert(api_key, passage.divert(api_key))

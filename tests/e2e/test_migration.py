@@ -50,9 +50,10 @@ def _state_args(sc: SidecarProcess) -> list[str]:
     return ["-b", sc.backend, "--state-topic", sc.env["KSHARE_STATE_TOPIC"], "--sidecar", sc.bootstrap]
 
 
-def _assert_nothing_lost(phases: list[Phase]) -> None:
+def _assert_nothing_lost(phases: list[Phase], partitions: int = 1) -> None:
     acked = set().union(*(p.acked for p in phases))
-    assert acked == {(0, o) for o in range(N)}, f"never acknowledged: {sorted({(0, o) for o in range(N)} - acked)[:20]}"
+    every = {(p, o) for p in range(partitions) for o in range(N // partitions)}
+    assert acked == every, f"never acknowledged: {sorted(every - acked)[:20]}"
 
 
 def test_to_native_and_back_on_kafka_44(kafka44, tmp_path, record_property):
@@ -205,6 +206,40 @@ def test_kafka_39_to_another_cluster_with_native_share_groups_and_back(tmp_path)
             c = drain_phase("c-kshare39", sc.bootstrap, group, topic, tmp_path)
             phases = [a, b, c]
             _assert_nothing_lost(phases)
+            counted = delivered_again(phases)
+            print(f"\npredicted {first['redelivered']} + {second['redelivered']}, delivered again {counted}")
+            assert counted == first["redelivered"] + second["redelivered"]
+        finally:
+            sc.stop()
+
+
+def test_a_moved_group_through_the_sidecar_on_a_backend_of_two_brokers(tmp_path):
+    """A two-broker Kafka 4.4: the moved group's consumers keep the sidecar as their bootstrap and
+    their one share session is spread over both brokers' (forward/sessions.py)."""
+    from kshare_sidecar.testing.multibroker import KafkaCluster
+
+    with KafkaCluster("4.4", brokers=2) as cluster:
+        sc = _sidecar(cluster.bootstrap, tmp_path)
+        try:
+            topic, group, partitions = "spread", "couriers", 4
+            create_topic(cluster.nodes[0].bootstrap, topic, partitions)
+            produce_small_batches(cluster.nodes[0].bootstrap, topic, N, partitions=partitions)
+            with AdminClient(cluster.nodes[0].bootstrap) as admin:
+                meta = admin.metadata([topic])
+                assert len({p.leader_id for t in meta.topics for p in t.partitions}) == 2  # both brokers lead
+            args = _state_args(sc)
+            a = window_phase("a-kshare", sc.bootstrap, group, topic, tmp_path, accept=300)
+            first = plan_of(wait_until_empty(["migrate-to-native", group, *args, "--json"]))
+            done = kshare_state("migrate-to-native", group, *args, "--execute", "--json")
+            assert done.returncode == 0 and plan_of(done)["moved"], done.stderr
+            b = window_phase("b-native", sc.bootstrap, group, topic, tmp_path, accept=300)
+            assert b.deliveries, "nothing fetched through the split session"
+            second = plan_of(wait_until_empty(["migrate-from-native", group, *args, "--json"]))
+            done = kshare_state("migrate-from-native", group, *args, "--execute", "--json")
+            assert done.returncode == 0 and plan_of(done)["moved"], done.stderr
+            c = drain_phase("c-kshare", sc.bootstrap, group, topic, tmp_path)
+            phases = [a, b, c]
+            _assert_nothing_lost(phases, partitions)
             counted = delivered_again(phases)
             print(f"\npredicted {first['redelivered']} + {second['redelivered']}, delivered again {counted}")
             assert counted == first["redelivered"] + second["redelivered"]

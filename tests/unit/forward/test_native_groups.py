@@ -15,14 +15,12 @@ from kio.schema.errors import ErrorCode
 from kio.schema.incremental_alter_configs.v1 import request as areq
 from kio.schema.incremental_alter_configs.v1 import response as aresp
 from kio.schema.share_fetch.v1.request import ShareFetchRequest
-from kio.schema.share_fetch.v1.response import ShareFetchResponse
 from kio.schema.share_group_describe.v1 import request as sgd
 from kio.schema.share_group_describe.v1 import response as sgd_resp
 
 from kshare_sidecar.api import NodeIdentity, RequestContext
 from kshare_sidecar.forward.native import NativeGroups, Passage
 from kshare_sidecar.protocol.constants import AlterConfigOp, ApiKey, ConfigResourceType, ConfigSource
-from kshare_sidecar.wire import codec
 
 NODE = NodeIdentity(node_id=7, host="sidecar.test", port=19092, cluster_id="kshare-test", controller_id=7)
 MARKED = {"moved": {"share.coordinator": "backend"}, "kept": {"share.auto.offset.reset": "earliest"}}
@@ -122,15 +120,11 @@ def test_only_marked_groups_are_diverted():
     assert NativeGroups(MARKED.get)(None) is False
 
 
-async def test_share_fetches_of_a_marked_group_need_a_one_broker_backend():
-    passage, forwarded = _passage(Pool(brokers={1: ("a", 1), 2: ("b", 1)}))
-    handler = passage.divert(ApiKey.SHARE_FETCH)(_fetch("moved"))
-    assert handler is not None and handler is not passage.forwarder
-    frame = codec.encode_request(_fetch("moved"), 5, "c")[4:]
-    answer = await handler(None, frame, lambda: None)
-    _, body = codec.decode_response(answer[4:], ShareFetchResponse)
-    assert body.error_code == ErrorCode.invalid_request and "several brokers" in body.error_message
-    assert forwarded == []
+def test_share_fetches_of_a_marked_group_are_split_on_a_backend_of_several_brokers():
+    passage, _ = _passage(Pool(brokers={1: ("a", 1), 2: ("b", 1)}))
+    passage.split = object()  # type: ignore[assignment]  # forward/sessions.py, tests/unit/forward/test_split_sessions.py
+    assert passage.divert(ApiKey.SHARE_FETCH)(_fetch("moved")) is passage.split
+    assert passage.divert(ApiKey.SHARE_GROUP_HEARTBEAT)(_fetch("moved")) is passage.forwarder  # to the coordinator
 
 
 def _alter(group: str, *ops: tuple[str, int, str | None], validate_only: bool = False) -> Any:
@@ -159,7 +153,6 @@ SET_BACKEND = ("share.coordinator", AlterConfigOp.SET, "backend")
 async def test_marking_is_refused_with_the_reason():
     cases = [
         (_passage(admin=Admin(g=Group(members=2)))[0], "has 2 member(s)"),
-        (_passage(Pool(brokers={1: ("a", 1), 2: ("b", 1)}))[0], "has 2 brokers"),
         (_passage(Pool(share_apis=False))[0], "cannot serve share groups"),
     ]
     for passage, why in cases:
