@@ -93,7 +93,7 @@ test-tokens: $(STAMP)
 		-k "tokens_are_replaced or without_create_tokens or tokens_refresh_and_sessions_reauthenticate"
 
 # Share groups moved between kshare and native Kafka 4.4 both ways, and docs/migration.md's upgrade
-# procedure (Kafka 3.9 upgraded in place to 4.4 while kshare serves it) run as written; opt-in (~10 min).
+# procedure (Kafka 3.9 upgraded in place to 4.4 while kshare serves it) run as written; opt-in (~15 min).
 test-migration: $(STAMP)
 	$(PY) -m pytest -q -rfEs -s --run migration tests/e2e/test_migration.py tests/e2e/test_migration_upgrade.py
 

@@ -52,6 +52,8 @@ def list_groups(local: LocalHandler, pool: BackendPool, native: Callable[[str], 
     through (forward/native.py); the others are not the sidecar's to show."""
     async def handler(ctx: RequestContext, header: Any, req: Any) -> Any:
         mine = await local(ctx, header, req)
+        # a moved group is listed as the backend has it, not as kshare's empty record of it
+        mine = {**mine, "groups": tuple(g for g in mine["groups"] if not native(g["group_id"]))}
         types = tuple(getattr(req, "types_filter", ()) or ())
         backend_types = tuple(t for t in types if t.lower() != "share")
         # the backend's share groups, when it has any (known at start: a sidecar restarted after

@@ -232,7 +232,8 @@ async def test_list_groups_shows_the_backends_share_groups_only_when_moved():
 
     async def local(ctx: Any, header: Any, req: Any) -> dict[str, Any]:
         return {"throttle_time": 0, "error_code": ErrorCode.none, "groups": (
-            {"group_id": "kept", "protocol_type": "share", "group_state": "Stable", "group_type": "share"},)}
+            {"group_id": "kept", "protocol_type": "share", "group_state": "Stable", "group_type": "share"},
+            {"group_id": "moved", "protocol_type": "share", "group_state": "Empty", "group_type": "share"})}
 
     pool = ListPool()
     handler = list_groups(local, pool, NativeGroups(MARKED.get))  # type: ignore[arg-type]
@@ -241,3 +242,26 @@ async def test_list_groups_shows_the_backends_share_groups_only_when_moved():
         answer = await handler(_ctx(16, 5), None, lreq.ListGroupsRequest(states_filter=(), types_filter=types))
         assert [g["group_id"] for g in answer["groups"]] == expected
         assert pool.calls[-1].types_filter == sent
+
+
+async def test_without_pass_through_marking_is_refused():
+    from kio.schema.incremental_alter_configs.v1.request import IncrementalAlterConfigsRequest
+
+    from kshare_sidecar.api.registry import ApiRegistry
+    from kshare_sidecar.forward.native import refuse_marking
+
+    async def local(ctx: Any, header: Any, req: Any) -> dict[str, Any]:
+        return {"throttle_time": 0, "responses": tuple(
+            {"error_code": ErrorCode.none, "error_message": None, "resource_type": r.resource_type,
+             "resource_name": r.resource_name} for r in req.resources)}
+
+    registry = ApiRegistry()
+    registry.register(44, 0, 1, local)
+    refuse_marking(registry)
+    request = _alter("g", SET_BACKEND)
+    request = IncrementalAlterConfigsRequest(validate_only=False, resources=request.resources + _alter(
+        "h", ("share.auto.offset.reset", 0, "earliest")).resources)
+    answer = await registry.get(44).handler(_ctx(44, 1), None, request)
+    (g, h) = answer["responses"]
+    assert g["error_code"] == ErrorCode.invalid_config and "passthrough.enable" in g["error_message"]
+    assert h["error_code"] == ErrorCode.none
