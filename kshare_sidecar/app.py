@@ -159,6 +159,9 @@ class Sidecar:
         registry = self._build_registry(specs, hidden)
         if cfg.passthrough.enable:
             await self._install_passthrough(registry, hidden)
+        else:
+            from .forward.native import refuse_marking
+            refuse_marking(registry)  # nothing can be passed to the backend (docs/migration.md)
         if self.cluster_view is not None:
             await self._join_cluster(registry, hidden, specs)
         for spec in specs:
@@ -344,7 +347,7 @@ class Sidecar:
 
     async def _install_passthrough(self, registry: ApiRegistry, hidden: set[str]) -> None:
         """Every API the sidecar does not serve goes to the backend (issue 13, docs/passthrough.md)."""
-        from .forward import BackendPool, Reserved, install, mixed
+        from .forward import BackendPool, Reserved, install, mixed, native
 
         self.pool = BackendPool(self.config.backend.bootstrap_servers, security=self.security)
         await self.pool.start()
@@ -361,8 +364,19 @@ class Sidecar:
         self.forwarder.topics_deleted = self.backend.forget_deleted
         if self._needs_tokens(self._specs or self.config.listener_specs()):
             await self._start_tokens()
-        mixed.register(registry, self.pool, is_share_group=lambda g: g in self.coordinator.groups,
-                       node_id=lambda: self.node.node_id, hidden=hidden, backend_operations=self._backend_operations)
+        # share groups the backend serves natively, passed through per group (docs/migration.md)
+        self.native_groups = native.NativeGroups(self._group_overrides)
+        mixed.register(registry, self.pool, is_share_group=lambda g: g in self.coordinator.groups and not
+                       self.native_groups(g), node_id=lambda: self.node.node_id, hidden=hidden,
+                       backend_operations=self._backend_operations, native=self.native_groups)
+        native.install(registry, self.native_groups, self.forwarder, self.pool, self.admin)
+
+    def _group_overrides(self, group_id: str) -> Any:
+        """A group's own configs: this sidecar's, or (a cluster of sidecars) the coordinator's."""
+        group = self.coordinator.groups.get(group_id)
+        if group is None and self.group_configs is not None:
+            return self.group_configs.configs.get(group_id)
+        return group.configs if group is not None else None
 
     async def _start_tokens(self) -> None:
         """Delegation tokens owned by clients' principals (forward/tokens.py), checked once now."""

@@ -413,7 +413,7 @@ GROUP_CONFIGS: dict[str, str] = {
 #: always described.
 KSHARE_GROUP_CONFIGS: frozenset[str] = frozenset({
     "share.assignor", "share.release.backoff.ms", "share.release.backoff.multiplier", "share.release.backoff.max.ms",
-    "share.key.ordering",
+    "share.key.ordering", "share.coordinator",
     # KIP-1191's (Kafka 4.4) names: unknown to Kafka 4.3.1, the parity reference
     "errors.deadletterqueue.topic.name", "errors.deadletterqueue.copy.record.enable"})
 
@@ -442,6 +442,11 @@ FOREIGN_GROUP_CONFIGS: dict[str, Setting] = {s.key: s for s in (
     Setting("streams.assignment.interval.ms", 1000, int, "Streams group assignment interval.", 0, 15000),
     Setting("streams.initial.rebalance.delay.ms", 3000, int, "Streams group initial rebalance delay.", 0, 2**31 - 1),
     Setting("streams.num.standby.replicas", 0, int, "Streams group standby replicas.", 0, 2),
+    # kshare's own, and a group's choice only (no sidecar-wide default): docs/migration.md
+    Setting("share.coordinator", "sidecar", str, "kshare: where this share group is served: sidecar (kshare's "
+            "coordinator and state) or backend (the backend's native share groups, Kafka 4.2+: the sidecar passes "
+            "the group's share requests through; set by kshare state migrate-to-native).",
+            choices=("sidecar", "backend")),
 )}
 
 #: Every GROUP config name kshare accepts, in Kafka's (alphabetical) describe order.

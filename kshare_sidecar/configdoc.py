@@ -84,6 +84,10 @@ def group_table() -> str:
         if key == "share.assignor":
             rows.append(f"| `{key}` | `{GROUP_CONFIGS[key]}` (kshare's own key, not Kafka's: allowed values are the "
                         "registered assignor names; listed by a describe of all configs only when set) |")
+        elif key in KSHARE_GROUP_CONFIGS and key not in GROUP_CONFIGS:  # a group's own choice only
+            s = FOREIGN_GROUP_CONFIGS[key]
+            rows.append(f"| `{key}` | `{s.default}` (kshare's own key, a group's choice only: "
+                        f"{', '.join(s.choices or ())}; docs/migration.md; listed only when set) |")
         elif key in KSHARE_GROUP_CONFIGS:
             whose = "KIP-1191's name (Kafka 4.4)" if key.startswith("errors.") else "kshare's own key, not Kafka's"
             rows.append(f"| `{key}` | `{GROUP_CONFIGS[key]}` ({whose}: docs/extensions.md; listed by a describe of "

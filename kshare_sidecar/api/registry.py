@@ -56,6 +56,10 @@ class ApiEntry:
     #: A forwarded API: ``handler(conn, frame, release) -> frame | None`` gets the request bytes
     #: as they came (bounds-checked, never decoded here) — see ``kshare_sidecar.forward``.
     raw: bool = False
+    #: ``divert(request body) -> raw handler | None``: a decoded request this entry's handler must
+    #: not serve goes to that raw handler as the bytes it came in (a share group the backend
+    #: serves natively, forward/native.py); None: served here
+    divert: Callable[[Any], RawHandler | None] | None = None
 
     def serves(self, version: int) -> bool:
         return self.min_version <= version <= self.max_version
@@ -96,6 +100,10 @@ class ApiRegistry:
         entry = ApiEntry(api_key, min_version, max_version, handler, error_response, raw)
         self._entries[api_key] = entry
         return entry
+
+    def set_divert(self, api_key: int, divert: Callable[[Any], RawHandler | None] | None) -> None:
+        """Give a registered entry a :attr:`ApiEntry.divert` (kept until the key is registered again)."""
+        self._entries[api_key] = dataclasses.replace(self._entries[api_key], divert=divert)
 
     def unregister(self, api_key: int) -> None:
         self._entries.pop(api_key, None)
@@ -208,6 +216,8 @@ class Dispatcher:
             ) from None
         if decoded.null_fields:
             return self._null_fields(decoded, conn)
+        if entry.divert is not None and (diverted := entry.divert(decoded.body)) is not None:
+            return await diverted(conn, frame, release or (lambda: None))
         if decoded.trailing_bytes:
             log.debug("api key %d v%d: %d trailing bytes ignored", decoded.api_key,
                       decoded.api_version, decoded.trailing_bytes)

@@ -21,9 +21,13 @@ from pathlib import Path
 import typer
 
 from ..config import ConfigError, load_config
+from . import migrate as migrate_cli
 from .groups import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, OneLineCommand
 
-app = typer.Typer(help="The sidecar's state topic.", no_args_is_help=True)
+app = typer.Typer(help="The sidecar's state topic, and moving share groups to and from native Kafka.",
+                  no_args_is_help=True)
+app.command("migrate-to-native", cls=OneLineCommand)(migrate_cli.to_native)
+app.command("migrate-from-native", cls=OneLineCommand)(migrate_cli.from_native)
 
 
 @app.command(cls=OneLineCommand)

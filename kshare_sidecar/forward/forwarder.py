@@ -137,6 +137,10 @@ class Forwarder:
         kept = self.reserved.listed(body)
         return answer if kept is None else codec.encode_response(kept, header.correlation_id)
 
+    def upstream(self, conn: Any) -> Upstream:
+        """The client connection's backend connections (forward/sessions.py sends on them too)."""
+        return self._upstream(conn)
+
     def _upstream(self, conn: Any) -> Upstream:
         conn_id = getattr(conn, "conn_id", 0)
         upstream = self._upstreams.get(conn_id)

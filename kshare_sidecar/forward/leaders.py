@@ -1,6 +1,7 @@
 """Leader hints in forwarded answers name the sidecar, never a backend broker.
 
-Since KIP-951 a Produce (v10+) or Fetch (v16+) answer with NOT_LEADER_OR_FOLLOWER or
+Since KIP-951 a Produce (v10+) or Fetch (v16+) answer (and every ShareFetch / ShareAcknowledge
+answer: forwarded for share groups the backend serves, forward/native.py) with NOT_LEADER_OR_FOLLOWER or
 FENCED_LEADER_EPOCH carries the new leader: ``CurrentLeader`` per partition and the leader's
 address in ``NodeEndpoints``. Clients act on it at once, without a Metadata round trip:
 librdkafka renames its broker to the endpoint's host:port and reconnects there. Passed through
@@ -27,7 +28,7 @@ from kio.schema.types import BrokerId
 from kio.static.primitive import i32
 
 #: api key → first version whose answer carries CurrentLeader / NodeEndpoints (KIP-951).
-HINTED_FROM: dict[int, int] = {0: 10, 1: 16}
+HINTED_FROM: dict[int, int] = {0: 10, 1: 16, 78: 0, 79: 0}  # ShareFetch/ShareAcknowledge: every version
 
 
 def hinted(api_key: int, version: int) -> bool:

@@ -47,16 +47,23 @@ def _unavailable(exc: Exception) -> KafkaError:
 
 
 # -- ListGroups (16): share groups + every backend broker's groups -------------------------------------
-def list_groups(local: LocalHandler, pool: BackendPool) -> LocalHandler:
+def list_groups(local: LocalHandler, pool: BackendPool, native: Callable[[str], bool] = lambda g: False) -> LocalHandler:
+    """The backend's own share groups are listed only when ``native`` says the sidecar passes them
+    through (forward/native.py); the others are not the sidecar's to show."""
     async def handler(ctx: RequestContext, header: Any, req: Any) -> Any:
         mine = await local(ctx, header, req)
+        # a moved group is listed as the backend has it, not as kshare's empty record of it
+        mine = {**mine, "groups": tuple(g for g in mine["groups"] if not native(g["group_id"]))}
         types = tuple(getattr(req, "types_filter", ()) or ())
         backend_types = tuple(t for t in types if t.lower() != "share")
-        if types and not backend_types:
+        # the backend's share groups, when it has any (known at start: a sidecar restarted after
+        # the backend's upgrade lists them)
+        share_too = bool(types) and len(backend_types) < len(types) and ApiKey.SHARE_GROUP_HEARTBEAT in pool.versions
+        if types and not backend_types and not share_too:
             return mine
         version = pool.version(16, ctx.api_version)
         request = make(16, version, states_filter=tuple(getattr(req, "states_filter", ()) or ()),
-                       types_filter=backend_types)
+                       types_filter=backend_types + (("share",) if share_too else ()))
         try:
             answers = await asyncio.gather(*(pool.call(node, request) for node in sorted(pool.brokers)))
         except BackendUnavailable as exc:
@@ -64,12 +71,14 @@ def list_groups(local: LocalHandler, pool: BackendPool) -> LocalHandler:
         groups = list(mine["groups"])
         seen = {g["group_id"] for g in groups}
         acl = await acl_of(ctx)  # the backend answered the sidecar's principal: filter for the client's
-        wanted = {t.lower() for t in backend_types}
+        wanted = {t.lower() for t in types}
         for answer in answers:
             if answer.error_code != ErrorCode.none:
                 return {**mine, "error_code": answer.error_code}
             for g in answer.groups:
                 group_type = getattr(g, "group_type", None) or ("classic" if g.protocol_type else "")
+                if group_type.lower() == "share" and not native(g.group_id):
+                    continue
                 if g.group_id in seen or (wanted and group_type.lower() not in wanted):
                     continue
                 seen.add(g.group_id)
@@ -270,7 +279,8 @@ def describe_topic_partitions(pool: BackendPool, hidden: AbstractSet[str], backe
 
 
 def register(registry: ApiRegistry, pool: BackendPool, *, is_share_group: Callable[[str], bool],
-             node_id: Callable[[], int], hidden: AbstractSet[str], backend_operations: bool = True) -> None:
+             node_id: Callable[[], int], hidden: AbstractSet[str], backend_operations: bool = True,
+             native: Callable[[str], bool] = lambda g: False) -> None:
     """Wrap the sidecar's own ListGroups, DeleteGroups and config handlers; add DescribeCluster
     and DescribeTopicPartitions. Ranges are clamped to what the backend speaks."""
     def wrap(api_key: int, make_handler: Callable[[LocalHandler], LocalHandler]) -> None:
@@ -283,7 +293,7 @@ def register(registry: ApiRegistry, pool: BackendPool, *, is_share_group: Callab
             registry.register(api_key, lo, hi, make_handler(entry.handler), error_response=entry.error_response,
                               replace=True)
 
-    wrap(16, lambda h: list_groups(h, pool))
+    wrap(16, lambda h: list_groups(h, pool, native))
     wrap(42, lambda h: delete_groups(h, pool, is_share_group))
     wrap(32, lambda h: configs(h, pool, 32, "results", node_id, hidden))
     wrap(44, lambda h: configs(h, pool, 44, "responses", node_id, hidden))

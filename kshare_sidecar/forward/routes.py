@@ -62,6 +62,9 @@ PARTITIONS: dict[int, PartitionSpec] = {
     21: PartitionSpec("topics", "partitions", "partition_index", "topics", "partitions", "partition_index"),
     23: PartitionSpec("topics", "partitions", "partition", "topics", "partitions", "partition"),
     61: PartitionSpec("topics", "partition_indexes", None, "topics", "partitions", "partition_index"),
+    # ShareFetch / ShareAcknowledge: only of a share group the backend serves (forward/native.py)
+    78: PartitionSpec("topics", "partitions", "partition_index", "responses", "partitions", "partition_index"),
+    79: PartitionSpec("topics", "partitions", "partition_index", "responses", "partitions", "partition_index"),
 }
 
 #: Requests whose error answers mirror their partitions although they are coordinator-scoped.
@@ -77,6 +80,8 @@ GROUP_KEYS: dict[int, KeySpec] = {
     14: KeySpec("group_id"), 28: KeySpec("group_id"), 47: KeySpec("group_id"), 68: KeySpec("group_id"),
     15: KeySpec("groups", None, "groups", "group_id"),
     69: KeySpec("group_ids", None, "groups", "group_id"),
+    # share-group requests of a group the backend serves (forward/native.py)
+    76: KeySpec("group_id"), 91: KeySpec("group_id"), 92: KeySpec("group_id"),
 }
 #: OffsetFetch: one group up to v7, a batch from v8.
 OFFSET_FETCH_SINGLE = KeySpec("group_id")

@@ -224,6 +224,14 @@ class BasePersister(ClusterOwnershipMixin, LayoutMixin, OwnershipMixin, Coalesci
         self._ready = was_ready or self._started
         return stats
 
+    async def replay_view(self, partitions: Sequence[int] | None = None) -> dict[EntityKey, Any]:
+        """Every entity of ``partitions`` (all when None) as recovery would restore it, without
+        starting: nothing is taken over or written, so a sidecar serving the topic is undisturbed
+        (what `kshare state migrate-to-native` reads; the view a start-up would recover)."""
+        entities: dict[EntityKey, Any] = {}
+        await self._replay(self._sink(entities, RecoveryStats(), {}), partitions)
+        return entities
+
     async def wait_ready(self, timeout: float | None = None) -> None:
         """Until recovery finished; NotReadyError after ``timeout`` s, PersisterClosedError if closed."""
         deadline = None if timeout is None else time.monotonic() + timeout

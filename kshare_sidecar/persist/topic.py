@@ -183,9 +183,14 @@ class TopicPersister(StateWatchMixin, BasePersister):
         """Without starting (nothing is taken over or written): the existing state topic's partition
         count is adopted and every partition read for its layout and misplaced records (`kshare
         state migrate`'s dry run; persist/layout.py)."""
+        await self.adopt_topic()
+        return await self.scan_layout()
+
+    async def adopt_topic(self) -> None:
+        """Take the existing state topic's partition count without creating anything (a tool
+        reading the topic: `kshare state migrate`, `migrate-to-native`)."""
         self.create_topic = False
         await self._ensure_topic()
-        return await self.scan_layout()
 
     def _single_twin(self) -> TopicPersister:
         """Same backend, topic and writers, owning every partition when started (persist/layout.py)."""
@@ -261,8 +266,9 @@ class TopicPersister(StateWatchMixin, BasePersister):
                 admin, self.topic, partitions=self.partitions, replication_factor=self.replication_factor,
                 configs=self.topic_configs, create=self.create_topic, timeout_s=timeout_s)
             if count != self.partitions:
-                log.warning("state topic %r has %d partitions (configured %d): using %d; the partition count "
-                            "of an existing state topic must never change", self.topic, count, self.partitions, count)
+                if self.create_topic:  # a tool adopting the topic (adopt_topic) configured no count
+                    log.warning("state topic %r has %d partitions (configured %d): using %d; the partition count "
+                                "of an existing state topic must never change", self.topic, count, self.partitions, count)
                 self.partitions = count
             await topicsetup.check_compacted(admin, self.topic, timeout_s)
         finally:
