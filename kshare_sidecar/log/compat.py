@@ -159,7 +159,8 @@ def refusal(profile: BackendProfile, write_mode: str | None, refresh: bool) -> s
         return None
     for need in MODE_NEEDS[write_mode] + ((REFRESH_NEED,) if write_mode == "fenced" and refresh else ()):
         if need.unmet(versions):
-            return f"{head}: state.write.mode = {write_mode!r} needs {need.describe(versions)}: {_fix(versions)}; {_DOCS}"
+            fix = _fix(versions)
+            return f"{head}: state.write.mode = {write_mode!r} needs {need.describe(versions)}: {fix}; {_DOCS}"
     return None
 
 
