@@ -53,3 +53,37 @@ def test_refused(tmp_path):
 
 
 test_refused.matrix_version = "2.4.1"  # type: ignore[attr-defined]
+
+
+def test_three_brokers_on_one_zookeeper_from_the_cli():
+    """`kshare dev broker --kafka 2.8 --brokers 3`: three 2.8 brokers on one ZooKeeper, a topic
+    replicated three times, and nothing left after Ctrl-C (brokers, ZooKeeper, their directories)."""
+    import json
+    import os
+    import signal
+
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from tests.integration.test_dev_broker_cli import _children
+    from tests.support import produce, unique
+
+    proc = subprocess.Popen([sys.executable, "-m", "kshare_sidecar.cli", "dev", "broker", "--kafka", "2.8",
+                             "--brokers", "3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        info = json.loads(proc.stdout.readline())
+        assert (info["version"], info["metadata"], info["brokers"]) == ("2.8.2", "zookeeper", 3)
+        assert len(info["bootstrap"].split(",")) == 3
+        descendants = _children(proc.pid)
+        cmdlines = [open(f"/proc/{p}/cmdline", "rb").read() for p in descendants if os.path.exists(f"/proc/{p}")]
+        assert sum(b"QuorumPeerMain" in c for c in cmdlines) == 1 and sum(b"kafka.Kafka" in c for c in cmdlines) == 3
+        admin = AdminClient({"bootstrap.servers": info["bootstrap"]})
+        topic = unique("zk3")
+        admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=3)])[topic].result(60)
+        meta = admin.list_topics(topic, timeout=30).topics[topic]
+        assert all(len(p.replicas) == 3 for p in meta.partitions.values())
+        produce(info["bootstrap"], topic, 30, partitions=3)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(timeout=120)
+    assert rc == 0
+    assert [p for p in descendants if os.path.exists(f"/proc/{p}")] == []

@@ -85,7 +85,7 @@ def test_share_consumer_crash(target, tmp_path):
 
 @pytest.mark.parametrize("mode", ["fenced", "idempotent", "transactional"])
 def test_mode(backend, tmp_path, mode):
-    restart_mid_run(backend.bootstrap, tmp_path, mode, sig=signal.SIGKILL, total=6000,
+    restart_mid_run(backend.bootstrap, tmp_path, mode, sig=signal.SIGKILL, total=6000, idle_s=40,
                     label=f"kshare on Kafka {backend.version}")
 
 
@@ -184,7 +184,8 @@ def beside_native(backend: KafkaBroker, sc: SidecarProcess) -> None:
         print(f"\n[beside native, Kafka {backend.version}] the backend's share APIs are v0 only")
     elif backend.share_groups:
         set_group_config(backend.bootstrap, group, {"share.auto.offset.reset": "earliest"})
-        native = share_consume(backend.bootstrap, group, topic, 100)
+        # the backend's first share group creates its share-state topic: slow on a loaded machine
+        native = share_consume(backend.bootstrap, group, topic, 100, timeout_s=120)
         assert sorted(v for v, _ in native) == sorted(values)  # the backend's group: every record again
     described = subprocess.run([sys.executable, "-m", "kshare_sidecar.cli", "groups", "describe", "--group", group,
                                 "--offsets", "--bootstrap-server", sc.bootstrap, "--json"],
