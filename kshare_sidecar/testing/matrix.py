@@ -61,36 +61,45 @@ def _short(cell: str) -> str:
     return cell.removeprefix("share_").removeprefix("pass_").replace("_", " ")
 
 
+_MODES = {"zookeeper": "ZooKeeper", "kraft": "KRaft"}
+
+
 def render(results: dict[str, Any]) -> str:
-    """The markdown between the markers: one row per release, oldest first, then the failures."""
+    """The markdown between the markers: one row per release, oldest first, then which run each
+    cell comes from (the run that gave most cells, and the cells re-run after it) and the failures."""
     backends = results.get("backends", {})
     head = ["backend", "metadata", "ApiVersions show", *COLUMNS, "what differs"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     notes: list[str] = []
-    runs: set[str] = set()
+    stamps: dict[str, list[str]] = {}
     for version in sorted(backends, key=lambda v: tuple(int(p) for p in v.split("."))):
         entry = backends[version]
         cells = entry.get("cells", {})
         profile = entry.get("profile", {})
-        runs |= {f"{c.get('run', '?')} (load {c.get('load', '?')})" for c in entry.get("cells", {}).values()}
+        for cell, found in cells.items():
+            stamps.setdefault(f"{found.get('run', '?')} (load {found.get('load', '?')})", []).append(
+                f"{version} {cell}")
+        mode = _MODES.get(profile.get("metadata", ""), "—")
         if "refused" in cells:
             refused = cells["refused"]
-            row = [f"Kafka {version}", profile.get("metadata", "zookeeper"), profile.get("release", "—"),
+            row = [f"Kafka {version}", mode, profile.get("release", "—"),
                    *["refused at start-up" if col == "fenced" and refused["outcome"] == "passed" else "—"
                      for col in COLUMNS],
                    f"too old for the default mode: `{entry.get('line', '')}`"]
         else:
             differs = "; ".join(profile.get("differences", [])) or "nothing"
-            row = [f"Kafka {version}", profile.get("metadata", "—"),
-                   (profile.get("release", "—") + (" (check **FAIL**)" if cells.get("startup_check", {})
-                                                   .get("outcome") == "failed" else "")),
+            check = " (check **FAIL**)" if cells.get("startup_check", {}).get("outcome") == "failed" else ""
+            row = [f"Kafka {version}", mode, profile.get("release", "—") + check,
                    *[_column(cells, names) for names in COLUMNS.values()], differs]
         lines.append("| " + " | ".join(row) + " |")
         for cell, found in sorted(cells.items()):
             if found["outcome"] == "failed":
                 notes.append(f"- Kafka {version}, {cell}: {found.get('note', '')}")
     lines.append("")
-    lines.append("From `make test-backends`: " + "; ".join(sorted(runs)) + ".")
+    if stamps:
+        main, *later = sorted(stamps, key=lambda k: -len(stamps[k]))
+        lines.append(f"From `make test-backends` of {main}" + ("" if not later else "; re-run after it: " + "; ".join(
+            f"{', '.join(sorted(stamps[k]))} at {k}" for k in sorted(later))) + ".")
     if notes:
         lines += ["", "Failed cells:", *notes]
     return "\n".join(lines)

@@ -33,6 +33,13 @@ def backend_profile(bootstrap: str) -> BackendProfile:
     return asyncio.run(_ask(bootstrap, BackendSecurity(), 30.0))
 
 
+@pytest.fixture(scope="session")
+def matrix_found() -> dict[str, dict]:
+    """:data:`FOUND`, for tests that record more than their outcome (this conftest's own copy:
+    pytest imports a conftest under its own name, so a test importing it would get another)."""
+    return FOUND
+
+
 @pytest.fixture(scope="module", params=BACKEND_VERSIONS)
 def backend(request) -> Iterator[KafkaBroker]:
     """One release of the matrix, its default metadata mode (ZooKeeper for 2.8 and 3.5), share
@@ -78,8 +85,9 @@ def pytest_runtest_makereport(item, call):
     if report.skipped and "opt-in suite" in str(report.longrepr):
         return
     note = ""
-    if report.failed and report.longreprtext:
-        note = report.longreprtext.strip().splitlines()[-1][:300]
+    if report.failed and report.longreprtext:  # the first "E   ..." line says what failed
+        lines = report.longreprtext.strip().splitlines()
+        note = next((line[1:].strip() for line in lines if line.startswith("E ")), lines[-1])[:300]
     state = "failed" if report.failed else "skipped" if report.skipped else "passed"
     FOUND.setdefault(version, {}).setdefault("cells", {})[cell] = {
         "outcome": state, "seconds": round(report.duration, 1), "note": note}

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from kshare_sidecar.testing.kafka import KafkaBroker, free_port
-from tests.e2e.backends.conftest import FOUND, backend_profile
+from tests.e2e.backends.conftest import backend_profile
 from tests.e2e.backends.test_backend_matrix import beside_native
 from tests.e2e.conftest import SidecarProcess
 
@@ -32,12 +32,12 @@ def test_beside_native_switched_on(version, tmp_path):
             sc.stop()
 
 
-def test_refused(tmp_path):
+def test_refused(tmp_path, matrix_found):
     """Kafka 2.4 has InitProducerId v0-v2 only: the default mode (fenced, with its refresh) is
     refused in one line naming the release, the API and what to do."""
     with KafkaBroker("2.4", heap="512m") as broker:
         profile = backend_profile(broker.bootstrap)
-        FOUND.setdefault(broker.version, {})["profile"] = {"metadata": broker.metadata, "release": profile.release,
+        matrix_found.setdefault(broker.version, {})["profile"] = {"metadata": broker.metadata, "release": profile.release,
                                                            "mode": profile.mode,
                                                            "differences": profile.differences()}
         done = subprocess.run([sys.executable, "-m", "kshare_sidecar.cli", "sidecar", "run", "--bootstrap-server",
@@ -46,7 +46,7 @@ def test_refused(tmp_path):
     output = (done.stdout + done.stderr).strip().splitlines()
     assert done.returncode == 1 and len(output) == 1, output
     line = output[0].split("start-up failed: ", 1)[1]
-    FOUND["2.4.1"]["line"] = line
+    matrix_found["2.4.1"]["line"] = line
     assert line.startswith("backend Kafka 2.4 (ZooKeeper), from its ApiVersions: state.write.mode = 'fenced' "
                            "needs InitProducerId v3+"), line
     print(f"\n[Kafka 2.4.1] {output[0]}")

@@ -182,6 +182,11 @@ def beside_native(backend: KafkaBroker, sc: SidecarProcess) -> None:
         # 4.0's early access speaks ShareGroupHeartbeat v0 only, for 4.0's own clients: librdkafka
         # 2.16 (v1) cannot join it, so nothing native is consumed here
         print(f"\n[beside native, Kafka {backend.version}] the backend's share APIs are v0 only")
+    elif backend.share_groups and backend.version == "4.1.1":
+        # 4.1's preview parses a share member id as a URL-safe base64 Uuid and answers UNKNOWN_SERVER_ERROR
+        # to any other ("Illegal base64 character 2b" in its log); librdkafka 2.16 makes ids in standard
+        # base64, so about half its members can never fetch there (seen 2026-11-29): no native leg on 4.1
+        print(f"\n[beside native, Kafka {backend.version}] native leg not run: librdkafka's member ids")
     elif backend.share_groups:
         set_group_config(backend.bootstrap, group, {"share.auto.offset.reset": "earliest"})
         # the backend's first share group creates its share-state topic: slow on a loaded machine

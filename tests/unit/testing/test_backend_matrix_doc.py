@@ -39,12 +39,12 @@ def test_a_row_sums_up_its_cells_and_lists_failures():
                            mode_transactional="failed", beside_native="skipped"))
     row = next(line for line in text.splitlines() if line.startswith("| Kafka 3.9.2"))
     cols = [c.strip() for c in row.strip("|").split("|")]
-    assert cols[:4] == ["Kafka 3.9.2", "kraft", "Kafka 3.9", "2/2 pass"]
+    assert cols[:4] == ["Kafka 3.9.2", "KRaft", "Kafka 3.9", "2/2 pass"]
     assert cols[4] == "pass" and cols[5] == "—" and cols[6] == "**FAIL**"
     assert cols[-2] == "—"  # skipped: the backend has no share groups to be beside
     assert cols[-1] == "no KIP-848 consumer groups (group.protocol=consumer)"
     assert "- Kafka 3.9.2, mode_transactional: boom" in text
-    assert "2026-11-29 05:00 UTC (load 1.00 1.00 1.00)" in text
+    assert "From `make test-backends` of 2026-11-29 05:00 UTC (load 1.00 1.00 1.00)." in text
 
 
 def test_update_replaces_only_the_block():
