@@ -140,8 +140,9 @@ class Sidecar:
         specs = cfg.listener_specs()
         tls = self._listener_security(specs)
         # Too old for kshare or for the state write mode: one line, before anything else starts
-        self.backend_profile = await check_backend(cfg.backend.bootstrap_servers, self.security, write_mode=(
-            cfg.state.write_mode if cfg.plugins.persister == "topic" else None), refresh=cfg.state.write_refresh_ms > 0)
+        self.backend_profile = await check_backend(
+            cfg.backend.bootstrap_servers, self.security, refresh=cfg.state.write_refresh_ms > 0,
+            write_mode=cfg.state.write_mode if cfg.plugins.persister == "topic" else None)
         start = getattr(getattr(self, "authenticator", None), "start", None)
         if start is not None:  # e.g. delegate: the backend offers the mechanisms it relays
             await start(cfg.listener_security.mechanisms)

@@ -270,7 +270,8 @@ def describe_topic_partitions(pool: BackendPool, hidden: AbstractSet[str], backe
 def register(registry: ApiRegistry, pool: BackendPool, *, is_share_group: Callable[[str], bool],
              node_id: Callable[[], int], hidden: AbstractSet[str], backend_operations: bool = True) -> None:
     """Wrap the sidecar's own ListGroups, DeleteGroups and config handlers; add DescribeCluster
-    and DescribeTopicPartitions. Ranges are clamped to what the backend speaks."""
+    and DescribeTopicPartitions. Ranges are clamped to what the backend speaks (ListGroups: only
+    from below)."""
     def wrap(api_key: int, make_handler: Callable[[LocalHandler], LocalHandler], *, own_top: bool = False) -> None:
         entry = registry.get(api_key)
         if entry is None or api_key not in pool.versions:

@@ -29,7 +29,7 @@ def restart_mid_run(backend: str, tmp_path, write_mode: str, *, sig: int = signa
     """Two ShareConsumer processes on ``total`` records; the sidecar stopped with ``sig`` after a
     quarter and started again on the same port; every record delivered, none acknowledged twice.
     ``idle_s``: how long a consumer waits without records before it ends, so longer than the
-    sidecar is down (its restart, on a loaded machine, took up to 17 s)."""
+    sidecar is down (its restart took 17-25 s on a machine at load 15-24)."""
     sc = SidecarProcess(backend, tmp_path / "sidecar.log",
                         env={**(env or {}), "KSHARE_STATE_WRITE_MODE": write_mode}).start()
     try:
