@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-fast typecheck test-spark bench fuzz test-fencing test-parity test-parity-debts test-cluster-faults test-sidecar-cluster test-franz test-kafka-apps test-topology test-tansu test-tokens test-console test-containers test-migration clean
+.PHONY: demo test test-fast typecheck test-spark bench fuzz test-fencing test-parity test-parity-debts test-cluster-faults test-sidecar-cluster test-franz test-kafka-apps test-topology test-tansu test-tokens test-console test-containers test-migration test-backends clean
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "java not found: install a Java 17+ runtime"; exit 2; }
@@ -115,6 +115,14 @@ test-console: $(STAMP)
 # procedure (Kafka 3.9 upgraded in place to 4.4 while kshare serves it) run as written; opt-in (~15 min).
 test-migration: $(STAMP)
 	$(PY) -m pytest -q -rfEs -s --run migration tests/e2e/test_migration.py tests/e2e/test_migration_upgrade.py
+
+# The backend matrix (docs/compatibility.md, "Backends"): kshare on Kafka 2.8.2 and 3.5.2 (ZooKeeper), 3.7.2,
+# 3.9.2, 4.0.1, 4.1.1 and 4.4.0 (KRaft), one release at a time: share scenarios, every state write mode with
+# a sidecar kill -9, zombie sidecars, pass-through, a backend restart; Kafka 2.4 refused. Writes
+# docs/compatibility-matrix.json and renders the table into docs/compatibility.md; opt-in (~1 h).
+test-backends: $(STAMP)
+	$(PY) -m pytest -q -rfEs --run backends tests/e2e/backends; rc=$$?; \
+		$(PY) -m kshare_sidecar.testing.matrix; exit $$rc
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache

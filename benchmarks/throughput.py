@@ -1,8 +1,9 @@
 """End-to-end consume throughput: kshare vs native Kafka share groups vs a plain consumer group.
 
 1 KiB records, 4 partitions, N records (--quick: 100k, full: 1M), 4 consumer processes:
-  (a) confluent-kafka ShareConsumer via kshare on Kafka 3.9
-  (b) confluent-kafka ShareConsumer via kshare on Kafka 4.x
+  (a) confluent-kafka ShareConsumer via kshare on Kafka 3.9 (--backend: any release the harness pins,
+      e.g. 2.8 with its ZooKeeper; docs/compatibility.md, "Backends")
+  (b) confluent-kafka ShareConsumer via kshare on Kafka 4.x (--native: the 4.x release of b-d)
   (c) confluent-kafka ShareConsumer on native Kafka 4.x share groups
   (d) confluent-kafka Consumer (plain consumer group) on the Kafka 4.x topic
 Share consumers use implicit acknowledgement. The client axis (``--client``): (a)-(c) with
@@ -24,6 +25,7 @@ Prints one line per scenario, then one JSON object as the LAST line; writes thro
 (matplotlib, if importable) and throughput.json into --out (default: $TMPDIR/kshare-bench).
 Usage: python benchmarks/throughput.py [--quick] [--records N] [--out DIR] [--client confluent|asyncio|both]
        python benchmarks/throughput.py --console [--quick] [--console-rounds N]
+       [--backend 3.9] [--native 4]
 """
 
 from __future__ import annotations
@@ -241,6 +243,9 @@ def main() -> None:
     ap.add_argument("--console", action="store_true", help="scenario (a) without and with the web console open "
                     "and polling (its cost on the fetch path)")
     ap.add_argument("--console-rounds", type=int, default=2, help="--console: rounds of the two runs")
+    ap.add_argument("--backend", default="3.9",
+                    help="Kafka release kshare runs on in (a): 2.8, 3.5, 3.7, 3.9, 4.0, 4.1, 4.4 (2.8, 3.5: ZooKeeper)")
+    ap.add_argument("--native", default="4", help="Kafka 4.x release of (b)-(d), e.g. 4.4")
     args = ap.parse_args()
     kinds = {"confluent": ["share"], "asyncio": ["asyncio"], "both": ["share", "asyncio"]}[args.client]
     n = args.records or (100_000 if args.quick else 1_000_000)
@@ -252,7 +257,11 @@ def main() -> None:
     from tests.support import set_group_config, unique
 
     results: dict[str, dict] = {}
-    names = {"a": "kshare_on_kafka_3_9", "b": "kshare_on_kafka_4", "c": "native_kafka_4", "d": "plain_consumer_kafka_4"}
+    from kshare_sidecar.testing.kafka import resolve_version
+
+    backend, native = resolve_version(args.backend), resolve_version(args.native)
+    names = {"a": f"kshare_on_kafka_{args.backend.replace('.', '_')}",
+             "b": "kshare_on_kafka_4", "c": "native_kafka_4", "d": "plain_consumer_kafka_4"}
 
     def report(key: str, r: dict, kind: str = "share", suffix: str = "", round_: int | None = None) -> None:
         name = names[key] + ("_asyncio" if kind == "asyncio" else "") + suffix
@@ -287,10 +296,10 @@ def main() -> None:
         finish(summary, args.out, "throughput_console", lambda png: plot(results, png))
         return
     if "a" in only:
-        with KafkaBroker("3.9") as b39:
+        with KafkaBroker(args.backend) as ka:
             topic = unique("tput")
-            prepare_topic(b39.bootstrap, topic, n)
-            sc = SidecarProcess(b39.bootstrap, profile=args.profile, metrics_port=free_port())
+            prepare_topic(ka.bootstrap, topic, n)
+            sc = SidecarProcess(ka.bootstrap, profile=args.profile, metrics_port=free_port())
             try:
                 for kind in kinds:
                     report("a", kshare_consume(sc, unique("kshare-g"), topic, n, timeout, kind), kind)
@@ -299,7 +308,7 @@ def main() -> None:
             finally:
                 sc.stop()
     if only & {"b", "c", "d"}:
-        with KafkaBroker("4") as b4:
+        with KafkaBroker(args.native) as b4:
             topic = unique("tput")
             prepare_topic(b4.bootstrap, topic, n)
             if "b" in only:
@@ -324,7 +333,7 @@ def main() -> None:
 
     summary = {
         "scenario": "throughput", "records": n, "record_bytes": RECORD_BYTES, "partitions": PARTITIONS,
-        "consumers": CONSUMERS, "machine": machine(),
+        "consumers": CONSUMERS, "machine": machine(), "backend": backend, "native": native,
         "results": results,
         "ratio_kshare_to_native": ratio(names["a"], names["c"]),
         "ratio_kshare_to_plain_consumer": ratio(names["a"], names["d"]),

@@ -38,6 +38,7 @@ from .config import ConfigError, ListenerSpec, SidecarConfig
 from .group.assign import assign_with
 from .group.coordinator import ShareGroupCoordinator
 from .log.backend import Backend
+from .log.compat import BackendProfile, check_backend
 from .log.security import BackendSecurity
 from .log.types import TopicInfo
 from .service.admin import AdminService
@@ -100,6 +101,7 @@ class Sidecar:
     quotas: ClientQuotas | None
     persister: Any
     backend: Backend
+    backend_profile: BackendProfile
     coordinator: ShareGroupCoordinator
     partitions: SharePartitionManager
     deadletter: DeadLetterService
@@ -140,6 +142,10 @@ class Sidecar:
         self.security = BackendSecurity.from_config(cfg)
         specs = cfg.listener_specs()
         tls = self._listener_security(specs)
+        # Too old for kshare or for the state write mode: one line, before anything else starts
+        self.backend_profile = await check_backend(
+            cfg.backend.bootstrap_servers, self.security, refresh=cfg.state.write_refresh_ms > 0,
+            write_mode=cfg.state.write_mode if cfg.plugins.persister == "topic" else None)
         start = getattr(getattr(self, "authenticator", None), "start", None)
         if start is not None:  # e.g. delegate: the backend offers the mechanisms it relays
             await start(cfg.listener_security.mechanisms)

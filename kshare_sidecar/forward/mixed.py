@@ -282,18 +282,22 @@ def register(registry: ApiRegistry, pool: BackendPool, *, is_share_group: Callab
              node_id: Callable[[], int], hidden: AbstractSet[str], backend_operations: bool = True,
              native: Callable[[str], bool] = lambda g: False) -> None:
     """Wrap the sidecar's own ListGroups, DeleteGroups and config handlers; add DescribeCluster
-    and DescribeTopicPartitions. Ranges are clamped to what the backend speaks."""
-    def wrap(api_key: int, make_handler: Callable[[LocalHandler], LocalHandler]) -> None:
+    and DescribeTopicPartitions. Ranges are clamped to what the backend speaks (ListGroups: only
+    from below)."""
+    def wrap(api_key: int, make_handler: Callable[[LocalHandler], LocalHandler], *, own_top: bool = False) -> None:
         entry = registry.get(api_key)
         if entry is None or api_key not in pool.versions:
             return
         lo, hi = pool.versions[api_key]
-        lo, hi = max(lo, entry.min_version), min(hi, entry.max_version)
+        lo, hi = max(lo, entry.min_version), entry.max_version if own_top else min(hi, entry.max_version)
         if lo <= hi:
             registry.register(api_key, lo, hi, make_handler(entry.handler), error_response=entry.error_response,
                               replace=True)
 
-    wrap(16, lambda h: list_groups(h, pool, native))
+    # ListGroups up to the sidecar's own v5 whatever the backend speaks: kafka-share-groups.sh lists
+    # with v5's type filter, which Kafka 3.7 and older lack (v4); list_groups asks such a backend at
+    # its highest version and filters the types itself (its groups are all classic).
+    wrap(16, lambda h: list_groups(h, pool, native), own_top=True)
     wrap(42, lambda h: delete_groups(h, pool, is_share_group))
     wrap(32, lambda h: configs(h, pool, 32, "results", node_id, hidden))
     wrap(44, lambda h: configs(h, pool, 44, "responses", node_id, hidden))

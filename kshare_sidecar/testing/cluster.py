@@ -35,6 +35,7 @@ class Cluster:
     share_groups: bool
     startup_seconds: float = 0.0
     product: str = "Kafka"  # or "Redpanda", "tansu": what the harness summary names
+    metadata: str = "kraft"  # or "zookeeper" (Kafka 2.8 and 3.x)
 
     @property
     def host_port(self) -> tuple[str, int]:
@@ -71,21 +72,23 @@ def external_cluster(alias: str) -> Cluster | None:
 
 
 @contextmanager
-def kafka_cluster(alias: str, *, extra_config: dict[str, str] | None = None) -> Iterator[Cluster]:
-    """Provide a Kafka of line ``alias`` ("3.9" or "4") for the duration of the block."""
+def kafka_cluster(alias: str, *, extra_config: dict[str, str] | None = None, zookeeper: bool | None = None,
+                  share_groups: bool | None = None) -> Iterator[Cluster]:
+    """Provide a Kafka of line ``alias`` ("3.9", "4", or any release the harness pins: "2.8",
+    "4.4", ...) for the duration of the block. An external cluster or a container stands in for
+    the lines "3.9" and "4" only; the other releases are always embedded brokers."""
     resolve_version(alias)  # reject unknown versions before anything starts
-    if alias not in ENV_BOOTSTRAP:
-        alias = "4" if alias.startswith("4") else "3.9"
-    if (external := external_cluster(alias)) is not None:
-        yield external
-        return
-    if os.environ.get("KSHARE_TEST_DOCKER") == "1" and docker_engine_available():
-        with _kafka_container(alias) as cluster:
-            yield cluster
-        return
-    with KafkaBroker(alias, extra_config=extra_config) as broker:
+    if alias in ENV_BOOTSTRAP:
+        if (external := external_cluster(alias)) is not None:
+            yield external
+            return
+        if os.environ.get("KSHARE_TEST_DOCKER") == "1" and docker_engine_available():
+            with _kafka_container(alias) as cluster:
+                yield cluster
+            return
+    with KafkaBroker(alias, extra_config=extra_config, zookeeper=zookeeper, share_groups=share_groups) as broker:
         yield Cluster(broker.bootstrap, broker.version, "embedded", broker.share_groups,
-                      broker.startup_seconds or 0.0)
+                      broker.startup_seconds or 0.0, metadata=broker.metadata)
 
 
 @contextmanager

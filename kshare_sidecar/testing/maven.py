@@ -16,8 +16,9 @@ from pathlib import Path
 
 from .errors import HarnessError
 
-#: Logging backends per major line: 3.x logs through slf4j 1.7 + reload4j, 4.x through log4j2.
+#: Logging backends per major line: 2.x and 3.x log through slf4j 1.7 + reload4j, 4.x through log4j2.
 _LOGGING = {
+    "2": [("org.slf4j", "slf4j-reload4j", "1.7.36")],
     "3": [("org.slf4j", "slf4j-reload4j", "1.7.36")],
     "4": [
         ("org.apache.logging.log4j", "log4j-slf4j-impl", "2.24.3"),

@@ -1,16 +1,19 @@
 """pytest fixtures for real brokers, registered through the ``pytest11`` entry point.
 
 Any project with kshare-sidecar installed gets ``kafka_39`` (a backend without share groups),
-``kafka_4`` (native KIP-932 share groups), ``redpanda`` (Docker only) and ``tansu`` (a non-Apache
-Kafka-compatible broker; skipped without its binary) as session fixtures, and
-``kafka_39_cluster3`` (three 3.9 brokers, module-scoped) for multi-broker routing, and
-``kshare_container`` (Docker only: a sidecar container in front of a Kafka container).
-Start-up times are printed in the terminal summary.
+``kafka_4`` (native KIP-932 share groups), ``kafka_28_zk`` (the oldest backend, Kafka 2.8 with
+ZooKeeper), ``redpanda`` (Docker only) and ``tansu`` (a non-Apache Kafka-compatible broker; skipped
+without its binary) as session fixtures, ``kafka_39_cluster3`` (three 3.9 brokers, module-scoped)
+for multi-broker routing, ``kafka_backend`` (a factory for any pinned release, ZooKeeper or KRaft,
+one broker or several; what it starts is stopped when the test ends), and ``kshare_container``
+(Docker only: a sidecar container in front of a Kafka container). Start-up times are printed in
+the terminal summary.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -43,6 +46,50 @@ def kafka_39() -> Iterator[Cluster]:
 def kafka_4() -> Iterator[Cluster]:
     """Apache Kafka 4.x with share groups enabled: the native reference."""
     yield from _provide(kafka_cluster, "4")
+
+
+@pytest.fixture(scope="session")
+def kafka_28_zk() -> Iterator[Cluster]:
+    """Apache Kafka 2.8 with its own ZooKeeper: the oldest backend kshare supports."""
+    yield from _provide(kafka_cluster, "2.8")
+
+
+@pytest.fixture
+def kafka_backend() -> Iterator[Callable[..., Any]]:
+    """A factory for any release the harness pins (``KAFKA_VERSIONS``)::
+
+        broker = kafka_backend("2.8")                      # ZooKeeper (2.8 has no other mode)
+        broker = kafka_backend("3.7", zookeeper=True)      # 3.x: either mode; None picks the default
+        broker = kafka_backend("4.1", share_groups=True)   # 4.0/4.1: share groups only when asked
+        cluster = kafka_backend("3.5", brokers=3)          # a KafkaCluster
+
+    Returns the started :class:`~.kafka.KafkaBroker` (``brokers=1``) or
+    :class:`~.multibroker.KafkaCluster`; everything it started is stopped when the test ends.
+    A harness error fails the test with its one line."""
+    from .kafka import KafkaBroker
+    from .multibroker import KafkaCluster
+
+    started: list[Any] = []
+
+    def start(version: str, *, brokers: int = 1, zookeeper: bool | None = None, share_groups: bool | None = None,
+              extra_config: dict[str, str] | None = None, heap: str | None = None) -> Any:
+        try:
+            if brokers == 1:
+                backend: Any = KafkaBroker(version, zookeeper=zookeeper, share_groups=share_groups,
+                                           extra_config=extra_config, heap=heap or "1g")
+            else:
+                backend = KafkaCluster(version, brokers=brokers, zookeeper=zookeeper, share_groups=share_groups,
+                                       extra_config=extra_config, heap=heap or "512m")
+            started.append(backend)
+            return backend.start()
+        except HarnessError as exc:
+            pytest.fail(f"kshare harness: {exc}", pytrace=False)
+
+    try:
+        yield start
+    finally:
+        for backend in reversed(started):
+            backend.stop()
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +153,7 @@ def kshare_container():
 def pytest_terminal_summary(terminalreporter) -> None:
     for cluster in _started:
         terminalreporter.write_line(
-            f"kshare harness: {cluster.product} {cluster.version} ({cluster.kind}) at {cluster.bootstrap}, "
+            f"kshare harness: {cluster.product} {cluster.version} ({cluster.kind}"
+            f"{', with ZooKeeper' if cluster.metadata == 'zookeeper' else ''}) at {cluster.bootstrap}, "
             f"ready in {cluster.startup_seconds:.1f} s"
         )

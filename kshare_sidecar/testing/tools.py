@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .maven import require_tool, resolve_artifacts
+from .maven import kafka_libs, require_tool, resolve_artifacts
 
 if TYPE_CHECKING:
     from ..app import Sidecar
@@ -50,18 +50,24 @@ class ToolResult:
         return self.stdout + self.stderr
 
 
-def run_java_tool(main_class: str, args: list[str], *, timeout: float = 120) -> ToolResult:
+def run_java_tool(main_class: str, args: list[str], *, timeout: float = 120, version: str | None = None) -> ToolResult:
+    """``main_class`` of kafka-tools ``version`` (default :data:`KAFKA_TOOLS_VERSION`; 4.4 and later
+    run from the broker's own classpath, which holds kafka-tools since 4.4 moved the commands)."""
     java = require_tool("java", "install a JDK 17+ (for example `apt-get install openjdk-17-jre-headless`)")
-    libs = kafka_tools_libs()
+    if version is not None and version >= "4.4":
+        libs = kafka_libs(version)
+    else:
+        libs = kafka_tools_libs(version or KAFKA_TOOLS_VERSION)
     env = {**os.environ, "KAFKA_HEAP_OPTS": "-Xmx256m"}
     cmd = [java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-Dlog4j2.level=WARN", "-cp", f"{libs}/*", main_class, *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     return ToolResult(proc.returncode, proc.stdout, proc.stderr)
 
 
-def run_share_groups(bootstrap: str, *args: str, timeout: float = 120) -> ToolResult:
-    """``kafka-share-groups.sh --bootstrap-server <bootstrap> <args>``."""
-    return run_java_tool(SHARE_GROUP_COMMAND, ["--bootstrap-server", bootstrap, *args], timeout=timeout)
+def run_share_groups(bootstrap: str, *args: str, timeout: float = 120, version: str | None = None) -> ToolResult:
+    """``kafka-share-groups.sh --bootstrap-server <bootstrap> <args>`` (of kafka-tools ``version``)."""
+    return run_java_tool(SHARE_GROUP_COMMAND, ["--bootstrap-server", bootstrap, *args], timeout=timeout,
+                         version=version)
 
 
 def run_configs(bootstrap: str, *args: str, timeout: float = 120) -> ToolResult:

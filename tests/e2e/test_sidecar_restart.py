@@ -25,9 +25,11 @@ def test_restart_mid_run_loses_nothing_and_redelivers_no_acked_record(kafka_39, 
 
 
 def restart_mid_run(backend: str, tmp_path, write_mode: str, *, sig: int = signal.SIGTERM, total: int = 20_000,
-                    label: str = "kshare", env: dict[str, str] | None = None) -> None:
+                    label: str = "kshare", env: dict[str, str] | None = None, idle_s: float = 15) -> None:
     """Two ShareConsumer processes on ``total`` records; the sidecar stopped with ``sig`` after a
-    quarter and started again on the same port; every record delivered, none acknowledged twice."""
+    quarter and started again on the same port; every record delivered, none acknowledged twice.
+    ``idle_s``: how long a consumer waits without records before it ends, so longer than the
+    sidecar is down (its restart took 17-25 s on a machine at load 15-24)."""
     sc = SidecarProcess(backend, tmp_path / "sidecar.log",
                         env={**(env or {}), "KSHARE_STATE_WRITE_MODE": write_mode}).start()
     try:
@@ -36,7 +38,7 @@ def restart_mid_run(backend: str, tmp_path, write_mode: str, *, sig: int = signa
         create_topic(backend, topic, 2)
         produce(backend, topic, total, partitions=2)
         workers = [Worker(target, group, topic, tmp_path / f"w{i}.jsonl", mode="explicit", max_poll_records=100,
-                          work_ms=0.5, idle_s=15, max_s=200, debug="cgrp") for i in range(2)]
+                          work_ms=0.5, idle_s=idle_s, max_s=200, debug="cgrp") for i in range(2)]
 
         def delivered() -> int:
             return len({(r["p"], r["o"]) for w in workers for r in w.records()})

@@ -46,7 +46,8 @@ def test_broker_prints_json_and_cleans_up_on_sigint(line):
     try:
         first = proc.stdout.readline()
         info = json.loads(first)
-        assert set(info) == {"bootstrap", "version"}
+        assert set(info) == {"bootstrap", "version", "metadata", "brokers", "share_groups"}
+        assert (info["metadata"], info["brokers"], info["share_groups"]) == ("kraft", 1, line == "4")
         assert info["version"].startswith("3.9" if line == "3.9" else "4.")
         assert info["bootstrap"].startswith("127.0.0.1:")
         descendants = _children(proc.pid)
@@ -84,11 +85,11 @@ def _run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess
 
 
 def test_unknown_version_is_one_clear_line():
-    result = _run_cli("dev", "broker", "--kafka", "2.8")
+    result = _run_cli("dev", "broker", "--kafka", "2.7")
     assert result.returncode == 2
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "unknown Kafka version '2.8'" in lines[0] and "3.9" in lines[0]
+    assert len(lines) == 1 and "unknown Kafka version '2.7'" in lines[0] and "2.8" in lines[0] and "3.9" in lines[0]
     assert "Traceback" not in result.stderr
 
 
