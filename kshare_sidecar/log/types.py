@@ -35,9 +35,12 @@ class BatchInfo:
 
 @dataclass(frozen=True, slots=True)
 class FetchResult:
-    """One partition's answer from a backend Fetch: raw bytes plus what share logic needs."""
+    """One partition's answer from a backend Fetch: raw bytes plus what share logic needs.
 
-    records: bytes
+    ``records`` is a read-only view of the buffer the answer was received into (log/fetchwire.py)
+    or ``bytes``; either way it is never copied on the share path, only sliced."""
+
+    records: bytes | memoryview
     batches: tuple[BatchInfo, ...]
     high_watermark: int
     last_stable_offset: int

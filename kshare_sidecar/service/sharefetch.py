@@ -5,8 +5,8 @@ session partition (rotated), and when nothing was acquired, park until a share-p
 (an ack, a release, a lock expiry wakes ``Slot.waiters``), the backend has new data (a
 long-poll), or MaxWaitMs passes. Sessions and acknowledgements stay in :mod:`.shares`, the
 backend reads in :mod:`.logreader`. The work per request is per partition and per log batch,
-never per record: acquired bytes are sliced out of the backend's buffer whole
-(``log/batches.slice_batches``).
+never per record: the acquired batches are views of the backend's buffer
+(``log/batches.batch_views``), never copied: the answer writes them to the socket as they are.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from ..log.batches import slice_batches
+from ..log.batches import batch_views
 from ..log.types import BatchInfo
 from ..metrics import STATS as _METRICS  # kshare metrics (issue 7)
 from ..protocol.types import TopicIdPartition
@@ -39,7 +39,8 @@ class PartitionOut:
     message: str | None = None
     ack_error: ErrorCode | None = None  # None: the partition carried no acks
     ack_message: str | None = None
-    records: bytes = b""
+    #: the acquired batches' bytes in log order: views of the backend's buffers (or ``bytes``), never joined
+    records: list[bytes | memoryview] = field(default_factory=list)
     acquired: list[AcquiredRecords] = field(default_factory=list)
 
 
@@ -52,6 +53,12 @@ class FetchParams:
     batch_size: int = 500
     mode: int = AcquireMode.BATCH_OPTIMIZED
 
+
+#: Acquisitions one ShareFetch makes of a key-ordered share-partition while records wait for
+#: their keys: what waits goes under key-order holds, so the next round acquires past it (released
+#: heads further on, or the log beyond the window) and a poll fills with heads of other keys
+#: instead of answering with the one or two a single round left.
+_KEY_ORDER_ROUNDS = 8
 
 #: ``session_slots(session, group_id, out, skip)``: the session's share-partitions in this
 #: round's order (ShareService: rotated, loaded on demand; lookup errors go into ``out``)
@@ -110,16 +117,23 @@ class DelayedShareFetch:
                 if budget.records <= 0 or budget.bytes <= 0:
                     break
                 tp = (uuid.UUID(slot.key.topic_id), slot.key.partition)
+                ext = getattr(slot.partition, "ext", None)  # ExtendedSharePartition: kshare's extensions
+                rounds = _KEY_ORDER_ROUNDS if ext is not None and ext.key_ordering else 1
                 try:
-                    got = await self._acquire(slot)
+                    for _ in range(rounds):
+                        got = await self._acquire(slot)
+                        if got is None:
+                            break
+                        records, acquired = got
+                        if acquired:
+                            part = out.setdefault(tp, PartitionOut(*tp))
+                            part.records += records  # views, not bytes: nothing is copied
+                            part.acquired += acquired
+                        if budget.records <= 0 or budget.bytes <= 0:
+                            break
                 except PartitionError as exc:
                     out[tp] = PartitionOut(*tp, error=exc.code, message=str(exc))
                     continue
-                if got is not None:
-                    records, acquired = got
-                    part = out.setdefault(tp, PartitionOut(*tp))
-                    part.records += records
-                    part.acquired += acquired
             acquired_bytes = params.max_bytes - budget.bytes
             remaining = self.deadline - time.monotonic()
             if any(p.error != ErrorCode.none for p in out.values()) or remaining <= 0 or \
@@ -130,7 +144,7 @@ class DelayedShareFetch:
                 on_park = None
             await self._wait(slots, remaining)
 
-    async def _acquire(self, slot: Slot) -> tuple[bytes, list[AcquiredRecords]] | None:
+    async def _acquire(self, slot: Slot) -> tuple[list[memoryview], list[AcquiredRecords]] | None:
         """Acquire whole batches of one share-partition from its next fetch offset; the bytes of
         exactly the acquired batches, unchanged, with the acquired ranges."""
         sp = slot.partition
@@ -155,16 +169,19 @@ class DelayedShareFetch:
             ext = getattr(sp, "ext", None)  # ExtendedSharePartition: groups using kshare's extensions
             if acquired and ext is not None and ext.key_ordering:
                 acquired = await keyorder.order(self.reader.backend, slot, self.member_id, acquired, result, batches)
+                if not acquired:
+                    return [], []  # all of it waits for its keys: the next round acquires past it
         if not acquired:
             return None
         self.reader.read_ahead(slot, result, self.isolation)
         self.partitions.track(slot)
         records = _slice(result.records, batches, acquired)
         n = sum(a.last_offset - a.first_offset + 1 for a in acquired)
+        size = sum(len(r) for r in records)
         budget.records -= n
-        budget.bytes -= len(records)
+        budget.bytes -= size
         _METRICS.delivered_records += n
-        _METRICS.delivered_bytes += len(records)
+        _METRICS.delivered_bytes += size
         return records, acquired
 
     async def _wait(self, slots: list[Slot], remaining_s: float) -> None:
@@ -209,11 +226,12 @@ def _within_bytes(batches: list[BatchInfo], room: int, *, first: bool) -> list[B
     return out
 
 
-def _slice(records: bytes, batches: list[BatchInfo], acquired: list[AcquiredRecords]) -> bytes:
+def _slice(records: bytes | memoryview, batches: list[BatchInfo], acquired: list[AcquiredRecords]
+           ) -> list[memoryview]:
     """The fetched bytes of exactly the log batches that overlap an acquired range, unchanged
-    (never decoded: batches are forwarded as the backend wrote them). Choosing the batches is a
-    merge of two sorted lists (per batch, not per record); cutting them out is
-    ``log/batches.slice_batches``, the one implementation."""
+    (never decoded: batches are forwarded as the backend wrote them), as views. Choosing the
+    batches is a merge of two sorted lists (per batch, not per record); cutting them out is
+    ``log/batches.batch_views``, the one implementation."""
     ranges = sorted((a.first_offset, a.last_offset) for a in acquired)
     chosen: list[BatchInfo] = []
     i = 0
@@ -224,4 +242,4 @@ def _slice(records: bytes, batches: list[BatchInfo], acquired: list[AcquiredReco
             break
         if ranges[i][0] <= b.last_offset:
             chosen.append(b)
-    return slice_batches(records, chosen)
+    return batch_views(records, chosen)
