@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from aiokafka.errors import KafkaError
 from aiokafka.structs import TopicPartition
 from kio.schema.errors import ErrorCode
 
@@ -200,8 +201,8 @@ class ShareConsumeRequestManager:
                     append(make(topic, partition, offset, r.timestamp, r.timestamp_type,
                                 key_de(key) if key_de else key, value_de(value) if value_de else value,
                                 r.headers, count))
-        except (ValueError, UnicodeDecodeError) as exc:  # aiokafka's reader: a record it cannot read
-            raise RecordDecodeError(str(exc)) from None
+        except (KafkaError, ValueError, UnicodeDecodeError) as exc:  # aiokafka's reader: a codec not installed,
+            raise RecordDecodeError(str(exc)) from None                 # a record it cannot read
         return out
 
     # -- acknowledgements ------------------------------------------------------------------------

@@ -120,11 +120,12 @@ class DelayedShareFetch:
                 ext = getattr(slot.partition, "ext", None)  # ExtendedSharePartition: kshare's extensions
                 rounds = _KEY_ORDER_ROUNDS if ext is not None and ext.key_ordering else 1
                 try:
+                    after = -1  # the last offset of the batches this answer holds for the slot
                     for _ in range(rounds):
-                        got = await self._acquire(slot)
+                        got = await self._acquire(slot, after)
                         if got is None:
                             break
-                        records, acquired = got
+                        records, acquired, after = got
                         if acquired:
                             part = out.setdefault(tp, PartitionOut(*tp))
                             part.records += records  # views, not bytes: nothing is copied
@@ -144,16 +145,20 @@ class DelayedShareFetch:
                 on_park = None
             await self._wait(slots, remaining)
 
-    async def _acquire(self, slot: Slot) -> tuple[list[memoryview], list[AcquiredRecords]] | None:
+    async def _acquire(self, slot: Slot, after: int = -1
+                       ) -> tuple[list[memoryview], list[AcquiredRecords], int] | None:
         """Acquire whole batches of one share-partition from its next fetch offset; the bytes of
-        exactly the acquired batches, unchanged, with the acquired ranges."""
+        exactly the acquired batches, unchanged, with the acquired ranges and the last offset of
+        the last batch given (or ``after``). None when nothing is acquirable from an offset past
+        ``after``: a later round never goes back, so an answer never holds a batch twice and its
+        batches stay in log order."""
         sp = slot.partition
         if not sp.can_acquire():
             return None
         params, budget = self.params, self.budget
         async with slot.fetch_lock:  # members of one share-partition read the log one at a time
             offset = sp.next_fetch_offset()
-            if offset is None:
+            if offset is None or offset <= after:
                 return None
             result = await self.reader.read(slot, offset, self.isolation, budget)
             if result is None:
@@ -170,19 +175,19 @@ class DelayedShareFetch:
             if acquired and ext is not None and ext.key_ordering:
                 acquired = await keyorder.order(self.reader.backend, slot, self.member_id, acquired, result, batches)
                 if not acquired:
-                    return [], []  # all of it waits for its keys: the next round acquires past it
+                    return [], [], after  # all of it waits for its keys: the next round acquires past it
         if not acquired:
             return None
         self.reader.read_ahead(slot, result, self.isolation)
         self.partitions.track(slot)
-        records = _slice(result.records, batches, acquired)
+        records, last = _slice(result.records, batches, acquired)
         n = sum(a.last_offset - a.first_offset + 1 for a in acquired)
         size = sum(len(r) for r in records)
         budget.records -= n
         budget.bytes -= size
         _METRICS.delivered_records += n
         _METRICS.delivered_bytes += size
-        return records, acquired
+        return records, acquired, last
 
     async def _wait(self, slots: list[Slot], remaining_s: float) -> None:
         """Park until a share-partition changes (ack, release, lock expiry), new data arrives in
@@ -227,11 +232,11 @@ def _within_bytes(batches: list[BatchInfo], room: int, *, first: bool) -> list[B
 
 
 def _slice(records: bytes | memoryview, batches: list[BatchInfo], acquired: list[AcquiredRecords]
-           ) -> list[memoryview]:
+           ) -> tuple[list[memoryview], int]:
     """The fetched bytes of exactly the log batches that overlap an acquired range, unchanged
-    (never decoded: batches are forwarded as the backend wrote them), as views. Choosing the
-    batches is a merge of two sorted lists (per batch, not per record); cutting them out is
-    ``log/batches.batch_views``, the one implementation."""
+    (never decoded: batches are forwarded as the backend wrote them), as views, and the last
+    offset of the last of them. Choosing the batches is a merge of two sorted lists (per batch,
+    not per record); cutting them out is ``log/batches.batch_views``, the one implementation."""
     ranges = sorted((a.first_offset, a.last_offset) for a in acquired)
     chosen: list[BatchInfo] = []
     i = 0
@@ -242,4 +247,4 @@ def _slice(records: bytes | memoryview, batches: list[BatchInfo], acquired: list
             break
         if ranges[i][0] <= b.last_offset:
             chosen.append(b)
-    return batch_views(records, chosen)
+    return batch_views(records, chosen), chosen[-1].last_offset if chosen else -1
