@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from bisect import bisect_left, bisect_right
+from collections.abc import Awaitable, Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
@@ -53,12 +54,6 @@ class FetchParams:
     batch_size: int = 500
     mode: int = AcquireMode.BATCH_OPTIMIZED
 
-
-#: Acquisitions one ShareFetch makes of a key-ordered share-partition while records wait for
-#: their keys: what waits goes under key-order holds, so the next round acquires past it (released
-#: heads further on, or the log beyond the window) and a poll fills with heads of other keys
-#: instead of answering with the one or two a single round left.
-_KEY_ORDER_ROUNDS = 8
 
 #: ``session_slots(session, group_id, out, skip)``: the session's share-partitions in this
 #: round's order (ShareService: rotated, loaded on demand; lookup errors go into ``out``)
@@ -117,24 +112,16 @@ class DelayedShareFetch:
                 if budget.records <= 0 or budget.bytes <= 0:
                     break
                 tp = (uuid.UUID(slot.key.topic_id), slot.key.partition)
-                ext = getattr(slot.partition, "ext", None)  # ExtendedSharePartition: kshare's extensions
-                rounds = _KEY_ORDER_ROUNDS if ext is not None and ext.key_ordering else 1
                 try:
-                    after = -1  # the last offset of the batches this answer holds for the slot
-                    for _ in range(rounds):
-                        got = await self._acquire(slot, after)
-                        if got is None:
-                            break
-                        records, acquired, after = got
-                        if acquired:
-                            part = out.setdefault(tp, PartitionOut(*tp))
-                            part.records += records  # views, not bytes: nothing is copied
-                            part.acquired += acquired
-                        if budget.records <= 0 or budget.bytes <= 0:
-                            break
+                    got = await self._acquire(slot)
                 except PartitionError as exc:
                     out[tp] = PartitionOut(*tp, error=exc.code, message=str(exc))
                     continue
+                if got is not None:
+                    records, acquired = got
+                    part = out.setdefault(tp, PartitionOut(*tp))
+                    part.records += records  # views, not bytes: nothing is copied
+                    part.acquired += acquired
             acquired_bytes = params.max_bytes - budget.bytes
             remaining = self.deadline - time.monotonic()
             if any(p.error != ErrorCode.none for p in out.values()) or remaining <= 0 or \
@@ -145,49 +132,42 @@ class DelayedShareFetch:
                 on_park = None
             await self._wait(slots, remaining)
 
-    async def _acquire(self, slot: Slot, after: int = -1
-                       ) -> tuple[list[memoryview], list[AcquiredRecords], int] | None:
-        """Acquire whole batches of one share-partition from its next fetch offset; the bytes of
-        exactly the acquired batches, unchanged, with the acquired ranges and the last offset of
-        the last batch given (or ``after``). None when nothing is acquirable from an offset past
-        ``after``: a later round never goes back, so an answer never holds a batch twice and its
-        batches stay in log order."""
+    async def _acquire(self, slot: Slot) -> tuple[list[memoryview], list[AcquiredRecords]] | None:
+        """Acquire whole batches of one share-partition from its next fetch offset; the views of
+        exactly the acquired batches, unchanged, with the acquired ranges."""
         sp = slot.partition
         if not sp.can_acquire():
             return None
         params, budget = self.params, self.budget
         async with slot.fetch_lock:  # members of one share-partition read the log one at a time
             offset = sp.next_fetch_offset()
-            if offset is None or offset <= after:
+            if offset is None:
                 return None
             result = await self.reader.read(slot, offset, self.isolation, budget)
             if result is None:
                 return None
-            batches = _within_bytes([b for b in result.batches if b.last_offset >= offset], budget.bytes,
+            batches = _within_bytes(_acquirable(result.batches, offset, sp.speo + sp.free_locks), budget.bytes,
                                     first=budget.bytes == params.max_bytes)
             if not batches:
                 return None
-            acquired = sp.acquire(self.member_id, [(b.base_offset, b.last_offset, b.producer_id, b.is_transactional,
-                                                    b.is_control) for b in batches],
+            acquired = sp.acquire(self.member_id, batches,  # BatchInfo: (base, last, producer, txn, control, ...)
                                   budget.records, params.batch_size, mode=params.mode, fetch_offset=offset,
                                   aborted_transactions=result.aborted_transactions if self.read_committed else None)
             ext = getattr(sp, "ext", None)  # ExtendedSharePartition: groups using kshare's extensions
             if acquired and ext is not None and ext.key_ordering:
                 acquired = await keyorder.order(self.reader.backend, slot, self.member_id, acquired, result, batches)
-                if not acquired:
-                    return [], [], after  # all of it waits for its keys: the next round acquires past it
         if not acquired:
             return None
         self.reader.read_ahead(slot, result, self.isolation)
         self.partitions.track(slot)
-        records, last = _slice(result.records, batches, acquired)
+        records = _slice(result.records, batches, acquired)
         n = sum(a.last_offset - a.first_offset + 1 for a in acquired)
         size = sum(len(r) for r in records)
         budget.records -= n
         budget.bytes -= size
         _METRICS.delivered_records += n
         _METRICS.delivered_bytes += size
-        return records, acquired, last
+        return records, acquired
 
     async def _wait(self, slots: list[Slot], remaining_s: float) -> None:
         """Park until a share-partition changes (ack, release, lock expiry), new data arrives in
@@ -215,7 +195,25 @@ class DelayedShareFetch:
                 slot.waiters.discard(waiter)
 
 
-def _within_bytes(batches: list[BatchInfo], room: int, *, first: bool) -> list[BatchInfo]:
+def _acquirable(batches: Sequence[BatchInfo], offset: int, last: int) -> Sequence[BatchInfo]:
+    """The batches of a read that hold offsets from ``offset`` up to ``last`` (the furthest the
+    window may reach: SPEO + free locks), found by bisection. A read covers several windows; the
+    rest cannot be acquired now, and walking them per ShareFetch (thousands with small producer
+    batches) was the acquisition's largest cost."""
+    lo = bisect_left(batches, offset, key=_last_offset)
+    hi = bisect_right(batches, last, lo, key=_base_offset)
+    return batches[lo:hi]
+
+
+def _last_offset(b: BatchInfo) -> int:
+    return b.last_offset
+
+
+def _base_offset(b: BatchInfo) -> int:
+    return b.base_offset
+
+
+def _within_bytes(batches: Sequence[BatchInfo], room: int, *, first: bool) -> list[BatchInfo]:
     """The leading batches that fit in the ShareFetch's remaining MaxBytes, whole batches only; the
     first batch of a response goes even when it is larger, so that a consumer always progresses
     (Kafka's rule for Fetch and ShareFetch). The backend read is larger than that (it reads at least
@@ -232,11 +230,11 @@ def _within_bytes(batches: list[BatchInfo], room: int, *, first: bool) -> list[B
 
 
 def _slice(records: bytes | memoryview, batches: list[BatchInfo], acquired: list[AcquiredRecords]
-           ) -> tuple[list[memoryview], int]:
+           ) -> list[memoryview]:
     """The fetched bytes of exactly the log batches that overlap an acquired range, unchanged
-    (never decoded: batches are forwarded as the backend wrote them), as views, and the last
-    offset of the last of them. Choosing the batches is a merge of two sorted lists (per batch,
-    not per record); cutting them out is ``log/batches.batch_views``, the one implementation."""
+    (never decoded: batches are forwarded as the backend wrote them), as views. Choosing the
+    batches is a merge of two sorted lists (per batch, not per record); cutting them out is
+    ``log/batches.batch_views``, the one implementation."""
     ranges = sorted((a.first_offset, a.last_offset) for a in acquired)
     chosen: list[BatchInfo] = []
     i = 0
@@ -247,4 +245,4 @@ def _slice(records: bytes | memoryview, batches: list[BatchInfo], acquired: list
             break
         if ranges[i][0] <= b.last_offset:
             chosen.append(b)
-    return batch_views(records, chosen), chosen[-1].last_offset if chosen else -1
+    return batch_views(records, chosen)
