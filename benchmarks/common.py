@@ -187,8 +187,18 @@ class SidecarProcess:
         return f"127.0.0.1:{self.port}"
 
     def samples(self) -> dict[str, float]:
-        """The sidecar's kshare_ samples (``{}`` when /metrics is off)."""
-        return parse_prometheus(self.metrics_text()) if self.metrics_port else {}
+        """The sidecar's kshare_ samples (``{}`` when /metrics is off; its server may start a
+        moment after the listener, so a refused connection is tried again for 10 s)."""
+        if not self.metrics_port:
+            return {}
+        for attempt in range(50):
+            try:
+                return parse_prometheus(self.metrics_text())
+            except OSError:
+                if attempt == 49:
+                    raise
+                time.sleep(0.2)
+        return {}
 
     def metrics_text(self) -> str:
         """The ``kshare_`` families of the sidecar's /metrics."""
