@@ -28,6 +28,7 @@ import struct
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 
+from ..metrics import STATS as _METRICS
 from .registry import EncodedBody
 
 _I16 = struct.Struct(">h").pack
@@ -36,6 +37,10 @@ _PARTITION_HEAD = struct.Struct(">ih").pack  # partition_index, error_code
 _LEADER = struct.Struct(">iib").pack  # leader_id, leader_epoch, no tagged fields
 _ACQUIRED = struct.Struct(">qqhb").pack  # first, last, delivery count, no tagged fields
 _TOP = struct.Struct(">ih").pack  # throttle_time_ms, error_code
+
+#: Record bytes below this go into the surrounding piece (a copy): a send per piece costs more
+#: than copying a few KiB, and small answers (a poll of a few records) then leave in one send.
+_INLINE_BYTES = 8192
 
 #: ``leader(topic_id, partition) -> (leader_id, leader_epoch)``
 Leader = Callable[[uuid.UUID, int], tuple[int, int]]
@@ -84,7 +89,11 @@ def share_fetch_body(*, throttle_ms: int, error_code: int, error_message: str | 
             views = records if isinstance(records, list) else [records] if records else []
             size = sum(len(v) for v in views)
             head += uvarint(size + 1)
-            if size:
+            if 0 < size < _INLINE_BYTES:
+                for v in views:
+                    head += v
+                _METRICS.record_bytes_copied += size
+            elif size:
                 pieces.append(head)
                 pieces += [v for v in views if len(v)]
                 head = bytearray()
