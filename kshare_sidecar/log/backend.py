@@ -386,17 +386,12 @@ class Backend:
     async def _fetch_raw(self, conns: FetchConns, node: int, reads: list[PartitionRead], wait: int,
                          isolation_level: int, max_bytes: int | None) -> dict[TopicPartition, FetchResult]:
         try:
-            top_error, out, received = await conns.fetch(node, reads, max_wait_ms=wait,
-                                                         isolation_level=isolation_level, max_bytes=max_bytes)
+            return await conns.fetch(node, reads, max_wait_ms=wait, isolation_level=isolation_level,
+                                     max_bytes=max_bytes)
         except BackendUnavailableError as exc:
             if self._client is not None:
                 self._client.force_metadata_update()
             return {(r.topic, r.partition): empty_result(exc.code) for r in reads}
-        STATS.backend_fetch_requests += 1
-        STATS.backend_fetch_bytes += received
-        for r in reads:
-            out.setdefault((r.topic, r.partition), empty_result(top_error or E.UNKNOWN_SERVER_ERROR))
-        return out
 
     def _broker_address(self, node: int) -> tuple[str, int] | None:
         broker = self._client.cluster.broker_metadata(node) if self._client is not None else None

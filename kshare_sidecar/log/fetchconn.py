@@ -22,13 +22,14 @@ from typing import TYPE_CHECKING
 from kio.schema.api_versions.v0.request import ApiVersionsRequest
 from kio.schema.api_versions.v0.response import ApiVersionsResponse
 
+from ..metrics import STATS
 from ..protocol.requests import decode_response, request_payload
 from . import errors as E
 from .brokerconn import BrokerConn, BrokerConnError, FramePool
 from .errors import BackendError, BackendUnavailableError
 from .fetchwire import FetchWireError, parse_fetch
 from .kio_bridge import request_module
-from .reads import FETCH_API, FETCH_VERSIONS, PartitionRead, fetch_builder
+from .reads import FETCH_API, FETCH_VERSIONS, PartitionRead, empty_result, fetch_builder
 from .types import FetchResult
 
 if TYPE_CHECKING:
@@ -55,9 +56,10 @@ class FetchConns:
         self.pool = FramePool()  # answers received into reused buffers (see FramePool)
 
     async def fetch(self, node: int, reads: Sequence[PartitionRead], *, max_wait_ms: int, isolation_level: int,
-                    max_bytes: int | None) -> tuple[int, dict[tuple[str, int], FetchResult], int]:
-        """One Fetch to ``node``: (top-level error, results by (topic, partition), bytes received). Raises
-        :class:`BackendUnavailableError` when the broker cannot be reached or answers nonsense."""
+                    max_bytes: int | None) -> dict[tuple[str, int], FetchResult]:
+        """One Fetch to ``node``: a result for every read, by (topic, partition) (a partition the
+        answer lacks gets its top-level error). Raises :class:`BackendUnavailableError` when the
+        broker cannot be reached or answers nonsense."""
         long_poll = max_wait_ms > 0
         try:
             conn = await self._conn(node, long_poll)
@@ -77,7 +79,11 @@ class FetchConns:
             self._drop(node, long_poll, str(exc))
             raise BackendUnavailableError(E.NETWORK_EXCEPTION, f"broker {node}: unreadable Fetch answer: {exc}") \
                 from None
-        return error, results, len(frame)
+        STATS.backend_fetch_requests += 1  # read amplification: backend bytes ÷ delivered bytes
+        STATS.backend_fetch_bytes += len(frame)
+        for r in reads:
+            results.setdefault((r.topic, r.partition), empty_result(error or E.UNKNOWN_SERVER_ERROR))
+        return results
 
     async def _conn(self, node: int, long_poll: bool) -> BrokerConn:
         key = (node, long_poll)

@@ -234,8 +234,7 @@ class ExtendedSharePartition(SharePartition):
         r.state = st
         if st == AVAILABLE:
             self._available += 1
-            if h < self._avail_hint:
-                self._avail_hint = h
+            self._avail_hint = min(self._avail_hint, h)
         else:
             self._terminal += 1
         return 1
