@@ -162,12 +162,13 @@ class SidecarProcess:
         full_env.update(env or {})
         if metrics_port:
             full_env["KSHARE_METRICS_PORT"] = str(metrics_port)
-        cmd = ["kshare", "sidecar", "run", "--bootstrap-server", bootstrap, "--listen", f"127.0.0.1:{self.port}",
+        here = Path(sys.executable).with_name("kshare")  # the kshare of this interpreter's environment
+        cmd = [str(here) if here.exists() else "kshare", "sidecar", "run", "--bootstrap-server", bootstrap, "--listen", f"127.0.0.1:{self.port}",
                "--log-level", "WARNING"]
         if profile:
             import shutil
             cmd = [sys.executable, "-m", "pyinstrument", "-r", "text", "-o", profile,
-                   shutil.which("kshare") or "kshare"] + cmd[1:]
+                   cmd[0] if here.exists() else shutil.which("kshare") or "kshare"] + cmd[1:]
         self.proc = subprocess.Popen(cmd, env=full_env)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -186,8 +187,18 @@ class SidecarProcess:
         return f"127.0.0.1:{self.port}"
 
     def samples(self) -> dict[str, float]:
-        """The sidecar's kshare_ samples (``{}`` when /metrics is off)."""
-        return parse_prometheus(self.metrics_text()) if self.metrics_port else {}
+        """The sidecar's kshare_ samples (``{}`` when /metrics is off; its server may start a
+        moment after the listener, so a refused connection is tried again for 10 s)."""
+        if not self.metrics_port:
+            return {}
+        for attempt in range(50):
+            try:
+                return parse_prometheus(self.metrics_text())
+            except OSError:
+                if attempt == 49:
+                    raise
+                time.sleep(0.2)
+        return {}
 
     def metrics_text(self) -> str:
         """The ``kshare_`` families of the sidecar's /metrics."""
@@ -243,10 +254,14 @@ def read_path_figures(before: dict[str, float], after: dict[str, float]) -> dict
     backend, delivered, records = (d("kshare_backend_fetch_bytes_total"), d("kshare_share_fetch_delivered_bytes_total"),
                                    d("kshare_share_fetch_delivered_records_total"))
     cpu = d("kshare_process_cpu_seconds_total")
+    copied = d("kshare_record_bytes_copied_total") if any(k.startswith("kshare_record_bytes_copied") for k in after) \
+        else None
     return {
         "backend_fetch_requests": int(d("kshare_backend_fetch_requests_total")),
         "backend_fetch_bytes": int(backend), "delivered_bytes": int(delivered), "delivered_records": int(records),
         "read_amplification": round(backend / delivered, 3) if delivered else None,
+        "record_bytes_copied": int(copied) if copied is not None else None,
+        "copies_per_delivered_byte": round(copied / delivered, 2) if delivered and copied is not None else None,
         "cache_hits": int(d("kshare_read_cache_hits_total")), "cache_misses": int(d("kshare_read_cache_misses_total")),
         "share_fetch_requests": int(d("kshare_total_share_fetch_requests_total")),
         "sidecar_cpu_s": round(cpu, 2),
@@ -261,3 +276,87 @@ def percentile(sorted_values: list[float], q: float) -> float | None:
         return None
     k = max(0, min(len(sorted_values) - 1, int(round(q / 100 * len(sorted_values) + 0.5)) - 1))
     return sorted_values[k]
+
+
+# -- CPU of a process ---------------------------------------------------------------------------
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def process_cpu_s(pid: int | None) -> float | None:
+    """User + system CPU seconds a process (all its threads) has used so far, from /proc; None
+    when it cannot be read (no such process, not Linux)."""
+    if not pid:
+        return None
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "; utime, stime are fields 14, 15
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+class CpuMeter:
+    """CPU seconds of some processes between ``start()`` and ``stop()``: ``{name: seconds}``."""
+
+    def __init__(self, **pids: int | None) -> None:
+        self._pids = pids
+        self._start: dict[str, float | None] = {}
+
+    def start(self) -> CpuMeter:
+        self._start = {name: process_cpu_s(pid) for name, pid in self._pids.items()}
+        return self
+
+    def stop(self) -> dict[str, float | None]:
+        out: dict[str, float | None] = {}
+        for name, pid in self._pids.items():
+            now, then = process_cpu_s(pid), self._start.get(name)
+            out[name] = round(now - then, 2) if now is not None and then is not None else None
+        return out
+
+
+class PySpy:
+    """``py-spy record`` attached to a process until :meth:`stop` (the bench extra installs it).
+
+    ``path`` ends in ``.svg`` (flame graph) or anything else (speedscope JSON; open it at
+    https://www.speedscope.app or read it with ``benchmarks/pyspy_top.py``)."""
+
+    def __init__(self, pid: int, path: Path, rate: int = 200, native: bool = True) -> None:
+        import shutil
+
+        exe = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+        fmt = "flamegraph" if str(path).endswith(".svg") else "speedscope"
+        cmd = [exe, "record", "--pid", str(pid), "--rate", str(rate), "--format", fmt, "-o", str(path)]
+        if native:
+            cmd.append("--native")
+        self.path = path
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        time.sleep(0.5)  # attached before the measured work starts
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            _, err = self.proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return
+        if self.proc.returncode not in (0, -signal.SIGINT) and not self.path.exists():
+            print(f"py-spy failed: {err.decode(errors='replace')[-500:]}", file=sys.stderr)
+
+
+class PerfRecord:
+    """``perf record -g`` (CPU samples with native call stacks, kernel included) on a process until
+    :meth:`stop`: where the CPU goes below Python (copies, page faults, syscalls). Read with
+    ``perf report -i PATH --no-children --sort dso,sym``."""
+
+    def __init__(self, pid: int, path: Path, freq: int = 499) -> None:
+        self.path = path
+        self.proc = subprocess.Popen(["perf", "record", "-F", str(freq), "-g", "-p", str(pid), "-o", str(path)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.5)
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import SidecarProcess, base_parser, finish, loadavg, machine, pyplot
+from common import SidecarProcess, base_parser, finish, free_port, loadavg, machine, metric_sum, pyplot
 
 CONSUMERS = 16
 WORK_MAX_S = 0.005
@@ -53,7 +53,23 @@ def _worker(idx: int, bootstrap: str, group: str, topic: str, counts, ready, sto
         consumer.close()
 
 
-def run(bootstrap: str, backend: str, keys: int, ordered: bool, records: int, cap: float) -> dict:
+def run(sc: SidecarProcess, backend: str, keys: int, ordered: bool, records: int, cap: float) -> dict:
+    """One run, plus what the sidecar did for it (its /metrics before and after)."""
+    before = sc.samples()
+    out = _run(sc.bootstrap, backend, keys, ordered, records, cap)
+    after = sc.samples()
+
+    def d(name: str) -> float:
+        return metric_sum(after, name) - metric_sum(before, name)
+
+    fetches, delivered = d("kshare_total_share_fetch_requests_total"), d("kshare_share_fetch_delivered_records_total")
+    out["share_fetches"] = int(fetches)
+    out["records_per_share_fetch"] = round(delivered / fetches, 2) if fetches else None
+    out["sidecar_cpu_ms_per_1k_records"] = round(d("kshare_process_cpu_seconds_total") / max(out["records"], 1) * 1e6, 1)
+    return out
+
+
+def _run(bootstrap: str, backend: str, keys: int, ordered: bool, records: int, cap: float) -> dict:
     from tests.support import set_group_config, unique
 
     topic, group = unique(f"order-k{keys}"), unique("g")
@@ -143,14 +159,16 @@ def main() -> None:
 
     rows = []
     load_start = loadavg()
-    with KafkaBroker("3.9") as b39, SidecarProcess(b39.bootstrap) as sc:
+    with KafkaBroker("3.9") as b39, SidecarProcess(b39.bootstrap, metrics_port=free_port()) as sc:
         for k in keys:
             for ordered in (False, True):
-                r = run(sc.bootstrap, b39.bootstrap, k, ordered, records, cap)
+                r = run(sc, b39.bootstrap, k, ordered, records, cap)
                 rows.append(r)
                 print(f"{k:>6} keys {r['mode']:<12} {r['records_per_s']:>8,.1f} rec/s  {r['records']} records in "
                       f"{r['seconds']} s{'' if r['complete'] else ' (cut at the cap)'}, "
-                      f"{r['consumers_active']}/{CONSUMERS} consumers active, load {r['loadavg_after']}", flush=True)
+                      f"{r['consumers_active']}/{CONSUMERS} consumers active, {r['records_per_share_fetch']} records "
+                      f"per ShareFetch, sidecar CPU {r['sidecar_cpu_ms_per_1k_records']} ms per 1k records, "
+                      f"load {r['loadavg_after']}", flush=True)
     ratios = {}
     for k in keys:
         u = next(r for r in rows if r["keys"] == k and r["mode"] == "unordered")

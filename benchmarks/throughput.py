@@ -1,11 +1,11 @@
-"""End-to-end consume throughput: kshare vs native Kafka share groups vs a plain consumer group.
+"""End-to-end consume throughput and the cost of a record: kshare vs native Kafka share groups.
 
-1 KiB records, 4 partitions, N records (--quick: 100k, full: 1M), 4 consumer processes:
+N records (--quick: 100k, full: 1M) of each record size (``--record-size``, default 1024 and 100
+bytes; --quick: 1024), 4 partitions, 4 consumer processes:
   (a) confluent-kafka ShareConsumer via kshare on Kafka 3.9 (--backend: any release the harness pins,
       e.g. 2.8 with its ZooKeeper; docs/compatibility.md, "Backends")
-  (b) confluent-kafka ShareConsumer via kshare on Kafka 4.x (--native: the 4.x release of b-d)
+  (b) confluent-kafka ShareConsumer via kshare on Kafka 4.x (--native: the 4.x release of b-c)
   (c) confluent-kafka ShareConsumer on native Kafka 4.x share groups
-  (d) confluent-kafka Consumer (plain consumer group) on the Kafka 4.x topic
 Share consumers use implicit acknowledgement. The client axis (``--client``): (a)-(c) with
 confluent-kafka's ShareConsumer (librdkafka, synchronous), with kshare's asyncio ShareConsumer
 (``kshare_sidecar.client``, one event loop per process, ``getmany``), or both on the same topic
@@ -14,18 +14,26 @@ the asyncio÷confluent ratio per target. The clock runs from the first record an
 receives to the moment the last of the N records is received (group join time is excluded for
 every scenario alike). Everything (brokers, sidecar, consumers) shares one machine.
 
-``--console``: the console's cost on the fetch path (docs/console.md). Scenario (a) only, in
---console-rounds rounds, each two runs side by side on the same topic: a sidecar without the
-console, then a sidecar with the console sampling every second and a poller that loads the
-groups page, the group's page (as its refresh script does) and the group's JSON once a second
-each, as an operator with the console open would (more than one browser tab does); reported as
-``kshare_on_kafka_3_9`` and ``kshare_on_kafka_3_9_console`` with their ratio.
+The cost of a record: CPU seconds per million records of the sidecar process and of the backend
+broker's JVM (every scenario: the Kafka 3.9 broker behind kshare, the native 4.x broker), from
+/proc over the whole consume (group join included, the same for every scenario), and "total
+server CPU per record" = (sidecar + its backend) ÷ native broker. The sidecar's read path from
+its /metrics: read amplification, record bytes copied in the sidecar per byte delivered
+(``kshare_record_bytes_copied_total``: every copy of record bytes in user space; receiving from
+and sending to sockets is not counted), backend Fetches, ShareFetches.
+
+``--console``: the console's cost on the fetch path (docs/console.md). Scenario (a) only, 1 KiB
+records, in --console-rounds rounds, each two runs side by side on the same topic: a sidecar
+without the console, then a sidecar with the console sampling every second and a poller that
+loads the groups page, the group's page (as its refresh script does) and the group's JSON once a
+second each, as an operator with the console open would (more than one browser tab does);
+reported as ``kshare_on_kafka_3_9`` and ``kshare_on_kafka_3_9_console`` with their ratio.
 
 Prints one line per scenario, then one JSON object as the LAST line; writes throughput.png
 (matplotlib, if importable) and throughput.json into --out (default: $TMPDIR/kshare-bench).
-Usage: python benchmarks/throughput.py [--quick] [--records N] [--out DIR] [--client confluent|asyncio|both]
+Usage: python benchmarks/throughput.py [--quick] [--records N] [--record-size 1024,100] [--only a,c]
+       [--client confluent|asyncio|both] [--pyspy] [--perf] [--backend 3.9] [--native 4] [--out DIR]
        python benchmarks/throughput.py --console [--quick] [--console-rounds N]
-       [--backend 3.9] [--native 4]
 """
 
 from __future__ import annotations
@@ -40,12 +48,13 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (SidecarProcess, base_parser, finish, free_port, loadavg, machine, produce_records,  # noqa: E402
-                    pyplot, read_path_figures)
+from common import (CpuMeter, PerfRecord, PySpy, SidecarProcess, base_parser, finish, free_port, loadavg, machine,  # noqa: E402
+                    produce_records, pyplot, read_path_figures)
 
-RECORD_BYTES = 1024
 PARTITIONS = 4
 CONSUMERS = 4
+NAMES = {"a": "kshare_on_kafka_3_9", "b": "kshare_on_kafka_4", "c": "native_kafka_4"}
+CONSOLE_BYTES = 1024  # --console runs 1 KiB records only
 
 
 # -- consumer processes ------------------------------------------------------------------------
@@ -81,31 +90,28 @@ def _worker(kind: str, bootstrap: str, group: str, topic: str, total, first_ts, 
             ready) -> None:
     if kind == "asyncio":
         return _asyncio_worker(bootstrap, group, topic, total, first_ts, stop, target, ready)
-    from confluent_kafka import Consumer, ShareConsumer
+    from confluent_kafka import ShareConsumer
 
-    if kind == "share":
-        consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group})
-    else:
-        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
-                             "enable.auto.commit": True, "fetch.max.bytes": 52428800})
+    consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group})
     consumer.subscribe([topic])
     ready.release()
     try:
         while not stop.is_set():
-            msgs = consumer.poll(0.5) if kind == "share" else consumer.consume(1000, 0.5)
-            n = sum(1 for m in msgs if not m.error())
+            n = sum(1 for m in consumer.poll(0.5) if not m.error())
             if n:
                 _count(n, total, first_ts, stop, target)
     finally:
         consumer.close()
 
 
-def consume(kind: str, bootstrap: str, group: str, topic: str, target: int, timeout_s: float) -> dict:
+def consume(kind: str, bootstrap: str, group: str, topic: str, target: int, timeout_s: float,
+            record_bytes: int, cpu: CpuMeter) -> dict:
     ctx = mp.get_context("spawn")
     load = loadavg()
     total, first_ts, stop, ready = ctx.Value("q", 0), ctx.Value("d", 0.0), ctx.Event(), ctx.Semaphore(0)
     procs = [ctx.Process(target=_worker, args=(kind, bootstrap, group, topic, total, first_ts, stop, target, ready),
                          daemon=True) for _ in range(CONSUMERS)]
+    cpu.start()
     for p in procs:
         p.start()
     deadline = time.monotonic() + timeout_s
@@ -116,6 +122,7 @@ def consume(kind: str, bootstrap: str, group: str, topic: str, target: int, time
             break
     else:
         stop.set()
+    used = cpu.stop()
     got = total.value
     end = end or time.monotonic()
     for p in procs:
@@ -124,21 +131,39 @@ def consume(kind: str, bootstrap: str, group: str, topic: str, target: int, time
             p.kill()
     elapsed = max(end - first_ts.value, 1e-9) if first_ts.value else float("nan")
     rps = got / elapsed
+    per_1m = {f"{name}_cpu_s_per_1m_records": round(s / got * 1e6, 2) if s is not None and got else None
+              for name, s in used.items()}
     return {"records": got, "seconds": round(elapsed, 3), "records_per_s": round(rps, 1),
-            "mb_per_s": round(rps * RECORD_BYTES / 1e6, 2), "complete": got >= target,
-            "loadavg_before": load}
+            "mb_per_s": round(rps * record_bytes / 1e6, 2), "complete": got >= target,
+            "loadavg_before": load, "cpu_s": used, **per_1m}
 
 
-def kshare_consume(sc: SidecarProcess, group: str, topic: str, target: int, timeout_s: float,
-                   kind: str = "share") -> dict:
+def kshare_consume(sc: SidecarProcess, broker, group: str, topic: str, target: int, timeout_s: float,
+                   record_bytes: int, kind: str = "share", pyspy: Path | None = None,
+                   perf: Path | None = None) -> dict:
     """:func:`consume` through a kshare sidecar, plus its read-path figures (metrics scraped
-    before and after: read amplification, CPU seconds per 1M records, peak RSS)."""
+    before and after: read amplification, bytes copied, peak RSS)."""
     before = sc.samples()
-    load = loadavg()
-    result = consume(kind, sc.bootstrap, group, topic, target, timeout_s)
+    spy = PySpy(sc.proc.pid, pyspy) if pyspy else None
+    rec = PerfRecord(sc.proc.pid, perf) if perf else None
+    try:
+        result = consume(kind, sc.bootstrap, group, topic, target, timeout_s, record_bytes,
+                         CpuMeter(sidecar=sc.proc.pid, backend_broker=_pid(broker)))
+    finally:
+        for profiler in (spy, rec):
+            if profiler is not None:
+                profiler.stop()
     result["sidecar"] = read_path_figures(before, sc.samples())
-    result["sidecar"]["loadavg_before"] = load
+    if spy is not None:
+        result["pyspy"] = str(pyspy)
+    if rec is not None:
+        result["perf"] = str(perf)
     return result
+
+
+def _pid(broker) -> int | None:
+    proc = getattr(broker, "_proc", None)
+    return proc.pid if proc is not None else None
 
 
 # -- the console's cost (--console) ------------------------------------------------------------
@@ -177,28 +202,29 @@ class ConsolePoller:
                     self.failures += 1
 
 
-def console_cost(bootstrap: str, topic: str, n: int, timeout: float, rounds: int, report) -> None:
+def console_cost(broker, topic: str, n: int, timeout: float, rounds: int, report) -> None:
     """Rounds of the two runs, in alternating order (the second run of a round may find the
     broker's page cache warmer)."""
     from tests.support import unique
 
     def without(r: int) -> None:
-        sc = SidecarProcess(bootstrap, metrics_port=free_port())
+        sc = SidecarProcess(broker.bootstrap, metrics_port=free_port())
         try:
-            report("a", kshare_consume(sc, unique("kshare-g"), topic, n, timeout), round_=r)
+            report("a", CONSOLE_BYTES, kshare_consume(sc, broker, unique("kshare-g"), topic, n, timeout, CONSOLE_BYTES),
+                   round_=r)
         finally:
             sc.stop()
 
     def with_console(r: int) -> None:
         port = free_port()
-        sc = SidecarProcess(bootstrap, metrics_port=free_port(), env={
+        sc = SidecarProcess(broker.bootstrap, metrics_port=free_port(), env={
             "KSHARE_CONSOLE_LISTEN": f"127.0.0.1:{port}", "KSHARE_CONSOLE_SAMPLE_INTERVAL_MS": "1000"})
         try:
             group = unique("kshare-g")
             with ConsolePoller(f"http://127.0.0.1:{port}", group) as poller:
-                result = kshare_consume(sc, group, topic, n, timeout)
+                result = kshare_consume(sc, broker, group, topic, n, timeout, CONSOLE_BYTES)
             result.update(console_page_loads=poller.loads, console_failures=poller.failures)
-            report("a", result, suffix="_console", round_=r)
+            report("a", CONSOLE_BYTES, result, suffix="_console", round_=r)
         finally:
             sc.stop()
 
@@ -207,36 +233,69 @@ def console_cost(bootstrap: str, topic: str, n: int, timeout: float, rounds: int
             run(r)
 
 
-# -- setup ------------------------------------------------------------------------------------
-def prepare_topic(bootstrap: str, topic: str, n: int) -> None:
-    produce_records(bootstrap, topic, n, partitions=PARTITIONS, record_bytes=RECORD_BYTES)
-
-
-def plot(results: dict, path: Path) -> bool:
+def plot(by_size: dict, path: Path) -> bool:
     plt = pyplot()
     if plt is None:
         return False
-    labels = list(results)
-    values = [results[k]["records_per_s"] for k in labels]
-    fig, ax = plt.subplots(figsize=(max(8, 1.4 * len(labels)), 4.5))
+    fig, axes = plt.subplots(1, len(by_size), figsize=(max(8, 5 * len(by_size)), 4.5), squeeze=False)
     palette = {"kshare_on_kafka_3_9": "#1f77b4", "kshare_on_kafka_4": "#4c9bd6", "native_kafka_4": "#ff7f0e"}
-    colors = ["#2ca02c" if k.endswith("_asyncio") else palette.get(k, "#7f7f7f") for k in labels]
-    bars = ax.bar(labels, values, color=colors)  # green: kshare's asyncio client
-    ax.bar_label(bars, labels=[f"{v:,.0f}" for v in values])
-    ax.tick_params(axis="x", labelrotation=20, labelsize=8)
-    ax.set_ylabel("records/s (1 KiB)")
-    ax.set_title(f"Consume throughput, {PARTITIONS} partitions, {CONSUMERS} consumers")
+    for ax, (size, results) in zip(axes[0], by_size.items()):
+        labels = list(results)
+        values = [results[k]["records_per_s"] for k in labels]
+        colors = ["#2ca02c" if k.endswith("_asyncio") else palette.get(k, "#7f7f7f") for k in labels]
+        bars = ax.bar(labels, values, color=colors)  # green: kshare's asyncio client
+        ax.bar_label(bars, labels=[f"{v:,.0f}" for v in values])
+        ax.tick_params(axis="x", labelrotation=20, labelsize=8)
+        ax.set_ylabel(f"records/s ({size} B)")
+        ax.set_title(f"{size}-byte records, {PARTITIONS} partitions, {CONSUMERS} consumers")
     fig.tight_layout()
     fig.savefig(path)
     return True
 
 
+def summarize(results: dict, kinds: list[str], names: dict[str, str]) -> dict:
+    """Ratios of one record size: throughput and the server CPU per record."""
+    def ratio(x: str, y: str, field: str = "records_per_s") -> float | None:
+        a, b = results.get(x, {}).get(field), results.get(y, {}).get(field)
+        return round(a / b, 3) if a and b else None
+
+    def server_cpu(name: str) -> float | None:
+        r = results.get(name)
+        if r is None:
+            return None
+        parts = [r.get("sidecar_cpu_s_per_1m_records"), r.get("backend_broker_cpu_s_per_1m_records")]
+        return round(sum(p for p in parts if p is not None), 2) if parts[1] is not None else None
+
+    out: dict = {"ratio_kshare_to_native": ratio(names["a"], names["c"]),
+                 "ratio_kshare_on_4_to_native": ratio(names["b"], names["c"])}
+    for key in "ab":
+        total, native = server_cpu(names[key]), server_cpu(names["c"])
+        if total is not None and native:
+            out[f"server_cpu_per_1m_{key}_s"] = total
+            out[f"ratio_server_cpu_{key}_to_native"] = round(total / native, 2)
+    if "c" in {k for k, n in names.items() if n in results}:
+        out["server_cpu_per_1m_native_s"] = server_cpu(names["c"])
+    if "asyncio" in kinds:
+        out["ratio_asyncio_kshare_to_native_asyncio"] = ratio(names["a"] + "_asyncio", names["c"] + "_asyncio")
+        out["ratio_asyncio_to_confluent"] = {
+            names[k]: ratio(names[k] + "_asyncio", names[k]) for k in "abc" if names[k] in results}
+    return out
+
+
 def main() -> None:
     ap = base_parser(__doc__)
     ap.add_argument("--records", type=int)
+    ap.add_argument("--record-size", help="record value sizes in bytes, comma-separated (default 1024,100; "
+                                          "--quick: 1024)")
     ap.add_argument("--timeout", type=float, default=None, help="per-scenario limit in seconds")
-    ap.add_argument("--only", default="a,b,c,d", help="scenarios to run, e.g. a,c")
+    ap.add_argument("--only", default="a,b,c", help="scenarios to run, e.g. a,c")
     ap.add_argument("--profile", help="run the kshare sidecar of scenario (a) under pyinstrument, text to FILE")
+    ap.add_argument("--pyspy", action="store_true",
+                    help="py-spy record (native frames) on scenario (a)'s sidecar while it serves: "
+                         "pyspy_a_<size>.json (speedscope) in --out; see benchmarks/pyspy_top.py")
+    ap.add_argument("--perf", action="store_true",
+                    help="perf record -g on scenario (a)'s sidecar while it serves (CPU samples with native and "
+                         "kernel stacks): perf_a_<size>.data in --out")
     ap.add_argument("--metrics", action="store_true", help="scrape scenario (a)'s sidecar /metrics into --out")
     ap.add_argument("--client", choices=["confluent", "asyncio", "both"], default="confluent",
                     help="share consumer of (a)-(c): confluent-kafka's, kshare's asyncio one, or both")
@@ -249,101 +308,105 @@ def main() -> None:
     args = ap.parse_args()
     kinds = {"confluent": ["share"], "asyncio": ["asyncio"], "both": ["share", "asyncio"]}[args.client]
     n = args.records or (100_000 if args.quick else 1_000_000)
+    sizes = [int(s) for s in (args.record_size or ("1024" if args.quick else "1024,100")).split(",")]
     timeout = args.timeout or (120 if args.quick else 900)
     only = set(args.only.split(","))
+    if only - set(NAMES):
+        ap.error(f"--only takes scenarios among {','.join(NAMES)}; got {args.only}")
     args.out.mkdir(parents=True, exist_ok=True)
 
     from kshare_sidecar.testing import KafkaBroker
     from tests.support import set_group_config, unique
 
-    results: dict[str, dict] = {}
+    by_size: dict[int, dict[str, dict]] = {size: {} for size in sizes}
     from kshare_sidecar.testing.kafka import resolve_version
 
     backend, native = resolve_version(args.backend), resolve_version(args.native)
-    names = {"a": f"kshare_on_kafka_{args.backend.replace('.', '_')}",
-             "b": "kshare_on_kafka_4", "c": "native_kafka_4", "d": "plain_consumer_kafka_4"}
+    names = {**NAMES, "a": f"kshare_on_kafka_{args.backend.replace('.', '_')}"}
 
-    def report(key: str, r: dict, kind: str = "share", suffix: str = "", round_: int | None = None) -> None:
+    def report(key: str, size: int, r: dict, kind: str = "share", suffix: str = "", round_: int | None = None) -> None:
         name = names[key] + ("_asyncio" if kind == "asyncio" else "") + suffix
         if round_ is not None:
             name += f"_round{round_ + 1}"
         r["client"] = "kshare asyncio" if kind == "asyncio" else "confluent-kafka"
-        results[name] = r
-        print(f"({key}) {name:<32} {r['records']:>9} records in {r['seconds']:>8.2f} s  "
-              f"{r['records_per_s']:>10,.0f} rec/s  {r['mb_per_s']:>7.2f} MB/s"
+        by_size[size][name] = r
+        print(f"({key}) {size:>5} B {name:<28} {r['records']:>9} records in {r['seconds']:>7.2f} s  "
+              f"{r['records_per_s']:>10,.0f} rec/s  {r['mb_per_s']:>7.2f} MB/s  load {r['loadavg_before'][:1]}"
               + ("" if r["complete"] else "  INCOMPLETE (timed out)"), flush=True)
+        cpu = "  ".join(f"{k.removesuffix('_cpu_s_per_1m_records')} {v} s" for k, v in r.items()
+                        if k.endswith("_cpu_s_per_1m_records") and v is not None)
+        print(f"    CPU per 1M records: {cpu}", flush=True)
         if "sidecar" in r:
             f = r["sidecar"]
-            print(f"    read amplification {f['read_amplification']}, sidecar CPU {f['sidecar_cpu_s']} s "
-                  f"({f['sidecar_cpu_s_per_1m_records']} s per 1M records), peak RSS {f['sidecar_max_rss_mb']} MB, "
+            print(f"    read amplification {f['read_amplification']}, bytes copied per byte delivered "
+                  f"{f['copies_per_delivered_byte']}, backend Fetches {f['backend_fetch_requests']}, "
+                  f"ShareFetches {f['share_fetch_requests']}, peak RSS {f['sidecar_max_rss_mb']} MB, "
                   f"cache hits/misses {f['cache_hits']}/{f['cache_misses']}", flush=True)
 
     if args.console:
         with KafkaBroker("3.9") as b39:
             topic = unique("tput")
-            prepare_topic(b39.bootstrap, topic, n)
-            console_cost(b39.bootstrap, topic, n, timeout, args.console_rounds, report)
+            produce_records(b39.bootstrap, topic, n, partitions=PARTITIONS, record_bytes=CONSOLE_BYTES)
+            console_cost(b39, topic, n, timeout, args.console_rounds, report)
+        results = by_size[CONSOLE_BYTES]
         without = [v["records_per_s"] for k, v in results.items() if "_console" not in k]
         with_console = [v["records_per_s"] for k, v in results.items() if "_console" in k]
-        summary = {"scenario": "throughput_console", "records": n, "record_bytes": RECORD_BYTES,
+        summary = {"scenario": "throughput_console", "records": n, "record_bytes": CONSOLE_BYTES,
                    "partitions": PARTITIONS, "consumers": CONSUMERS, "machine": machine(), "results": results,
                    "ratio_console_to_without": round(sum(with_console) / sum(without), 3) if without else None,
                    "cpu_s_per_1m_records": {
-                       "without": [v["sidecar"]["sidecar_cpu_s_per_1m_records"] for k, v in results.items()
+                       "without": [v["sidecar_cpu_s_per_1m_records"] for k, v in results.items()
                                    if "_console" not in k],
-                       "with_console": [v["sidecar"]["sidecar_cpu_s_per_1m_records"] for k, v in results.items()
+                       "with_console": [v["sidecar_cpu_s_per_1m_records"] for k, v in results.items()
                                         if "_console" in k]}}
-        finish(summary, args.out, "throughput_console", lambda png: plot(results, png))
+        finish(summary, args.out, "throughput_console", lambda png: plot({CONSOLE_BYTES: results}, png))
         return
+
+    def sidecar_scenario(key: str, broker, size: int, topic: str) -> None:
+        sc = SidecarProcess(broker.bootstrap, profile=args.profile if key == "a" else None,
+                            metrics_port=free_port())
+        try:
+            for kind in kinds:
+                spy = args.out / f"pyspy_{key}_{size}_{kind}.json" if args.pyspy and key == "a" else None
+                perf = args.out / f"perf_{key}_{size}_{kind}.data" if args.perf and key == "a" else None
+                report(key, size, kshare_consume(sc, broker, unique("kshare-g"), topic, n, timeout, size, kind,
+                                                 pyspy=spy, perf=perf), kind)
+            if args.metrics and key == "a":
+                sc.scrape(args.out / f"kshare_metrics_a_{size}.txt")
+        finally:
+            sc.stop()
+
     if "a" in only:
-        with KafkaBroker(args.backend) as ka:
-            topic = unique("tput")
-            prepare_topic(ka.bootstrap, topic, n)
-            sc = SidecarProcess(ka.bootstrap, profile=args.profile, metrics_port=free_port())
-            try:
-                for kind in kinds:
-                    report("a", kshare_consume(sc, unique("kshare-g"), topic, n, timeout, kind), kind)
-                if args.metrics:
-                    sc.scrape(args.out / "kshare_metrics_a.txt")
-            finally:
-                sc.stop()
-    if only & {"b", "c", "d"}:
+        with KafkaBroker(args.backend) as b39:
+            for size in sizes:
+                topic = unique("tput")
+                produce_records(b39.bootstrap, topic, n, partitions=PARTITIONS, record_bytes=size)
+                sidecar_scenario("a", b39, size, topic)
+    if only & {"b", "c"}:
         with KafkaBroker(args.native) as b4:
-            topic = unique("tput")
-            prepare_topic(b4.bootstrap, topic, n)
-            if "b" in only:
-                sc = SidecarProcess(b4.bootstrap, metrics_port=free_port())
-                try:
+            for size in sizes:
+                topic = unique("tput")
+                produce_records(b4.bootstrap, topic, n, partitions=PARTITIONS, record_bytes=size)
+                if "b" in only:
+                    sidecar_scenario("b", b4, size, topic)
+                if "c" in only:
                     for kind in kinds:
-                        report("b", kshare_consume(sc, unique("kshare-g"), topic, n, timeout, kind), kind)
-                finally:
-                    sc.stop()
-            if "c" in only:
-                for kind in kinds:
-                    group = unique("native-g")
-                    set_group_config(b4.bootstrap, group, {"share.auto.offset.reset": "earliest"})
-                    report("c", consume(kind, b4.bootstrap, group, topic, n, timeout), kind)
-            if "d" in only:
-                report("d", consume("plain", b4.bootstrap, unique("plain-g"), topic, n, timeout))
+                        group = unique("native-g")
+                        set_group_config(b4.bootstrap, group, {"share.auto.offset.reset": "earliest"})
+                        report("c", size, consume(kind, b4.bootstrap, group, topic, n, timeout, size,
+                                                  CpuMeter(backend_broker=_pid(b4))), kind)
 
-    def ratio(x: str, y: str) -> float | None:
-        if x in results and y in results and results[y]["records_per_s"]:
-            return round(results[x]["records_per_s"] / results[y]["records_per_s"], 3)
-        return None
-
-    summary = {
-        "scenario": "throughput", "records": n, "record_bytes": RECORD_BYTES, "partitions": PARTITIONS,
-        "consumers": CONSUMERS, "machine": machine(), "backend": backend, "native": native,
-        "results": results,
-        "ratio_kshare_to_native": ratio(names["a"], names["c"]),
-        "ratio_kshare_to_plain_consumer": ratio(names["a"], names["d"]),
-        "ratio_kshare_on_4_to_native": ratio(names["b"], names["c"]),
-    }
-    if "asyncio" in kinds:
-        summary["ratio_asyncio_kshare_to_native_asyncio"] = ratio(names["a"] + "_asyncio", names["c"] + "_asyncio")
-        summary["ratio_asyncio_to_confluent"] = {
-            names[k]: ratio(names[k] + "_asyncio", names[k]) for k in "abc" if names[k] in results}
-    finish(summary, args.out, "throughput", lambda png: plot(results, png))
+    sizes_out = {str(size): {"results": results, **summarize(results, kinds, names)} for size, results in by_size.items()}
+    for size, s in sizes_out.items():
+        line = f"{size:>5} B: kshare on {backend} ÷ native {native} {s['ratio_kshare_to_native']}"
+        if "server_cpu_per_1m_a_s" in s:
+            line += (f"; server CPU per 1M records: kshare + 3.9 broker {s['server_cpu_per_1m_a_s']} s, native "
+                     f"{s['server_cpu_per_1m_native_s']} s, ratio {s['ratio_server_cpu_a_to_native']}")
+        print(line, flush=True)
+    summary = {"scenario": "throughput", "records": n, "record_sizes": sizes, "partitions": PARTITIONS,
+               "consumers": CONSUMERS, "machine": machine(), "backend": backend, "native": native,
+               "sizes": sizes_out}
+    finish(summary, args.out, "throughput", lambda png: plot(by_size, png))
 
 
 if __name__ == "__main__":

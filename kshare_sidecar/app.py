@@ -156,7 +156,8 @@ class Sidecar:
         await self._start_state(specs)
         hidden = {cfg.state.topic}
         self.backend = Backend(cfg.backend.bootstrap_servers, topic_id_store=PersisterTopicIds(self.persister),
-                               internal_topics=hidden, client_options=self.security.aiokafka_options())
+                               internal_topics=hidden, client_options=self.security.aiokafka_options(),
+                               security=self.security)
         await self.backend.start()
         restored = self._build_services()
         first = specs[0]

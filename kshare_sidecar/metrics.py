@@ -70,6 +70,7 @@ class Stats:
         self.backend_fetch_bytes = 0  # record bytes received from backend Fetches (incl. cut-off tails)
         self.delivered_bytes = 0  # record bytes sent to clients in ShareFetch responses
         self.delivered_records = 0
+        self.record_bytes_copied = 0  # copies of record bytes in user space (sockets not counted)
         self.cache_hits = 0
         self.cache_misses = 0
         self.cache_bytes = 0  # gauge: bytes held by the read-ahead cache
@@ -174,6 +175,9 @@ class KshareCollector:
              s.delivered_bytes),
             ("kshare_share_fetch_delivered_records", "Records delivered (acquired) to clients in ShareFetch "
              "responses.", s.delivered_records),
+            ("kshare_record_bytes_copied", ("Record bytes copied in user space on the ShareFetch path (each "
+                                            "copy counted; receiving from and sending to sockets not)."),
+             s.record_bytes_copied),
             ("kshare_read_cache_hits", "Acquisitions served from the read-ahead cache.", s.cache_hits),
             ("kshare_read_cache_misses", "Acquisitions that needed a backend Fetch.", s.cache_misses),
             ("kshare_process_cpu_seconds", "CPU seconds (user + system) used by the sidecar process.",

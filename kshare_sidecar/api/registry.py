@@ -9,7 +9,9 @@ downgrade). Handlers register as::
 
 with ``async handler(ctx, header, request) -> response | None``. A handler may return the
 negotiated version's response entity or a canonical one of another version of the same API (the
-dispatcher converts it, see :mod:`.convert`); ``None`` sends no response (Produce acks=0).
+dispatcher converts it, see :mod:`.convert`); ``None`` sends no response (Produce acks=0); an
+:class:`EncodedBody` is a body the handler encoded itself (ShareFetch: record bytes as views of
+the backend's buffers, never copied), framed here and written as pieces.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from kio.schema.errors import ErrorCode
 
 from ..wire import codec
 from ..wire.errors import CloseConnection, MalformedFrame, UnsupportedRequest
+from ..wire.framing import FramePieces
 from ..log.errors import BackendError
 from ..ratelog import RateLimitedLog, backend_failures
 from .context import ConnectionHandle, KafkaError, NodeIdentity, RequestContext
@@ -44,6 +47,27 @@ Handler = Callable[[RequestContext, Any, Any], Awaitable[Any]]
 RawHandler = Callable[[ConnectionHandle | None, bytes, Callable[[], None]], Awaitable[bytes | None]]
 #: ``error_response(ctx, request, code, message) -> response entity | None``; ``None`` closes.
 ErrorResponder = Callable[[RequestContext, Any, ErrorCode, "str | None"], Any]
+
+
+@dataclass(slots=True)
+class EncodedBody:
+    """A response body a handler encoded itself, as consecutive pieces (small ``bytes`` and views
+    of record buffers). ``flexible``: response header v1 (a tagged-field section after the
+    correlation id) rather than v0. Only for versions whose layout the handler writes exactly."""
+
+    pieces: list[bytes | bytearray | memoryview]
+    flexible: bool = True
+
+    def frame(self, correlation_id: int) -> FramePieces:
+        header = correlation_id.to_bytes(4, "big", signed=True) + (b"\x00" if self.flexible else b"")
+        size = len(header) + sum(len(p) for p in self.pieces)
+        out = FramePieces(self.pieces)
+        head = size.to_bytes(4, "big") + header
+        if out and len(out[0]) < 4096:  # one small first piece: one send for prefix, header and it
+            out[0] = head + out[0]
+        else:
+            out.insert(0, head)
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,15 +209,26 @@ class Dispatcher:
 
     async def __call__(
         self, conn: ConnectionHandle, frame: bytes, release: Callable[[], None]
-    ) -> bytes | None:
-        return await self.handle(frame, conn, release)
+    ) -> bytes | bytearray | FramePieces | None:
+        return await self.answer(frame, conn, release)
 
     async def handle(
         self,
         frame: bytes,
         conn: ConnectionHandle | None = None,
         release: Callable[[], None] | None = None,
-    ) -> bytes | None:
+    ) -> bytes | bytearray | None:
+        """Answer one request frame in one buffer (tests and tools; the connection writes
+        :meth:`answer`'s pieces as they are)."""
+        out = await self.answer(frame, conn, release)
+        return out.joined() if isinstance(out, FramePieces) else out
+
+    async def answer(
+        self,
+        frame: bytes,
+        conn: ConnectionHandle | None = None,
+        release: Callable[[], None] | None = None,
+    ) -> bytes | bytearray | FramePieces | None:
         """Answer one request frame; raises :class:`CloseConnection` when Kafka would close."""
         peeked = codec.peek(frame)
         entry = self.registry.get(peeked.api_key)
@@ -240,6 +275,8 @@ class Dispatcher:
         response = await self._invoke(entry, ctx, decoded)
         if response is None:
             return None
+        if isinstance(response, EncodedBody):
+            return response.frame(decoded.correlation_id)
         try:
             if type(response) is not decoded.response_class:
                 response = convert(response, decoded.response_class)

@@ -43,6 +43,7 @@ from ..metrics import STATS
 from ..ratelog import RateLimitedLog
 from ..wire import codec
 from ..wire.errors import CloseAfterResponse, CloseConnection, MalformedFrame
+from ..wire.framing import FramePieces
 from ..wire.framing import frame as framed
 from .context import ConnectionHandle
 from .convert import convert
@@ -198,7 +199,7 @@ class ListenerHandler:
         self.keep_plain_credentials = keep_plain_credentials
         self._sessions: weakref.WeakKeyDictionary[Any, _Session] = weakref.WeakKeyDictionary()
 
-    async def __call__(self, conn: ConnectionHandle, frame: bytes, release: Callable[[], None]) -> bytes | None:
+    async def __call__(self, conn: ConnectionHandle, frame: bytes, release: Callable[[], None]) -> bytes | bytearray | FramePieces | None:
         session = self._sessions.get(conn)
         if session is None:
             session = self._sessions[conn] = _Session()

@@ -1,12 +1,14 @@
 """ShareFetch (key 78) and ShareAcknowledge (key 79), v1–v2: message <-> ShareService.
 
-Responses are built in the v2 shape and converted by the registry for v1 clients. Every
-partition that carried acknowledgements is answered, and `Records` is never null.
-Authorization (``authorizer.class.name = backend``): see :func:`_authorize`. Client quotas
-(``client.quota.enable``; quota/client_quotas.py): a throttled connection's next request waits for
-the end of its throttle, MaxBytes is capped at what the client may still receive within its quota
-(nothing acquired at the quota), and each ShareFetch answer's bytes are recorded once — an answer
-over the quota carries ThrottleTimeMs.
+ShareFetch answers are encoded by hand (:mod:`.shareresponse`: the acquired batches are written
+as views of the backend's buffers, never copied); ShareAcknowledge answers are built in the v2
+shape and converted by the registry for v1 clients. Every partition that carried
+acknowledgements is answered, and `Records` is never null.
+Authorization (``authorizer.class.name = backend``): see :func:`_authorize`.
+Client quotas (``client.quota.enable``; quota/client_quotas.py): a throttled connection's next
+request waits for the end of its throttle, MaxBytes is capped at what the client may still receive
+within its quota (nothing acquired at the quota), and each ShareFetch answer's bytes are recorded
+once — an answer over the quota carries ThrottleTimeMs.
 """
 
 from __future__ import annotations
@@ -16,9 +18,7 @@ import uuid
 from typing import cast
 
 from kio.schema.errors import ErrorCode
-
 from kio.schema.share_acknowledge.v2 import response as a2
-from kio.schema.share_fetch.v2 import response as f2
 from kio.static.primitive import i32Timedelta
 
 from ..auth.acls import Op, Res
@@ -26,6 +26,7 @@ from ..protocol.constants import ApiKey
 from ..service.shares import FetchParams, ShareOut
 from ..share.types import AckBatch
 from .context import KafkaError, RequestContext, acl_of
+from .shareresponse import share_fetch_body
 
 _ZERO = i32Timedelta.parse(datetime.timedelta(0))
 
@@ -79,6 +80,22 @@ def _leader(ctx: RequestContext, mod, cluster=None, topic_id=None, partition: in
     return mod.LeaderIdAndEpoch(leader_id=ctx.node.node_id, leader_epoch=0)
 
 
+def _leader_of(ctx: RequestContext, cluster=None):
+    """``leader(topic_id, partition) -> (leader_id, leader_epoch)``, as :func:`_leader`."""
+    if cluster is None:
+        node = ctx.node.node_id
+        return lambda _topic_id, _partition: (node, 0)
+    return lambda topic_id, partition: (cluster.leader(str(topic_id), partition), 0)
+
+
+def _endpoint_rows(ctx: RequestContext, cluster=None) -> list[tuple[int, str, int, str | None]]:
+    n = ctx.node
+    out = [(n.node_id, n.host, n.port, n.rack)]
+    if cluster is not None:
+        out += [(b.node_id, b.host, b.port, None) for b in cluster.nodes(ctx.listener) if b.node_id != n.node_id]
+    return out
+
+
 def _endpoints(ctx: RequestContext, mod, cluster=None):
     n = ctx.node
     out = [mod.NodeEndpoint(node_id=n.node_id, host=n.host, port=n.port, rack=n.rack)]
@@ -109,14 +126,13 @@ def _watch_connection(ctx: RequestContext, shares, watched: set[int], quotas=Non
         ctx.on_close(closed)
 
 
-def _throttle(quotas, ctx: RequestContext, out: ShareOut, at_least_ms: int) -> i32Timedelta:
+def _throttle_ms(quotas, ctx: RequestContext, out: ShareOut, at_least_ms: int) -> int:
     """Record the answer's bytes on the client's fetch quota (one check per response, the bytes
-    summed per partition); its ThrottleTimeMs."""
+    summed over the partitions' record views); its ThrottleTimeMs."""
     if quotas is None:
-        return _ZERO
-    ms = quotas.record(ctx.principal, ctx.client_id or "", sum(len(p.records) for p in out.partitions), ctx.conn_id,
-                       at_least_ms)
-    return cast(i32Timedelta, datetime.timedelta(milliseconds=ms)) if ms else _ZERO
+        return 0
+    size = sum(len(view) for p in out.partitions for view in p.records)
+    return quotas.record(ctx.principal, ctx.client_id or "", size, ctx.conn_id, at_least_ms)
 
 
 def make_fetch_handler(shares, cluster=None, quotas=None):
@@ -139,22 +155,10 @@ def make_fetch_handler(shares, cluster=None, quotas=None):
             params=params, topics=_topics(req.topics),
             forgotten=[(_id(t.topic_id), p) for t in req.forgotten_topics_data for p in t.partitions],
             is_renew=bool(getattr(req, "is_renew_ack", False)), on_park=ctx.release_ordering, readable=readable)
-        responses = tuple(
-            f2.ShareFetchableTopicResponse(topic_id=topic_id, partitions=tuple(
-                f2.PartitionData(
-                    partition_index=p.partition, error_code=p.error, error_message=p.message,
-                    # kio types acknowledge_error_code int16 (not ErrorCode): the code's i16 value
-                    acknowledge_error_code=(p.ack_error or ErrorCode.none).value,
-                    acknowledge_error_message=p.ack_message,
-                    current_leader=_leader(ctx, f2, cluster, topic_id, p.partition), records=p.records,
-                    acquired_records=tuple(f2.AcquiredRecords(first_offset=a.first_offset, last_offset=a.last_offset,
-                                                              delivery_count=a.delivery_count) for a in p.acquired))
-                for p in parts))
-            for topic_id, parts in _by_topic(out).items())
-        return f2.ShareFetchResponse(
-            throttle_time=_throttle(quotas, ctx, out, wait_ms), error_code=out.error, error_message=out.message,
-            acquisition_lock_timeout=_lock_timeout(out.lock_timeout_ms),
-            responses=responses if not out.error else (), node_endpoints=_endpoints(ctx, f2, cluster))
+        return share_fetch_body(
+            throttle_ms=_throttle_ms(quotas, ctx, out, wait_ms), error_code=int(out.error), error_message=out.message, lock_timeout_ms=out.lock_timeout_ms,
+            topics=_by_topic(out).items() if not out.error else (), leader=_leader_of(ctx, cluster),
+            endpoints=_endpoint_rows(ctx, cluster))
 
     return share_fetch
 

@@ -33,6 +33,13 @@ def ack_batches(acks: Mapping[int, int]) -> list[AckBatch]:
     """Pack ``offset -> type`` into batches: a batch per run of contiguous offsets (a missing
     offset ends a batch: it is not ours to acknowledge), one type when the run is uniform, else
     one type per offset. Sorted by offset."""
+    if not acks:
+        return []
+    low, high = min(acks), max(acks)
+    if high - low + 1 == len(acks):  # one run (implicit mode's poll): no walk per offset
+        kinds = set(acks.values())
+        if len(kinds) == 1:
+            return [AckBatch(low, high, (int(kinds.pop()),))]
     out: list[AckBatch] = []
     run: list[int] = []
     start = prev = None
@@ -67,18 +74,22 @@ class PartitionInFlight:
     def add_acquired(self, ranges: Iterable[tuple[int, int, int]], record_offsets: Iterable[int]) -> list[int]:
         """Take the broker's AcquiredRecords ``(first, last, delivery_count)``; offsets in them
         without a data record are queued as GAP at once. Returns the record offsets that are
-        acquired (records outside every acquired range belong to someone else: drop them)."""
-        present = set(record_offsets)
-        kept = []
+        acquired (records outside every acquired range belong to someone else: drop them).
+        Per range a few set and dict operations on whole slices, not a Python step per offset."""
+        present = sorted(record_offsets)
+        kept: list[int] = []
         for first, last, count in ranges:
-            for offset in range(first, last + 1):
-                if offset in present:
-                    self.acquired[offset] = count
-                    self.delivered.discard(offset)
+            run = present[bisect.bisect_left(present, first):bisect.bisect_right(present, last)]
+            self.acquired.update(dict.fromkeys(run, count))
+            if self.delivered:
+                self.delivered.difference_update(run)
+            if self.pending:
+                for offset in run:
                     self.pending.pop(offset, None)
-                    kept.append(offset)
-                else:
-                    self.pending[offset] = AcknowledgeType.GAP
+            if len(run) < last - first + 1:
+                gaps = set(range(first, last + 1)).difference(run)
+                self.pending.update(dict.fromkeys(gaps, AcknowledgeType.GAP))
+            kept += run
         kept.sort()
         return kept
 
@@ -98,9 +109,11 @@ class PartitionInFlight:
     def accept_delivered(self, skip: Iterable[int] = ()) -> None:
         """Implicit mode: every record handed out and not acknowledged explicitly is accepted
         (except ``skip``: handed out but not seen by the application yet)."""
-        keep = self.delivered & set(skip)
-        for offset in self.delivered - keep:
-            self.pending.setdefault(offset, AcknowledgeType.ACCEPT)
+        keep = self.delivered.intersection(skip)
+        accepted: dict[int, int] = dict.fromkeys(self.delivered - keep if keep else self.delivered,
+                                                 int(AcknowledgeType.ACCEPT))
+        accepted.update(self.pending)  # an ack already queued for an offset stays
+        self.pending = accepted
         self.delivered = keep
 
     def take_pending(self) -> list[AckBatch]:

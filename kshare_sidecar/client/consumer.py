@@ -10,6 +10,14 @@ and :mod:`.fetcher` (Kafka's ShareConsumeRequestManager) moves the requests and 
 - ``getmany`` first turns the previous poll's records into ACCEPTs (implicit mode), then sends
   one ShareFetch per node leading an assigned partition, concurrently, each carrying that node's
   pending acks (acks for partitions the fetch does not list go by ShareAcknowledge first);
+- **prefetch** (on by default): when ``getmany`` hands records out and nothing is left buffered,
+  the next ShareFetch goes out at once, as librdkafka's thread fetches while the application
+  works, so the next ``getmany`` finds records instead of waiting a round trip. It carries the
+  acks pending at that moment — never those of the records just handed out: in implicit mode
+  they are accepted only when the application asks again, and go with the fetch after. It waits
+  for nothing (MaxWaitMs 0; an empty answer leaves the long poll to ``getmany``) and is one
+  ShareFetch per node ahead at most, so the records it holds locked are at most one poll's
+  (``max_poll_records``); ``commit``, ``renew`` and ``close`` wait for it (a round trip);
 - one :class:`~.conn.NodeConn` per node (Metadata gives leaders and topic ids, FindCoordinator the
   coordinator); per node one lock serialises the share-session epochs;
 - ``close`` accepts (implicit mode), sends the final ShareAcknowledge (epoch -1: the broker
@@ -53,7 +61,7 @@ class ShareConsumer:
                  share_acquire_mode: str = "batch_optimized", security_protocol: str = "PLAINTEXT",
                  ssl_context: ssl.SSLContext | None = None, sasl_mechanism: str | None = None,
                  sasl_plain_username: str | None = None, sasl_plain_password: str | None = None,
-                 sasl_oauth_token_provider: Any = None, offsets_only: bool = False) -> None:
+                 sasl_oauth_token_provider: Any = None, offsets_only: bool = False, prefetch: bool = True) -> None:
         if acknowledgement_mode not in ("implicit", "explicit"):
             raise ValueError("acknowledgement_mode must be 'implicit' or 'explicit'")
         if offsets_only and acknowledgement_mode != "explicit":
@@ -82,6 +90,9 @@ class ShareConsumer:
             acquire_mode=acquire_mode, timeout_s=self._timeout_s, backoff_s=self._backoff_s, check_crcs=check_crcs,
             key_deserializer=key_deserializer, value_deserializer=value_deserializer, offsets_only=offsets_only))
         self._assigned: frozenset[Tp] = frozenset()
+        #: the ShareFetch sent ahead while the application handles what getmany returned
+        self._prefetch_enabled = prefetch and not offsets_only
+        self._prefetch: asyncio.Task[bool] | None = None
         #: handed out by ``getmany`` to ``getone`` / ``async for``, not yielded yet
         self._iter: collections.deque[ShareRecord] = collections.deque()
         self._fatal: Exception | None = None
@@ -119,6 +130,10 @@ class ShareConsumer:
             self._closed = True
             return
         self._closed = True
+        try:
+            await self._prefetched()  # its records are released with the rest by the final epoch
+        except (*_TRANSPORT, ShareConsumerError) as exc:
+            log.debug("the ShareFetch sent ahead failed: %s", exc)
         if self.implicit:
             self._accept_delivered()
             self._iter.clear()  # never seen, not accepted: the final epoch releases them
@@ -188,7 +203,10 @@ class ShareConsumer:
         if self.implicit:
             self._accept_delivered()
         limit = max_records or self._max_poll_records
-        return await self._poll(timeout_ms, lambda: self._requests.drain(limit))
+        out = await self._poll(timeout_ms, lambda: self._requests.drain(limit))
+        if out and not self._requests.buffer and self._prefetch_enabled:
+            self._prefetch = asyncio.ensure_future(self._requests.fetch(self._assigned, 0))
+        return out
 
     async def getranges(self, timeout_ms: int = 0) -> dict[TopicPartition, list[tuple[int, int, int]]]:
         """Offsets-only mode: the ranges acquired for this member, ``{TopicPartition: [(first,
@@ -209,6 +227,9 @@ class ShareConsumer:
                 out = drain()
                 if out:
                     return out
+            if self._prefetch is not None:
+                await self._prefetched()
+                continue
             self._check()
             remaining_ms = max(0, int((deadline - loop.time()) * 1000))
             await self._fetch_round(min(self._max_wait_ms, remaining_ms))
@@ -255,12 +276,14 @@ class ShareConsumer:
         self._check()
         if self.implicit:
             self._accept_delivered()
+        await self._prefetched()
         return await self._requests.commit()
 
     async def renew(self, record: ShareRecord) -> None:
         """Restart the acquisition lock of ``record`` (RENEW, ShareAcknowledge v2); it stays
         acquired. Raises :class:`UnsupportedVersionError` on a v1-only broker."""
         self._check()
+        await self._prefetched()
         await self._requests.renew(self._tp(record), record)
 
     # -- internals -------------------------------------------------------------------------------
@@ -269,6 +292,13 @@ class ShareConsumer:
             raise ConsumerStoppedError("the consumer is closed" if self._closed else "call start() first")
         if self._fatal is not None:
             raise self._fatal
+
+    async def _prefetched(self) -> None:
+        """Wait for the ShareFetch sent ahead (its records land in the buffer); its failure is
+        raised here, to the caller that would have sent it."""
+        task, self._prefetch = self._prefetch, None
+        if task is not None:
+            await task
 
     def _tp(self, record: ShareRecord) -> Tp:
         topic_id = self._cluster.ids.get(record.topic)

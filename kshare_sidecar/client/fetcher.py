@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from aiokafka.errors import KafkaError
 from aiokafka.structs import TopicPartition
 from kio.schema.errors import ErrorCode
 
@@ -36,7 +37,7 @@ from .cluster import Cluster, Tp
 from .conn import NodeConn
 from .errors import AcknowledgementError, AckStateError, UnsupportedVersionError
 from .membership import Membership
-from .records import RecordDecodeError, ShareRecord, decode_batches
+from .records import RecordDecodeError, ShareRecord, batches
 from .session import SESSION_ERRORS, ShareSession
 
 log = logging.getLogger("kshare.client")
@@ -58,11 +59,15 @@ def _code(value: int) -> ErrorCode:
 
 @dataclass(slots=True)
 class _Chunk:
-    """Records of one partition from one ShareFetch answer, not yet handed out."""
+    """Records of one partition from one ShareFetch answer, not yet handed out, with their
+    offsets; ``books`` are the partition's books they were acquired into (when those are gone or
+    replaced, the session ended and the broker released them: the chunk is dropped whole)."""
 
     tp: Tp
     key: TopicPartition
     records: list[ShareRecord]
+    offsets: list[int]
+    books: Any
 
 
 @dataclass(slots=True)
@@ -114,20 +119,19 @@ class ShareConsumeRequestManager:
         n = 0
         while self.buffer and n < limit:
             chunk = self.buffer[0]
-            take = chunk.records[:limit - n]
-            if len(take) == len(chunk.records):
+            k = limit - n
+            if k >= len(chunk.records):
                 self.buffer.popleft()
+                take, offsets = chunk.records, chunk.offsets
             else:
-                chunk.records = chunk.records[len(take):]
+                take, offsets = chunk.records[:k], chunk.offsets[:k]
+                chunk.records, chunk.offsets = chunk.records[k:], chunk.offsets[k:]
             inf = self.inflight.get(chunk.tp)
-            if inf is None:
+            if inf is None or inf is not chunk.books:
                 continue  # its session ended meanwhile: the broker released them
-            acquired = inf.acquired
-            kept = [r for r in take if r.offset in acquired]
-            inf.delivered.update(r.offset for r in kept)
-            if kept:
-                out.setdefault(chunk.key, []).extend(kept)
-                n += len(kept)
+            inf.delivered.update(offsets)
+            out.setdefault(chunk.key, []).extend(take)
+            n += len(take)
         return out
 
     def drain_ranges(self) -> dict[TopicPartition, list[tuple[int, int, int]]]:
@@ -156,25 +160,50 @@ class ShareConsumeRequestManager:
             self._cluster.ids.setdefault(topic, tp[0])
             self.buffer.append(_RangeChunk(tp, TopicPartition(topic, tp[1]), inf.add_acquired(ranges)))
             return
+        topic = self._cluster.names.get(tp[0], str(tp[0]))
+        self._cluster.ids.setdefault(topic, tp[0])
         try:
-            raws = {r.offset: r for r in decode_batches(part.records or b"", check_crcs=self.config.check_crcs)}
+            records = self._records(topic, tp[1], part.records or b"", sorted(ranges))
         except RecordDecodeError as exc:
-            log.error("cannot decode records of %s-%s (released for another consumer): %s",
-                      self._cluster.names.get(tp[0], tp[0]), tp[1], exc)
+            log.error("cannot decode records of %s-%s (released for another consumer): %s", topic, tp[1], exc)
             for first, last, _ in ranges:
                 for offset in range(first, last + 1):
                     inf.pending[offset] = AcknowledgeType.RELEASE
             return
-        topic = self._cluster.names.get(tp[0], str(tp[0]))
-        self._cluster.ids.setdefault(topic, tp[0])
-        key_de, value_de = self.config.key_deserializer, self.config.value_deserializer
-        partition, counts = tp[1], inf.acquired
-        records = [ShareRecord(topic, partition, offset, r.timestamp, r.timestamp_type,
-                               key_de(r.key) if key_de else r.key, value_de(r.value) if value_de else r.value,
-                               list(r.headers), counts[offset])
-                   for offset in inf.add_acquired(ranges, raws) for r in (raws[offset],)]
+        offsets = [r.offset for r in records]
+        inf.add_acquired(ranges, offsets)
         if records:
-            self.buffer.append(_Chunk(tp, TopicPartition(topic, partition), records))
+            self.buffer.append(_Chunk(tp, TopicPartition(topic, tp[1]), records, offsets, inf))
+
+    def _records(self, topic: str, partition: int, data: bytes, ranges: list[tuple[int, int, int]]
+                 ) -> list[ShareRecord]:
+        """The records of ``data`` inside the acquired ``ranges`` (sorted), built straight from
+        aiokafka's C record reader: the one object per record is the ShareRecord asked for."""
+        key_de, value_de = self.config.key_deserializer, self.config.value_deserializer
+        out: list[ShareRecord] = []
+        append, make = out.append, ShareRecord
+        i, n = 0, len(ranges)
+        if not n:
+            return out
+        first, last, count = ranges[0]
+        try:
+            for batch in batches(data, check_crcs=self.config.check_crcs):
+                for r in batch:
+                    offset = r.offset
+                    while offset > last:
+                        i += 1
+                        if i == n:
+                            return out
+                        first, last, count = ranges[i]
+                    if offset < first:
+                        continue  # someone else's: the broker sends whole batches
+                    key, value = r.key, r.value
+                    append(make(topic, partition, offset, r.timestamp, r.timestamp_type,
+                                key_de(key) if key_de else key, value_de(value) if value_de else value,
+                                r.headers, count))
+        except (KafkaError, ValueError, UnicodeDecodeError) as exc:  # aiokafka's reader: a codec not installed,
+            raise RecordDecodeError(str(exc)) from None                 # a record it cannot read
+        return out
 
     # -- acknowledgements ------------------------------------------------------------------------
     def take_acks(self, node: int) -> dict[Tp, list[AckBatch]]:

@@ -1,10 +1,12 @@
 """Record batches (magic 2) from a ShareFetch response, decoded into :class:`ShareRecord` objects.
 
-Why our own decoder and not kio's ``kio.records.readers.read_batch``: kio's reader truncates
-record timestamps to whole seconds and does not decompress, and a share consumer must hand out
-exact timestamps from compressed batches (producers compress by default in most clients).
-Decompression uses aiokafka's codecs (aiokafka is already a dependency); varints use kio's
-native readers. Pure functions: bytes in, records out, no I/O.
+The records are read by aiokafka's record reader (``MemoryRecords``: its C extension where
+aiokafka's wheels ship it, as they do for every common platform; its pure-Python twin
+otherwise): it walks the batch, checks the CRC, decompresses with the codecs installed and
+builds each record in C, about four times faster than the Python walk it replaced (the consumer's
+per-record cost is what the throughput benchmark measured against librdkafka). Exact timestamps,
+LogAppendTime from the batch's max timestamp, as Kafka's consumer. Pure functions: bytes in,
+records out, no I/O.
 
 Batch layout (big-endian)::
 
@@ -23,12 +25,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from crc32c import crc32c
-from kio.serial.readers import read_signed_varint, read_signed_varlong
+from aiokafka.errors import KafkaError
+from aiokafka.record.memory_records import MemoryRecords
 
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-HEADER_SIZE = _HEADER.size  # 61
-_LOG_OVERHEAD = 12
+HEADER_SIZE = 61
+_MAGIC = struct.Struct(">b").unpack_from  # at byte 16 of a batch
+_LENGTH = struct.Struct(">i").unpack_from  # at byte 8
 
 COMPRESSION_MASK = 0x07
 TIMESTAMP_TYPE_BIT = 0x08  # 1 = LogAppendTime
@@ -68,99 +70,42 @@ class RawRecord(NamedTuple):
     headers: tuple[tuple[str, bytes | None], ...]
 
 
-def _decompress(codec: int, data: bytes) -> bytes:
-    from aiokafka import codec as c
-
-    if codec == 1:
-        return c.gzip_decode(data)
-    if codec == 2 and c.has_snappy():
-        return c.snappy_decode(data)
-    if codec == 3 and c.has_lz4():
-        return c.lz4_decode(data)
-    if codec == 4 and c.has_zstd():
-        return c.zstd_decode(data)
-    names = {2: "snappy (pip install python-snappy)", 3: "lz4 (pip install lz4)",
-             4: "zstd (pip install zstandard)"}
-    raise RecordDecodeError(f"record batch compressed with {names.get(codec, f'codec {codec}')}, "
-                            "which is not available")
-
-
-def _bytes_field(buf: bytes, pos: int) -> tuple[bytes | None, int]:
-    length, size = read_signed_varint(buf, pos)
-    pos += size
-    if length < 0:
-        return None, pos
-    end = pos + length
-    if end > len(buf):
-        raise RecordDecodeError("record field runs past the end of its batch")
-    return buf[pos:end], end
-
-
-def _records(buf: bytes, count: int, base_offset: int, base_ts: int, ts_type: int,
-             max_ts: int) -> Iterator[RawRecord]:
-    # The per-record hot path of the consumer (the throughput benchmark's profile): key and value
-    # are read inline rather than through _bytes_field, names are bound locally.
-    varint, varlong, raw, size_limit = read_signed_varint, read_signed_varlong, RawRecord, len(buf)
-    append_time = ts_type == LOG_APPEND_TIME
-    pos = 0
-    for _ in range(count):
-        length, size = varint(buf, pos)
-        pos += size
-        end = pos + length
-        ts_delta, size = varlong(buf, pos + 1)  # + 1: attributes (unused in v2 records)
-        pos += 1 + size
-        off_delta, size = varint(buf, pos)
-        pos += size
-        n, size = varint(buf, pos)
-        pos += size
-        if n < 0:
-            key = None
-        else:
-            key, pos = buf[pos:pos + n], pos + n
-        n, size = varint(buf, pos)
-        pos += size
-        if n < 0:
-            value = None
-        else:
-            value, pos = buf[pos:pos + n], pos + n
-        n, size = varint(buf, pos)
-        pos += size
-        headers: tuple = ()
-        if n:
-            items = []
-            for _ in range(n):
-                hkey, pos = _bytes_field(buf, pos)
-                hval, pos = _bytes_field(buf, pos)
-                items.append(((hkey or b"").decode("utf-8", "replace"), hval))
-            headers = tuple(items)
-        if pos != end or pos > size_limit:
-            raise RecordDecodeError(f"record at offset {base_offset + off_delta} has a wrong length")
-        yield raw(base_offset + off_delta, max_ts if append_time else base_ts + ts_delta, ts_type, key, value,
-                  headers)
+def batches(data: bytes | bytearray | memoryview, *, check_crcs: bool = True) -> Iterator[Any]:
+    """The data batches in ``data`` (aiokafka ``DefaultRecordBatch``: iterate it for its records,
+    each with ``offset``, ``timestamp``, ``timestamp_type``, ``key``, ``value``, ``headers``); a
+    truncated trailing batch is ignored (a broker may cut the last batch at MaxBytes), control
+    batches are skipped. Raises :class:`RecordDecodeError` for another magic, a failed CRC or a
+    codec that is not installed."""
+    buf = data if isinstance(data, bytes) else bytes(data)
+    records = MemoryRecords(buf)
+    pos, size = 0, len(buf)
+    while size - pos >= HEADER_SIZE:
+        (length,) = _LENGTH(buf, pos + 8)
+        end = pos + 12 + length
+        if end > size:
+            return
+        (magic,) = _MAGIC(buf, pos + 16)
+        if magic != 2:  # checked here: aiokafka would read it as a legacy message set
+            raise RecordDecodeError(f"record batch at byte {pos} has magic {magic}; only v2 is read")
+        if length < HEADER_SIZE - 12:
+            raise RecordDecodeError(f"record batch at byte {pos} has impossible length {length}")
+        try:
+            batch = records.next_batch()
+        except (KafkaError, ValueError) as exc:
+            raise RecordDecodeError(f"record batch at byte {pos}: {exc}") from None
+        pos = end
+        if check_crcs and not batch.validate_crc():
+            raise RecordDecodeError(f"record batch at offset {batch.base_offset} fails its CRC check")
+        if not batch.is_control_batch:
+            yield batch
 
 
 def decode_batches(data: bytes | memoryview, *, check_crcs: bool = True) -> Iterator[RawRecord]:
-    """Every data record in ``data`` in log order; a truncated trailing batch is ignored (a
-    broker may cut the last batch at MaxBytes). Control batches yield nothing."""
-    buf = bytes(data)
-    pos, size = 0, len(buf)
-    while size - pos >= HEADER_SIZE:
-        (base_offset, length, _epoch, magic, crc, attrs, _last_delta, base_ts, max_ts, _pid, _pepoch,
-         _seq, count) = _HEADER.unpack_from(buf, pos)
-        end = pos + _LOG_OVERHEAD + length
-        if end > size:
-            break
-        if magic != 2:
-            raise RecordDecodeError(f"record batch at offset {base_offset} has magic {magic}; only v2 is read")
-        if length < HEADER_SIZE - _LOG_OVERHEAD:
-            raise RecordDecodeError(f"record batch at offset {base_offset} has impossible length {length}")
-        if check_crcs and crc32c(memoryview(buf)[pos + 21:end]) != crc:
-            raise RecordDecodeError(f"record batch at offset {base_offset} fails its CRC check")
-        if not attrs & CONTROL_BIT:
-            body = buf[pos + HEADER_SIZE:end]
-            codec = attrs & COMPRESSION_MASK
-            if codec:
-                body = _decompress(codec, body)
-            ts_type = LOG_APPEND_TIME if attrs & TIMESTAMP_TYPE_BIT else CREATE_TIME
-            yield from _records(body, count, base_offset, base_ts, ts_type, max_ts)
-        pos = end
+    """Every data record in ``data`` in log order (see :func:`batches`)."""
+    raw = RawRecord
+    for batch in batches(data, check_crcs=check_crcs):
+        try:
+            for r in batch:
+                yield raw(r.offset, r.timestamp, r.timestamp_type, r.key, r.value, tuple(r.headers))
+        except (KafkaError, ValueError, struct.error, UnicodeDecodeError) as exc:
+            raise RecordDecodeError(f"record batch at offset {batch.base_offset}: {exc}") from None

@@ -11,6 +11,11 @@ reported, never looped on.
 
 Long polls (``max_wait_ms > 0``) use a second connection per broker: Kafka handles one request
 per connection at a time, so a parked Fetch would otherwise delay every other read to that broker.
+
+Fetches go over raw connections of their own (:mod:`.fetchconn`: each answer received into one
+buffer and read in place, records never copied) once the backend is started with the security
+settings they need (``security``, or plaintext); otherwise — a backend given only aiokafka's
+``client_options`` for TLS/SASL, the unit tests' fake client — through aiokafka and kio.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import random
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from aiokafka.client import AIOKafkaClient, ConnectionGroup
 from aiokafka.errors import KafkaError, RequestTimedOutError
@@ -30,6 +35,7 @@ from ..metrics import STATS
 from ..protocol.types import TopicPartition
 from . import errors as E
 from .errors import BackendError, BackendUnavailableError, UnknownTopicError, error_for
+from .fetchconn import FetchConns
 from .health import BackendHealth, aiokafka_gate
 from .kio_bridge import KioRequest
 from .kio_bridge import send as kio_send
@@ -46,6 +52,9 @@ from .reads import (
 from .topic_ids import InMemoryTopicIdStore, TopicIdStore
 from .types import FetchResult, TopicInfo
 
+if TYPE_CHECKING:
+    from .security import BackendSecurity
+
 log = logging.getLogger(__name__)
 
 OffsetSpec = Literal["earliest", "latest"] | int
@@ -61,6 +70,7 @@ class Backend:
     ``client_options`` go to ``AIOKafkaClient`` (security_protocol, ssl_context, sasl_*...).
     ``backend_topic_ids=False`` ignores the backend's IDs and always mints (useful when state
     must survive a move to another cluster whose IDs differ, and to test the minting path).
+    ``security``: the same settings as ``client_options``, for the raw Fetch connections.
     """
 
     def __init__(
@@ -74,6 +84,7 @@ class Backend:
         request_timeout_ms: int = 30_000,
         client_id: str = "kshare-sidecar",
         client_options: dict[str, Any] | None = None,
+        security: BackendSecurity | None = None,
     ) -> None:
         self._bootstrap = bootstrap_servers
         self._ids = topic_id_store if topic_id_store is not None else InMemoryTopicIdStore()
@@ -84,6 +95,8 @@ class Backend:
         self._client_id = client_id
         self._client_options = dict(client_options or {})
         self._client: AIOKafkaClient | None = None
+        self._security = security
+        self._fetch_conns: FetchConns | None = None
         self._cache = TopicCache()
         self._full_refresh: asyncio.Future[None] | None = None
         self.metadata_version: int | None = None  # the Metadata version last negotiated
@@ -106,6 +119,9 @@ class Backend:
             await client.close()
             raise BackendUnavailableError(E.NETWORK_EXCEPTION, f"cannot bootstrap from {self._bootstrap}: {exc}") from None
         self._client = client
+        if self._security is not None or self._client_options.get("security_protocol", "PLAINTEXT") == "PLAINTEXT":
+            self._fetch_conns = FetchConns(self._broker_address, security=self._security, client_id=self._client_id,
+                                           request_timeout_ms=self._request_timeout_ms)
         try:
             await self.refresh()
         except BaseException:
@@ -130,6 +146,9 @@ class Backend:
             self._health_task.cancel()
             await asyncio.gather(self._health_task, return_exceptions=True)
             self._health_task = None
+        if self._fetch_conns is not None:
+            conns, self._fetch_conns = self._fetch_conns, None
+            await conns.close()
         if self._client is not None:
             client, self._client = self._client, None
             await client.close()
@@ -345,6 +364,8 @@ class Backend:
         self, node: int, reads: list[PartitionRead], max_wait_ms: int, isolation_level: int, max_bytes: int | None
     ) -> dict[TopicPartition, FetchResult]:
         wait = max(0, min(max_wait_ms, self._request_timeout_ms - 5_000))
+        if self._fetch_conns is not None:
+            return await self._fetch_raw(self._fetch_conns, node, reads, wait, isolation_level, max_bytes)
         group = ConnectionGroup.COORDINATION if wait > 0 else ConnectionGroup.DEFAULT
         request = fetch_request(reads, max_wait_ms=wait, isolation_level=isolation_level, max_bytes=max_bytes)
         try:
@@ -361,6 +382,20 @@ class Backend:
         for r in reads:
             out.setdefault((r.topic, r.partition), empty_result(top_error or E.UNKNOWN_SERVER_ERROR))
         return out
+
+    async def _fetch_raw(self, conns: FetchConns, node: int, reads: list[PartitionRead], wait: int,
+                         isolation_level: int, max_bytes: int | None) -> dict[TopicPartition, FetchResult]:
+        try:
+            return await conns.fetch(node, reads, max_wait_ms=wait, isolation_level=isolation_level,
+                                     max_bytes=max_bytes)
+        except BackendUnavailableError as exc:
+            if self._client is not None:
+                self._client.force_metadata_update()
+            return {(r.topic, r.partition): empty_result(exc.code) for r in reads}
+
+    def _broker_address(self, node: int) -> tuple[str, int] | None:
+        broker = self._client.cluster.broker_metadata(node) if self._client is not None else None
+        return (broker.host, broker.port) if broker is not None else None
 
     async def _fill_out_of_range(self, results: dict[TopicPartition, FetchResult], isolation_level: int) -> None:
         keys = [k for k, v in results.items() if v.error_code == E.OFFSET_OUT_OF_RANGE]

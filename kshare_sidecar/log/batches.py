@@ -78,11 +78,9 @@ def complete_size(batches: Sequence[BatchInfo], start: int = 0) -> int:
     return batches[-1].end if batches else start
 
 
-def slice_batches(buf: bytes | memoryview, batches: Iterable[BatchInfo]) -> bytes:
-    """Concatenate the bytes of ``batches`` (in the order given), merging adjacent runs.
-
-    The common case, one contiguous run, costs one slice copy.
-    """
+def batch_views(buf: bytes | memoryview, batches: Iterable[BatchInfo]) -> list[memoryview]:
+    """The bytes of ``batches`` (in the order given) as views of ``buf``, adjacent runs merged:
+    what the ShareFetch answer writes to the socket as they are (no copy; usually one view)."""
     view = memoryview(buf)
     runs: list[tuple[int, int]] = []
     for b in batches:
@@ -90,12 +88,16 @@ def slice_batches(buf: bytes | memoryview, batches: Iterable[BatchInfo]) -> byte
             runs[-1] = (runs[-1][0], b.end)
         else:
             runs.append((b.start, b.end))
-    if len(runs) == 1:
-        s, e = runs[0]
-        if s == 0 and e == len(view) and isinstance(buf, bytes):
-            return buf
-        return bytes(view[s:e])
-    return b"".join(view[s:e] for s, e in runs)
+    return [view[s:e] for s, e in runs]
+
+
+def slice_batches(buf: bytes | memoryview, batches: Iterable[BatchInfo]) -> bytes:
+    """The bytes of ``batches`` joined into one ``bytes`` (a copy; the share path uses
+    :func:`batch_views`)."""
+    views = batch_views(buf, batches)
+    if len(views) == 1 and isinstance(buf, bytes) and len(views[0]) == len(buf):
+        return buf
+    return b"".join(views)
 
 
 def overlapping(batches: Sequence[BatchInfo], first: int, last: int) -> list[BatchInfo]:

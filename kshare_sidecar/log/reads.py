@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 from .batches import parse_batches
 from ..protocol.constants import ApiKey, OffsetSpec
-from .kio_bridge import KioRequest, make
+from .kio_bridge import Builder, KioRequest, make
 from .types import FetchResult
 
 FETCH_API = ApiKey.FETCH
@@ -38,6 +38,15 @@ class PartitionRead(NamedTuple):
 def fetch_request(
     reads: Sequence[PartitionRead], *, max_wait_ms: int, isolation_level: int, max_bytes: int | None
 ) -> KioRequest:
+    """A Fetch aiokafka's connections can carry (the version chosen per connection)."""
+    return KioRequest(FETCH_API, FETCH_VERSIONS, fetch_builder(reads, max_wait_ms=max_wait_ms,
+                                                               isolation_level=isolation_level, max_bytes=max_bytes))
+
+
+def fetch_builder(
+    reads: Sequence[PartitionRead], *, max_wait_ms: int, isolation_level: int, max_bytes: int | None
+) -> Builder:
+    """``build(module, version)``: the Fetch of ``reads`` as a kio request of that version."""
     by_topic: dict[str, list[PartitionRead]] = {}
     for r in reads:
         by_topic.setdefault(r.topic, []).append(r)
@@ -78,7 +87,7 @@ def fetch_request(
             rack_id="",
         )
 
-    return KioRequest(FETCH_API, FETCH_VERSIONS, build)
+    return build
 
 
 def empty_result(error_code: int, *, hwm: int = -1, lso: int = -1, log_start: int = -1) -> FetchResult:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,12 +17,12 @@ class TopicInfo:
     internal: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class BatchInfo:
+class BatchInfo(NamedTuple):
     """Boundaries of one log batch inside a fetched `records` buffer (header fields only).
 
     ``start``/``end`` are byte positions in the buffer, so a caller can pass through exactly the
-    batches it acquired without decoding a single record.
+    batches it acquired without decoding a single record. A tuple: one is built per batch of
+    every read, and its first five fields are what the engine's ``acquire`` takes as they are.
     """
 
     base_offset: int
@@ -35,9 +36,12 @@ class BatchInfo:
 
 @dataclass(frozen=True, slots=True)
 class FetchResult:
-    """One partition's answer from a backend Fetch: raw bytes plus what share logic needs."""
+    """One partition's answer from a backend Fetch: raw bytes plus what share logic needs.
 
-    records: bytes
+    ``records`` is a read-only view of the buffer the answer was received into (log/fetchwire.py)
+    or ``bytes``; either way it is never copied on the share path, only sliced."""
+
+    records: bytes | memoryview
     batches: tuple[BatchInfo, ...]
     high_watermark: int
     last_stable_offset: int

@@ -52,8 +52,14 @@ async def order(backend, slot, member_id: str, acquired: list[AcquiredRecords], 
         await _learn_held(backend, slot)
     idx = sp.key_index
     view = memoryview(result.records)
-    for b in batches:
-        if not any(a.first_offset <= b.last_offset and a.last_offset >= b.base_offset for a in acquired):
+    ranges = sorted((a.first_offset, a.last_offset) for a in acquired)
+    i, n = 0, len(ranges)
+    for b in batches:  # a merge of two sorted lists: the batches overlapping an acquired range
+        while i < n and ranges[i][1] < b.base_offset:
+            i += 1
+        if i == n:
+            break
+        if ranges[i][0] > b.last_offset:
             continue
         if idx.knows(b.base_offset) and idx.knows(b.last_offset):
             continue

@@ -5,8 +5,8 @@ session partition (rotated), and when nothing was acquired, park until a share-p
 (an ack, a release, a lock expiry wakes ``Slot.waiters``), the backend has new data (a
 long-poll), or MaxWaitMs passes. Sessions and acknowledgements stay in :mod:`.shares`, the
 backend reads in :mod:`.logreader`. The work per request is per partition and per log batch,
-never per record: acquired bytes are sliced out of the backend's buffer whole
-(``log/batches.slice_batches``).
+never per record: the acquired batches are views of the backend's buffer
+(``log/batches.batch_views``), never copied: the answer writes them to the socket as they are.
 """
 
 from __future__ import annotations
@@ -14,13 +14,14 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from bisect import bisect_left, bisect_right
+from collections.abc import Awaitable, Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from ..log.batches import slice_batches
+from ..log.batches import batch_views
 from ..log.types import BatchInfo
 from ..metrics import STATS as _METRICS  # kshare metrics (issue 7)
 from ..protocol.types import TopicIdPartition
@@ -39,7 +40,8 @@ class PartitionOut:
     message: str | None = None
     ack_error: ErrorCode | None = None  # None: the partition carried no acks
     ack_message: str | None = None
-    records: bytes = b""
+    #: the acquired batches' bytes in log order: views of the backend's buffers (or ``bytes``), never joined
+    records: list[bytes | memoryview] = field(default_factory=list)
     acquired: list[AcquiredRecords] = field(default_factory=list)
 
 
@@ -118,7 +120,7 @@ class DelayedShareFetch:
                 if got is not None:
                     records, acquired = got
                     part = out.setdefault(tp, PartitionOut(*tp))
-                    part.records += records
+                    part.records += records  # views, not bytes: nothing is copied
                     part.acquired += acquired
             acquired_bytes = params.max_bytes - budget.bytes
             remaining = self.deadline - time.monotonic()
@@ -130,8 +132,8 @@ class DelayedShareFetch:
                 on_park = None
             await self._wait(slots, remaining)
 
-    async def _acquire(self, slot: Slot) -> tuple[bytes, list[AcquiredRecords]] | None:
-        """Acquire whole batches of one share-partition from its next fetch offset; the bytes of
+    async def _acquire(self, slot: Slot) -> tuple[list[memoryview], list[AcquiredRecords]] | None:
+        """Acquire whole batches of one share-partition from its next fetch offset; the views of
         exactly the acquired batches, unchanged, with the acquired ranges."""
         sp = slot.partition
         if not sp.can_acquire():
@@ -144,12 +146,11 @@ class DelayedShareFetch:
             result = await self.reader.read(slot, offset, self.isolation, budget)
             if result is None:
                 return None
-            batches = _within_bytes([b for b in result.batches if b.last_offset >= offset], budget.bytes,
+            batches = _within_bytes(_acquirable(result.batches, offset, sp.speo + sp.free_locks), budget.bytes,
                                     first=budget.bytes == params.max_bytes)
             if not batches:
                 return None
-            acquired = sp.acquire(self.member_id, [(b.base_offset, b.last_offset, b.producer_id, b.is_transactional,
-                                                    b.is_control) for b in batches],
+            acquired = sp.acquire(self.member_id, batches,  # BatchInfo: (base, last, producer, txn, control, ...)
                                   budget.records, params.batch_size, mode=params.mode, fetch_offset=offset,
                                   aborted_transactions=result.aborted_transactions if self.read_committed else None)
             ext = getattr(sp, "ext", None)  # ExtendedSharePartition: groups using kshare's extensions
@@ -161,10 +162,11 @@ class DelayedShareFetch:
         self.partitions.track(slot)
         records = _slice(result.records, batches, acquired)
         n = sum(a.last_offset - a.first_offset + 1 for a in acquired)
+        size = sum(len(r) for r in records)
         budget.records -= n
-        budget.bytes -= len(records)
+        budget.bytes -= size
         _METRICS.delivered_records += n
-        _METRICS.delivered_bytes += len(records)
+        _METRICS.delivered_bytes += size
         _METRICS.count_delivered(slot.key.group_id, acquired)  # per group: the console, the alert rules
         return records, acquired
 
@@ -194,7 +196,25 @@ class DelayedShareFetch:
                 slot.waiters.discard(waiter)
 
 
-def _within_bytes(batches: list[BatchInfo], room: int, *, first: bool) -> list[BatchInfo]:
+def _acquirable(batches: Sequence[BatchInfo], offset: int, last: int) -> Sequence[BatchInfo]:
+    """The batches of a read that hold offsets from ``offset`` up to ``last`` (the furthest the
+    window may reach: SPEO + free locks), found by bisection. A read covers several windows; the
+    rest cannot be acquired now, and walking them per ShareFetch (thousands with small producer
+    batches) was the acquisition's largest cost."""
+    lo = bisect_left(batches, offset, key=_last_offset)
+    hi = bisect_right(batches, last, lo, key=_base_offset)
+    return batches[lo:hi]
+
+
+def _last_offset(b: BatchInfo) -> int:
+    return b.last_offset
+
+
+def _base_offset(b: BatchInfo) -> int:
+    return b.base_offset
+
+
+def _within_bytes(batches: Sequence[BatchInfo], room: int, *, first: bool) -> list[BatchInfo]:
     """The leading batches that fit in the ShareFetch's remaining MaxBytes, whole batches only; the
     first batch of a response goes even when it is larger, so that a consumer always progresses
     (Kafka's rule for Fetch and ShareFetch). The backend read is larger than that (it reads at least
@@ -210,11 +230,12 @@ def _within_bytes(batches: list[BatchInfo], room: int, *, first: bool) -> list[B
     return out
 
 
-def _slice(records: bytes, batches: list[BatchInfo], acquired: list[AcquiredRecords]) -> bytes:
+def _slice(records: bytes | memoryview, batches: list[BatchInfo], acquired: list[AcquiredRecords]
+           ) -> list[memoryview]:
     """The fetched bytes of exactly the log batches that overlap an acquired range, unchanged
-    (never decoded: batches are forwarded as the backend wrote them). Choosing the batches is a
-    merge of two sorted lists (per batch, not per record); cutting them out is
-    ``log/batches.slice_batches``, the one implementation."""
+    (never decoded: batches are forwarded as the backend wrote them), as views. Choosing the
+    batches is a merge of two sorted lists (per batch, not per record); cutting them out is
+    ``log/batches.batch_views``, the one implementation."""
     ranges = sorted((a.first_offset, a.last_offset) for a in acquired)
     chosen: list[BatchInfo] = []
     i = 0
@@ -225,4 +246,4 @@ def _slice(records: bytes, batches: list[BatchInfo], acquired: list[AcquiredReco
             break
         if ranges[i][0] <= b.last_offset:
             chosen.append(b)
-    return slice_batches(records, chosen)
+    return batch_views(records, chosen)

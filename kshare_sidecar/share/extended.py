@@ -163,25 +163,33 @@ class ExtendedSharePartition(SharePartition):
                 if not idx.knows(o):
                     idx.learn(o, key_of(o))
         out: list[AcquiredRecords] = []
-        blocked: list[int] = []
+        blocked: list[tuple[int, int]] = []  # runs of offsets that wait for their keys
         done = self._is_done
+        deliverable = idx.deliverable
         for a in acquired:
             start = None
             for o in range(a.first_offset, a.last_offset + 1):
-                if idx.deliverable(o, done):
+                if deliverable(o, done):
                     if start is None:
                         start = o
                     continue
                 if start is not None:
                     out.append(AcquiredRecords(start, o - 1, a.delivery_count))
                     start = None
-                blocked.append(o)
+                if blocked and blocked[-1][1] == o - 1:
+                    blocked[-1] = (blocked[-1][0], o)
+                else:
+                    blocked.append((o, o))
             if start is not None:
                 out.append(AcquiredRecords(start, a.last_offset, a.delivery_count))
         if blocked:
+            # One hold per run of waiting records, not per record: with many keys the window is
+            # mostly such records, and a range (and a lock) each made every acquisition,
+            # acknowledgement and release of the share-partition pay for thousands of them. A
+            # head is split off its run when its key's turn comes (_release_head).
             wait = Decision(KEY_ORDER, count_delta=-1)
-            for o in blocked:
-                transfer(self, o, o, member_id, lambda _r: wait)
+            for first, last in blocked:
+                transfer(self, first, last, member_id, lambda _r: wait)
             self.version += 1
         return out
 
@@ -210,10 +218,26 @@ class ExtendedSharePartition(SharePartition):
             r = self._rs[bisect_right(self._firsts, h) - 1]
             lk = r.lock
             if r.state == ACQUIRED and isinstance(lk, Hold) and lk.member == KEY_ORDER:
-                released += self._release_lock(lk)
+                released += self._release_head(h)
         if released:
             self.version += 1
         return released
+
+    def _release_head(self, h: int) -> int:
+        """Release offset ``h`` alone from the key-order hold of its run (the rest of the run
+        waits on): split it off, detach it from the hold, and make it AVAILABLE as a release does."""
+        i = self._split(h)
+        self._split(h + 1)
+        r = self._rs[i]
+        self._take_from_lock(r, 1)
+        st = self._release_state(r)
+        r.state = st
+        if st == AVAILABLE:
+            self._available += 1
+            self._avail_hint = min(self._avail_hint, h)
+        else:
+            self._terminal += 1
+        return 1
 
     def snapshot(self) -> PartitionState:
         return self.persisted("", [])

@@ -7,7 +7,7 @@ provides). See docs/wire.md.
 
 from .connection import CloseCallback, Connection, FrameHandler
 from .errors import CloseConnection, FrameTooLarge, MalformedFrame, UnsupportedRequest
-from .framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, frame
+from .framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FramePieces, frame
 from .server import Listener, serve
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "Connection",
     "FrameDecoder",
     "FrameHandler",
+    "FramePieces",
     "FrameTooLarge",
     "Listener",
     "MalformedFrame",

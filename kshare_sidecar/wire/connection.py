@@ -24,9 +24,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from .errors import CloseAfterResponse, CloseConnection, TimedOut
-from .framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder
+from ..metrics import STATS as _METRICS
 from ..ratelog import RateLimitedLog
+from .errors import CloseAfterResponse, CloseConnection, TimedOut
+from .framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FramePieces
 
 log = logging.getLogger("kshare.wire")
 #: "closing: <reason>" lines are client-caused; a flood of them is rate-limited per reason kind.
@@ -45,6 +46,10 @@ _conn_ids = itertools.count(1)
 CloseCallback = Callable[["Connection"], Awaitable[None] | None]
 
 
+#: A framed response: one buffer, or consecutive pieces (``FramePieces``) never joined.
+Response = bytes | bytearray | FramePieces
+
+
 class FrameHandler(Protocol):
     """Turns one request frame into one framed response (or ``None`` for no response).
 
@@ -53,7 +58,7 @@ class FrameHandler(Protocol):
     the connection after every earlier response has been written.
     """
 
-    async def __call__(self, conn: Connection, frame: bytes, release: Callable[[], None]) -> bytes | None: ...
+    async def __call__(self, conn: Connection, frame: bytes, release: Callable[[], None]) -> Response | None: ...
 
 
 class _Job:
@@ -61,7 +66,7 @@ class _Job:
 
     def __init__(self) -> None:
         self.released = asyncio.Event()
-        self.task: asyncio.Task[bytes | None] | None = None
+        self.task: asyncio.Task[Response | None] | None = None
 
 
 class Connection:
@@ -286,7 +291,7 @@ class Connection:
                     else:
                         self._eof_seen = True
 
-    async def _process(self, frame: bytes, job: _Job) -> bytes | None:
+    async def _process(self, frame: bytes, job: _Job) -> Response | None:
         try:
             return await self._handler(self, frame, job.released.set)
         except CloseConnection:
@@ -335,7 +340,10 @@ class Connection:
             try:
                 if out:
                     self._writing = True
-                    self._writer.write(out)
+                    if isinstance(out, FramePieces):
+                        self._write_pieces(out)
+                    else:
+                        self._writer.write(out)
                     # A peer that never reads would pin its responses forever: bound the wait
                     # like an idle connection (Kafka's connections.max.idle.ms).
                     await asyncio.wait_for(self._writer.drain(), self._idle_timeout)
@@ -350,6 +358,19 @@ class Connection:
                 self._set_reason(f"write failed: {exc}")
                 return
             self._slots.release()
+
+    def _write_pieces(self, pieces: FramePieces) -> None:
+        """Hand a frame's pieces to the transport without joining them. A transport with a
+        gathering ``writelines`` (uvloop; asyncio from Python 3.12) gets them all at once; asyncio's
+        3.11 one would join them (a copy of every record byte), so each goes by ``write``, which
+        sends at once while the socket takes it and buffers (copies) only what it does not."""
+        transport = self._writer.transport
+        if type(transport).writelines is not asyncio.WriteTransport.writelines:
+            transport.writelines(pieces)
+            return
+        for piece in pieces:
+            transport.write(piece)
+        _METRICS.record_bytes_copied += transport.get_write_buffer_size()
 
     # --- teardown -----------------------------------------------------------------------------
 

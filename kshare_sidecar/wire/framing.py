@@ -13,12 +13,23 @@ from __future__ import annotations
 from ..protocol.requests import frame
 from .errors import FrameTooLarge, MalformedFrame
 
-__all__ = ["DEFAULT_MAX_FRAME_BYTES", "FrameDecoder", "frame"]  # frame: the inverse of FrameDecoder
+__all__ = ["DEFAULT_MAX_FRAME_BYTES", "FrameDecoder", "FramePieces", "frame"]  # frame: the inverse of FrameDecoder
 
 #: Kafka's default ``socket.request.max.bytes``.
 DEFAULT_MAX_FRAME_BYTES = 104_857_600
 
 _SIZE_BYTES = 4
+
+
+class FramePieces(list):  # of bytes | bytearray | memoryview
+    """One response frame as consecutive buffers, the size prefix at the start of the first: a
+    ShareFetch answer whose record bytes are views of the backend's buffers. The connection hands
+    them to the socket one by one (never joined, so never copied), as Kafka's broker sends a
+    FileRecords after the header it built."""
+
+    def joined(self) -> bytes:
+        """The frame as one ``bytes`` (a copy: for tests and tools, not the serving path)."""
+        return b"".join(self)
 
 
 class FrameDecoder:

@@ -60,9 +60,9 @@ async def wait_for_topic(backend: Backend, topic: str, ready=lambda info: True, 
             await asyncio.sleep(0.1)
 
 
-def values_of(records: bytes) -> list[bytes]:
+def values_of(records: bytes | memoryview) -> list[bytes]:
     """Decode a record-set buffer with aiokafka (independent of kshare's parser)."""
-    out, mr = [], MemoryRecords(records)
+    out, mr = [], MemoryRecords(bytes(records))
     while (batch := mr.next_batch()) is not None:
         if not batch.is_control_batch:
             out += [r.value for r in batch]

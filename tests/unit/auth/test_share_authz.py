@@ -113,7 +113,7 @@ async def test_share_fetch_keeps_unreadable_partitions_in_the_session_and_answer
     out = await svc.share_fetch(conn_id=1, group_id="g", member_id="m1", epoch=0,
                                 params=__import__("kshare_sidecar.service.shares", fromlist=["x"]).FetchParams(
                                     max_wait_ms=50), topics=[(TOPIC.topic_id, 0, [])], forgotten=[], readable=denied)
-    assert [(p.partition, p.error, p.records) for p in out.partitions] == [(0, ErrorCode.topic_authorization_failed,
+    assert [(p.partition, p.error, b"".join(p.records)) for p in out.partitions] == [(0, ErrorCode.topic_authorization_failed,
                                                                            b"")]
     # incremental fetch (nothing re-sent): still in the session, still answered; acks not applied
     out = await svc.share_fetch(conn_id=1, group_id="g", member_id="m1", epoch=1,

@@ -273,3 +273,57 @@ def test_partitions_for_topic_from_held_metadata():
     c._cluster.ids["t"] = tid
     c._cluster.leaders.update({(tid, 0): 1, (tid, 2): 1, (other, 5): 1})
     assert c.partitions_for_topic("t") == {0, 2}
+
+
+class StreamingBroker(FakeBroker):
+    """Three new records on every ShareFetch (offsets 0-2, 3-5, ...)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.next = 0
+
+    def ShareFetchRequest(self, port, req):
+        first, self.next = self.next, self.next + 3
+        part = self._part(records=_batch(first, 3), acquired_records=(sf.AcquiredRecords(
+            first_offset=first, last_offset=first + 2, delivery_count=1),))
+        return sf.ShareFetchResponse(throttle_time=_ms * 0, error_code=ErrorCode.none,
+                                     acquisition_lock_timeout=_ms * 30000,
+                                     responses=(sf.ShareFetchableTopicResponse(topic_id=T, partitions=(part,)),),
+                                     node_endpoints=())
+
+
+def _acked(request) -> list[tuple[int, int, tuple[int, ...]]]:
+    return [(b.first_offset, b.last_offset, tuple(b.acknowledge_types))
+            for t in request.topics for p in t.partitions for b in p.acknowledgement_batches]
+
+
+async def test_prefetch_sends_the_next_fetch_without_the_acks_of_the_batch_being_handled(monkeypatch):
+    b = StreamingBroker()
+    monkeypatch.setattr(cluster_mod, "NodeConn", lambda node, host, port, *a, **kw: FakeConn(b, node, host, port))
+    c = ShareConsumer("t", bootstrap_servers="fake:1", group_id="g", retry_backoff_ms=5)
+    await c.start()
+    first = [r.offset for recs in (await c.getmany(timeout_ms=2000)).values() for r in recs]
+    assert first == [0, 1, 2]
+    await _until(lambda: len(b.requests("ShareFetchRequest")) == 2)  # sent while the application works
+    assert _acked(b.requests("ShareFetchRequest")[1]) == []  # 0-2 are being handled: not accepted yet
+    second = [r.offset for recs in (await c.getmany(timeout_ms=2000)).values() for r in recs]
+    assert second == [3, 4, 5]  # the prefetched records, no round trip waited for
+    await _until(lambda: len(b.requests("ShareFetchRequest")) == 3)
+    assert _acked(b.requests("ShareFetchRequest")[2]) == [(0, 2, (1,))]  # accepted when asked again; 3-5 not
+    await c.close()
+    [final] = b.requests("ShareAcknowledgeRequest")
+    # 3-5 were handed out and seen: accepted at close; 6-8 (fetched ahead, never handed out) are
+    # released by the final epoch, not accepted
+    assert final.share_session_epoch == -1 and _acked(final) == [(3, 5, (1,))]
+    assert len(b.requests("ShareFetchRequest")) == 3  # one fetch ahead at most, none after close
+
+
+async def test_without_prefetch_each_fetch_waits_for_getmany(monkeypatch):
+    b = StreamingBroker()
+    monkeypatch.setattr(cluster_mod, "NodeConn", lambda node, host, port, *a, **kw: FakeConn(b, node, host, port))
+    c = ShareConsumer("t", bootstrap_servers="fake:1", group_id="g", retry_backoff_ms=5, prefetch=False)
+    await c.start()
+    await c.getmany(timeout_ms=2000)
+    await asyncio.sleep(0.05)
+    assert len(b.requests("ShareFetchRequest")) == 1
+    await c.close()

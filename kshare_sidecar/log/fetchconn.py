@@ -1,0 +1,130 @@
+"""The connections the backend's Fetches go over: raw, one buffer per answer, records never copied.
+
+Why not aiokafka's connections (every other backend request uses them, through the kio bridge):
+the share path's Fetch answers are ~all record bytes the sidecar forwards unchanged, and
+aiokafka's reader plus kio's decoder copied each of them four times (see :mod:`.fetchwire`). A
+:class:`~.brokerconn.BrokerConn` receives each answer straight into one buffer of its exact size
+(``asyncio.BufferedProtocol``) with the same TLS/SASL settings as the rest of the backend
+(:class:`~.security.BackendSecurity`), and :func:`~.fetchwire.parse_fetch` reads it in place.
+
+Per broker two connections, as before: one for reads and one for long polls (a broker answers
+one request per connection at a time: a parked Fetch must not hold up reads). The Fetch version
+is the highest both sides know, from the broker's ApiVersions on each new connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from kio.schema.api_versions.v0.request import ApiVersionsRequest
+from kio.schema.api_versions.v0.response import ApiVersionsResponse
+
+from ..metrics import STATS
+from ..protocol.requests import decode_response, request_payload
+from . import errors as E
+from .brokerconn import BrokerConn, BrokerConnError, FramePool
+from .errors import BackendError, BackendUnavailableError
+from .fetchwire import FetchWireError, parse_fetch
+from .kio_bridge import request_module
+from .reads import FETCH_API, FETCH_VERSIONS, PartitionRead, empty_result, fetch_builder
+from .types import FetchResult
+
+if TYPE_CHECKING:
+    from .security import BackendSecurity
+
+log = logging.getLogger(__name__)
+
+#: ``address(node) -> (host, port)`` of a backend broker, None when unknown
+Address = Callable[[int], "tuple[str, int] | None"]
+
+
+class FetchConns:
+    """Raw Fetch connections per backend broker (reads and long polls apart)."""
+
+    def __init__(self, address: Address, *, security: BackendSecurity | None = None, client_id: str = "kshare",
+                 request_timeout_ms: int = 30_000) -> None:
+        self._address = address
+        self._security = security
+        self._client_id = client_id
+        self._timeout_s = request_timeout_ms / 1000
+        self._conns: dict[tuple[int, bool], BrokerConn] = {}
+        self._versions: dict[BrokerConn, int] = {}
+        self._lock = asyncio.Lock()
+        self.pool = FramePool()  # answers received into reused buffers (see FramePool)
+
+    async def fetch(self, node: int, reads: Sequence[PartitionRead], *, max_wait_ms: int, isolation_level: int,
+                    max_bytes: int | None) -> dict[tuple[str, int], FetchResult]:
+        """One Fetch to ``node``: a result for every read, by (topic, partition) (a partition the
+        answer lacks gets its top-level error). Raises :class:`BackendUnavailableError` when the
+        broker cannot be reached or answers nonsense."""
+        long_poll = max_wait_ms > 0
+        try:
+            conn = await self._conn(node, long_poll)
+            version = self._versions[conn]
+            build = fetch_builder(reads, max_wait_ms=max_wait_ms, isolation_level=isolation_level, max_bytes=max_bytes)
+            payload = request_payload(build(request_module(FETCH_API, version), version), 0, self._client_id)
+            fut = await conn.send(payload, framed=True)
+            frame = await asyncio.wait_for(fut, self._timeout_s + max_wait_ms / 1000)
+            _, error, results = parse_fetch(frame, version, 4)
+        except (BrokerConnError, OSError) as exc:
+            self._drop(node, long_poll, str(exc))
+            raise BackendUnavailableError(E.NETWORK_EXCEPTION, f"broker {node}: {exc}") from None
+        except TimeoutError:
+            self._drop(node, long_poll, "timed out")
+            raise BackendUnavailableError(E.REQUEST_TIMED_OUT, f"Fetch to broker {node} timed out") from None
+        except FetchWireError as exc:
+            self._drop(node, long_poll, str(exc))
+            raise BackendUnavailableError(E.NETWORK_EXCEPTION, f"broker {node}: unreadable Fetch answer: {exc}") \
+                from None
+        STATS.backend_fetch_requests += 1  # read amplification: backend bytes ÷ delivered bytes
+        STATS.backend_fetch_bytes += len(frame)
+        for r in reads:
+            results.setdefault((r.topic, r.partition), empty_result(error or E.UNKNOWN_SERVER_ERROR))
+        return results
+
+    async def _conn(self, node: int, long_poll: bool) -> BrokerConn:
+        key = (node, long_poll)
+        conn = self._conns.get(key)
+        address = self._address(node)
+        if address is None:
+            raise BackendUnavailableError(E.LEADER_NOT_AVAILABLE, f"broker {node} is not known")
+        if conn is not None and (conn.host, conn.port) == address and conn.connected:
+            return conn
+        async with self._lock:
+            conn = self._conns.get(key)
+            if conn is None or (conn.host, conn.port) != address:
+                if conn is not None:
+                    await conn.close()
+                conn = self._conns[key] = BrokerConn(*address, node_id=node, security=self._security,
+                                                     connect_timeout_s=self._timeout_s, pool=self.pool)
+            if not conn.connected or conn not in self._versions:
+                self._versions[conn] = await self._version(conn)
+        return conn
+
+    async def _version(self, conn: BrokerConn) -> int:
+        """The highest Fetch version both know (ApiVersions v0: every broker answers it)."""
+        payload = request_payload(ApiVersionsRequest(), 0, self._client_id)
+        answer = await conn.request(payload, timeout_s=self._timeout_s)
+        _, body = decode_response(answer, ApiVersionsResponse)
+        for key in body.api_keys:
+            if key.api_key == FETCH_API:
+                usable = [v for v in FETCH_VERSIONS if key.min_version <= v <= key.max_version]
+                if usable:
+                    return max(usable)
+        raise BackendError(E.UNSUPPORTED_VERSION, f"broker {conn.node_id} offers no Fetch version in "
+                                      f"v{FETCH_VERSIONS.start}..v{FETCH_VERSIONS.stop - 1}")
+
+    def _drop(self, node: int, long_poll: bool, reason: str) -> None:
+        conn = self._conns.pop((node, long_poll), None)
+        if conn is not None:
+            self._versions.pop(conn, None)
+            conn.drop(reason)
+
+    async def close(self) -> None:
+        conns, self._conns = list(self._conns.values()), {}
+        self._versions.clear()
+        for conn in conns:
+            await conn.close()
