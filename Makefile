@@ -48,7 +48,7 @@ test-fencing: $(STAMP)
 	KSHARE_FENCING_REPEAT=$(FENCING_REPEAT) KSHARE_FENCING_MODES=fenced,transactional $(PY) -m pytest -q -rfEs -m kafka tests/e2e/test_fencing_faults.py
 
 # The differential harness (docs/testing.md): PARITY_EXAMPLES generated sequences on native Kafka
-# 4.3 and kshare on 3.9, step by step; opt-in (hours for thousands).
+# 4.4 (the reference, alias "4") and kshare on 3.9, step by step; opt-in (hours for thousands).
 PARITY_EXAMPLES ?= 1000
 test-parity: $(STAMP)
 	KSHARE_PARITY_EXPLORE=1 KSHARE_PARITY_EXAMPLES=$(PARITY_EXAMPLES) $(PY) -m pytest -q -rfEs tests/e2e/parity
@@ -73,7 +73,7 @@ test-topology: $(STAMP)
 test-franz: $(STAMP)
 	KSHARE_FRANZ=1 $(PY) -m pytest -q -rfEs -s tests/e2e/test_franz_suite.py
 
-# Kafka 4.3's own applications (Kafka Streams EOS word count with a SIGKILL, VerifiableProducer/
+# Kafka 4.4's own applications (Kafka Streams EOS word count with a SIGKILL, VerifiableProducer/
 # VerifiableConsumer, TransactionalMessageCopier) through the sidecar and natively; opt-in.
 test-kafka-apps: $(STAMP)
 	KSHARE_KAFKA_APPS=1 $(PY) -m pytest -q -rfEs -s tests/e2e/test_kafka_apps.py

@@ -19,8 +19,9 @@ from .errors import HarnessError
 from .maven import kafka_libs, require_tool
 from .process import BrokerProcess, die_with_parent
 
-#: Pinned versions by alias: 3.9 is a backend without share groups, 4 the native reference.
-KAFKA_VERSIONS: dict[str, str] = {"3.9": "3.9.2", "4.3": "4.3.1", "4.4": "4.4.0", "4": "4.3.1"}
+#: Pinned versions by alias: 3.9 is a backend without share groups, 4 the native reference (4.4.0,
+#: share groups with dead-letter queues); 4.3 the previous share-group release, kept as a second reference.
+KAFKA_VERSIONS: dict[str, str] = {"3.9": "3.9.2", "4.3": "4.3.1", "4.4": "4.4.0", "4": "4.4.0"}
 
 #: The ``share.version`` feature level each share-group release is formatted with: 4.4's level 2
 #: turns on its dead-letter queues (KIP-1191), which level 1 leaves off.
