@@ -103,6 +103,14 @@ def _offset_reset(value: str) -> str | None:
 _TOPIC_CHARS = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 
+def _topic_list_problem(value: str) -> str | None:
+    """A comma-separated list of legal topic names ('' = none)."""
+    for name in (n.strip() for n in value.split(",")):
+        if name and (problem := dlq_topic_problem(name)):
+            return f"{name!r}: {problem}"
+    return None
+
+
 def dlq_topic_problem(value: str) -> str | None:
     """Kafka's topic-name rules, and no internal name (KIP-1191: a DLQ topic is a user topic)."""
     if value == "":
@@ -331,17 +339,27 @@ SETTINGS: tuple[Setting, ...] = (
        check=_offset_reset),
     _S("share.isolation.level", "read_uncommitted", str, "Default isolation level for share groups.",
        choices=("read_uncommitted", "read_committed")),
-    # -- kshare's extensions (docs/extensions.md): dead-letter topic with KIP-1191's names
-    _S("errors.deadletterqueue.topic.name", "", str, "Default dead-letter topic of share groups ('' = none): "
-       "rejected records and records archived at the delivery count limit are written there (KIP-1191's name).",
-       check=dlq_topic_problem),
-    _S("errors.deadletterqueue.copy.record.enable", True, bool, "Copy the record (key, value, headers) onto the "
-       "dead-letter topic, not only the __dlq.errors.* headers (KIP-1191's name; kshare's default is true, "
-       "Kafka's false)."),
-    _S("errors.deadletterqueue.topic.name.prefix", "dlq.", str, "Prefix every dead-letter topic name must have "
-       "(KIP-1191's broker setting; '' = any name)."),
+    # -- dead-letter queues (KIP-1191, Kafka 4.4's names and defaults; docs/extensions.md)
+    _S("errors.deadletterqueue.topic.name", "", str, "Default dead-letter topic of share groups ('' = none; "
+       "kshare's sidecar-wide default, Kafka has only the group config): rejected records and records archived "
+       "at the delivery count limit are written there.", check=dlq_topic_problem),
+    _S("errors.deadletterqueue.copy.record.enable", False, bool, "Copy the record's key and value onto the "
+       "dead-letter topic, not only the __dlq.errors.* headers (Kafka 4.4's default, false)."),
+    _S("errors.deadletterqueue.topic.name.prefix", "dlq.", str, "Prefix a dead-letter topic name must have for "
+       "records to be written to it ('' = any name); checked at write time, as Kafka 4.4 does."),
     _S("errors.deadletterqueue.auto.create.topics.enable", False, bool, "Create a missing dead-letter topic at "
-       "its first write (KIP-1191's broker setting); otherwise the write waits, retried, until it exists."),
+       "its first write (with errors.deadletterqueue.group.enable=true); otherwise records for a missing topic "
+       "are archived without a write, as Kafka 4.4 does."),
+    _S("deadletter.enabled.topics", "", str, "kshare: topics that accept dead-letter records on a backend whose "
+       "topic configs cannot hold errors.deadletterqueue.group.enable (before Kafka 4.4), comma-separated; "
+       "added to the opt-ins recorded when a topic is created or altered through the sidecar.",
+       check=_topic_list_problem),
+    _S("deadletter.hold.until.written", False, bool, "kshare: keep a dead-lettered record held (not archived) "
+       "until its dead-letter write succeeds, retrying while the topic is missing, lacks the opt-in or the "
+       "backend fails (Kafka 4.4 archives at once); a write that can never succeed still archives."),
+    _S("deadletter.strict.names", False, bool, "kshare: refuse with INVALID_CONFIG a group's "
+       "errors.deadletterqueue.topic.name that is not a legal topic name or lacks "
+       "errors.deadletterqueue.topic.name.prefix (Kafka 4.4 accepts it and archives at write time)."),
     # -- kshare's own extensions (no Kafka equivalent; docs/extensions.md)
     _S("share.release.backoff.ms", 0, int, "kshare: delay before a released (or lock-expired) record is available "
        "again, after its first delivery (0 = at once, as Kafka).", 0, 3600000),
@@ -374,14 +392,12 @@ GROUP_CONFIGS: dict[str, str] = {
 }
 
 #: GROUP configs of kshare's own, unknown to Kafka. A describe of all configs lists one only when
-#: the group sets it, so a group without kshare extras is described exactly as Kafka 4.3.1
+#: the group sets it, so a group without kshare extras is described exactly as Kafka 4.4.0
 #: describes it (the differential parity tests compare those answers); asked for by name, it is
 #: always described.
 KSHARE_GROUP_CONFIGS: frozenset[str] = frozenset({
     "share.assignor", "share.release.backoff.ms", "share.release.backoff.multiplier", "share.release.backoff.max.ms",
-    "share.key.ordering",
-    # KIP-1191's (Kafka 4.4) names: unknown to Kafka 4.3.1, the parity reference
-    "errors.deadletterqueue.topic.name", "errors.deadletterqueue.copy.record.enable"})
+    "share.key.ordering"})
 
 #: Per-group bounds of the share.* configs (Kafka 4.3.1 GroupConfig): sidecar setting names or
 #: constants; a group may set any value in them (not only lower the sidecar's default).

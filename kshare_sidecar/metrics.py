@@ -24,6 +24,9 @@ SharePartitionMetrics InFlightBatchCount (not kept; see docs)       -> (none)
 KIP-1226 share-partition lag                                        -> kshare_share_partition_lag
 socket-server-metrics successful-authentication-total{listener}     -> kshare_successful_authentication_total{listener}
 socket-server-metrics failed-authentication-total{listener}         -> kshare_failed_authentication_total{listener}
+ShareGroupMetrics DeadLetterQueueRecordCount{group}                 -> kshare_dead_letter_queue_record_count_total{group}
+ShareGroupMetrics DeadLetterQueueTotalProduceRequestsPerSec{group}  -> kshare_dead_letter_queue_total_produce_requests_total{group}
+ShareGroupMetrics DeadLetterQueueFailedProduceRequestsPerSec{group} -> kshare_dead_letter_queue_failed_produce_requests_total{group}
 """
 
 from __future__ import annotations
@@ -71,6 +74,13 @@ class Stats:
         # listener name -> SASL authentications that succeeded / failed (issue 16)
         self.authentications: dict[str, int] = {}
         self.authentication_failures: dict[str, int] = {}
+        # group -> dead-letter records written / produce requests sent / failed (Kafka 4.4's ShareGroupMetrics)
+        self.dlq: dict[str, dict[str, int]] = {"records": {}, "produce": {}, "failed": {}}
+
+    def count_dlq(self, group: str, what: str, n: int) -> None:
+        """Count dead-letter ``records`` written, ``produce`` requests sent or ``failed`` writes."""
+        counts = self.dlq[what]
+        counts[group] = counts.get(group, 0) + n
 
     def count_acks(self, runs) -> None:
         """Count one acknowledgement plan's records by type; ``runs`` are (first, last, type)."""
@@ -139,6 +149,17 @@ class KshareCollector:
             c = CounterMetricFamily(name, doc, labels=["listener"])
             for listener, n in sorted(counts.items()):
                 c.add_metric([listener], n)
+            yield c
+        for what, name, doc in (
+                ("records", "kshare_dead_letter_queue_record_count", "Records written to dead-letter topics "
+                 "(Kafka 4.4's DeadLetterQueueRecordCount), per share group."),
+                ("produce", "kshare_dead_letter_queue_total_produce_requests", "Produce requests sent to "
+                 "dead-letter topics (DeadLetterQueueTotalProduceRequestsPerSec), per share group."),
+                ("failed", "kshare_dead_letter_queue_failed_produce_requests", "Dead-letter writes that failed "
+                 "(DeadLetterQueueFailedProduceRequestsPerSec), per share group.")):
+            c = CounterMetricFamily(name, doc, labels=["group"])
+            for group, n in sorted(s.dlq[what].items()):
+                c.add_metric([group], n)
             yield c
         c = CounterMetricFamily("kshare_record_acknowledgement", "Records acknowledged (durably), by type "
                                 "(ShareFetch piggybacked and ShareAcknowledge).", labels=["ack_type"])
