@@ -21,6 +21,7 @@ records compare as they are (timestamps aside: Kafka stamps them at the write).
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -163,3 +164,36 @@ def test_dead_letter_queue_matches_native_kafka_44(sidecar, kafka_39, native_kaf
     assert native["refusal"] == "INVALID_CONFIG" and native["accepted_odd_name"] == "NONE"
     print(f"\n[dlq parity] {sum(len(r) for r in native['records'].values())} dead-letter records, "
           "the same on native Kafka 4.4.0 and kshare on 3.9")
+
+
+def test_java_share_consumer_dead_letters_as_natively(sidecar, kafka_39, native_kafka, tmp_path_factory):
+    """Java 4.4.0's KafkaShareConsumer REJECTs every third record, with copy on: the dead-letter
+    topics of native Kafka 4.4.0 and of kshare on 3.9 hold the same records."""
+    import subprocess
+
+    from tests.e2e.test_java_consumer import compile_java
+
+    command = compile_java(tmp_path_factory, Path(__file__).with_name("java") / "ShareReject.java")
+    tag = unique("j").split("-")[1]
+    topic, group, dlq = f"dlqjava-{tag}", f"gjava-{tag}", f"dlq.java-{tag}"
+    outcomes = {}
+    for name, bootstrap, backend in (("native", native_kafka.bootstrap, native_kafka.bootstrap),
+                                     ("kshare", sidecar.bootstrap, kafka_39.bootstrap)):
+        _create(backend, topic, 1)
+        _create(bootstrap, dlq, 1, {ENABLE: "true"})
+        set_group_config(bootstrap, group, {"errors.deadletterqueue.topic.name": dlq,
+                                            "errors.deadletterqueue.copy.record.enable": "true",
+                                            "share.auto.offset.reset": "earliest"})
+        produce_records(backend, topic, [(f"k{i}", f"rej-{i}" if i % 3 == 0 else f"ok-{i}", [("src", b"java")])
+                                         for i in range(30)])
+        result = subprocess.run(command + [bootstrap, group, topic, "30", "90000"], capture_output=True, text=True,
+                                timeout=150)
+        assert result.returncode == 0 and result.stdout.strip().endswith("DONE 30"), \
+            result.stdout[-2000:] + result.stderr[-2000:]
+        deadline = time.monotonic() + 30
+        while len(records := _dlq_records(backend, dlq)) < 10 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        time.sleep(2)
+        outcomes[name] = sorted(_dlq_records(backend, dlq))
+    assert len(outcomes["native"]) == 10
+    assert outcomes["kshare"] == outcomes["native"], (outcomes["kshare"][:3], outcomes["native"][:3])
