@@ -63,8 +63,8 @@ def _entry(v, synonyms: bool, docs: bool) -> dict[str, Any]:
         chain = []
         if v.source == ConfigSource.GROUP_CONFIG:
             chain.append({"name": v.name, "value": v.value, "source": ConfigSource.GROUP_CONFIG})
-        if v.name in GROUP_CONFIGS:  # the sidecar setting the default comes from
-            chain.append({"name": GROUP_CONFIGS[v.name], "value": v.default, "source": ConfigSource.STATIC_BROKER_CONFIG})
+        if v.name in GROUP_CONFIGS:  # the sidecar setting the default comes from (Kafka's broker synonym)
+            chain.append({"name": GROUP_CONFIGS[v.name], "value": v.default, "source": v.default_source})
         else:
             chain.append({"name": v.name, "value": v.default, "source": ConfigSource.DEFAULT_CONFIG})
         syn = tuple(chain)

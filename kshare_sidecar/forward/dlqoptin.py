@@ -122,6 +122,7 @@ def describe_configs(inner: LocalHandler, topics: DeadLetterTopics) -> LocalHand
         if topics.backend_holds_key is not False:
             return answer
         docs = bool(getattr(req, "include_documentation", False))
+        synonyms_wanted = bool(getattr(req, "include_synonyms", False))
         results = list(answer["results"])
         for i, (r, result) in enumerate(zip(req.resources, results)):
             keys = r.configuration_keys
@@ -129,10 +130,13 @@ def describe_configs(inner: LocalHandler, topics: DeadLetterTopics) -> LocalHand
                     (keys is not None and GROUP_ENABLE not in keys):
                 continue
             name = r.resource_name
-            entry = {"name": GROUP_ENABLE, "value": "true" if topics.enabled(name) else "false", "read_only": False,
-                     "config_source": ConfigSource.DYNAMIC_TOPIC_CONFIG if topics.explicit(name)
-                     else ConfigSource.DEFAULT_CONFIG, "is_sensitive": False, "synonyms": (),
-                     "config_type": ConfigType.BOOLEAN, "documentation": DOC if docs else None}
+            value = "true" if topics.enabled(name) else "false"
+            source = ConfigSource.DYNAMIC_TOPIC_CONFIG if topics.explicit(name) else ConfigSource.DEFAULT_CONFIG
+            synonyms = ({"name": GROUP_ENABLE, "value": value, "source": source},) \
+                if synonyms_wanted and source == ConfigSource.DYNAMIC_TOPIC_CONFIG else ()  # no broker synonym
+            entry = {"name": GROUP_ENABLE, "value": value, "read_only": False, "config_source": source,
+                     "is_sensitive": False, "synonyms": synonyms, "config_type": ConfigType.BOOLEAN,
+                     "documentation": DOC if docs else None}
             configs = [c for c in result["configs"] if c["name"] != GROUP_ENABLE] + [entry]
             results[i] = {**result, "configs": tuple(sorted(configs, key=lambda c: c["name"]))}
         return {**answer, "results": tuple(results)}
