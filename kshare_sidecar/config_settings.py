@@ -103,6 +103,12 @@ def _offset_reset(value: str) -> str | None:
 _TOPIC_CHARS = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 
+def _tag_list_problem(value: str) -> str | None:
+    """Kafka 4.4's check of streams.rack.aware.assignment.tags: a list without duplicate keys."""
+    tags = [t.strip() for t in value.split(",")] if value.strip() else []
+    return "must not contain duplicate tag keys" if len(set(tags)) != len(tags) else None
+
+
 def _topic_list_problem(value: str) -> str | None:
     """A comma-separated list of legal topic names ('' = none)."""
     for name in (n.strip() for n in value.split(",")):
@@ -411,9 +417,9 @@ GROUP_BOUNDS: dict[str, tuple[int | str, int | str]] = {
     "share.partition.max.record.locks": (100, "group.share.max.partition.max.record.locks"),
 }
 
-#: GROUP configs Kafka 4.3.1 accepts for its consumer (KIP-848) and streams (KIP-1071) groups.
+#: GROUP configs Kafka 4.4.0 accepts for its consumer (KIP-848) and streams (KIP-1071) groups.
 #: They belong to the backend's group coordinator, not to kshare's share groups: kshare accepts,
-#: stores and describes them with Kafka's defaults and bounds so admin scripts written for 4.3 work
+#: stores and describes them with Kafka's defaults and bounds so admin scripts written for 4.4 work
 #: unchanged (docs/compatibility.md), and acts on none of them.
 FOREIGN_GROUP_CONFIGS: dict[str, Setting] = {s.key: s for s in (
     Setting("consumer.session.timeout.ms", 45000, int, "Consumer group session timeout.", 45000, 60000),
@@ -424,6 +430,11 @@ FOREIGN_GROUP_CONFIGS: dict[str, Setting] = {s.key: s for s in (
     Setting("streams.assignment.interval.ms", 1000, int, "Streams group assignment interval.", 0, 15000),
     Setting("streams.initial.rebalance.delay.ms", 3000, int, "Streams group initial rebalance delay.", 0, 2**31 - 1),
     Setting("streams.num.standby.replicas", 0, int, "Streams group standby replicas.", 0, 2),
+    # Kafka 4.4's
+    Setting("streams.rack.aware.assignment.tags", "", str, "Client tag keys streams standby replicas are spread "
+            "over (comma-separated, no duplicates).", check=_tag_list_problem),
+    Setting("streams.assignor.name", "sticky", str, "Streams group task assignor (Kafka 4.4's registered "
+            "assignors: sticky).", choices=("sticky",)),
 )}
 
 #: Every GROUP config name kshare accepts, in Kafka's (alphabetical) describe order.

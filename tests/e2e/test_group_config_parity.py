@@ -94,4 +94,4 @@ def test_group_configs_match_kafka_4_4(kafka_39, default_native):
     assert native["share.renew.acknowledge.enable=true"] == "ok"  # the key issue 22 started from
     differences = {k: (kshare.get(k), native.get(k)) for k in native.keys() | kshare.keys()
                    if kshare.get(k) != native.get(k)}
-    assert not differences, differences
+    assert not differences, "\n".join(f"{k}: kshare {a!r}, native {b!r}" for k, (a, b) in sorted(differences.items()))
