@@ -36,4 +36,5 @@ def parity_report() -> Report:
 def pytest_terminal_summary(terminalreporter) -> None:
     if REPORT.sequences or REPORT.operations:
         terminalreporter.write_line(f"parity: {REPORT.sequences} sequences, {REPORT.operations} operations "
-                                    "compared on native Kafka 4.4 and kshare")
+                                    f"({REPORT.dead_letters} dead-letter records) compared on native Kafka 4.4 "
+                                    "and kshare")
