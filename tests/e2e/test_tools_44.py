@@ -30,8 +30,11 @@ def _session(bootstrap: str, backend: str, names: dict) -> dict:
                       "share.auto.offset.reset=earliest")
     out["alter group"] = (res.returncode, res.stdout.strip())
     res = run_configs(bootstrap, "--entity-type", "groups", "--entity-name", group, "--describe", "--all")
+    # (the lock duration is set at both brokers' level by the e2e fixtures, the delivery limit at neither:
+    # their synonyms are STATIC_BROKER_CONFIG and DEFAULT_CONFIG of the group.share.* broker setting)
     out["describe group"] = _config_lines(res.stdout, ("errors.deadletterqueue.topic.name",
-                                                       "errors.deadletterqueue.copy.record.enable"))
+                                                       "errors.deadletterqueue.copy.record.enable",
+                                                       "share.record.lock.duration.ms", "share.delivery.count.limit"))
     res = run_configs(bootstrap, "--entity-type", "groups", "--entity-name", group, "--alter", "--add-config",
                       "errors.deadletterqueue.topic.name=__internal")
     out["refused"] = (res.returncode != 0, "DLQ topic name must not start with '__'" in res.output)
