@@ -19,7 +19,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from .protocol.address import parse_host_port
 from .config_sections import (
     AuthorizerSettings,
     BackendSettings,
@@ -52,6 +51,7 @@ from .config_settings import (
     group_config_setting,
     parse_listeners,
 )
+from .protocol.address import parse_host_port
 
 __all__ = [
     "BY_KEY", "DEFAULT_PROTOCOL_MAP", "FOREIGN_GROUP_CONFIGS", "GROUP_CONFIGS", "GROUP_CONFIG_NAMES",

@@ -151,12 +151,12 @@ class KshareCollector:
                 c.add_metric([listener], n)
             yield c
         for what, name, doc in (
-                ("records", "kshare_dead_letter_queue_record_count", "Records written to dead-letter topics "
-                 "(Kafka 4.4's DeadLetterQueueRecordCount), per share group."),
-                ("produce", "kshare_dead_letter_queue_total_produce_requests", "Produce requests sent to "
-                 "dead-letter topics (DeadLetterQueueTotalProduceRequestsPerSec), per share group."),
-                ("failed", "kshare_dead_letter_queue_failed_produce_requests", "Dead-letter writes that failed "
-                 "(DeadLetterQueueFailedProduceRequestsPerSec), per share group.")):
+                ("records", "kshare_dead_letter_queue_record_count", ("Records written to dead-letter topics "
+                 "(Kafka 4.4's DeadLetterQueueRecordCount), per share group.")),
+                ("produce", "kshare_dead_letter_queue_total_produce_requests", ("Produce requests sent to "
+                 "dead-letter topics (DeadLetterQueueTotalProduceRequestsPerSec), per share group.")),
+                ("failed", "kshare_dead_letter_queue_failed_produce_requests", ("Dead-letter writes that failed "
+                 "(DeadLetterQueueFailedProduceRequestsPerSec), per share group."))):
             c = CounterMetricFamily(name, doc, labels=["group"])
             for group, n in sorted(s.dlq[what].items()):
                 c.add_metric([group], n)

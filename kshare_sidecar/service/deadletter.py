@@ -264,7 +264,7 @@ class DeadLetterWriter:
             return sum(last - first + 1 for first, last, _c, _cause in pending)
         except DeadLetterError:
             raise
-        except (KafkaConnectionError, KafkaTimeoutError, asyncio.TimeoutError, OSError) as exc:
+        except (TimeoutError, KafkaConnectionError, KafkaTimeoutError, OSError) as exc:
             raise DeadLetterError(f"{type(exc).__name__}: {exc}") from exc
         except KafkaError as exc:
             raise DeadLetterError(f"{type(exc).__name__}: {exc}", TRANSIENT if exc.retriable else PERMANENT) from exc

@@ -26,7 +26,12 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import (
-    AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType,
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
 )
 
 from tests.e2e.ext_support import ExtWorker, produce_records
@@ -191,7 +196,7 @@ def test_java_share_consumer_dead_letters_as_natively(sidecar, kafka_39, native_
         assert result.returncode == 0 and result.stdout.strip().endswith("DONE 30"), \
             result.stdout[-2000:] + result.stderr[-2000:]
         deadline = time.monotonic() + 30
-        while len(records := _dlq_records(backend, dlq)) < 10 and time.monotonic() < deadline:
+        while len(_dlq_records(backend, dlq)) < 10 and time.monotonic() < deadline:
             time.sleep(0.5)
         time.sleep(2)
         outcomes[name] = sorted(_dlq_records(backend, dlq))

@@ -19,11 +19,27 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from .dlq import NAMES as DLQ_NAMES
+from .dlq import ReadDeadLetters
 from .model import ACCEPT, GAP, REJECT, RELEASE
-from .ops import (AckRange, Acknowledge, AlterOffsets, BadSession, CloseSession, DeleteOffsets, Describe,
-                  DescribeOffsets, Fetch, Heartbeat, Join, Leave, ListGroups, Produce, Settle)
-from .dlq import NAMES as DLQ_NAMES, ReadDeadLetters
-from .ops import SetConfig
+from .ops import (
+    Acknowledge,
+    AckRange,
+    AlterOffsets,
+    BadSession,
+    CloseSession,
+    DeleteOffsets,
+    Describe,
+    DescribeOffsets,
+    Fetch,
+    Heartbeat,
+    Join,
+    Leave,
+    ListGroups,
+    Produce,
+    SetConfig,
+    Settle,
+)
 from .passthrough import CreateTopic, FindCoordinators, Metadata, MetadataById
 from .runner import MEMBERS, NO_TOPIC, PARTITIONS, TOPIC_A, TOPIC_B, TOPIC_NEW, run_sequence
 

@@ -11,15 +11,21 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
 from kio.schema.errors import ErrorCode
 
 from kshare_sidecar.persist.memory import MemoryPersister
 from kshare_sidecar.persist.model import DeliveryState
-import pytest
-
 from kshare_sidecar.service import deadletter
 from kshare_sidecar.service.deadletter import (
-    INVALID, MAX_ATTEMPTS, PERMANENT, TRANSIENT, UNAVAILABLE, DeadLetterError, DeadLetterService, dlq_headers,
+    INVALID,
+    MAX_ATTEMPTS,
+    PERMANENT,
+    TRANSIENT,
+    UNAVAILABLE,
+    DeadLetterError,
+    DeadLetterService,
+    dlq_headers,
     name_problem,
 )
 from kshare_sidecar.service.partitions import SharePartitionManager
@@ -154,7 +160,7 @@ async def test_a_write_that_can_never_succeed_archives_after_the_attempts(hold):
 
 async def test_transient_failures_are_retried_then_written():
     writer = FlakyWriter(None, failures=2, kind=TRANSIENT)
-    dlq, slot, _durable = await _reject_three(writer)
+    dlq, _slot, _durable = await _reject_three(writer)
     assert writer.calls == 3 and writer.written == [[(0, 2, 1, "r")]] and dlq.written == 3
 
 
