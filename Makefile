@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-fast typecheck test-spark bench fuzz test-fencing test-parity test-cluster-faults test-sidecar-cluster test-franz test-kafka-apps test-topology test-tansu test-tokens clean
+.PHONY: demo test test-fast typecheck test-spark bench fuzz test-fencing test-parity test-dlq test-cluster-faults test-sidecar-cluster test-franz test-kafka-apps test-topology test-tansu test-tokens clean
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "java not found: install a Java 17+ runtime"; exit 2; }
@@ -52,6 +52,11 @@ test-fencing: $(STAMP)
 PARITY_EXAMPLES ?= 1000
 test-parity: $(STAMP)
 	KSHARE_PARITY_EXPLORE=1 KSHARE_PARITY_EXAMPLES=$(PARITY_EXAMPLES) $(PY) -m pytest -q -rfEs tests/e2e/parity
+
+# Dead-letter queues and Kafka 4.4's tools side by side: the same scenarios on native Kafka 4.4.0 and
+# kshare on 3.9, compared field by field (docs/extensions.md); opt-in, a few minutes.
+test-dlq: $(STAMP)
+	$(PY) -m pytest -q -rfEs --run dlq tests/e2e/test_dlq_parity.py tests/e2e/test_tools_44.py
 
 # A 3-broker backend: partition and state-topic leaders restarted under a 200k share-consume; opt-in.
 test-cluster-faults: $(STAMP)

@@ -37,7 +37,8 @@ from confluent_kafka.admin import (
 from tests.e2e.ext_support import ExtWorker, produce_records
 from tests.support import set_group_config, unique
 
-pytestmark = pytest.mark.kafka
+# Minutes of brokers, sidecar and consumer processes: opt-in (`make test-dlq`), outside the default suite.
+pytestmark = [pytest.mark.kafka, pytest.mark.optin("dlq")]
 
 ENABLE = "errors.deadletterqueue.group.enable"
 CASES = ("copy", "nocopy", "missing", "nooptin", "noprefix")

@@ -13,8 +13,10 @@ import pytest
 from kshare_sidecar.testing.tools import KAFKA_TOOLS_VERSION, run_configs, run_share_groups
 from tests.support import create_topic, produce, share_consume, table, unique
 
-pytestmark = [pytest.mark.kafka, pytest.mark.skipif(not (shutil.which("java") and shutil.which("mvn")),
-                                                    reason="needs java and mvn for Kafka's tools")]
+# A dozen JVM tool runs on each target: opt-in (`make test-dlq`), outside the default suite.
+pytestmark = [pytest.mark.kafka, pytest.mark.optin("dlq"),
+              pytest.mark.skipif(not (shutil.which("java") and shutil.which("mvn")),
+                                 reason="needs java and mvn for Kafka's tools")]
 
 
 def _config_lines(output: str, keys: tuple[str, ...]) -> list[str]:
