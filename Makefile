@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-fast typecheck test-spark bench fuzz test-fencing test-parity test-parity-debts test-cluster-faults test-sidecar-cluster test-franz test-kafka-apps test-topology test-tansu test-tokens test-console test-containers test-migration test-backends clean
+.PHONY: demo test test-fast typecheck test-spark bench fuzz test-fencing test-parity test-parity-debts test-cluster-faults test-sidecar-cluster test-franz test-kafka-apps test-topology test-tansu test-tokens test-console test-containers test-migration test-backends test-dlq clean
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "java not found: install a Java 17+ runtime"; exit 2; }
@@ -48,7 +48,7 @@ test-fencing: $(STAMP)
 	KSHARE_FENCING_REPEAT=$(FENCING_REPEAT) KSHARE_FENCING_MODES=fenced,transactional $(PY) -m pytest -q -rfEs -m kafka tests/e2e/test_fencing_faults.py
 
 # The differential harness (docs/testing.md): PARITY_EXAMPLES generated sequences on native Kafka
-# 4.3 and kshare on 3.9, step by step; opt-in (hours for thousands).
+# 4.4 (the reference, alias "4") and kshare on 3.9, step by step; opt-in (hours for thousands).
 PARITY_EXAMPLES ?= 1000
 test-parity: $(STAMP)
 	KSHARE_PARITY_EXPLORE=1 KSHARE_PARITY_EXAMPLES=$(PARITY_EXAMPLES) $(PY) -m pytest -q -rfEs tests/e2e/parity
@@ -59,6 +59,11 @@ test-parity: $(STAMP)
 test-parity-debts: $(STAMP)
 	$(PY) -m pytest -q -rfEs -s --run parity-debts tests/e2e/test_fresh_grant_parity.py \
 		tests/e2e/test_live_group_config_parity.py tests/e2e/test_client_quota_parity.py
+
+# Dead-letter queues and Kafka 4.4's tools side by side: the same scenarios on native Kafka 4.4.0 and
+# kshare on 3.9, compared field by field (docs/extensions.md); opt-in, a few minutes.
+test-dlq: $(STAMP)
+	$(PY) -m pytest -q -rfEs --run dlq tests/e2e/test_dlq_parity.py tests/e2e/test_tools_44.py
 
 # A 3-broker backend: partition and state-topic leaders restarted under a 200k share-consume; opt-in.
 test-cluster-faults: $(STAMP)
@@ -80,7 +85,7 @@ test-topology: $(STAMP)
 test-franz: $(STAMP)
 	KSHARE_FRANZ=1 $(PY) -m pytest -q -rfEs -s tests/e2e/test_franz_suite.py
 
-# Kafka 4.3's own applications (Kafka Streams EOS word count with a SIGKILL, VerifiableProducer/
+# Kafka 4.4's own applications (Kafka Streams EOS word count with a SIGKILL, VerifiableProducer/
 # VerifiableConsumer, TransactionalMessageCopier) through the sidecar and natively; opt-in.
 test-kafka-apps: $(STAMP)
 	KSHARE_KAFKA_APPS=1 $(PY) -m pytest -q -rfEs -s tests/e2e/test_kafka_apps.py

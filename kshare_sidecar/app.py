@@ -43,6 +43,7 @@ from .log.security import BackendSecurity
 from .log.types import TopicInfo
 from .service.admin import AdminService
 from .service.deadletter import DeadLetterService, DeadLetterWriter
+from .service.dlqtopics import DeadLetterTopics
 from .service.groups import GroupService
 from .service.partitions import SharePartitionManager
 from .service.shares import ShareService
@@ -284,12 +285,14 @@ class Sidecar:
         self.partitions = SharePartitionManager(persister=self.persister, backend=self.backend, clock=monotonic_ms,
                                                 group_config=self.group_config)
         self.partitions.start()
+        self.dlq_topics = DeadLetterTopics(cfg.deadletter.enabled_topic_set())
         self.deadletter = DeadLetterService(partitions=self.partitions, group_config=self.group_config,
+                                            hold_until_written=cfg.deadletter.hold_until_written,
                                             writer=DeadLetterWriter(
                                                 self.backend, bootstrap_servers=cfg.backend.bootstrap_servers,
                                                 client_options=self.security.aiokafka_options(),
                                                 auto_create=cfg.deadletter.auto_create_topics_enable,
-                                                prefix=cfg.deadletter.topic_name_prefix))
+                                                prefix=cfg.deadletter.topic_name_prefix, topics=self.dlq_topics))
         self.partitions.on_change = self.deadletter.kick  # dead-letter holds are drained (docs/extensions.md)
         self.groups = GroupService(coordinator=self.coordinator, partitions=self.partitions, backend=self.backend,
                                    persister=self.persister)
@@ -368,7 +371,7 @@ class Sidecar:
         self.forwarder = install(registry, self.pool, replaceable={0, 1, 2}, reserved=reserved,
                                  node=self.node_for)
         self.forwarder.client_credentials = self.config.passthrough.credentials == "client"
-        self.forwarder.topics_deleted = self.backend.forget_deleted
+        self.forwarder.topics_deleted = self._topics_deleted
         if self._needs_tokens(self._specs or self.config.listener_specs()):
             await self._start_tokens()
         # share groups the backend serves natively, passed through per group (docs/migration.md)
@@ -377,6 +380,7 @@ class Sidecar:
                        self.native_groups(g), node_id=lambda: self.node.node_id, hidden=hidden,
                        backend_operations=self._backend_operations, native=self.native_groups)
         native.install(registry, self.native_groups, self.forwarder, self.pool, self.admin)
+        await self._install_dlq_opt_in(registry)
 
     def _group_overrides(self, group_id: str) -> Any:
         """A group's own configs: this sidecar's, or (a cluster of sidecars) the coordinator's."""
@@ -384,6 +388,24 @@ class Sidecar:
         if group is None and self.group_configs is not None:
             return self.group_configs.configs.get(group_id)
         return group.configs if group is not None else None
+
+    async def _install_dlq_opt_in(self, registry: ApiRegistry) -> None:
+        """KIP-1191's topic opt-in kept by kshare on a backend that cannot hold it (forward/dlqoptin.py)."""
+        from .forward import dlqoptin
+
+        await dlqoptin.probe(self.pool, self.config.state.topic, self.dlq_topics)
+        for api_key, wrap in ((19, dlqoptin.create_topics), (44, dlqoptin.alter_configs),
+                              (32, dlqoptin.describe_configs)):
+            entry = registry.get(api_key)
+            if entry is not None:
+                registry.register(api_key, entry.min_version, entry.max_version,
+                                  wrap(entry.handler, self.dlq_topics),
+                                  error_response=entry.error_response, raw=entry.raw, replace=True)
+
+    async def _topics_deleted(self, names: list[str], ids: list[uuid.UUID]) -> None:
+        for name in names:
+            self.dlq_topics.forget(name)
+        await self.backend.forget_deleted(names, ids)
 
     async def _start_tokens(self) -> None:
         """Delegation tokens owned by clients' principals (forward/tokens.py), checked once now."""

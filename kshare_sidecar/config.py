@@ -19,7 +19,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from .protocol.address import parse_host_port
 from .config_sections import (
     AuthorizerSettings,
     BackendSettings,
@@ -54,6 +53,7 @@ from .config_settings import (
     group_config_setting,
     parse_listeners,
 )
+from .protocol.address import parse_host_port
 
 __all__ = [
     "BY_KEY", "DEFAULT_PROTOCOL_MAP", "FOREIGN_GROUP_CONFIGS", "GROUP_CONFIGS", "GROUP_CONFIG_NAMES",
@@ -184,18 +184,27 @@ class SidecarConfig:
         choices = setting.choices
         if key == "share.assignor" and assignors is not None:
             choices = tuple(sorted(assignors))
+        check = setting.check
         if key == "errors.deadletterqueue.topic.name":
-            name = str(raw)
+            self._check_dlq_name(str(raw))
+            check = None  # Kafka 4.4 refuses only internal names; the rest is checked at write time
+        return Setting(key, None, setting.kind, setting.doc, low, high, choices, check).coerce(raw, "group config")
+
+    def _check_dlq_name(self, name: str) -> None:
+        """Kafka 4.4's one refusal (GroupConfig: a name starting with ``__``, its message), kshare's
+        state topic, and with ``deadletter.strict.names`` a name that could never be written to."""
+        key = "errors.deadletterqueue.topic.name"
+        if name.startswith("__"):
+            raise ConfigError(f"{key}: DLQ topic name must not start with '__'")
+        if name and name == self.state.topic:
+            raise ConfigError(f"{key} (from group config) = {name!r}: that is kshare's state topic")
+        if name and self.deadletter.strict_names:
             prefix = self.deadletter.topic_name_prefix
-            if name and (problem := dlq_topic_problem(name)):
-                raise ConfigError(f"{key} (from group config) = {name!r}: {problem}")
-            if name and not name.startswith(prefix):
+            if problem := dlq_topic_problem(name):
+                raise ConfigError(f"{key} (from group config) = {name!r}: {problem} (deadletter.strict.names)")
+            if not name.startswith(prefix):
                 raise ConfigError(f"{key} (from group config) = {name!r}: must start with {prefix!r} "
-                                  "(errors.deadletterqueue.topic.name.prefix)")
-            if name == self.state.topic:
-                raise ConfigError(f"{key} (from group config) = {name!r}: that is kshare's state topic")
-        return Setting(key, None, setting.kind, setting.doc, low, high, choices,
-                       setting.check).coerce(raw, "group config")
+                                  "(errors.deadletterqueue.topic.name.prefix; deadletter.strict.names)")
 
 
 #: Settings an empty ``KSHARE_*`` variable leaves unset: the image sets ``KSHARE_LISTEN`` (a container

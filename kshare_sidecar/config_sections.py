@@ -221,6 +221,13 @@ class DeadLetterSettings:
     copy_record_enable: bool = _key("errors.deadletterqueue.copy.record.enable")
     topic_name_prefix: str = _key("errors.deadletterqueue.topic.name.prefix")
     auto_create_topics_enable: bool = _key("errors.deadletterqueue.auto.create.topics.enable")
+    enabled_topics: str = _key("deadletter.enabled.topics")
+    hold_until_written: bool = _key("deadletter.hold.until.written")
+    strict_names: bool = _key("deadletter.strict.names")
+
+    def enabled_topic_set(self) -> frozenset[str]:
+        """``deadletter.enabled.topics`` as a set of names."""
+        return frozenset(n.strip() for n in self.enabled_topics.split(",") if n.strip())
 
 
 #: The sections, by the attribute name `SidecarConfig` gives each.

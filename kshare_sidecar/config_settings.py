@@ -103,6 +103,20 @@ def _offset_reset(value: str) -> str | None:
 _TOPIC_CHARS = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 
+def _tag_list_problem(value: str) -> str | None:
+    """Kafka 4.4's check of streams.rack.aware.assignment.tags: a list without duplicate keys."""
+    tags = [t.strip() for t in value.split(",")] if value.strip() else []
+    return "must not contain duplicate tag keys" if len(set(tags)) != len(tags) else None
+
+
+def _topic_list_problem(value: str) -> str | None:
+    """A comma-separated list of legal topic names ('' = none)."""
+    for name in (n.strip() for n in value.split(",")):
+        if name and (problem := dlq_topic_problem(name)):
+            return f"{name!r}: {problem}"
+    return None
+
+
 def dlq_topic_problem(value: str) -> str | None:
     """Kafka's topic-name rules, and no internal name (KIP-1191: a DLQ topic is a user topic)."""
     if value == "":
@@ -365,17 +379,27 @@ SETTINGS: tuple[Setting, ...] = (
        check=_offset_reset),
     _S("share.isolation.level", "read_uncommitted", str, "Default isolation level for share groups.",
        choices=("read_uncommitted", "read_committed")),
-    # -- kshare's extensions (docs/extensions.md): dead-letter topic with KIP-1191's names
-    _S("errors.deadletterqueue.topic.name", "", str, "Default dead-letter topic of share groups ('' = none): "
-       "rejected records and records archived at the delivery count limit are written there (KIP-1191's name).",
-       check=dlq_topic_problem),
-    _S("errors.deadletterqueue.copy.record.enable", True, bool, "Copy the record (key, value, headers) onto the "
-       "dead-letter topic, not only the __dlq.errors.* headers (KIP-1191's name; kshare's default is true, "
-       "Kafka's false)."),
-    _S("errors.deadletterqueue.topic.name.prefix", "dlq.", str, "Prefix every dead-letter topic name must have "
-       "(KIP-1191's broker setting; '' = any name)."),
+    # -- dead-letter queues (KIP-1191, Kafka 4.4's names and defaults; docs/extensions.md)
+    _S("errors.deadletterqueue.topic.name", "", str, "Default dead-letter topic of share groups ('' = none; "
+       "kshare's sidecar-wide default, Kafka has only the group config): rejected records and records archived "
+       "at the delivery count limit are written there.", check=dlq_topic_problem),
+    _S("errors.deadletterqueue.copy.record.enable", False, bool, "Copy the record's key and value onto the "
+       "dead-letter topic, not only the __dlq.errors.* headers (Kafka 4.4's default, false)."),
+    _S("errors.deadletterqueue.topic.name.prefix", "dlq.", str, "Prefix a dead-letter topic name must have for "
+       "records to be written to it ('' = any name); checked at write time, as Kafka 4.4 does."),
     _S("errors.deadletterqueue.auto.create.topics.enable", False, bool, "Create a missing dead-letter topic at "
-       "its first write (KIP-1191's broker setting); otherwise the write waits, retried, until it exists."),
+       "its first write (with errors.deadletterqueue.group.enable=true); otherwise records for a missing topic "
+       "are archived without a write, as Kafka 4.4 does."),
+    _S("deadletter.enabled.topics", "", str, "kshare: topics that accept dead-letter records on a backend whose "
+       "topic configs cannot hold errors.deadletterqueue.group.enable (before Kafka 4.4), comma-separated; "
+       "added to the opt-ins recorded when a topic is created or altered through the sidecar.",
+       check=_topic_list_problem),
+    _S("deadletter.hold.until.written", False, bool, "kshare: keep a dead-lettered record held (not archived) "
+       "until its dead-letter write succeeds, retrying while the topic is missing, lacks the opt-in or the "
+       "backend fails (Kafka 4.4 archives at once); a write that can never succeed still archives."),
+    _S("deadletter.strict.names", False, bool, "kshare: refuse with INVALID_CONFIG a group's "
+       "errors.deadletterqueue.topic.name that is not a legal topic name or lacks "
+       "errors.deadletterqueue.topic.name.prefix (Kafka 4.4 accepts it and archives at write time)."),
     # -- kshare's own extensions (no Kafka equivalent; docs/extensions.md)
     _S("share.release.backoff.ms", 0, int, "kshare: delay before a released (or lock-expired) record is available "
        "again, after its first delivery (0 = at once, as Kafka).", 0, 3600000),
@@ -408,14 +432,12 @@ GROUP_CONFIGS: dict[str, str] = {
 }
 
 #: GROUP configs of kshare's own, unknown to Kafka. A describe of all configs lists one only when
-#: the group sets it, so a group without kshare extras is described exactly as Kafka 4.3.1
+#: the group sets it, so a group without kshare extras is described exactly as Kafka 4.4.0
 #: describes it (the differential parity tests compare those answers); asked for by name, it is
 #: always described.
 KSHARE_GROUP_CONFIGS: frozenset[str] = frozenset({
     "share.assignor", "share.release.backoff.ms", "share.release.backoff.multiplier", "share.release.backoff.max.ms",
-    "share.key.ordering", "share.coordinator",
-    # KIP-1191's (Kafka 4.4) names: unknown to Kafka 4.3.1, the parity reference
-    "errors.deadletterqueue.topic.name", "errors.deadletterqueue.copy.record.enable"})
+    "share.key.ordering", "share.coordinator"})
 
 #: Per-group bounds of the share.* configs (Kafka 4.3.1 GroupConfig): sidecar setting names or
 #: constants; a group may set any value in them (not only lower the sidecar's default).
@@ -429,9 +451,9 @@ GROUP_BOUNDS: dict[str, tuple[int | str, int | str]] = {
     "share.partition.max.record.locks": (100, "group.share.max.partition.max.record.locks"),
 }
 
-#: GROUP configs Kafka 4.3.1 accepts for its consumer (KIP-848) and streams (KIP-1071) groups.
+#: GROUP configs Kafka 4.4.0 accepts for its consumer (KIP-848) and streams (KIP-1071) groups.
 #: They belong to the backend's group coordinator, not to kshare's share groups: kshare accepts,
-#: stores and describes them with Kafka's defaults and bounds so admin scripts written for 4.3 work
+#: stores and describes them with Kafka's defaults and bounds so admin scripts written for 4.4 work
 #: unchanged (docs/compatibility.md), and acts on none of them.
 FOREIGN_GROUP_CONFIGS: dict[str, Setting] = {s.key: s for s in (
     Setting("consumer.session.timeout.ms", 45000, int, "Consumer group session timeout.", 45000, 60000),
@@ -442,6 +464,11 @@ FOREIGN_GROUP_CONFIGS: dict[str, Setting] = {s.key: s for s in (
     Setting("streams.assignment.interval.ms", 1000, int, "Streams group assignment interval.", 0, 15000),
     Setting("streams.initial.rebalance.delay.ms", 3000, int, "Streams group initial rebalance delay.", 0, 2**31 - 1),
     Setting("streams.num.standby.replicas", 0, int, "Streams group standby replicas.", 0, 2),
+    # Kafka 4.4's
+    Setting("streams.rack.aware.assignment.tags", "", str, "Client tag keys streams standby replicas are spread "
+            "over (comma-separated, no duplicates).", check=_tag_list_problem),
+    Setting("streams.assignor.name", "sticky", str, "Streams group task assignor (Kafka 4.4's registered "
+            "assignors: sticky).", choices=("sticky",)),
     # kshare's own, and a group's choice only (no sidecar-wide default): docs/migration.md
     Setting("share.coordinator", "sidecar", str, "kshare: where this share group is served: sidecar (kshare's "
             "coordinator and state) or backend (the backend's native share groups, Kafka 4.2+: the sidecar passes "

@@ -35,8 +35,9 @@ _CHECKS = {
     "_listeners": "`NAME://host:port[,...]`",
     "_protocol_map": "`NAME:PROTOCOL[,...]`; protocols `PLAINTEXT`, `SSL`, `SASL_PLAINTEXT`, `SASL_SSL`",
     "_mechanisms": "comma-separated `PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512`",
-    "dlq_topic_problem": "`\"\"` or a legal topic name not starting with `__` (and, per group, starting with "
-                  "`errors.deadletterqueue.topic.name.prefix`)",
+    "dlq_topic_problem": "`\"\"` or a legal topic name not starting with `__` (per group: any name not "
+                         "starting with `__`; see `deadletter.strict.names`)",
+    "_topic_list_problem": "comma-separated legal topic names, none starting with `__`",
 }
 
 

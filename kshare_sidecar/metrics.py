@@ -24,6 +24,9 @@ SharePartitionMetrics InFlightBatchCount (not kept; see docs)       -> (none)
 KIP-1226 share-partition lag                                        -> kshare_share_partition_lag
 socket-server-metrics successful-authentication-total{listener}     -> kshare_successful_authentication_total{listener}
 socket-server-metrics failed-authentication-total{listener}         -> kshare_failed_authentication_total{listener}
+ShareGroupMetrics DeadLetterQueueRecordCount{group}                 -> kshare_dead_letter_queue_record_count_total{group}
+ShareGroupMetrics DeadLetterQueueTotalProduceRequestsPerSec{group}  -> kshare_dead_letter_queue_total_produce_requests_total{group}
+ShareGroupMetrics DeadLetterQueueFailedProduceRequestsPerSec{group} -> kshare_dead_letter_queue_failed_produce_requests_total{group}
 
 kshare's own (no Kafka counterpart; the console's figures and the shipped alert rules use them):
 kshare_share_group_delivered_records_total{group}, kshare_share_group_redelivered_records_total{group},
@@ -83,6 +86,8 @@ class Stats:
         self.group_redelivered: dict[str, int] = {}
         self.group_dead_lettered: dict[str, int] = {}
         self.state_write_failures = 0  # share-state writes that failed (the change was rolled back)
+        # group -> dead-letter records written / produce requests sent / failed (Kafka 4.4's ShareGroupMetrics)
+        self.dlq: dict[str, dict[str, int]] = {"records": {}, "produce": {}, "failed": {}}
 
     def count_delivered(self, group: str, acquired) -> None:
         """Count one acquisition's records for ``group``; ``acquired`` are AcquiredRecords."""
@@ -95,6 +100,11 @@ class Stats:
         self.group_delivered[group] = self.group_delivered.get(group, 0) + n
         if redelivered:
             self.group_redelivered[group] = self.group_redelivered.get(group, 0) + redelivered
+
+    def count_dlq(self, group: str, what: str, n: int) -> None:
+        """Count dead-letter ``records`` written, ``produce`` requests sent or ``failed`` writes."""
+        counts = self.dlq[what]
+        counts[group] = counts.get(group, 0) + n
 
     def count_acks(self, runs) -> None:
         """Count one acknowledgement plan's records by type; ``runs`` are (first, last, type)."""
@@ -210,6 +220,17 @@ class KshareCollector:
                                 "carried was rolled back; clients retry).")
         c.add_metric([], s.state_write_failures)
         yield c
+        for what, name, doc in (
+                ("records", "kshare_dead_letter_queue_record_count", ("Records written to dead-letter topics "
+                 "(Kafka 4.4's DeadLetterQueueRecordCount), per share group.")),
+                ("produce", "kshare_dead_letter_queue_total_produce_requests", ("Produce requests sent to "
+                 "dead-letter topics (DeadLetterQueueTotalProduceRequestsPerSec), per share group.")),
+                ("failed", "kshare_dead_letter_queue_failed_produce_requests", ("Dead-letter writes that failed "
+                 "(DeadLetterQueueFailedProduceRequestsPerSec), per share group."))):
+            c = CounterMetricFamily(name, doc, labels=["group"])
+            for group, n in sorted(s.dlq[what].items()):
+                c.add_metric([group], n)
+            yield c
         c = CounterMetricFamily("kshare_record_acknowledgement", "Records acknowledged (durably), by type "
                                 "(ShareFetch piggybacked and ShareAcknowledge).", labels=["ack_type"])
         for name, n in s.acks.items():

@@ -18,6 +18,7 @@ from kio.schema.errors import ErrorCode
 from ..protocol.constants import ApiKey, ConfigResourceType, ConfigSource
 from ..service.admin import AdminError, AdminService
 from ..config import GROUP_CONFIGS
+from ..config_settings import BY_KEY
 from ..service.cluster import PEER_CLIENT_ID
 from ..auth.acls import Op, Res
 from .context import RequestContext, acl_of
@@ -63,8 +64,11 @@ def _entry(v, synonyms: bool, docs: bool) -> dict[str, Any]:
         chain = []
         if v.source == ConfigSource.GROUP_CONFIG:
             chain.append({"name": v.name, "value": v.value, "source": ConfigSource.GROUP_CONFIG})
-        if v.name in GROUP_CONFIGS:  # the sidecar setting the default comes from
-            chain.append({"name": GROUP_CONFIGS[v.name], "value": v.default, "source": ConfigSource.STATIC_BROKER_CONFIG})
+        if v.name in GROUP_CONFIGS:  # the sidecar setting the default comes from (Kafka's broker synonym):
+            setting = GROUP_CONFIGS[v.name]  # as set by the operator, then its built-in default, as Kafka lists them
+            if v.default_source == ConfigSource.STATIC_BROKER_CONFIG:
+                chain.append({"name": setting, "value": v.default, "source": ConfigSource.STATIC_BROKER_CONFIG})
+            chain.append({"name": setting, "value": _builtin(setting), "source": ConfigSource.DEFAULT_CONFIG})
         else:
             chain.append({"name": v.name, "value": v.default, "source": ConfigSource.DEFAULT_CONFIG})
         syn = tuple(chain)
@@ -72,6 +76,12 @@ def _entry(v, synonyms: bool, docs: bool) -> dict[str, Any]:
             "config_source": v.source,
             "is_sensitive": False, "synonyms": syn, "config_type": v.config_type,
             "documentation": v.doc if docs else None}
+
+
+def _builtin(setting: str) -> str:
+    """A sidecar setting's built-in default as Kafka writes config values (booleans lowercase)."""
+    value = BY_KEY[setting].default
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 def _describe_error(ctx, req, code: ErrorCode, message: str | None) -> dict[str, Any]:

@@ -25,9 +25,10 @@ from .registry import ApiRegistry
 
 API_KEY = ApiKey.API_VERSIONS
 MIN_VERSION, MAX_VERSION = 0, 4
-#: the share groups the sidecar serves: KIP-932's feature at its first level, as Kafka 4.2+ finalizes it
-SHARE_VERSION = ("share.version", 0, 1)
-SHARE_VERSION_FINALIZED = ("share.version", 1, 1)
+#: the share groups the sidecar serves: KIP-932's feature at level 2, KIP-1191's dead-letter queues
+#: included, as Kafka 4.4 finalizes it (level 1 is 4.2/4.3's share groups without them)
+SHARE_VERSION = ("share.version", 0, 2)
+SHARE_VERSION_FINALIZED = ("share.version", 2, 2)
 
 Feature = tuple[str, int, int]
 

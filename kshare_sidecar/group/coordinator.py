@@ -340,6 +340,12 @@ class ShareGroupCoordinator:
         still = group.subscribed_topics()
         group.topics_seen = {n: v for n, v in group.topics_seen.items() if n in still}
         group.group_epoch += 1
+        if not group.members:
+            # Kafka 4.4: the last member's departure writes the (empty) target assignment at the
+            # new epoch with no timestamp, so the next member is assigned at once, whatever
+            # share.assignment.interval.ms (4.3.1 made it wait for the interval: epoch 2, then 4)
+            group.assignment_epoch = group.group_epoch
+            group.last_assignment_ms = NEVER
 
     def _session_timeout(self, group: ShareGroup | None) -> int:
         if group is None:

@@ -375,15 +375,15 @@ class AdminService:
         for name in wanted:
             base = group_config_setting(name)
             default = _text(defaults[name])
+            default_source = ConfigSource.STATIC_BROKER_CONFIG if GROUP_CONFIGS.get(name) in self.config.explicit \
+                else ConfigSource.DEFAULT_CONFIG  # the operator set the broker-level default, or not
             if name in overrides:
                 value, source = _text(overrides[name]), ConfigSource.GROUP_CONFIG
-            elif GROUP_CONFIGS.get(name) in self.config.explicit:  # the operator set the broker-level default
-                value, source = default, ConfigSource.STATIC_BROKER_CONFIG
             else:
-                value, source = default, ConfigSource.DEFAULT_CONFIG
+                value, source = default, default_source
             kind = ConfigType.INT if base.kind is int else ConfigType.BOOLEAN if base.kind is bool else \
                 ConfigType.DOUBLE if base.kind is float else ConfigType.STRING
-            out.append(ConfigValue(name, value, source, kind, base.doc, default))
+            out.append(ConfigValue(name, value, source, kind, base.doc, default, default_source))
         return out
 
     def check_config_ops(self, ops: Iterable[tuple[str, int, str | None]]) -> dict[str, object | None]:

@@ -83,3 +83,6 @@ class ConfigValue:
     config_type: ConfigType
     doc: str
     default: str
+    #: where the default comes from: STATIC_BROKER_CONFIG when the sidecar setting behind it was set
+    #: (Kafka's synonym of a server.properties entry), else DEFAULT_CONFIG
+    default_source: ConfigSource = ConfigSource.DEFAULT_CONFIG

@@ -1,4 +1,4 @@
-"""A share-partition with kshare's extensions: dead-letter topic, release backoff (docs/extensions.md).
+"""A share-partition with the extensions: dead-letter topic (KIP-1191), release backoff (docs/extensions.md).
 
 Why a subclass: groups that use none of the extensions keep the plain `SharePartition` and its
 hot path untouched; a group that opts in gets this class at load. It changes what happens to a
@@ -7,9 +7,9 @@ record after an *unsuccessful* delivery, using holds (share/holds.py):
 * RELEASE, an expired acquisition lock or a member leaving, with attempts left and a backoff
   configured: the record is held until ``now + backoff(delivery count)``, then AVAILABLE.
 * REJECT, or no attempts left (the delivery count limit), with a dead-letter topic: the record
-  is held for the dead-letter writer (service/deadletter.py), which writes it to the topic and
-  then acknowledges it as the holder — the state write that archives it comes after the
-  dead-letter write, and a failed write leaves the hold (and the record) in place to retry.
+  is held for the dead-letter writer (service/deadletter.py) — kshare's form of Kafka 4.4's
+  ARCHIVING state — which writes it to the topic (or gives up, as Kafka does) and then
+  acknowledges it as the holder: the state write that archives it comes after the write ended.
 
 Everything else is the engine's. Holds persist as AVAILABLE state batches carrying the backoff
 end (wall clock) or the dead-letter cause, so a restart keeps them. Pure: no I/O; time comes

@@ -26,8 +26,9 @@ from .maven import kafka_libs, require_tool
 from .process import BrokerProcess, die_with_parent
 from .zookeeper import ZooKeeperServer
 
-#: Pinned versions by alias: 3.9 is a backend without share groups, 4 the native reference.
-KAFKA_VERSIONS: dict[str, str] = {"3.9": "3.9.2", "4.3": "4.3.1", "4.4": "4.4.0", "4": "4.3.1"}
+#: Pinned versions by alias: 3.9 is a backend without share groups, 4 the native reference (4.4.0,
+#: share groups with dead-letter queues); 4.3 the previous share-group release, kept as a second reference.
+KAFKA_VERSIONS: dict[str, str] = {"3.9": "3.9.2", "4.3": "4.3.1", "4.4": "4.4.0", "4": "4.4.0"}
 
 #: The backends of the compatibility matrix (docs/compatibility.md), oldest first.
 KAFKA_VERSIONS |= {"2.8": "2.8.2", "3.5": "3.5.2", "3.7": "3.7.2", "4.0": "4.0.1", "4.1": "4.1.1"}

@@ -1,7 +1,7 @@
 """Test helpers for administration: Kafka's own Java admin tools, and an in-thread sidecar.
 
-``kafka_tools_libs()`` resolves ``org.apache.kafka:kafka-tools`` (ShareGroupCommand) and
-``kafka_2.13`` (ConfigCommand) from Maven Central into the harness cache once;
+``kafka_tools_libs()`` resolves ``org.apache.kafka:kafka-tools`` (ShareGroupCommand and, since 4.4,
+ConfigCommand, which 4.3 kept in ``kafka_2.13``) from Maven Central into the harness cache once;
 ``run_share_groups(...)`` / ``run_configs(...)`` run them like ``kafka-share-groups.sh`` and
 ``kafka-configs.sh``. ``SidecarThread`` runs a sidecar on its own event loop in a thread, so
 synchronous tests (subprocesses, confluent-kafka) can talk to it.
@@ -18,16 +18,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .maven import kafka_libs, require_tool, resolve_artifacts
+from .maven import require_tool, resolve_artifacts
 
 if TYPE_CHECKING:
     from ..app import Sidecar
 
 T = TypeVar("T")
 
-KAFKA_TOOLS_VERSION = "4.3.1"
+#: The tools of the native reference (testing/kafka.py, alias "4").
+KAFKA_TOOLS_VERSION = "4.4.0"
 SHARE_GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
-CONFIG_COMMAND = "kafka.admin.ConfigCommand"
+#: kafka-configs.sh's main class: 4.4 moved it from kafka_2.13 (Scala) to kafka-tools.
+CONFIG_COMMANDS = {"4.3.1": "kafka.admin.ConfigCommand", "4.4.0": "org.apache.kafka.tools.ConfigCommand"}
+CONFIG_COMMAND = CONFIG_COMMANDS[KAFKA_TOOLS_VERSION]
 
 
 def kafka_tools_libs(version: str = KAFKA_TOOLS_VERSION) -> Path:
@@ -50,29 +53,27 @@ class ToolResult:
         return self.stdout + self.stderr
 
 
-def run_java_tool(main_class: str, args: list[str], *, timeout: float = 120, version: str | None = None) -> ToolResult:
-    """``main_class`` of kafka-tools ``version`` (default :data:`KAFKA_TOOLS_VERSION`; 4.4 and later
-    run from the broker's own classpath, which holds kafka-tools since 4.4 moved the commands)."""
+def run_java_tool(main_class: str, args: list[str], *, timeout: float = 120,
+                  version: str = KAFKA_TOOLS_VERSION) -> ToolResult:
     java = require_tool("java", "install a JDK 17+ (for example `apt-get install openjdk-17-jre-headless`)")
-    if version is not None and version >= "4.4":
-        libs = kafka_libs(version)
-    else:
-        libs = kafka_tools_libs(version or KAFKA_TOOLS_VERSION)
+    libs = kafka_tools_libs(version)
     env = {**os.environ, "KAFKA_HEAP_OPTS": "-Xmx256m"}
     cmd = [java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-Dlog4j2.level=WARN", "-cp", f"{libs}/*", main_class, *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     return ToolResult(proc.returncode, proc.stdout, proc.stderr)
 
 
-def run_share_groups(bootstrap: str, *args: str, timeout: float = 120, version: str | None = None) -> ToolResult:
-    """``kafka-share-groups.sh --bootstrap-server <bootstrap> <args>`` (of kafka-tools ``version``)."""
+def run_share_groups(bootstrap: str, *args: str, timeout: float = 120,
+                     version: str = KAFKA_TOOLS_VERSION) -> ToolResult:
+    """``kafka-share-groups.sh --bootstrap-server <bootstrap> <args>`` of Kafka ``version``."""
     return run_java_tool(SHARE_GROUP_COMMAND, ["--bootstrap-server", bootstrap, *args], timeout=timeout,
                          version=version)
 
 
-def run_configs(bootstrap: str, *args: str, timeout: float = 120) -> ToolResult:
-    """``kafka-configs.sh --bootstrap-server <bootstrap> <args>``."""
-    return run_java_tool(CONFIG_COMMAND, ["--bootstrap-server", bootstrap, *args], timeout=timeout)
+def run_configs(bootstrap: str, *args: str, timeout: float = 120, version: str = KAFKA_TOOLS_VERSION) -> ToolResult:
+    """``kafka-configs.sh --bootstrap-server <bootstrap> <args>`` of Kafka ``version``."""
+    return run_java_tool(CONFIG_COMMANDS[version], ["--bootstrap-server", bootstrap, *args], timeout=timeout,
+                         version=version)
 
 
 class SidecarThread:

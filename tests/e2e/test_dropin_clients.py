@@ -253,10 +253,11 @@ def _features(bootstrap: str) -> dict[str, str]:
 
 def test_kafka_features_through_the_sidecar(sidecar, kafka_39):
     """The backend's features pass through (clients decide on transaction.version or group.version
-    from them), and share.version is the sidecar's: it serves share groups (Kafka 4.3 finalizes 1)."""
+    from them), and share.version is the sidecar's: it serves share groups with dead-letter queues
+    (Kafka 4.4 finalizes 2)."""
     front, back = _features(sidecar.bootstrap), _features(kafka_39.bootstrap)
     assert "share.version" not in back
-    assert front.pop("share.version") == "SupportedMinVersion: 0 SupportedMaxVersion: 1 FinalizedVersionLevel: 1"
+    assert front.pop("share.version") == "SupportedMinVersion: 0 SupportedMaxVersion: 2 FinalizedVersionLevel: 2"
     assert front == back and "metadata.version" in back
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.ext_support import ExtWorker, produce_records, read_all
+from tests.e2e.ext_support import ExtWorker, create_dlq_topic, produce_records, read_all
 from tests.support import create_topic, set_group_config, unique
 
 pytestmark = pytest.mark.kafka
@@ -16,9 +16,10 @@ pytestmark = pytest.mark.kafka
 def test_a_poisoned_key_is_dead_lettered_and_its_key_moves_on(sidecar, kafka_39, tmp_path):
     topic, group, dlq = unique("poison"), unique("g"), unique("dlq.poison")
     create_topic(kafka_39.bootstrap, topic, 1)
-    create_topic(kafka_39.bootstrap, dlq, 1)
+    create_dlq_topic(sidecar.bootstrap, dlq, 1)
     set_group_config(sidecar.bootstrap, group, {"share.key.ordering": "true", "share.delivery.count.limit": "3",
-                                                "errors.deadletterqueue.topic.name": dlq})
+                                                "errors.deadletterqueue.topic.name": dlq,
+                                                "errors.deadletterqueue.copy.record.enable": "true"})
     records = [("bad", "rel-0", [])] + [(f"k{i % 5}" if i % 4 else "bad", f"ok-{i}", []) for i in range(1, 40)]
     produce_records(kafka_39.bootstrap, topic, records)
     workers = [ExtWorker(sidecar.bootstrap, group, topic, tmp_path / f"w{i}.jsonl", max_poll_records=5, idle_s=8)

@@ -1,6 +1,7 @@
 """GROUP configs: the same IncrementalAlterConfigs (validate-only) and DescribeConfigs against
-native Kafka 4.3.1 and kshare on 3.9 (both with default settings) give the same outcomes — every
-key 4.3.1 knows, each at and beyond its bounds (issue 22, item 1)."""
+native Kafka 4.4.0 (the reference) and kshare on 3.9 (both with default settings) give the same
+outcomes — every key 4.4.0 knows, each at and beyond its bounds, the dead-letter keys (KIP-1191)
+included."""
 
 from __future__ import annotations
 
@@ -32,6 +33,12 @@ PROBES = {
     "share.isolation.level": ["read_committed", "READ_COMMITTED", "bogus"],
     "share.auto.offset.reset": ["earliest", "by_duration:PT1H", "bogus"],
     "share.no.such.config": ["1"],
+    # Kafka 4.4: KIP-1191's dead-letter keys (only __ names are refused at config time)
+    "errors.deadletterqueue.topic.name": ["", "dlq.x", "__x", "no-prefix", "bad name"],
+    "errors.deadletterqueue.copy.record.enable": ["true", "false", "yes"],
+    # Kafka 4.4's new streams keys
+    "streams.rack.aware.assignment.tags": ["", "zone", "zone,rack", "zone,zone"],
+    "streams.assignor.name": ["sticky", "bogus"],
 }
 
 
@@ -72,7 +79,7 @@ def _probe(bootstrap: str, key: str, value: str) -> str:
         return exc.args[0].name()
 
 
-def test_group_configs_match_kafka_4_3(kafka_39, default_native):
+def test_group_configs_match_kafka_4_4(kafka_39, default_native):
     sidecar = SidecarThread({"bootstrap.servers": kafka_39.bootstrap, "persister": "memory"}).start()
     try:
         kshare = outcomes(sidecar.bootstrap)
@@ -87,4 +94,4 @@ def test_group_configs_match_kafka_4_3(kafka_39, default_native):
     assert native["share.renew.acknowledge.enable=true"] == "ok"  # the key issue 22 started from
     differences = {k: (kshare.get(k), native.get(k)) for k in native.keys() | kshare.keys()
                    if kshare.get(k) != native.get(k)}
-    assert not differences, differences
+    assert not differences, "\n".join(f"{k}: kshare {a!r}, native {b!r}" for k, (a, b) in sorted(differences.items()))

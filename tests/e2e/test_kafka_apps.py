@@ -1,14 +1,15 @@
-"""Apache Kafka 4.3's own applications with the sidecar as their only bootstrap, beside native
-Kafka 4.3.1 (opt-in: ``make test-kafka-apps``; a few minutes, mostly JVM start-ups).
+"""Apache Kafka's own applications with the sidecar as their only bootstrap, beside native
+Kafka 4.4.0, the reference (opt-in: ``make test-kafka-apps``; a few minutes, mostly JVM start-ups).
 
 Applications written for Kafka 4.x use one bootstrap for everything. These are Kafka's own,
-unmodified, from Maven Central: Kafka Streams' ``WordCountDemo`` (kafka-streams-examples 4.3.1)
+unmodified, from Maven Central: Kafka Streams' ``WordCountDemo`` (kafka-streams-examples 4.3.1: no
+4.4.0 of that artifact is published, so the applications stay 4.3.1 clients against 4.4 brokers)
 with ``processing.guarantee=exactly_once_v2``, SIGKILLed mid-run and restarted; the system tests'
 ``VerifiableProducer`` / ``VerifiableConsumer`` (idempotent acks=all producer, a classic consumer
 group); and ``TransactionalMessageCopier`` with random aborts (the read-process-write loop of
 Kafka's EOS system tests). Each must give the same, exact outcome through kshare on Kafka 3.9 and
-through kshare on Kafka 4.3.1 (whose transaction.version 2 the clients see through the sidecar) as
-against native Kafka 4.3.1.
+through kshare on Kafka 4.4.0 (whose transaction.version 2 the clients see through the sidecar) as
+against native Kafka 4.4.0.
 """
 
 from __future__ import annotations
@@ -34,23 +35,23 @@ from tests.e2e.conftest import SidecarProcess, Target, target_named, wait_until
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.skipif(
     os.environ.get("KSHARE_KAFKA_APPS") != "1", reason="opt-in: make test-kafka-apps (KSHARE_KAFKA_APPS=1)")]
 
-VERSION = "4.3.1"
+VERSION = "4.3.1"  # the applications' jars (see the module docstring); the brokers are the harness's "4"
 WORDS = 50
 
 
 @pytest.fixture(scope="module")
 def sidecar_on_4(native_kafka, tmp_path_factory):
-    """kshare in front of Kafka 4.3: the backend's transaction.version 2 reaches the clients through
+    """kshare in front of Kafka 4.4: the backend's transaction.version 2 reaches the clients through
     the sidecar's ApiVersions, so the Java clients run KIP-890's transactions through it."""
     sc = SidecarProcess(native_kafka.bootstrap, tmp_path_factory.mktemp("sidecar-4") / "sidecar.log").start()
     yield sc
     sc.stop()
 
 
-@pytest.fixture(params=["kshare", "kshare-on-4.3", "native"])
+@pytest.fixture(params=["kshare", "kshare-on-4.4", "native"])
 def target(request) -> Target:
-    """The conftest's two targets and a third: kshare on Kafka 4.3."""
-    target = target_named(request, "sidecar_on_4" if request.param == "kshare-on-4.3" else request.param)
+    """The conftest's two targets and a third: kshare on Kafka 4.4."""
+    target = target_named(request, "sidecar_on_4" if request.param == "kshare-on-4.4" else request.param)
     return Target(request.param, target.bootstrap, target.backend)
 
 

@@ -1,4 +1,4 @@
-"""The differential harness: the same operations against native Kafka 4.3 and kshare on 3.9.
+"""The differential harness: the same operations against native Kafka 4.4 (the reference) and kshare on 3.9.
 
 An operation is symbolic ("member b fetches", "member a acknowledges what it holds with
 RELEASE"); each *side* renders it into a kio request with its own ids (topic ids, the member

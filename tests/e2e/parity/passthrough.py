@@ -1,7 +1,7 @@
 """Operations on the APIs kshare passes through to its backend that share-group applications use
 (issue 22 with issue 13): CreateTopics, Metadata, FindCoordinator (Produce is in ops.py).
 
-What legitimately differs between a Kafka 4.3 broker and kshare on 3.9 is normalised away: node
+What legitimately differs between a Kafka 4.4 broker and kshare on 3.9 is normalised away: node
 ids, hosts and ports (kshare presents itself as the only broker), cluster ids, topic ids (each
 cluster mints its own: only whether one is set is compared), leader epochs, error messages, and
 the topic configs CreateTopics returns (each broker version has its own defaults).

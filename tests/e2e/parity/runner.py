@@ -30,6 +30,7 @@ class Divergence(AssertionError):
 class Report:
     sequences: int = 0
     operations: int = 0
+    dead_letters: int = 0  # dead-letter records compared (dlq.py)
     deliberate: list[str] = field(default_factory=list)
 
 
@@ -56,6 +57,8 @@ def run_sequence(ops: Sequence[Any], native: str, kshare: str, *, report: Report
             seen.append(tuple(observed))
             if report is not None:
                 report.operations += 1
+                if isinstance(observed[0], dict) and "dead_letters" in observed[0]:
+                    report.dead_letters += sum(len(v) for v in observed[0]["dead_letters"].values())
             if observed[0] != observed[1]:
                 shown = "\n".join(f"  {o!r}," for o in ops)
                 where, a, b = first_difference(observed[0], observed[1])
@@ -72,7 +75,8 @@ def run_sequence(ops: Sequence[Any], native: str, kshare: str, *, report: Report
         report.sequences += 1
         if progress := os.environ.get("KSHARE_PARITY_PROGRESS"):  # a long run's running count, in a file
             with open(progress, "a") as out:
-                out.write(f"{time.strftime('%H:%M:%S')} {report.sequences} sequences {report.operations} operations\n")
+                out.write(f"{time.strftime('%H:%M:%S')} {report.sequences} sequences {report.operations} operations "
+                          f"{report.dead_letters} dead-letter records\n")
     return seen
 
 

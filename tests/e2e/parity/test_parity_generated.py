@@ -1,6 +1,10 @@
 """Generated differential sequences (issue 22): hypothesis builds random, valid-by-construction
-sequences of share-group operations over members a–c and two topics; each runs on native Kafka 4.3
+sequences of share-group operations over members a–c and two topics; each runs on native Kafka 4.4
 and on kshare on 3.9, and the first differing answer fails the test with a replayable sequence.
+About half of them start with dead-letter configs (dlq.py: a topic that opted in, one that did not,
+one missing, a name without the prefix, a refused ``__`` name; copy on or off; a delivery count
+limit of 2 or 3), so their rejects and releases past the limit dead-letter records, and end by
+comparing what the dead-letter topics hold.
 
 The default suite runs ``KSHARE_PARITY_EXAMPLES`` sequences (default 6), derandomized and without
 shrinking so that it is the same short run every time; ``make test-parity`` sets
@@ -15,9 +19,27 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from .dlq import NAMES as DLQ_NAMES
+from .dlq import ReadDeadLetters
 from .model import ACCEPT, GAP, REJECT, RELEASE
-from .ops import (AckRange, Acknowledge, AlterOffsets, BadSession, CloseSession, DeleteOffsets, Describe,
-                  DescribeOffsets, Fetch, Heartbeat, Join, Leave, ListGroups, Produce, Settle)
+from .ops import (
+    Acknowledge,
+    AckRange,
+    AlterOffsets,
+    BadSession,
+    CloseSession,
+    DeleteOffsets,
+    Describe,
+    DescribeOffsets,
+    Fetch,
+    Heartbeat,
+    Join,
+    Leave,
+    ListGroups,
+    Produce,
+    SetConfig,
+    Settle,
+)
 from .passthrough import CreateTopic, FindCoordinators, Metadata, MetadataById
 from .runner import MEMBERS, NO_TOPIC, PARTITIONS, TOPIC_A, TOPIC_B, TOPIC_NEW, run_sequence
 
@@ -89,10 +111,31 @@ def settle_after_membership(ops: list) -> list:
     return out
 
 
+def dlq_configs(name: str, copy: str | None, limit: str) -> list:
+    """A group's dead-letter configs, set before its first member joins (a change of a live
+    share-partition's configs is compared elsewhere)."""
+    return [SetConfig("errors.deadletterqueue.topic.name", name),
+            *([SetConfig("errors.deadletterqueue.copy.record.enable", copy)] if copy is not None else []),
+            SetConfig("share.delivery.count.limit", limit)]
+
+
+dead_letters = st.one_of(st.just([]), st.builds(dlq_configs, st.sampled_from(DLQ_NAMES),
+                                                st.sampled_from([None, "true", "false"]), st.sampled_from(["2", "3"])))
+
+def dead_letter_tail(member: str) -> list:
+    """After a sequence with dead-letter configs: the first member (if still in the group) rejects
+    one record and releases the rest until the delivery count limit, then the dead-letter topics
+    are compared (random sequences alone seldom reject on a group whose topic opted in)."""
+    return [Fetch(member), Acknowledge(member, REJECT, "first"), Acknowledge(member, RELEASE, "all"),
+            Fetch(member), Acknowledge(member, RELEASE, "all"), Fetch(member), Acknowledge(member, RELEASE, "all"),
+            ReadDeadLetters()]
+
+
 sequences = st.tuples(
+    dead_letters,
     joins,
     st.lists(st.one_of(membership, consuming, consuming, admin, passthrough), min_size=3, max_size=14),
-).map(lambda t: settle_after_membership([t[0], *t[1]]))
+).map(lambda t: settle_after_membership([*t[0], t[1], *t[2], *(dead_letter_tail(t[1].member) if t[0] else [])]))
 
 
 @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=not EXPLORE, phases=PHASES,

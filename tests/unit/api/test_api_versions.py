@@ -101,9 +101,9 @@ def test_sidecar_features_keep_the_backends_and_put_share_version_at_the_sidecar
 
     out = sidecar_features([("metadata.version", 1, 21), ("share.version", 0, 1)],
                            [("metadata.version", 21, 21), ("share.version", 0, 0)], epoch=7)
-    assert out == {"supported_features": [("metadata.version", 1, 21), ("share.version", 0, 1)],
-                   "finalized_features": [("metadata.version", 21, 21), ("share.version", 1, 1)],
+    assert out == {"supported_features": [("metadata.version", 1, 21), ("share.version", 0, 2)],
+                   "finalized_features": [("metadata.version", 21, 21), ("share.version", 2, 2)],
                    "finalized_features_epoch": 7}
     # no backend answer (pass-through off): only share.version, at an epoch clients record
-    assert sidecar_features() == {"supported_features": [("share.version", 0, 1)],
-                                  "finalized_features": [("share.version", 1, 1)], "finalized_features_epoch": 0}
+    assert sidecar_features() == {"supported_features": [("share.version", 0, 2)],
+                                  "finalized_features": [("share.version", 2, 2)], "finalized_features_epoch": 0}

@@ -121,21 +121,28 @@ def test_key_index_head_is_the_lowest_not_done_offset_of_the_key(keys, data):
             assert idx.deliverable(o, done.__contains__) == expected
 
 
-@pytest.mark.parametrize("key,value,needle", [
-    ("errors.deadletterqueue.topic.name", "__x", "reserved for internal topics"),
-    ("errors.deadletterqueue.topic.name", "other", "must start with 'dlq.'"),
-    ("errors.deadletterqueue.topic.name", "dlq.a b", "not a legal topic name"),
-    ("errors.deadletterqueue.topic.name", "dlq." + "x" * 250, "not a legal topic name"),
-    ("share.release.backoff.ms", "-1", "out of range"),
-    ("share.release.backoff.multiplier", "0.9", "out of range"),
-    ("share.release.backoff.multiplier", "nan", "must be float"),
-    ("share.key.ordering", "1", "expected true or false"),
+@pytest.mark.parametrize("key,value,needle,strict", [
+    ("errors.deadletterqueue.topic.name", "__x", "DLQ topic name must not start with '__'", False),
+    ("errors.deadletterqueue.topic.name", "other", "must start with 'dlq.'", True),
+    ("errors.deadletterqueue.topic.name", "dlq.a b", "not a legal topic name", True),
+    ("errors.deadletterqueue.topic.name", "dlq." + "x" * 250, "not a legal topic name", True),
+    ("share.release.backoff.ms", "-1", "out of range", False),
+    ("share.release.backoff.multiplier", "0.9", "out of range", False),
+    ("share.release.backoff.multiplier", "nan", "must be float", False),
+    ("share.key.ordering", "1", "expected true or false", False),
 ])
-def test_group_config_validation_names_the_key(key, value, needle):
-    cfg = load_config(env={}, overrides={"bootstrap.servers": "127.0.0.1:9092"})
+def test_group_config_validation_names_the_key(key, value, needle, strict):
+    cfg = load_config(env={}, overrides={"bootstrap.servers": "127.0.0.1:9092", "deadletter.strict.names": strict})
     with pytest.raises(ConfigError) as info:
         cfg.validate_group_config(key, value)
     assert key in str(info.value) and needle in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["other", "dlq.a b", "dlq." + "x" * 250, "_x"])
+def test_group_config_accepts_what_kafka_44_accepts(name):
+    """Kafka 4.4's GroupConfig refuses only ``__`` names; the rest is checked at write time."""
+    cfg = load_config(env={}, overrides={"bootstrap.servers": "127.0.0.1:9092"})
+    assert cfg.validate_group_config("errors.deadletterqueue.topic.name", name) == name
 
 
 def test_group_config_accepts_good_values():
@@ -143,7 +150,7 @@ def test_group_config_accepts_good_values():
     assert cfg.validate_group_config("errors.deadletterqueue.topic.name", "dlq.orders") == "dlq.orders"
     assert cfg.validate_group_config("errors.deadletterqueue.topic.name", "") == ""
     assert cfg.validate_group_config("share.release.backoff.multiplier", "1.5") == 1.5
-    assert cfg.group_config()["errors.deadletterqueue.copy.record.enable"] is True  # kshare's default
+    assert cfg.group_config()["errors.deadletterqueue.copy.record.enable"] is False  # Kafka 4.4's default
 
 
 def test_sidecar_defaults_are_checked_together():
