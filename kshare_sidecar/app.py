@@ -46,6 +46,7 @@ from .service.groups import GroupService
 from .service.partitions import SharePartitionManager
 from .service.shares import ShareService
 from .share.sessions import ShareSessionCache
+from .protocol.address import parse_count_overrides
 from .wire.server import Listener
 
 log = logging.getLogger("kshare.sidecar")
@@ -265,7 +266,8 @@ class Sidecar:
         self.groups = GroupService(coordinator=self.coordinator, partitions=self.partitions, backend=self.backend,
                                    persister=self.persister)
         restored = self.groups.restore()
-        self.shares = ShareService(sessions=ShareSessionCache(cfg.share.max_share_sessions),
+        self.shares = ShareService(sessions=ShareSessionCache(cfg.share.max_share_sessions,
+                                                             cfg.share.max_share_sessions_per_connection),
                                    partitions=self.partitions, backend=self.backend, group_config=self.group_config,
                                    read_ahead=cfg.server.read_ahead_enable)
         self.admin = AdminService(config=cfg, coordinator=self.coordinator, groups=self.groups,
@@ -313,6 +315,8 @@ class Sidecar:
                             read_timeout_s=limits.request_read_timeout_ms / 1000,
                             max_connections=limits.max_connections,
                             max_connections_per_ip=limits.max_connections_per_ip,
+                            max_connections_per_ip_overrides=parse_count_overrides(
+                                limits.max_connections_per_ip_overrides),
                             name=spec.name, security_protocol=spec.protocol,
                             ssl_context=tls.get(spec.protocol),
                             initial_max_frame_bytes=sec.sasl_server_max_receive_size if spec.sasl else None)
