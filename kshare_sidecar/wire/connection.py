@@ -38,6 +38,11 @@ DEFAULT_IDLE_TIMEOUT_S = 600.0
 DEFAULT_READ_TIMEOUT_S = 60.0
 #: How long closing waits for buffered responses to reach a peer before aborting the socket.
 _CLOSE_GRACE_S = 2.0
+#: Bytes read ahead while a request holds ordering (see _await_release), per connection: beyond
+#: this the socket is not read, so a client pipelining without end fills the kernel's buffers, not
+#: the sidecar's memory (a flood of small requests read ahead without a bound grew the sidecar by
+#: 130 MiB in 20 s).
+_READ_AHEAD_BYTES = 1024 * 1024
 
 _conn_ids = itertools.count(1)
 
@@ -108,6 +113,7 @@ class Connection:
         self._closing = False
         self._draining = False
         self._early: list[bytes] = []  # bytes read while a request was in flight (see _await_release)
+        self._early_bytes = 0
         self._eof_seen = False
         self._unreleased: set[asyncio.Task[Any]] = set()  # jobs still holding request ordering
         self.close_reason: str | None = None
@@ -180,6 +186,7 @@ class Connection:
         if self._early:
             data = b"".join(self._early)
             self._early.clear()
+            self._early_bytes = 0
             return data
         if self._eof_seen:
             return b""
@@ -247,8 +254,9 @@ class Connection:
         Kafka mutes a channel while its request is processed; a slow request (a state write, an
         admin call forwarded to a busy backend) would then pin a connection whose client is gone.
         So while waiting, the socket is still read: bytes (pipelined requests) are kept for
-        later, bounded by the frame limit, and an EOF ends the connection at once. The request
-        itself is not cancelled — it may be changing state — it finishes unobserved.
+        later, at most _READ_AHEAD_BYTES for the connection however many requests wait in turn,
+        and an EOF ends the connection at once. The request itself is not cancelled — it may be
+        changing state — it finishes unobserved.
         """
         released = job.released
         if released.is_set():
@@ -256,9 +264,8 @@ class Connection:
         waiter = asyncio.ensure_future(released.wait())
         reading: asyncio.Future[bytes] | None = None
         try:
-            buffered = 0
             while not released.is_set():
-                if buffered > self._max_frame_bytes:
+                if self._early_bytes >= _READ_AHEAD_BYTES:
                     await waiter  # enough buffered: plain backpressure from here on
                     return
                 reading = asyncio.ensure_future(self._reader.read(self._read_size))
@@ -270,7 +277,7 @@ class Connection:
                 if not data:
                     raise _PeerGone
                 self._early.append(data)
-                buffered += len(data)
+                self._early_bytes += len(data)
         finally:
             if not waiter.done():
                 waiter.cancel()
@@ -283,6 +290,7 @@ class Connection:
                     data = reading.result()  # it completed meanwhile: keep what it read
                     if data:
                         self._early.append(data)
+                        self._early_bytes += len(data)
                     else:
                         self._eof_seen = True
 

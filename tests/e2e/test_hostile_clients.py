@@ -77,14 +77,14 @@ def hostile_sidecar(kafka_39, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("hostile")
     users = tmp / "users"
     users.write_text("".join(f"{u}:{p}\n" for u, p in USERS.items()))
-    port, sasl_port = free_port(), free_port()
+    port, sasl_port, metrics_port = free_port(), free_port(), free_port()
     sc = SidecarProcess(kafka_39.bootstrap, tmp / "sidecar.log", port=port, env={
         "KSHARE_SASL_ENABLED_MECHANISMS": "PLAIN,SCRAM-SHA-512", "KSHARE_SASL_AUTHENTICATOR": "static",
         "KSHARE_SASL_CREDENTIALS_FILE": str(users), "KSHARE_GROUP_SHARE_MAX_SHARE_SESSIONS": str(SESSIONS),
         "KSHARE_GROUP_SHARE_MAX_SIZE": str(SESSIONS), "KSHARE_SHARE_SESSIONS_MAX_PER_CONNECTION": str(PER_CONNECTION),
-        "KSHARE_MAX_CONNECTIONS_PER_IP_OVERRIDES": f"{HOSTILE_IP}:{IP_CAP}"},
+        "KSHARE_MAX_CONNECTIONS_PER_IP_OVERRIDES": f"{HOSTILE_IP}:{IP_CAP}", "KSHARE_METRICS_PORT": str(metrics_port)},
         listeners=f"PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}").start()
-    sc.sasl_port = sasl_port
+    sc.sasl_port, sc.metrics_port = sasl_port, metrics_port
     assert wait_for(lambda: _connectable(sasl_port), 30)
     yield sc
     sc.stop()
@@ -321,32 +321,54 @@ def test_thousands_of_connections_at_the_open_file_limit(hostile_sidecar, kafka_
 
 
 def test_a_pipelined_request_flood_is_held_by_backpressure(hostile_sidecar):
-    """kshare only: 200,000 ShareAcknowledge frames written without reading an answer. The sidecar
-    stops reading the connection at max.inflight.requests.per.connection (64) outstanding answers,
-    so the flood waits in the kernel's socket buffers, not in the sidecar's memory."""
+    """kshare only: ShareAcknowledge frames written for 20 s without reading an answer. The sidecar
+    stops reading the connection once its answers fill the socket and
+    max.inflight.requests.per.connection (64) are outstanding: it stops handling them (its request
+    counter stands still) and the rest of the flood waits in the kernel's socket buffers, not in
+    the sidecar's memory."""
     from kio.schema.share_acknowledge.v1.request import ShareAcknowledgeRequest
 
     from kshare_sidecar.protocol.requests import request_frame
 
     sc = hostile_sidecar
     target = Target("kshare", sc.sasl_port, sc.backend, sc)
-    mark = Watermark(target, "pipelined flood (200k requests)")
+    mark = Watermark(target, "pipelined flood (20 s, never read)")
     conn = AuthedConnection("127.0.0.1", target.port)
     frame = request_frame(ShareAcknowledgeRequest(group_id="flood", member_id=member_id(), share_session_epoch=5,
                                                   topics=()), 99, "flood")
+    handled_before = _handled_acks(sc)
     conn.sock.setblocking(False)
-    sent, deadline = 0, time.monotonic() + 20
-    while sent < 200_000 and time.monotonic() < deadline:
+    sent, deadline, blocked_since = 0, time.monotonic() + 20, None
+    while time.monotonic() < deadline:
         try:
             conn.sock.send(frame)
-            sent += 1
+            sent, blocked_since = sent + 1, None
         except BlockingIOError:
+            blocked_since = blocked_since or time.monotonic()
+            if time.monotonic() - blocked_since > 3:  # held for 3 s: the sidecar is not reading
+                break
             time.sleep(0.05)
             mark.sample()
-    mark.sample()
-    print(f"\n[kshare] pipelined flood: {sent} requests written in 20 s before the sidecar's backpressure held it")
-    assert sent < 200_000, "the sidecar read everything: no backpressure"
+    # it answers what it has read until its answers fill the socket buffers, then stands still
+    handled, still, settle = -1, _handled_acks(sc) - handled_before, time.monotonic() + 120
+    while still != handled and time.monotonic() < settle:
+        handled = still
+        time.sleep(3)
+        mark.sample()
+        still = _handled_acks(sc) - handled_before
+    print(f"\n[kshare] pipelined flood: {sent} requests written, {handled} handled, then none more for 3 s: "
+          f"the rest wait in socket buffers")
+    assert still == handled and sent > handled + 64, (sent, handled, still)
     conn.close()
     assert sc.proc.poll() is None
     assert mark.worst - mark.before < 30, f"RSS {mark.before:.1f} -> {mark.worst:.1f} MiB"
 
+
+def _handled_acks(sc) -> int:
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{sc.metrics_port}/metrics", timeout=10).read().decode()
+    for line in text.splitlines():
+        if line.startswith("kshare_total_share_acknowledgement_requests_total "):
+            return int(float(line.split()[1]))
+    raise AssertionError("no ShareAcknowledge counter in /metrics")

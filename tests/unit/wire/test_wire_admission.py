@@ -88,3 +88,35 @@ def test_bad_overrides_and_sessions_below_the_group_size_are_one_line_naming_the
     with pytest.raises(ConfigError, match="group.share.max.share.sessions must be greater than or equal to "
                                           "group.share.max.size"):
         load_config(env={}, overrides={"bootstrap.servers": "127.0.0.1:9092", "group.share.max.share.sessions": "10"})
+
+
+async def test_a_client_pipelining_without_end_is_read_ahead_at_most_a_bounded_amount() -> None:
+    """Requests held in order (a slow handler): the connection reads ahead at most
+    _READ_AHEAD_BYTES, so a flood of small frames stays in the kernel's buffers."""
+    from kshare_sidecar.wire import Listener, connection, frame
+
+    async def slow(conn, payload: bytes, release) -> bytes:
+        await asyncio.sleep(0.005)
+        return frame(b"\0\0\0\0ok")
+
+    lst = Listener(slow, "127.0.0.1", 0)
+    await lst.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", lst.port)
+        request = frame(b"\0\x12\0\x03" + b"\0" * 40)
+        loop = asyncio.get_running_loop()
+        end, written = loop.time() + 2.0, 0
+        while loop.time() < end:  # write 2 s worth, never reading an answer
+            writer.write(request * 1000)
+            written += 1000 * len(request)
+            try:
+                await asyncio.wait_for(writer.drain(), 0.2)
+            except TimeoutError:
+                pass
+        (conn,) = lst.connections.values()
+        held = conn._early_bytes + conn._decoder.buffered
+        assert written > 4 * connection._READ_AHEAD_BYTES
+        assert held <= connection._READ_AHEAD_BYTES + 2 * 65536, held
+        writer.transport.abort()
+    finally:
+        await lst.stop()
