@@ -47,6 +47,7 @@ from .service.partitions import SharePartitionManager
 from .service.shares import ShareService
 from .share.sessions import ShareSessionCache
 from .protocol.address import parse_count_overrides
+from .wire.limits import RequestMemoryPool
 from .wire.server import Listener
 
 log = logging.getLogger("kshare.sidecar")
@@ -116,6 +117,7 @@ class Sidecar:
         self._persister = persister
         self.listener: Listener | None = None  # the first of `listeners`
         self.listeners: list[Listener] = []
+        self._memory_pool: RequestMemoryPool | None = None
         self._dispatchers: list[Dispatcher] = []
         self._specs: list[ListenerSpec] = []  # of the listeners opened, in step with _dispatchers
         self._tasks: list[asyncio.Task[Any]] = []
@@ -201,6 +203,15 @@ class Sidecar:
         """Forwarded requests run as the sidecar's principal: the backend's authorized operations
         (computed for it) are the clients' (api.metadata.operations_source)."""
         return self.config.passthrough.credentials != "client"
+
+    def _request_memory_pool(self) -> RequestMemoryPool | None:
+        """queued.max.request.bytes: one pool for every listener (None: no limit, Kafka's default)."""
+        limit = self.config.listener.queued_max_request_bytes
+        if limit <= 0:
+            return None
+        if self._memory_pool is None:
+            self._memory_pool = RequestMemoryPool(limit)
+        return self._memory_pool
 
     def _replays_plain(self) -> bool:
         """passthrough.credentials = client: a PLAIN client's password can be replayed to the backend."""
@@ -319,7 +330,8 @@ class Sidecar:
                                 limits.max_connections_per_ip_overrides),
                             name=spec.name, security_protocol=spec.protocol,
                             ssl_context=tls.get(spec.protocol),
-                            initial_max_frame_bytes=sec.sasl_server_max_receive_size if spec.sasl else None)
+                            initial_max_frame_bytes=sec.sasl_server_max_receive_size if spec.sasl else None,
+                            memory_pool=self._request_memory_pool())
         await listener.start()
         self.listeners.append(listener)
         self._dispatchers.append(dispatcher)

@@ -40,6 +40,7 @@ class ListenerSettings:
     advertised_listeners: str = _key("advertised.listeners")
     security_protocol_map: str = _key("listener.security.protocol.map")
     socket_request_max_bytes: int = _key("socket.request.max.bytes")
+    queued_max_request_bytes: int = _key("queued.max.request.bytes")
     connections_max_idle_ms: int = _key("connections.max.idle.ms")
     request_read_timeout_ms: int = _key("request.read.timeout.ms")
     max_connections: int = _key("max.connections")

@@ -242,6 +242,9 @@ SETTINGS: tuple[Setting, ...] = (
     _S("cluster.heartbeat.interval.ms", 1000, int, "Heartbeat interval of the sidecars' group (how soon the others "
        "notice a rebalance).", 100, 600000),
     _S("socket.request.max.bytes", 100 * 1024 * 1024, int, "Largest request frame accepted.", 1024, 2**31 - 1),
+    _S("queued.max.request.bytes", -1, int, "Bytes that request frames being received may hold across all "
+       "connections before no more are read (-1 = no limit, Kafka's default; at least socket.request.max.bytes).",
+       -1, 2**62),
     # -- the backend's security (Kafka's client setting names under backend.; docs/security.md)
     _S("backend.security.protocol", "PLAINTEXT", str, "How the sidecar connects to the backend.",
        choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),

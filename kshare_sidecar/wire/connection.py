@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from .errors import CloseAfterResponse, CloseConnection, TimedOut
 from .framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder
+from .limits import RequestMemoryPool
 from ..ratelog import RateLimitedLog
 
 log = logging.getLogger("kshare.wire")
@@ -87,6 +88,7 @@ class Connection:
         listener: str = "PLAINTEXT",
         security_protocol: str = "PLAINTEXT",
         initial_max_frame_bytes: int | None = None,
+        memory_pool: RequestMemoryPool | None = None,
     ) -> None:
         if max_inflight < 1:
             raise ValueError("max_inflight must be at least 1")
@@ -114,6 +116,8 @@ class Connection:
         self._draining = False
         self._early: list[bytes] = []  # bytes read while a request was in flight (see _await_release)
         self._early_bytes = 0
+        self._pool = memory_pool
+        self._reserved = 0  # bytes of the pool this connection holds for its partial frame
         self._eof_seen = False
         self._unreleased: set[asyncio.Task[Any]] = set()  # jobs still holding request ordering
         self.close_reason: str | None = None
@@ -220,6 +224,8 @@ class Connection:
                     self._frame_started = None
                 elif frames or self._frame_started is None:
                     self._frame_started = self._last_activity
+                if self._pool is not None and self._decoder.partial_frame_bytes != self._reserved:
+                    await self._reserve(self._decoder.partial_frame_bytes)
                 for frame in frames:
                     await self._slots.acquire()
                     job = _Job()
@@ -247,6 +253,19 @@ class Connection:
                         self.conn_id, self.peer, exc)
         except (ConnectionError, OSError) as exc:
             self._set_reason(f"read failed: {exc}")
+
+    async def _reserve(self, size: int) -> None:
+        """Hold ``size`` bytes of the memory pool for the frame being received (queued.max.request.bytes):
+        waiting here is not reading, and the wait does not count against request.read.timeout.ms."""
+        assert self._pool is not None
+        if size < self._reserved:
+            self._pool.release(self._reserved - size)
+            self._reserved = size
+            return
+        await self._pool.acquire(size - self._reserved)
+        self._reserved = size
+        if self._frame_started is not None:
+            self._frame_started = asyncio.get_running_loop().time()
 
     async def _await_release(self, job: _Job) -> None:
         """Wait until ``job`` releases ordering, but notice a peer that leaves meanwhile.
@@ -377,6 +396,9 @@ class Connection:
         for task in jobs:
             task.cancel()
         await asyncio.gather(*self._loops, *jobs, return_exceptions=True)
+        if self._pool is not None:
+            self._pool.release(self._reserved)
+            self._reserved = 0
         self._writer.close()
         try:
             # close() flushes what is buffered first; a peer that does not read would make that

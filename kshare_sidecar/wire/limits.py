@@ -1,5 +1,6 @@
 """The listener's admission limits that are not a plain count: per-address overrides of
-max.connections.per.ip, and the process's open-file limit.
+max.connections.per.ip, the process's open-file limit, and the memory that partial request frames
+may hold across all connections (Kafka's queued.max.request.bytes).
 
 Why the open-file limit matters: every client connection is a file descriptor, and so is every
 connection the sidecar opens itself — to the backend (reads, state writes, a client's pass-through
@@ -17,6 +18,7 @@ reserve only bites where an operator set the hard limit low.
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import logging
 import resource
@@ -78,3 +80,43 @@ def resolve_overrides(overrides: dict[str, int]) -> dict[str, int]:
         for info in infos:
             out[str(info[4][0])] = count
     return out
+
+
+class RequestMemoryPool:
+    """Kafka's ``queued.max.request.bytes``: the bytes that request frames being received may hold,
+    summed over every connection. A connection reserves a frame's announced size once its size
+    prefix is read and releases it when the frame is complete (or the connection ends); while the
+    pool cannot hold the next frame, that connection is not read (Kafka mutes the channel), so
+    clients announcing 100 MiB frames on many connections cannot make the sidecar buffer more than
+    the pool. A frame is always admitted into an empty pool, so none waits forever. ``limit`` <= 0:
+    no pool (Kafka's default, -1)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self.waits = 0  # reservations that had to wait (a gauge of memory pressure, for tests)
+        self._waiters: list[asyncio.Future[None]] = []
+
+    async def acquire(self, n: int) -> None:
+        if self.limit <= 0 or n <= 0:
+            return
+        if self.used and self.used + n > self.limit:
+            self.waits += 1
+        while self.used and self.used + n > self.limit:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            finally:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+        self.used += n
+
+    def release(self, n: int) -> None:
+        if self.limit <= 0 or n <= 0:
+            return
+        self.used = max(0, self.used - n)
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)

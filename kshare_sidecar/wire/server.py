@@ -17,7 +17,7 @@ from .connection import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_READ_TIMEOUT_S, Connecti
 from .framing import DEFAULT_MAX_FRAME_BYTES
 from ..auth.tls import HANDSHAKE_REFUSALS
 from ..ratelog import RateLimitedLog
-from .limits import fd_reserve, fds_nearly_exhausted, raise_open_files_limit, resolve_overrides
+from .limits import RequestMemoryPool, fd_reserve, fds_nearly_exhausted, raise_open_files_limit, resolve_overrides
 
 log = logging.getLogger("kshare.wire")
 refusals = RateLimitedLog(log)
@@ -46,8 +46,10 @@ class Listener:
         security_protocol: str = "PLAINTEXT",
         ssl_context: ssl.SSLContext | None = None,
         initial_max_frame_bytes: int | None = None,
+        memory_pool: RequestMemoryPool | None = None,
     ) -> None:
         self._handler = handler
+        self._memory_pool = memory_pool  # queued.max.request.bytes, shared by every listener
         #: SASL listeners: the frame limit before authentication (Kafka's sasl.server.max.receive.size)
         self._initial_max_frame_bytes = initial_max_frame_bytes
         self.name = name
@@ -158,6 +160,7 @@ class Listener:
                 listener=self.name,
                 security_protocol=self.security_protocol,
                 initial_max_frame_bytes=self._initial_max_frame_bytes,
+                memory_pool=self._memory_pool,
             )
             self._connections[conn.conn_id] = conn
             await conn.run()

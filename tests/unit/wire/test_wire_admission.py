@@ -88,6 +88,8 @@ def test_bad_overrides_and_sessions_below_the_group_size_are_one_line_naming_the
     with pytest.raises(ConfigError, match="group.share.max.share.sessions must be greater than or equal to "
                                           "group.share.max.size"):
         load_config(env={}, overrides={"bootstrap.servers": "127.0.0.1:9092", "group.share.max.share.sessions": "10"})
+    with pytest.raises(ConfigError, match="queued.max.request.bytes must be -1"):
+        load_config(env={}, overrides={"bootstrap.servers": "127.0.0.1:9092", "queued.max.request.bytes": "4096"})
 
 
 async def test_a_client_pipelining_without_end_is_read_ahead_at_most_a_bounded_amount() -> None:
@@ -118,5 +120,50 @@ async def test_a_client_pipelining_without_end_is_read_ahead_at_most_a_bounded_a
         assert written > 4 * connection._READ_AHEAD_BYTES
         assert held <= connection._READ_AHEAD_BYTES + 2 * 65536, held
         writer.transport.abort()
+    finally:
+        await lst.stop()
+
+
+async def test_partial_frames_on_many_connections_hold_at_most_the_memory_pool() -> None:
+    """queued.max.request.bytes: a connection announcing a large frame reserves it; the next such
+    connection is not read until the pool has room, while complete small requests are served."""
+    from kshare_sidecar.wire.limits import RequestMemoryPool
+
+    mib = 1024 * 1024
+    pool = RequestMemoryPool(3 * mib)
+    lst = await listener(max_frame_bytes=2 * mib, memory_pool=pool)
+    try:
+        big = (2 * mib).to_bytes(4, "big") + b"\0" * 1000
+        ra, wa = await asyncio.open_connection("127.0.0.1", lst.port)
+        wa.write(big)
+        await wa.drain()
+        for _ in range(100):
+            if pool.used:
+                break
+            await asyncio.sleep(0.02)
+        assert pool.used == 2 * mib
+        rb, wb = await asyncio.open_connection("127.0.0.1", lst.port)
+        wb.write(big)
+        await wb.drain()
+        for _ in range(100):
+            if pool.waits:
+                break
+            await asyncio.sleep(0.02)
+        assert pool.waits == 1 and pool.used == 2 * mib  # B waits: it is not read meanwhile
+        rc, wc = await asyncio.open_connection("127.0.0.1", lst.port)
+        assert await answered(rc, wc)  # a complete small request needs no reservation
+        wa.transport.abort()  # A goes away: its reservation is released and B gets one
+        for _ in range(100):
+            if pool.used == 2 * mib and not pool._waiters:
+                break
+            await asyncio.sleep(0.02)
+        assert pool.used == 2 * mib and not pool._waiters
+        wb.transport.abort()
+        wc.close()
+        for _ in range(100):
+            if pool.used == 0:
+                break
+            await asyncio.sleep(0.02)
+        assert pool.used == 0
     finally:
         await lst.stop()
