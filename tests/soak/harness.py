@@ -95,6 +95,7 @@ class Soak:
         self._seq = 0
         self._t0 = 0.0
         self._worker_n = 0
+        self._consumer_faults = 0
 
     # -- set-up ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -251,7 +252,10 @@ class Soak:
             self.births[node] = self._elapsed()
             detail = f"sidecar {node}"
         else:
-            victim = self.workers[(len(self.faults)) % len(self.workers)]
+            # the kinds in turn (confluent-kafka, asyncio, ...): each client kind is killed and replaced
+            kind_wanted = self.opts.consumers[self._consumer_faults % len(self.opts.consumers)]
+            self._consumer_faults += 1
+            victim = next((w for w in self.workers if w.kind == kind_wanted), self.workers[0])
             victim.proc.send_signal(signal.SIGKILL if kind == "consumer-kill" else signal.SIGTERM)
             try:
                 victim.proc.wait(60)
