@@ -109,7 +109,12 @@ def share_fetch(conn: BlockingConnection, group: str, member: str, epoch: int, t
     last, type)]}. Returns (response, seconds it took)."""
     import datetime
 
-    from kio.schema.share_fetch.v1.request import AcknowledgementBatch, FetchPartition, FetchTopic, ShareFetchRequest
+    from kio.schema.share_fetch.v1.request import (
+        AcknowledgementBatch,
+        FetchPartition,
+        FetchTopic,
+        ShareFetchRequest,
+    )
     from kio.static.primitive import i8, i32, i32Timedelta, i64
 
     acks = acks or {}
@@ -143,7 +148,9 @@ def topic_id(conn: BlockingConnection, topic: str):
 
 
 def rss_mib(pid: int) -> float:
-    for line in open(f"/proc/{pid}/status").read().splitlines():
+    from pathlib import Path
+
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
@@ -190,12 +197,10 @@ class LegitConsumer:
 def join(conn: BlockingConnection, group: str, member: str, topic: str, timeout_s: float = 60.0) -> None:
     """ShareGroupHeartbeat until the member is assigned a partition (Kafka initializes a share
     group's state for a topic only once a member subscribed to it has an assignment)."""
+    from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
     from kio.schema.share_group_heartbeat.v1.request import ShareGroupHeartbeatRequest
     from kio.schema.types import TopicName
-    from kio.static.primitive import i32
-
-    from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
-    from kio.static.primitive import i8
+    from kio.static.primitive import i8, i32
 
     # FindCoordinator first, as clients do: it is what makes a broker create __consumer_offsets
     conn.call(FindCoordinatorRequest(key_type=i8(0), coordinator_keys=(group,)))

@@ -24,8 +24,19 @@ import pytest
 
 from kshare_sidecar.testing.kafka import free_port
 from tests.e2e.conftest import SidecarProcess
-from tests.e2e.hostile_support import (USERS, AuthedConnection, LegitConsumer, SaslPlainBroker, acquired, join,
-                                       member_id, plain, rss_mib, share_fetch, topic_id, wait_for)
+from tests.e2e.hostile_support import (
+    USERS,
+    AuthedConnection,
+    LegitConsumer,
+    SaslPlainBroker,
+    acquired,
+    join,
+    member_id,
+    rss_mib,
+    share_fetch,
+    topic_id,
+    wait_for,
+)
 from tests.support import create_topic, produce, set_group_config, unique
 
 pytestmark = [pytest.mark.kafka, pytest.mark.optin("hostile"), pytest.mark.timeout(900)]

@@ -335,10 +335,12 @@ class Soak:
         self.spso_lag = self._lag()
 
     def _lag(self) -> dict[int, tuple[int, int]] | str:
-        """Per partition (start offset, lag) from DescribeShareGroupOffsets at node 1."""
+        """Per partition (start offset, lag) from DescribeShareGroupOffsets at the group's coordinator."""
         from kio.schema.describe_share_group_offsets.v1.request import (
-            DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsRequestGroup,
-            DescribeShareGroupOffsetsRequestTopic)
+            DescribeShareGroupOffsetsRequest,
+            DescribeShareGroupOffsetsRequestGroup,
+            DescribeShareGroupOffsetsRequestTopic,
+        )
 
         from kshare_sidecar.protocol.blocking import BlockingConnection
 

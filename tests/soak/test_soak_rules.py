@@ -6,8 +6,15 @@ import json
 import math
 
 from tests.soak.ledger import EventTail, Ledger
-from tests.soak.rules import (MIB, bucket_delta, fds_flat, histogram_quantile, rss_levels_off, slope_per_hour,
-                              state_topic_bounded)
+from tests.soak.rules import (
+    MIB,
+    bucket_delta,
+    fds_flat,
+    histogram_quantile,
+    rss_levels_off,
+    slope_per_hour,
+    state_topic_bounded,
+)
 
 
 def test_slope_is_per_hour():

@@ -104,7 +104,7 @@ async def test_a_client_pipelining_without_end_is_read_ahead_at_most_a_bounded_a
     lst = Listener(slow, "127.0.0.1", 0)
     await lst.start()
     try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", lst.port)
+        _reader, writer = await asyncio.open_connection("127.0.0.1", lst.port)
         request = frame(b"\0\x12\0\x03" + b"\0" * 40)
         loop = asyncio.get_running_loop()
         end, written = loop.time() + 2.0, 0
@@ -134,7 +134,7 @@ async def test_partial_frames_on_many_connections_hold_at_most_the_memory_pool()
     lst = await listener(max_frame_bytes=2 * mib, memory_pool=pool)
     try:
         big = (2 * mib).to_bytes(4, "big") + b"\0" * 1000
-        ra, wa = await asyncio.open_connection("127.0.0.1", lst.port)
+        _ra, wa = await asyncio.open_connection("127.0.0.1", lst.port)
         wa.write(big)
         await wa.drain()
         for _ in range(100):
@@ -142,7 +142,7 @@ async def test_partial_frames_on_many_connections_hold_at_most_the_memory_pool()
                 break
             await asyncio.sleep(0.02)
         assert pool.used == 2 * mib
-        rb, wb = await asyncio.open_connection("127.0.0.1", lst.port)
+        _rb, wb = await asyncio.open_connection("127.0.0.1", lst.port)
         wb.write(big)
         await wb.drain()
         for _ in range(100):
