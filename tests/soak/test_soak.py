@@ -71,7 +71,8 @@ def _verdicts(soak: Soak, opts: Options):
                        f"(archived at the delivery limit or acknowledged by a consumer killed before it wrote "
                        f"the outcome; the drained SPSO accounts for them)"))
     warmup = opts.interval_s
-    judge_growth = len(soak.intervals) >= 4  # a smoke run is too short to tell warm-up from growth
+    # a smoke run is too short to tell warm-up from growth (a 12-minute run's late slope is noise)
+    judge_growth = len(soak.intervals) >= 4 and opts.minutes >= 30
     for node in soak.sidecars:
         born = soak.births.get(node, 0.0)
         rss = [(t - born, v) for t, v in soak.samples.get(f"rss{node}", []) if t >= born]
