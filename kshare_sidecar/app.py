@@ -48,6 +48,8 @@ from .service.groups import GroupService
 from .service.partitions import SharePartitionManager
 from .service.shares import ShareService
 from .share.sessions import ShareSessionCache
+from .protocol.address import parse_count_overrides
+from .wire.limits import RequestMemoryPool
 from .wire.server import Listener
 
 log = logging.getLogger("kshare.sidecar")
@@ -119,6 +121,7 @@ class Sidecar:
         self._persister = persister
         self.listener: Listener | None = None  # the first of `listeners`
         self.listeners: list[Listener] = []
+        self._memory_pool: RequestMemoryPool | None = None
         self._dispatchers: list[Dispatcher] = []
         self._specs: list[ListenerSpec] = []  # of the listeners opened, in step with _dispatchers
         self._tasks: list[asyncio.Task[Any]] = []
@@ -231,6 +234,15 @@ class Sidecar:
         (computed for it) are the clients' (api.metadata.operations_source)."""
         return self.config.passthrough.credentials != "client"
 
+    def _request_memory_pool(self) -> RequestMemoryPool | None:
+        """queued.max.request.bytes: one pool for every listener (None: no limit, Kafka's default)."""
+        limit = self.config.listener.queued_max_request_bytes
+        if limit <= 0:
+            return None
+        if self._memory_pool is None:
+            self._memory_pool = RequestMemoryPool(limit)
+        return self._memory_pool
+
     def _replays_plain(self) -> bool:
         """passthrough.credentials = client: a PLAIN client's password can be replayed to the backend."""
         return (self.config.passthrough.credentials == "client"
@@ -297,7 +309,8 @@ class Sidecar:
         self.groups = GroupService(coordinator=self.coordinator, partitions=self.partitions, backend=self.backend,
                                    persister=self.persister)
         restored = self.groups.restore()
-        self.shares = ShareService(sessions=ShareSessionCache(cfg.share.max_share_sessions),
+        self.shares = ShareService(sessions=ShareSessionCache(cfg.share.max_share_sessions,
+                                                             cfg.share.max_share_sessions_per_connection),
                                    partitions=self.partitions, backend=self.backend, group_config=self.group_config,
                                    read_ahead=cfg.server.read_ahead_enable)
         self.admin = AdminService(config=cfg, coordinator=self.coordinator, groups=self.groups,
@@ -345,9 +358,12 @@ class Sidecar:
                             read_timeout_s=limits.request_read_timeout_ms / 1000,
                             max_connections=limits.max_connections,
                             max_connections_per_ip=limits.max_connections_per_ip,
+                            max_connections_per_ip_overrides=parse_count_overrides(
+                                limits.max_connections_per_ip_overrides),
                             name=spec.name, security_protocol=spec.protocol,
                             ssl_context=tls.get(spec.protocol),
-                            initial_max_frame_bytes=sec.sasl_server_max_receive_size if spec.sasl else None)
+                            initial_max_frame_bytes=sec.sasl_server_max_receive_size if spec.sasl else None,
+                            memory_pool=self._request_memory_pool())
         await listener.start()
         self.listeners.append(listener)
         self._dispatchers.append(dispatcher)

@@ -263,6 +263,11 @@ def _check_cross_settings(cfg: SidecarConfig) -> None:
     if cfg.share.min_record_lock_duration_ms > cfg.share.max_record_lock_duration_ms:
         raise ConfigError("group.share.min.record.lock.duration.ms must not exceed "
                           "group.share.max.record.lock.duration.ms")
+    queued = cfg.listener.queued_max_request_bytes
+    if queued != -1 and queued < cfg.listener.socket_request_max_bytes:
+        raise ConfigError("queued.max.request.bytes must be -1 (no limit) or at least socket.request.max.bytes")
+    if cfg.share.max_share_sessions < cfg.share.max_size:  # Kafka's broker refuses to start the same way
+        raise ConfigError("group.share.max.share.sessions must be greater than or equal to group.share.max.size")
     dlq, prefix = cfg.deadletter.topic_name, cfg.deadletter.topic_name_prefix
     if dlq and not dlq.startswith(prefix):
         raise ConfigError(f"errors.deadletterqueue.topic.name = {dlq!r} must start with "

@@ -40,10 +40,12 @@ class ListenerSettings:
     advertised_listeners: str = _key("advertised.listeners")
     security_protocol_map: str = _key("listener.security.protocol.map")
     socket_request_max_bytes: int = _key("socket.request.max.bytes")
+    queued_max_request_bytes: int = _key("queued.max.request.bytes")
     connections_max_idle_ms: int = _key("connections.max.idle.ms")
     request_read_timeout_ms: int = _key("request.read.timeout.ms")
     max_connections: int = _key("max.connections")
     max_connections_per_ip: int = _key("max.connections.per.ip")
+    max_connections_per_ip_overrides: str = _key("max.connections.per.ip.overrides")
     max_inflight_requests_per_connection: int = _key("max.inflight.requests.per.connection")
 
 
@@ -193,6 +195,7 @@ class ShareGroupSettings:
     max_record_lock_duration_ms: int = _key("group.share.max.record.lock.duration.ms")
     partition_max_record_locks: int = _key("group.share.partition.max.record.locks")
     max_share_sessions: int = _key("group.share.max.share.sessions")
+    max_share_sessions_per_connection: int = _key("share.sessions.max.per.connection")
     session_timeout_ms: int = _key("group.share.session.timeout.ms")
     heartbeat_interval_ms: int = _key("group.share.heartbeat.interval.ms")
     max_size: int = _key("group.share.max.size")

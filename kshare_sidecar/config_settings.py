@@ -69,6 +69,14 @@ def _host_port(value: str) -> str | None:
     return address.problem(value)  # named: docs/configuration.md describes validators by name (configdoc)
 
 
+def _ip_overrides(value: str) -> str | None:
+    try:
+        address.parse_count_overrides(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def _optional_host_port(value: str) -> str | None:
     return address.problem(value) if value else None
 
@@ -248,6 +256,9 @@ SETTINGS: tuple[Setting, ...] = (
     _S("cluster.heartbeat.interval.ms", 1000, int, "Heartbeat interval of the sidecars' group (how soon the others "
        "notice a rebalance).", 100, 600000),
     _S("socket.request.max.bytes", 100 * 1024 * 1024, int, "Largest request frame accepted.", 1024, 2**31 - 1),
+    _S("queued.max.request.bytes", -1, int, "Bytes that request frames being received may hold across all "
+       "connections before no more are read (-1 = no limit, Kafka's default; at least socket.request.max.bytes).",
+       -1, 2**62),
     # -- the backend's security (Kafka's client setting names under backend.; docs/security.md)
     _S("backend.security.protocol", "PLAINTEXT", str, "How the sidecar connects to the backend.",
        choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
@@ -292,6 +303,9 @@ SETTINGS: tuple[Setting, ...] = (
        1, 2**31 - 1),
     _S("max.connections.per.ip", 2**31 - 1, int, "Client connections per client address; beyond, new ones are closed.",
        1, 2**31 - 1),
+    _S("max.connections.per.ip.overrides", "", str, "Per-address exceptions to max.connections.per.ip: "
+       "'host:count' pairs, comma-separated (for example 127.0.0.1:200,10.0.0.7:5).",
+       check=_ip_overrides),
     _S("max.inflight.requests.per.connection", 64, int, "Outstanding responses per connection before it stops reading.",
        1, 10000),
     _S("metrics.port", 0, int, "Prometheus metrics port (0 = off).", 0, 65535),
@@ -356,7 +370,10 @@ SETTINGS: tuple[Setting, ...] = (
     _S("group.share.min.record.lock.duration.ms", 15000, int, "Lowest per-group lock duration.", 1000, 3600000),
     _S("group.share.max.record.lock.duration.ms", 60000, int, "Highest per-group lock duration.", 1000, 3600000),
     _S("group.share.partition.max.record.locks", 2000, int, "In-flight window per share-partition.", 100, 10000),
-    _S("group.share.max.share.sessions", 2000, int, "Share sessions the sidecar holds.", 1, 1000000),
+    _S("group.share.max.share.sessions", 2000, int, "Share sessions the sidecar holds (at least group.share.max.size); "
+       "a full cache refuses new ones with SHARE_SESSION_LIMIT_REACHED after MaxWaitMs and evicts none.", 1, 1000000),
+    _S("share.sessions.max.per.connection", 100, int, "Share sessions one client connection may hold (kshare's own: "
+       "a Kafka client opens one per connection); beyond, SHARE_SESSION_LIMIT_REACHED.", 1, 1000000),
     _S("group.share.session.timeout.ms", 45000, int, "Member session timeout.", 1000, 1800000),
     _S("group.share.heartbeat.interval.ms", 5000, int, "Heartbeat interval given to members.", 100, 1800000),
     _S("group.share.max.size", 200, int, "Members per share group.", 1, 1000),

@@ -22,6 +22,7 @@ share-coordinator-metrics write-latency-avg/max, write-rate         -> kshare_sh
 SharePartitionMetrics InFlightMessageCount{group,topic,partition}   -> kshare_share_partition_in_flight_message_count
 SharePartitionMetrics InFlightBatchCount (not kept; see docs)       -> (none)
 KIP-1226 share-partition lag                                        -> kshare_share_partition_lag
+RequestMetrics TotalTimeMs{request=ShareFetch|ShareAcknowledge}         -> kshare_request_total_time_seconds{request}
 socket-server-metrics successful-authentication-total{listener}     -> kshare_successful_authentication_total{listener}
 socket-server-metrics failed-authentication-total{listener}         -> kshare_failed_authentication_total{listener}
 ShareGroupMetrics DeadLetterQueueRecordCount{group}                 -> kshare_dead_letter_queue_record_count_total{group}
@@ -155,6 +156,12 @@ WRITE_LATENCY = Histogram(
     "kshare_share_coordinator_write_latency_seconds",
     "Durable share-state write latency as the share-partition sees it (KIP-932 share-coordinator "
     "write-latency; _count is the number of writes).", buckets=_LATENCY_BUCKETS, registry=REGISTRY)
+#: Kafka's RequestMetrics TotalTimeMs{request}: from the request's decoding to its answer, including
+#: the time a ShareFetch waits (up to MaxWaitMs) for records — as Kafka's figure does
+REQUEST_TIME = Histogram(
+    "kshare_request_total_time_seconds",
+    "Time from a share request's arrival to its answer, including a ShareFetch's wait for records "
+    "(Kafka's RequestMetrics TotalTimeMs), by request.", ["request"], buckets=_LATENCY_BUCKETS, registry=REGISTRY)
 LOAD_TIME = Histogram(
     "kshare_partition_load_time_seconds",
     "Time to load a share-partition's state from the persister (KIP-932 partition-load-time).",

@@ -14,6 +14,7 @@ once — an answer over the quota carries ThrottleTimeMs.
 from __future__ import annotations
 
 import datetime
+import time
 import uuid
 from typing import cast
 
@@ -22,6 +23,7 @@ from kio.schema.share_acknowledge.v2 import response as a2
 from kio.static.primitive import i32Timedelta
 
 from ..auth.acls import Op, Res
+from ..metrics import REQUEST_TIME
 from ..protocol.constants import ApiKey
 from ..service.shares import FetchParams, ShareOut
 from ..share.types import AckBatch
@@ -135,10 +137,21 @@ def _throttle_ms(quotas, ctx: RequestContext, out: ShareOut, at_least_ms: int) -
     return quotas.record(ctx.principal, ctx.client_id or "", size, ctx.conn_id, at_least_ms)
 
 
+_FETCH_TIME = REQUEST_TIME.labels("ShareFetch")
+_ACK_TIME = REQUEST_TIME.labels("ShareAcknowledge")
+
+
 def make_fetch_handler(shares, cluster=None, quotas=None):
     watched: set[int] = set()
 
     async def share_fetch(ctx: RequestContext, header, req):
+        started = time.monotonic()
+        try:
+            return await _share_fetch(ctx, req)
+        finally:
+            _FETCH_TIME.observe(time.monotonic() - started)
+
+    async def _share_fetch(ctx: RequestContext, req):
         if quotas is not None:  # a throttled connection is muted until its throttle ends (KIP-219)
             await quotas.unmuted(ctx.conn_id)
         _check_ids(req)
@@ -165,6 +178,13 @@ def make_fetch_handler(shares, cluster=None, quotas=None):
 
 def make_ack_handler(shares, cluster=None, quotas=None):
     async def share_acknowledge(ctx: RequestContext, header, req):
+        started = time.monotonic()
+        try:
+            return await _share_acknowledge(ctx, req)
+        finally:
+            _ACK_TIME.observe(time.monotonic() - started)
+
+    async def _share_acknowledge(ctx: RequestContext, req):
         if quotas is not None:  # muted with its connection (no bytes recorded: Kafka's fetch quota
             await quotas.unmuted(ctx.conn_id)  # counts ShareFetch answers only)
         _check_ids(req)

@@ -43,3 +43,18 @@ def parse_bootstrap(servers: str | Iterable[str]) -> list[tuple[str, int]]:
 def first_server(servers: str) -> tuple[str, int]:
     """The first entry of a bootstrap list (for one-connection diagnostics and probes)."""
     return parse_bootstrap(servers)[0]
+
+
+def parse_count_overrides(text: str, what: str = "max.connections.per.ip.overrides") -> dict[str, int]:
+    """Kafka's ``host:count[,host:count...]`` (max.connections.per.ip.overrides) -> {host: count};
+    '' -> {}. A host is an IP address or a name (the listener resolves names once, at start).
+    Raises :class:`ValueError` naming ``what`` and the bad entry."""
+    out: dict[str, int] = {}
+    for entry in (e.strip() for e in text.split(",")):
+        if not entry:
+            continue
+        host, sep, count = entry.rpartition(":")
+        if not sep or not host.strip("[]") or not count.isdigit():
+            raise ValueError(f"bad {what} entry {entry!r}: expected host:count, for example 127.0.0.1:200")
+        out[host.strip("[]")] = int(count)
+    return out

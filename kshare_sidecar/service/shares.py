@@ -30,6 +30,7 @@ from kio.schema.errors import ErrorCode
 from ..config_sections import GroupConfig
 from ..metrics import STATS as _METRICS  # kshare metrics (issue 7)
 from ..protocol.types import TopicIdPartition
+from ..ratelog import RateLimitedLog
 from ..share.acks import parse_ack_batches
 from ..share.sessions import SessionError, ShareSession, ShareSessionCache
 from ..share.types import AckBatch
@@ -44,6 +45,8 @@ if TYPE_CHECKING:
 __all__ = ["FetchParams", "PartitionOut", "ShareOut", "ShareService"]
 
 log = logging.getLogger("kshare.shares")
+#: a client can ask for sessions in a loop: one WARNING per burst, the rest counted
+_refusals = RateLimitedLog(log)
 
 #: ``await readable(topic_name) -> bool``: may the requesting principal READ the topic (authorization
 #: on; a refusal is confirmed on ACLs read after the request arrived, auth/acls.Decider.permits)
@@ -201,7 +204,14 @@ class ShareService:
             session, _replaced = self.sessions.open(key, conn_id)
         except SessionError:
             await asyncio.sleep(max_wait_ms / 1000)  # Kafka holds the request before refusing
-            session, _replaced = self.sessions.open(key, conn_id)  # raises again if still full
+            try:
+                session, _replaced = self.sessions.open(key, conn_id)
+            except SessionError as exc:  # still full: SHARE_SESSION_LIMIT_REACHED
+                _refusals.log("share-session-limit", logging.WARNING, "share session refused for group=%s "
+                              "member=%s on connection %d: %s (SHARE_SESSION_LIMIT_REACHED; "
+                              "group.share.max.share.sessions, share.sessions.max.per.connection)",
+                              key[0], key[1], conn_id, exc)
+                raise
         return session
 
     def _existing_session(self, key: tuple[str, str], epoch: int, conn_id: int) -> ShareSession:

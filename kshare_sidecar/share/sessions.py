@@ -38,10 +38,16 @@ class SessionError(Exception):
 
 
 class ShareSessionCache:
-    """At most ``max_sessions`` sessions; no idle eviction (as Kafka)."""
+    """At most ``max_sessions`` sessions; no idle eviction (as Kafka): a full cache refuses new
+    sessions and never evicts an existing one, so a client that opens thousands cannot push the
+    others out. ``max_per_connection`` (kshare's own limit; Kafka has none) bounds what one TCP
+    connection may hold: a Kafka client opens one session per connection, so a connection asking
+    for more is refused like a full cache, and taking every session then needs as many
+    connections as sessions (which max.connections.per.ip bounds)."""
 
-    def __init__(self, max_sessions: int = 2000) -> None:
+    def __init__(self, max_sessions: int = 2000, max_per_connection: int | None = None) -> None:
         self.max_sessions = max_sessions
+        self.max_per_connection = max_per_connection or max_sessions
         self.sessions: dict[SessionKey, ShareSession] = {}
         self._by_conn: dict[int, set[SessionKey]] = {}
 
@@ -54,11 +60,15 @@ class ShareSessionCache:
     def open(self, key: SessionKey, conn_id: int) -> tuple[ShareSession, ShareSession | None]:
         """Epoch 0: a fresh session. Returns (new, replaced). Raises SHARE_SESSION_LIMIT_REACHED."""
         replaced = self._remove(key)
+        problem = None
         if len(self.sessions) >= self.max_sessions:
+            problem = f"share session limit {self.max_sessions} reached"
+        elif len(self._by_conn.get(conn_id, ())) >= self.max_per_connection:
+            problem = f"share session limit of {self.max_per_connection} per connection reached"
+        if problem is not None:
             if replaced is not None:  # put it back: a full cache must not cost the member its session
                 self._add(replaced)
-            raise SessionError(ErrorCode.share_session_limit_reached,
-                               f"share session limit {self.max_sessions} reached")
+            raise SessionError(ErrorCode.share_session_limit_reached, problem)
         session = ShareSession(key, conn_id)
         self._add(session)
         return session, replaced

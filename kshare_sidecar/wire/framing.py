@@ -62,6 +62,12 @@ class FrameDecoder:
         return len(self._buffer)
 
     @property
+    def partial_frame_bytes(self) -> int:
+        """The announced payload size of the frame being assembled (0 when none has started, or
+        only part of its size prefix is here): what a memory pool reserves for it."""
+        return self._need or 0
+
+    @property
     def pending(self) -> bool:
         """Whether part of a frame (even part of its size prefix) is held."""
         return bool(self._buffer) or self._need is not None

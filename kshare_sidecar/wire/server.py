@@ -17,6 +17,7 @@ from .connection import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_READ_TIMEOUT_S, Connecti
 from .framing import DEFAULT_MAX_FRAME_BYTES
 from ..auth.tls import HANDSHAKE_REFUSALS
 from ..ratelog import RateLimitedLog
+from .limits import RequestMemoryPool, fd_reserve, fds_nearly_exhausted, raise_open_files_limit, resolve_overrides
 
 log = logging.getLogger("kshare.wire")
 refusals = RateLimitedLog(log)
@@ -40,12 +41,15 @@ class Listener:
         read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
         max_connections: int = 2**31 - 1,
         max_connections_per_ip: int = 2**31 - 1,
+        max_connections_per_ip_overrides: dict[str, int] | None = None,
         name: str = "PLAINTEXT",
         security_protocol: str = "PLAINTEXT",
         ssl_context: ssl.SSLContext | None = None,
         initial_max_frame_bytes: int | None = None,
+        memory_pool: RequestMemoryPool | None = None,
     ) -> None:
         self._handler = handler
+        self._memory_pool = memory_pool  # queued.max.request.bytes, shared by every listener
         #: SASL listeners: the frame limit before authentication (Kafka's sasl.server.max.receive.size)
         self._initial_max_frame_bytes = initial_max_frame_bytes
         self.name = name
@@ -57,6 +61,8 @@ class Listener:
         self._read_timeout = read_timeout_s
         self._max_connections = max_connections
         self._max_per_ip = max_connections_per_ip
+        self._overrides_by_host = dict(max_connections_per_ip_overrides or {})
+        self._per_ip_overrides: dict[str, int] = {}  # by IP address, resolved at start()
         self._per_ip: Counter[str] = Counter()
         self.refused = 0  # connections closed at accept because of the two caps
         self._host = host
@@ -85,6 +91,8 @@ class Listener:
     async def start(self) -> None:
         if self._server is not None:
             raise RuntimeError("listener already started")
+        raise_open_files_limit()
+        self._per_ip_overrides = resolve_overrides(self._overrides_by_host)
         self._server = await asyncio.start_server(self._accept, self._host, self._port)
         if self._server.sockets:
             self._port = int(self._server.sockets[0].getsockname()[1])
@@ -123,11 +131,11 @@ class Listener:
         peer = writer.get_extra_info("peername")
         ip = str(peer[0]) if isinstance(peer, tuple) else "?"
         peer_text = f"{ip}:{peer[1]}" if isinstance(peer, tuple) and len(peer) > 1 else ip
-        if len(self._connections) >= self._max_connections or self._per_ip[ip] >= self._max_per_ip:
+        which = self._over_limit(ip, writer)
+        if which is not None:
             # Kafka's max.connections / max.connections.per.ip: the new connection is closed.
             self.refused += 1
-            which = "max.connections" if len(self._connections) >= self._max_connections else "max.connections.per.ip"
-            refusals.log(which, logging.WARNING, "refusing connection from %s: %s reached", peer_text, which)
+            refusals.log(which.split(" ")[0], logging.WARNING, "refusing connection from %s: %s", peer_text, which)
             await _close(writer)
             return
         self._per_ip[ip] += 1
@@ -152,6 +160,7 @@ class Listener:
                 listener=self.name,
                 security_protocol=self.security_protocol,
                 initial_max_frame_bytes=self._initial_max_frame_bytes,
+                memory_pool=self._memory_pool,
             )
             self._connections[conn.conn_id] = conn
             await conn.run()
@@ -170,6 +179,21 @@ class Listener:
             self._release_ip(ip)
             if task is not None:
                 self._tasks.discard(task)
+
+    def _over_limit(self, ip: str, writer: asyncio.StreamWriter) -> str | None:
+        """Which limit a new connection from ``ip`` would break (the text of its log line), or None."""
+        if len(self._connections) >= self._max_connections:
+            return f"max.connections={self._max_connections} reached"
+        limit = self._per_ip_overrides.get(ip, self._max_per_ip)
+        if self._per_ip[ip] >= limit:
+            key = "max.connections.per.ip.overrides" if ip in self._per_ip_overrides else "max.connections.per.ip"
+            return f"{key}={limit} reached for {ip}"
+        sock = writer.get_extra_info("socket")
+        exhausted, soft = fds_nearly_exhausted(sock.fileno() if sock is not None else -1)
+        if exhausted:
+            return (f"open files nearly exhausted (limit {soft}; {fd_reserve(soft)} descriptors are kept for "
+                    f"the sidecar's own backend connections: raise `ulimit -n`)")
+        return None
 
     def _release_ip(self, ip: str) -> None:
         self._per_ip[ip] -= 1

@@ -31,7 +31,7 @@ async def run(args: argparse.Namespace) -> int:
             batch = [r for recs in (await consumer.getmany(timeout_ms=500)).values() for r in recs]
             for r in batch:
                 out.write(json.dumps({"ev": "rec", "p": r.partition, "o": r.offset, "dc": r.delivery_count,
-                                      "v": r.value.decode()}) + "\n")
+                                      "v": r.value.decode(), "t": round(time.time(), 3)}) + "\n")
                 if args.work_ms:
                     await asyncio.sleep(args.work_ms / 1000)
             if batch:
@@ -43,7 +43,7 @@ async def run(args: argparse.Namespace) -> int:
                     failed = {tp.partition for tp, exc in results.items() if exc is not None}
                     for r in batch:
                         out.write(json.dumps({"ev": "ack", "p": r.partition, "o": r.offset, "dc": r.delivery_count,
-                                              "ok": r.partition not in failed}) + "\n")
+                                              "ok": r.partition not in failed, "t": round(time.time(), 3)}) + "\n")
             elif time.monotonic() - last > args.idle_s:
                 break
     out.write(json.dumps({"ev": "closed"}) + "\n")

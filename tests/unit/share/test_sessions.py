@@ -69,3 +69,18 @@ def test_session_follows_reconnect():
     cache.advance(("g", "a"), 1, conn_id=7)
     assert cache.close_connection(1) == []
     assert [s.key for s in cache.close_connection(7)] == [("g", "a")]
+
+
+def test_one_connection_holds_at_most_its_share_and_evicts_nobody():
+    cache = ShareSessionCache(max_sessions=10, max_per_connection=2)
+    cache.open(("g", "other"), 9)
+    cache.open(("g", "a"), 1)
+    cache.open(("g", "b"), 1)
+    for i in range(1000):  # a client asking for a thousand more on its connection
+        with pytest.raises(SessionError) as err:
+            cache.open(("g", f"m{i}"), 1)
+        assert err.value.code == ErrorCode.share_session_limit_reached and "per connection" in str(err.value)
+    assert len(cache) == 3 and cache.get(("g", "other")) is not None
+    cache.open(("g", "a"), 1)  # reopening its own session (epoch 0 again) is not a new one
+    cache.open(("g", "c"), 2)  # another connection is not affected
+    assert len(cache) == 4
