@@ -13,9 +13,10 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
+def create_topic(bootstrap: str, topic: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1,
+                                            config=config or {})])
     futures[topic].result(timeout=30)
 
 
