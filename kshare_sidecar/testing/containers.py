@@ -98,7 +98,7 @@ class _Lifecycle(DockerContainer):
     """Readiness from the host, kill and restart in place, logs: shared by the containers here."""
 
     what = "container"
-    startup_timeout: float = 60
+    startup_timeout: float = 120  # a shared CI runner under load: the sidecar's start-up took 60+ s there
 
     def wait_ready(self, host: str, port: int, *, probe: Callable[..., bool] = broker_ready,
                    clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
@@ -214,7 +214,7 @@ class KShareContainer(_Lifecycle):
 
     def __init__(self, backend: KafkaContainer | RedpandaContainer | ApacheKafkaContainer | str,
                  image: str | None = None, port: int | None = None, settings: dict[str, Any] | None = None,
-                 startup_timeout: float = 60, **kwargs: Any) -> None:
+                 startup_timeout: float = 120, **kwargs: Any) -> None:
         if _host_network(backend):
             kwargs.setdefault("network_mode", "host")
         self.host_network = kwargs.get("network_mode") == "host"
