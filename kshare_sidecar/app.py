@@ -3,7 +3,7 @@
 Why here, at the top of the package: this is the one module that knows every layer. The
 services (service/) are built from the typed config and handed to the API handlers (api/),
 which go into a registry behind one Dispatcher per listener (wire/) — so service/ never imports
-api/ or wire/, and the data flow ``wire → api → service → group/share → log/persist`` has no
+api/ or wire/, and the data flow ``wire → api → service → group/share → backend/persist`` has no
 way back up (docs/architecture.md).
 
 Start order matters: the persister recovers before the listener accepts, so no client sees
@@ -37,10 +37,10 @@ from .cluster.view import ClusterView
 from .config import ConfigError, ListenerSpec, SidecarConfig
 from .group.assign import assign_with
 from .group.coordinator import ShareGroupCoordinator
-from .log.backend import Backend
-from .log.compat import BackendProfile, check_backend
-from .log.security import BackendSecurity
-from .log.types import TopicInfo
+from .backend.backend import Backend
+from .backend.compat import BackendProfile, check_backend
+from .backend.security import BackendSecurity
+from .backend.types import TopicInfo
 from .service.admin import AdminService
 from .service.deadletter import DeadLetterService, DeadLetterWriter
 from .service.dlqtopics import DeadLetterTopics
@@ -168,7 +168,7 @@ class Sidecar:
         if cfg.passthrough.enable:
             await self._install_passthrough(registry, hidden)
         else:
-            from .forward.native import refuse_marking
+            from .passthrough.native import refuse_marking
             refuse_marking(registry)  # nothing can be passed to the backend (docs/migration.md)
         if self.cluster_view is not None:
             await self._join_cluster(registry, hidden, specs)
@@ -357,7 +357,7 @@ class Sidecar:
 
     async def _install_passthrough(self, registry: ApiRegistry, hidden: set[str]) -> None:
         """Every API the sidecar does not serve goes to the backend (issue 13, docs/passthrough.md)."""
-        from .forward import BackendPool, Reserved, install, mixed, native
+        from .passthrough import BackendPool, Reserved, install, mixed, native
 
         self.pool = BackendPool(self.config.backend.bootstrap_servers, security=self.security)
         await self.pool.start()
@@ -390,8 +390,8 @@ class Sidecar:
         return group.configs if group is not None else None
 
     async def _install_dlq_opt_in(self, registry: ApiRegistry) -> None:
-        """KIP-1191's topic opt-in kept by kshare on a backend that cannot hold it (forward/dlqoptin.py)."""
-        from .forward import dlqoptin
+        """KIP-1191's topic opt-in kept by kshare on a backend that cannot hold it (passthrough/dlqoptin.py)."""
+        from .passthrough import dlqoptin
 
         await dlqoptin.probe(self.pool, self.config.state.topic, self.dlq_topics)
         for api_key, wrap in ((19, dlqoptin.create_topics), (44, dlqoptin.alter_configs),
@@ -408,8 +408,8 @@ class Sidecar:
         await self.backend.forget_deleted(names, ids)
 
     async def _start_tokens(self) -> None:
-        """Delegation tokens owned by clients' principals (forward/tokens.py), checked once now."""
-        from .forward.tokens import DelegationTokens, TokenError
+        """Delegation tokens owned by clients' principals (passthrough/tokens.py), checked once now."""
+        from .passthrough.tokens import DelegationTokens, TokenError
 
         cfg = self.config.passthrough
         mechanism = self.security.mechanism if self.security.mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512") \

@@ -56,7 +56,7 @@ def register_authenticators(register):
 
     Call ``register(name, factory, description="")`` once per authenticator.
     ``factory(config=..., backend_security=...)`` (the :class:`~kshare_sidecar.config.SidecarConfig`
-    and the backend's :class:`~kshare_sidecar.log.security.BackendSecurity`; accept ``**_`` for
+    and the backend's :class:`~kshare_sidecar.backend.security.BackendSecurity`; accept ``**_`` for
     arguments added later) returns an object implementing
     :class:`kshare_sidecar.auth.authenticators.Authenticator`: a ``mechanisms`` set, async
     ``verify_plain(username, password) -> bool``, async ``scram_credential(mechanism, username)

@@ -20,7 +20,7 @@ from kio.static.primitive import i32, i32Timedelta
 
 from ..protocol.constants import ApiKey
 from ..auth.acls import CLUSTER_NAME, NOT_PROVIDED, Decider, Op, Res
-from ..log.types import TopicInfo
+from ..backend.types import TopicInfo
 from .catalog import TopicCatalog
 from .context import KafkaError, RequestContext, acl_of
 from .registry import ApiRegistry

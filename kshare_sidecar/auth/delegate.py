@@ -44,9 +44,9 @@ from kio.serial.readers import read_compact_string
 from kio.static.primitive import i64Timedelta
 
 from ..config import ConfigError
-from ..log.brokerconn import BrokerAuthError, BrokerConn, BrokerConnError
-from ..log.sasl import SaslError, sasl_handshake, sasl_token
-from ..log.security import BackendSecurity
+from ..backend.brokerconn import BrokerAuthError, BrokerConn, BrokerConnError
+from ..backend.sasl import SaslError, sasl_handshake, sasl_token
+from ..backend.security import BackendSecurity
 from ..protocol.address import parse_bootstrap
 from ..protocol.requests import leading_error_code, request_payload
 from .authenticators import CredentialsUnavailable, RelayRefused

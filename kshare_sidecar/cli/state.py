@@ -46,7 +46,7 @@ def migrate(
         if cfg.plugins.persister != "topic":
             raise ConfigError(f"persister = {cfg.plugins.persister!r} keeps no state topic; nothing to migrate")
         from ..app import _persister_options
-        from ..log.security import BackendSecurity
+        from ..backend.security import BackendSecurity
 
         options = _persister_options(cfg, BackendSecurity.from_config(cfg))
     except ConfigError as exc:

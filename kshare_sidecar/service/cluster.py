@@ -352,7 +352,7 @@ class PeerConfigs:
 
         from ..client import protocol
         from ..protocol.constants import AlterConfigOp, ConfigResourceType
-        from ..log.brokerconn import BrokerConn
+        from ..backend.brokerconn import BrokerConn
 
         owner = self.view.coordinator(group_id)
         node = self.view.node(owner, self.listener) if owner is not None and self.listener else None

@@ -5,7 +5,7 @@ Why a module of its own: this is the part of the fetch path that talks to the ba
 ReplicaManager.readFromLog, as seen from DelayedShareFetch), long-lived across requests (the
 cache, the read-ahead tasks), while :mod:`.sharefetch` holds one request's acquisition and
 :mod:`.shares` the sessions and acknowledgements. Nothing here decodes a record: reads return the
-backend's raw bytes with parsed batch headers (``log/batches.py``).
+backend's raw bytes with parsed batch headers (``backend/batches.py``).
 """
 
 from __future__ import annotations
@@ -17,18 +17,18 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from ..log.errors import UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION, BackendError, UnknownTopicError
-from ..log.types import FetchResult
+from ..backend.errors import UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION, BackendError, UnknownTopicError
+from ..backend.types import FetchResult
 from ..metrics import STATS as _METRICS  # kshare metrics (issue 7)
 from ..ratelog import backend_failures
 from .partitions import PartitionError, Slot
 from .readcache import BatchCache
 
 if TYPE_CHECKING:
-    from ..log.backend import Backend
+    from ..backend.backend import Backend
 
 log = logging.getLogger("kshare.shares")
-_backend_failures = backend_failures(log)  # one line a minute: the outage itself is logged once (log/health.py)
+_backend_failures = backend_failures(log)  # one line a minute: the outage itself is logged once (backend/health.py)
 
 #: A log partition in the cache, keyed by topic *id*: a deleted and recreated topic reuses
 #: offsets under the same name.

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from ..config_sections import GroupConfig
+from ..config.sections import GroupConfig
 from ..metrics import LOAD_TIME as _LOAD_TIME  # kshare metrics (issue 7)
 from ..metrics import STATS as _METRICS  # kshare metrics (issue 7)
 from ..metrics import WRITE_LATENCY as _WRITE_LATENCY  # kshare metrics (issue 7)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from ..log.types import FetchResult
+from ..backend.types import FetchResult
 from ..metrics import STATS as _METRICS  # kshare metrics (issue 7)
 
 _CURRENT, _AHEAD = 0, 1

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from ..config_sections import GroupConfig
+from ..config.sections import GroupConfig
 from ..metrics import STATS as _METRICS  # kshare metrics (issue 7)
 from ..protocol.types import TopicIdPartition
 from ..share.acks import parse_ack_batches
@@ -39,7 +39,7 @@ from .partitions import PartitionError, PendingAcks, SharePartitionManager, Slot
 from .sharefetch import DelayedShareFetch, FetchParams, PartitionOut
 
 if TYPE_CHECKING:
-    from ..log.backend import Backend
+    from ..backend.backend import Backend
 
 __all__ = ["FetchParams", "PartitionOut", "ShareOut", "ShareService"]
 
