@@ -31,6 +31,7 @@ from .api import shares as shares_api
 from .api import versions as versions_api
 from .api.sasl import ListenerHandler
 from .auth.authorizer import AuthorizerError, BackendAuthorizer, backend_authorizer
+from .protocol.constants import SCRAM_MECHANISMS
 from .quota.client_quotas import ClientQuotas, client_quotas
 from .auth.tls import server_ssl_context
 from .cluster.view import ClusterView
@@ -234,7 +235,7 @@ class Sidecar:
     def _replays_plain(self) -> bool:
         """passthrough.credentials = client: a PLAIN client's password can be replayed to the backend."""
         return (self.config.passthrough.credentials == "client"
-                and self.security.mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"))
+                and self.security.mechanism in ("PLAIN", *SCRAM_MECHANISMS))
 
     def _needs_tokens(self, specs: list[ListenerSpec]) -> bool:
         """passthrough.credentials = client and a listener can authenticate a client whose password
@@ -409,17 +410,16 @@ class Sidecar:
 
     async def _start_tokens(self) -> None:
         """Delegation tokens owned by clients' principals (passthrough/tokens.py), checked once now."""
-        from .passthrough.tokens import DelegationTokens, TokenError
+        from .passthrough.tokens import DelegationTokens, DelegationTokenError
 
         cfg = self.config.passthrough
-        mechanism = self.security.mechanism if self.security.mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512") \
-            else "SCRAM-SHA-512"
+        mechanism = self.security.mechanism if self.security.mechanism in SCRAM_MECHANISMS else "SCRAM-SHA-512"
         self.tokens = DelegationTokens(self.pool, mechanism=mechanism,
                                        max_lifetime_ms=cfg.delegation_token_max_lifetime_ms,
                                        idle_ms=cfg.delegation_token_idle_ms)
         try:
             await self.tokens.start()
-        except TokenError as exc:
+        except DelegationTokenError as exc:
             raise ConfigError(f"passthrough.credentials = 'client' needs delegation tokens at the backend for "
                               f"clients without a replayable password: {exc}") from None
         self.forwarder.tokens = self.tokens

@@ -39,7 +39,8 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from .sasl import SaslError, sasl_authenticate
+from .errors import SaslError
+from .sasl import sasl_authenticate
 
 if TYPE_CHECKING:
     from .security import BackendSecurity

@@ -70,3 +70,11 @@ def error_for(code: int, message: str, *, topic: str | None = None, partition: i
     else:
         cls = BackendError
     return cls(code, message, topic=topic, partition=partition)
+
+
+class SaslError(Exception):
+    """The broker refused the mechanism or the credentials (``code``: its error code, if any)."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code

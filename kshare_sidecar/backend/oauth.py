@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 from aiokafka.abc import AbstractTokenProvider
 
-from .sasl import SaslError
+from .errors import SaslError
 
 log = logging.getLogger("kshare.oauth")
 
@@ -40,7 +40,7 @@ log = logging.getLogger("kshare.oauth")
 DEFAULT_LIFETIME_S = 300.0
 
 
-class TokenError(SaslError):
+class OAuthTokenError(SaslError):
     """No token could be obtained (endpoint refused, unreachable, bad answer; command failed)."""
 
 
@@ -70,7 +70,7 @@ class CachedToken(AbstractTokenProvider):
                 self.fetches += 1
                 try:
                     token, lifetime = await asyncio.to_thread(self._fetch)
-                except TokenError as exc:
+                except OAuthTokenError as exc:
                     # as Kafka's refresh thread: a failed refresh keeps the current token while it
                     # is valid (an identity provider's blip must not break reconnects); the next
                     # authentication tries again
@@ -116,15 +116,15 @@ def client_credentials(url: str, client_id: str, client_secret: str, scope: str 
             with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310 - configured URL
                 answer = json.loads(response.read())
         except urllib.error.HTTPError as exc:
-            raise TokenError(f"{where} refused the client credentials: HTTP {exc.code} {_oauth_error(exc)}") \
+            raise OAuthTokenError(f"{where} refused the client credentials: HTTP {exc.code} {_oauth_error(exc)}") \
                 from None
         except (urllib.error.URLError, OSError) as exc:
-            raise TokenError(f"{where} cannot be reached: {getattr(exc, 'reason', exc)}") from None
+            raise OAuthTokenError(f"{where} cannot be reached: {getattr(exc, 'reason', exc)}") from None
         except ValueError:
-            raise TokenError(f"{where} did not answer JSON") from None
+            raise OAuthTokenError(f"{where} did not answer JSON") from None
         token = answer.get("access_token") if isinstance(answer, dict) else None
         if not isinstance(token, str) or not token:
-            raise TokenError(f"{where} answered without an access_token")
+            raise OAuthTokenError(f"{where} answered without an access_token")
         return token, _lifetime(token, answer.get("expires_in"))
     return fetch
 
@@ -138,12 +138,12 @@ def token_command(command: str, timeout_s: float = 30.0) -> Callable[[], tuple[s
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:
-            raise TokenError(f"token command {argv[0]!r} did not run: {exc}") from None
+            raise OAuthTokenError(f"token command {argv[0]!r} did not run: {exc}") from None
         token = done.stdout.strip()
         if done.returncode != 0 or not token:
             # its stderr may help, its stdout may be a token: only the last stderr line is shown
             last = (done.stderr.strip().splitlines() or [""])[-1][:200]
-            raise TokenError(f"token command {argv[0]!r} failed (exit {done.returncode}, "
+            raise OAuthTokenError(f"token command {argv[0]!r} failed (exit {done.returncode}, "
                              f"{'no output' if not token else 'output withheld'}): {last}")
         return token, _lifetime(token, None)
     return fetch

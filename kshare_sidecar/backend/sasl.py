@@ -3,7 +3,7 @@
 The mechanisms themselves (PLAIN, SCRAM-SHA-256/512, OAUTHBEARER) are aiokafka's authenticators;
 this module only carries their tokens in kio-encoded requests. The exception: credentials fetched
 at each authentication (``BackendSecurity.credential_source`` — a delegation token owned by a
-client's principal) go through kshare's own SCRAM client (``auth/scram.py``), which can send
+client's principal) go through kshare's own SCRAM client (``protocol/scram.py``), which can send
 Kafka's ``tokenauth=true`` extension. A broker that refuses the
 credentials answers SASL_AUTHENTICATION_FAILED with a message, which becomes :class:`SaslError`
 (the message is the broker's; it never contains the secret).
@@ -26,8 +26,10 @@ from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from kio.schema.sasl_handshake.v1.response import SaslHandshakeResponse
 from kio.static.protocol import RequestPayload, ResponsePayload
 
-from ..auth.scram import ScramClient, ScramInvalid
+from ..protocol.constants import SCRAM_MECHANISMS
+from ..protocol.scram import ScramClient, ScramInvalid
 from ..protocol.requests import decode_response, request_payload
+from .errors import SaslError
 
 if TYPE_CHECKING:
     from .security import BackendSecurity
@@ -38,14 +40,6 @@ class RawRequester(Protocol):
     module, so naming it here would be an import circle)."""
 
     async def request(self, payload: bytes, *, timeout_s: float | None = None, _raw: bool = False) -> bytes: ...
-
-
-class SaslError(Exception):
-    """The broker refused the mechanism or the credentials (``code``: its error code, if any)."""
-
-    def __init__(self, message: str, code: int | None = None) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 _Response = TypeVar("_Response", bound=ResponsePayload)
@@ -130,7 +124,7 @@ class _ScramSteps:
 
 
 async def _fetched_credentials(security: BackendSecurity) -> Any:
-    if security.mechanism not in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+    if security.mechanism not in SCRAM_MECHANISMS:
         raise SaslError(f"fetched credentials need a SCRAM mechanism, not {security.mechanism}")
     username, password = await security.credential_source.credentials()
     extensions = {"tokenauth": "true"} if security.token_auth else None

@@ -23,13 +23,12 @@ from typing import TYPE_CHECKING, Any
 from aiokafka.abc import AbstractTokenProvider
 
 from ..config import ConfigError
+from ..protocol.constants import SCRAM_MECHANISMS
+from . import oauth
 
 if TYPE_CHECKING:
     from ..config import SidecarConfig
     from ..config.sections import BackendSettings
-
-PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 
 _JAAS_OPTION = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
@@ -110,7 +109,7 @@ class BackendSecurity:
         if self.mechanism == "PLAIN":
             return SaslPlainAuthenticator(loop=loop, sasl_plain_username=self.username,
                                           sasl_plain_password=self.password)
-        if self.mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+        if self.mechanism in SCRAM_MECHANISMS:
             return ScramAuthenticator(loop=loop, sasl_plain_username=self.username,
                                       sasl_plain_password=self.password, sasl_mechanism=self.mechanism)
         return OAuthAuthenticator(sasl_oauth_token_provider=self._token_provider())
@@ -148,8 +147,6 @@ _TOKEN_SOURCES = ("backend.sasl.oauthbearer.token.file", "backend.sasl.oauthbear
 
 def _oauth_source(backend: BackendSettings) -> dict[str, Any]:
     """Exactly one OAUTHBEARER token source: a file, a client-credentials endpoint or a command."""
-    from .oauth import CachedToken, client_credentials, token_command
-
     given = dict(zip(_TOKEN_SOURCES, (backend.sasl_oauthbearer_token_file,
                                       backend.sasl_oauthbearer_token_endpoint_url,
                                       backend.sasl_oauthbearer_token_command), strict=True))
@@ -163,7 +160,7 @@ def _oauth_source(backend: BackendSettings) -> dict[str, Any]:
         return {"token_file": given[chosen[0]]}
     if chosen[0] == "backend.sasl.oauthbearer.token.command":
         command = given[chosen[0]]
-        return {"token_provider": CachedToken(token_command(command), refresh_factor=factor,
+        return {"token_provider": oauth.CachedToken(oauth.token_command(command), refresh_factor=factor,
                                               describe=f"token command {command.split()[0]!r}")}
     url = given[chosen[0]]
     if not url.startswith(("https://", "http://")):
@@ -184,8 +181,8 @@ def _oauth_source(backend: BackendSettings) -> dict[str, Any]:
         raise SecurityConfigError(f"{chosen[0]} needs backend.sasl.oauthbearer.client.credentials.client.id and "
                                   "backend.sasl.oauthbearer.client.credentials.client.secret (or .secret.file; "
                                   'or clientId="..." clientSecret="..." in backend.sasl.jaas.config)')
-    fetch = client_credentials(url, client_id, secret, scope)
-    return {"token_provider": CachedToken(fetch, refresh_factor=factor,
+    fetch = oauth.client_credentials(url, client_id, secret, scope)
+    return {"token_provider": oauth.CachedToken(fetch, refresh_factor=factor,
                                           describe=f"token endpoint {url} as {client_id!r}")}
 
 
@@ -243,45 +240,3 @@ def _ssl_context(backend: BackendSettings) -> ssl.SSLContext:
                                       f"client certificate chain and key, or wrong backend.ssl.key.password "
                                       f"({type(exc).__name__})") from None
     return context
-
-
-async def diagnose(bootstrap_servers: str, security: BackendSecurity, timeout_s: float = 10.0) -> str | None:
-    """Why a secured backend refuses the sidecar, in one line — or ``None`` if it does not.
-
-    Why: start-up fails inside aiokafka's clients, which report a refused OAUTHBEARER token as
-    "NodeNotReadyError" and a missing client certificate (TLS 1.3 checks it after the handshake)
-    as "Unable to bootstrap". One raw connection with the same settings (TLS, then SASL, then
-    ApiVersions) names the real cause: the broker's SASL error message or the TLS alert.
-    """
-    from kio.schema.api_versions.v3.request import ApiVersionsRequest
-
-    from ..protocol.address import first_server
-    from ..protocol.requests import request_payload
-    from .brokerconn import TLS_ANSWER, BrokerAuthError, BrokerConn, BrokerConnError
-    from .oauth import TokenError
-
-    host, port = first_server(bootstrap_servers)
-    conn = BrokerConn(host, port, security=security, connect_timeout_s=timeout_s)
-    payload = request_payload(ApiVersionsRequest(client_software_name="kshare", client_software_version="0"),
-                              0, "kshare")
-    try:
-        if security.mechanism == "OAUTHBEARER" and security.sasl:
-            await security._token_provider().token()
-        await conn.request(payload, timeout_s=timeout_s)
-    except TokenError as exc:
-        return f"no OAUTHBEARER token for the backend: {exc}"
-    except BrokerAuthError as exc:
-        return f"the backend refused the sidecar's credentials ({security.describe()}): {exc}"
-    except (BrokerConnError, TimeoutError, OSError) as exc:
-        text = str(exc)
-        if not security.tls and ("closed" in text or TLS_ANSWER in text):
-            # a TLS listener drops (or answers with a TLS alert) a plaintext request
-            return (f"the backend closed the connection ({security.describe()}) at {host}:{port} without a Kafka "
-                    f"answer: a TLS listener? backend.security.protocol = {security.protocol}; SSL and SASL_SSL "
-                    f"speak TLS")
-        if "SSL" in text or "CERTIFICATE" in text.upper() or "TLS" in text:
-            return f"TLS with the backend failed ({security.describe()}): {text}"
-        return None
-    finally:
-        await conn.close()
-    return None

@@ -55,7 +55,7 @@ async def _serve(cfg: SidecarConfig) -> int:
     try:
         await sidecar.start()
     except Exception as exc:
-        from ..backend.security import diagnose
+        from ..backend.diagnose import diagnose
 
         reason = None
         security = getattr(sidecar, "security", None)

@@ -17,7 +17,9 @@ from __future__ import annotations
 import ssl
 from typing import Any
 
-from kshare_sidecar.backend.security import MECHANISMS, PROTOCOLS, BackendSecurity
+from kshare_sidecar.backend.security import BackendSecurity
+from kshare_sidecar.protocol.constants import SASL_MECHANISMS as MECHANISMS
+from kshare_sidecar.protocol.constants import SECURITY_PROTOCOLS as PROTOCOLS
 
 
 def client_security(security_protocol: str = "PLAINTEXT", ssl_context: ssl.SSLContext | None = None,

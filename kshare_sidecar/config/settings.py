@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..protocol import address
+from ..protocol.constants import SASL_MECHANISMS as CLIENT_SASL_MECHANISMS
+from ..protocol.constants import SCRAM_MECHANISMS, SECURITY_PROTOCOLS
 
 
 class ConfigError(ValueError):
@@ -128,8 +130,9 @@ def dlq_topic_problem(value: str) -> str | None:
     return None
 
 
-PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+PROTOCOLS = SECURITY_PROTOCOLS
+#: what the sidecar's SASL listeners serve (as a client it also speaks OAUTHBEARER)
+SASL_MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS)
 DEFAULT_PROTOCOL_MAP = ",".join(f"{p}:{p}" for p in PROTOCOLS)
 _LISTENER = re.compile(r"^(?P<name>[A-Za-z0-9_]+)://(?P<host>\[[0-9A-Fa-f:.]+\]|[^:/\[\]]*):(?P<port>[0-9]+)$")
 
@@ -250,9 +253,9 @@ SETTINGS: tuple[Setting, ...] = (
     _S("socket.request.max.bytes", 100 * 1024 * 1024, int, "Largest request frame accepted.", 1024, 2**31 - 1),
     # -- the backend's security (Kafka's client setting names under backend.; docs/security.md)
     _S("backend.security.protocol", "PLAINTEXT", str, "How the sidecar connects to the backend.",
-       choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
+       choices=SECURITY_PROTOCOLS),
     _S("backend.sasl.mechanism", "PLAIN", str, "SASL mechanism towards the backend (GSSAPI is not supported).",
-       choices=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")),
+       choices=CLIENT_SASL_MECHANISMS),
     _S("backend.sasl.jaas.config", "", str, "Kafka JAAS line with username=\"...\" password=\"...\" "
        "(PLAIN/SCRAM login modules); or use backend.sasl.username/password.", secret=True),
     _S("backend.sasl.username", "", str, "SASL user towards the backend."),

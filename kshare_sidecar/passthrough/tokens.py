@@ -45,7 +45,7 @@ from kio.serial.errors import SerialError
 from kio.static.primitive import i64Timedelta
 
 from ..backend.brokerconn import BrokerConn, BrokerConnError
-from ..backend.sasl import SaslError
+from ..backend.errors import SaslError
 from ..protocol.requests import leading_error_code
 from ..ratelog import RateLimitedLog
 from ..wire import codec
@@ -77,7 +77,7 @@ _WHY = {
 }
 
 
-class TokenError(Exception):
+class DelegationTokenError(Exception):
     """No token for a principal (or the start-up check failed): one line, no secret."""
 
 
@@ -148,7 +148,7 @@ class PrincipalCredentials:
 def split_principal(principal: str) -> tuple[str, str]:
     kind, sep, name = principal.partition(":")
     if not sep or not name:
-        raise TokenError(f"not a principal: {principal!r}")
+        raise DelegationTokenError(f"not a principal: {principal!r}")
     return kind, name
 
 
@@ -177,9 +177,9 @@ class DelegationTokens:
     async def start(self) -> None:
         """Make a token for the sidecar itself, authenticate one connection with it, expire it:
         delegation tokens enabled, KIP-373 spoken, SCRAM offered, token requests allowed — or
-        :class:`TokenError` with the reason."""
+        :class:`DelegationTokenError` with the reason."""
         if self.pool.versions.get(_CREATE, (0, -1))[1] < 3:
-            raise TokenError("the backend does not speak CreateDelegationToken v3 (tokens owned by another "
+            raise DelegationTokenError("the backend does not speak CreateDelegationToken v3 (tokens owned by another "
                              "principal, KIP-373: Kafka 3.3+)")
         token, requester = await self._create(None)
         self.renewer = requester
@@ -190,7 +190,7 @@ class DelegationTokens:
         try:
             await conn.connect()
         except BrokerConnError as exc:
-            raise TokenError(f"the backend refused the sidecar's own delegation token over {self.mechanism} "
+            raise DelegationTokenError(f"the backend refused the sidecar's own delegation token over {self.mechanism} "
                              f"(tokenauth): {exc}") from None
         finally:
             await conn.close()
@@ -250,7 +250,7 @@ class DelegationTokens:
                 raise SaslError(entry.failure[0])
             try:
                 entry.token, _ = await self._create(principal)
-            except (TokenError, BackendUnavailable) as exc:
+            except (DelegationTokenError, BackendUnavailable) as exc:
                 message = f"no delegation token for {principal}: {exc}"
                 entry.failure = (message, now + RETRY_S)
                 raise SaslError(message) from None
@@ -286,7 +286,7 @@ class DelegationTokens:
         principal = entry.principal
         try:
             entry.next, _ = await self._create(principal)
-        except (TokenError, BackendUnavailable) as exc:
+        except (DelegationTokenError, BackendUnavailable) as exc:
             entry.failure = (f"no delegation token for {principal}: {exc}", self.clock() + RETRY_S)
             left = entry.token.expires_at - self.clock() if entry.token is not None else 0.0
             failures.log(f"token-{principal}", logging.WARNING, "could not replace the delegation token of %s "
@@ -305,7 +305,7 @@ class DelegationTokens:
         answer = await self._call(request)
         code = ErrorCode(answer.error_code)
         if code != ErrorCode.none:
-            raise TokenError(f"CreateDelegationToken: {code.name.upper()} ({self._why(code, principal)})")
+            raise DelegationTokenError(f"CreateDelegationToken: {code.name.upper()} ({self._why(code, principal)})")
         lifetime = max(1.0, (answer.expiry_timestamp - answer.issue_timestamp).total_seconds())
         now = self.clock()
         self.created += 1
@@ -399,4 +399,4 @@ class _Fixed:
         return self._token.retry_refused(self._clock())
 
 
-__all__ = ["DelegationTokens", "PrincipalCredentials", "TokenError", "split_principal"]
+__all__ = ["DelegationTokens", "PrincipalCredentials", "DelegationTokenError", "split_principal"]

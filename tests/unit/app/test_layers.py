@@ -193,20 +193,14 @@ def _report(kind: str) -> str:
             f"inside functions, {counted['type_checking']} under TYPE_CHECKING):\n  " + "\n  ".join(lines))
 
 
-@pytest.mark.xfail(reason="backend/ and auth/ import each other (backend/sasl.py uses auth/scram.py's SCRAM "
-                          "client math); being fixed", strict=True)
 def test_no_import_runs_against_the_layer_order():
     assert _analysis()["against"] == [], _report("against")
 
 
-@pytest.mark.xfail(reason="the backend/ circle brokerconn -> security -> sasl -> oauth is closed by imports "
-                          "inside functions; being fixed", strict=True)
 def test_no_import_circles():
     assert _analysis()["circles"] == [], _report("circles")
 
 
-@pytest.mark.xfail(reason="persist/__init__ and client/__init__ import every module eagerly; being fixed",
-                   strict=True)
 def test_package_faces_load_only_what_is_asked_for():
     assert _analysis()["heavy_faces"] == [], _report("heavy_faces")
 

@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kshare_sidecar.config import ConfigError, load_config
-from kshare_sidecar.backend.oauth import CachedToken, TokenError, client_credentials, jwt_lifetime, token_command
+from kshare_sidecar.backend.oauth import CachedToken, OAuthTokenError, client_credentials, jwt_lifetime, token_command
 from kshare_sidecar.backend.sasl import sasl_authenticate
 from kshare_sidecar.backend.security import BackendSecurity
 from tests.unit.backend.test_backend_sasl_oauth import HANDSHAKE_OK, ScriptedBroker, _frame
@@ -124,7 +124,7 @@ def test_client_credentials_grant_as_kafka_sends_it():
 def test_a_refusal_names_the_endpoint_and_the_reason_never_the_secret(answer, expect):
     endpoint = _Endpoint(answer)
     try:
-        with pytest.raises(TokenError) as err:
+        with pytest.raises(OAuthTokenError) as err:
             client_credentials(endpoint.url, "me", SECRET)()
     finally:
         endpoint.close()
@@ -132,7 +132,7 @@ def test_a_refusal_names_the_endpoint_and_the_reason_never_the_secret(answer, ex
 
 
 def test_an_unreachable_endpoint():
-    with pytest.raises(TokenError, match="cannot be reached"):
+    with pytest.raises(OAuthTokenError, match="cannot be reached"):
         client_credentials("http://127.0.0.1:1/token", "me", SECRET, timeout_s=2)()
 
 
@@ -140,7 +140,7 @@ def test_token_command(tmp_path):
     body = base64.urlsafe_b64encode(json.dumps({"exp": 4102444800}).encode()).rstrip(b"=").decode()
     token, lifetime = token_command(f"{sys.executable} -c \"print('e30.{body}.')\"")()
     assert token == f"e30.{body}." and lifetime > 1e8
-    with pytest.raises(TokenError) as err:
+    with pytest.raises(OAuthTokenError) as err:
         token_command(f"{sys.executable} -c \"import sys; print('{SECRET}'); sys.exit(3)\"")()
     assert "exit 3" in str(err.value) and SECRET not in str(err.value)
 
@@ -196,7 +196,7 @@ def test_the_session_lifetime_is_returned_for_kip_368():
 
 
 def test_a_failed_refresh_keeps_the_current_token_until_it_expires(caplog):
-    clock, answers = Clock(), [("t1", 100.0), TokenError("endpoint down"), TokenError("endpoint down"), ("t2", 100.0)]
+    clock, answers = Clock(), [("t1", 100.0), OAuthTokenError("endpoint down"), OAuthTokenError("endpoint down"), ("t2", 100.0)]
 
     def fetch():
         answer = answers.pop(0)
@@ -211,7 +211,7 @@ def test_a_failed_refresh_keeps_the_current_token_until_it_expires(caplog):
         clock.now = 90  # past 80 %: refresh fails, t1 still valid for 10 s
         assert await cache.token() == "t1"
         clock.now = 100  # expired: the failure is the answer
-        with pytest.raises(TokenError):
+        with pytest.raises(OAuthTokenError):
             await cache.token()
         assert await cache.token() == "t2"
     asyncio.run(run())

@@ -192,7 +192,7 @@ async def test_the_hmac_is_in_no_repr_and_no_log_line(caplog):
 
 def test_principal_split():
     assert split_principal("User:CN=a,O=b:c") == ("User", "CN=a,O=b:c")
-    with pytest.raises(tokens_mod.TokenError):
+    with pytest.raises(tokens_mod.DelegationTokenError):
         split_principal("alice")
 
 
