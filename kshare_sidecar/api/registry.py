@@ -338,8 +338,6 @@ class Dispatcher:
             return await entry.handler(ctx, decoded.header, decoded.body)
         except (CloseConnection, asyncio.CancelledError):
             raise
-        except KafkaError as exc:
-            code, message = exc.code, exc.message
         except BackendError as exc:
             if exc.retriable:
                 # The backend is unavailable (its outage is logged once by backend/health.py): answer
@@ -351,6 +349,8 @@ class Dispatcher:
                 log.exception("conn %d: api key %d v%d client %r: handler failed", ctx.conn_id,
                               ctx.api_key, ctx.api_version, ctx.client_id)
                 code, message = ErrorCode.unknown_server_error, None
+        except KafkaError as exc:  # after BackendError, which is one: the backend's are logged
+            code, message = exc.code, exc.message
         except Exception:
             # Not the client's fault (their input is checked before handlers run): keep the stack.
             log.exception("conn %d: api key %d v%d client %r: handler failed", ctx.conn_id,

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from ..protocol.errors import KafkaError, for_code, stands_for
+
 # Kafka error codes the backend layer produces or reacts to, as plain ints (kio's ErrorCode is the map).
 OFFSET_OUT_OF_RANGE = int(ErrorCode.offset_out_of_range)
 UNKNOWN_TOPIC_OR_PARTITION = int(ErrorCode.unknown_topic_or_partition)
@@ -39,12 +41,11 @@ REFRESH_AND_RETRY = frozenset(
 _TRANSIENT = REFRESH_AND_RETRY - {UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID}
 
 
-class BackendError(Exception):
+class BackendError(KafkaError):
     """A backend request failed. ``code`` is the Kafka error code that describes it."""
 
-    def __init__(self, code: int, message: str, *, topic: str | None = None, partition: int | None = None):
-        super().__init__(message)
-        self.code = code
+    def __init__(self, code: ErrorCode | int, message: str, *, topic: str | None = None, partition: int | None = None):
+        super().__init__(code, message)
         self.topic = topic
         self.partition = partition
 
@@ -53,21 +54,21 @@ class BackendError(Exception):
         return self.code in _TRANSIENT
 
 
+@stands_for(UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID)
 class UnknownTopicError(BackendError):
     """The topic or partition does not exist on the backend (or was deleted)."""
 
 
+@stands_for(*_TRANSIENT)
 class BackendUnavailableError(BackendError):
     """No leader, no connection, or a timeout, even after refreshing metadata and retrying once."""
 
 
 def error_for(code: int, message: str, *, topic: str | None = None, partition: int | None = None) -> BackendError:
-    """The most specific error class for a Kafka error code."""
-    if code in (UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID):
-        cls: type[BackendError] = UnknownTopicError
-    elif code in _TRANSIENT:
-        cls = BackendUnavailableError
-    else:
+    """The most specific error class for a Kafka error code (protocol.errors.for_code), as a
+    backend error."""
+    cls = for_code(code)
+    if not issubclass(cls, BackendError):
         cls = BackendError
     return cls(code, message, topic=topic, partition=partition)
 

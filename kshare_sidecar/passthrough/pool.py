@@ -31,6 +31,7 @@ from ..backend.brokerconn import BrokerConn, BrokerConnError
 from ..backend.errors import LEADER_NOT_AVAILABLE, BackendUnavailableError
 from ..protocol.address import parse_bootstrap
 from ..protocol.constants import CoordinatorType
+from ..protocol.errors import KafkaError
 from ..protocol.requests import request_payload
 from ..wire import codec
 from . import routes
@@ -325,11 +326,8 @@ class BackendPool:
         return Upstream(self, principal=principal, security=security, release=release)
 
 
-class CoordinatorError(Exception):
-    def __init__(self, code: ErrorCode, message: str | None) -> None:
-        super().__init__(f"{code.name}: {message}")
-        self.code = code
-        self.message = message
+class CoordinatorError(KafkaError):
+    """The backend has no coordinator for a key (FindCoordinator's error code and message)."""
 
 
 class Upstream:

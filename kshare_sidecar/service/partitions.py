@@ -30,7 +30,8 @@ from ..metrics import WRITE_LATENCY as _WRITE_LATENCY  # kshare metrics (issue 7
 from ..persist.codec import KIND_PARTITION
 from ..persist.errors import PersistError, UnknownSharePartitionError
 from ..persist.model import SharePartitionKey
-from ..persist.records import UNSET_OFFSET, WriteItem
+from ..persist.records import UNSET_OFFSET
+from ..protocol.errors import KafkaError
 from ..share.config import Extensions, ShareConfig
 from ..share.extended import ExtendedSharePartition
 from ..share.holds import DEAD_LETTER, HOLDERS
@@ -53,10 +54,8 @@ def owner_epoch() -> int:
     return int(time.time()) - 1_577_836_800
 
 
-class PartitionError(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
+class PartitionError(KafkaError):
+    """One share-partition cannot serve this request (its error code goes into that partition's answer)."""
 
 
 @dataclass

@@ -177,7 +177,9 @@ def test_architecture_layout_names_real_modules():
         for module, cls in re.findall(r"\b([a-z_]+)\.([A-Z]\w+)", line):
             candidates = [package / f"{module}.py", package / module / "__init__.py",
                           *PACKAGE.rglob(f"{module}.py"), *PACKAGE.rglob(f"{module}/__init__.py")]
-            defined = re.compile(rf"^(class {cls}\b|{cls}\b.*=|from .* import .*\b{cls}\b)", re.M)
+            # an indented import counts: a package face that loads a class on first use imports
+            # it under TYPE_CHECKING (client.ShareConsumer, persist.MemoryPersister)
+            defined = re.compile(rf"^(class {cls}\b|{cls}\b.*=|\s*from .* import .*\b{cls}\b)", re.M)
             if not any(c.is_file() and defined.search(c.read_text()) for c in candidates):
                 missing.append(f"{module}.{cls}")
     assert missing == [], f"docs/architecture.md's layout names what does not exist: {missing}"
