@@ -178,7 +178,7 @@ class Sidecar:
         self.listener, self.dispatcher = self.listeners[0], self._dispatchers[0]
         self.node = self.dispatcher.node
         self._tasks.append(asyncio.create_task(self._expire_members(), name="kshare-member-expiry"))
-        if cfg.server.metrics_port > 0:  # Prometheus /metrics (issue 7)
+        if cfg.server.metrics_port > 0:  # Prometheus /metrics
             from .metrics import MetricsServer
             self.metrics = MetricsServer(self, cfg.server.metrics_port)
             self.metrics.start()
@@ -266,12 +266,12 @@ class Sidecar:
         cfg = self.config
         self.persister = self._persister or plugins.get_persister(cfg.plugins.persister,
                                                                   **_persister_options(cfg, self.security))
-        if cfg.cluster.name:  # a cluster of sidecars (issue 15): own only what the group assigns
+        if cfg.cluster.name:  # a cluster of sidecars: own only what the group assigns
             _check_cluster_config(cfg, specs, self.persister)
             self.persister.enable_cluster()
         await self.persister.start()
         log.info("share state recovered from persister %r: %s", cfg.plugins.persister, self.persister.recovery_stats)
-        if hasattr(self.persister, "superseded_listeners"):  # fencing (issue 11)
+        if hasattr(self.persister, "superseded_listeners"):  # fencing
             self.persister.superseded_listeners.append(self._on_superseded)
 
     def _build_services(self) -> int:
@@ -357,7 +357,7 @@ class Sidecar:
             dispatcher.node = dataclasses.replace(node, port=listener.port)
 
     async def _install_passthrough(self, registry: ApiRegistry, hidden: set[str]) -> None:
-        """Every API the sidecar does not serve goes to the backend (issue 13, docs/passthrough.md)."""
+        """Every API the sidecar does not serve goes to the backend (docs/passthrough.md)."""
         from .passthrough import BackendPool, Reserved, install, mixed, native
 
         self.pool = BackendPool(self.config.backend.bootstrap_servers, security=self.security)
@@ -471,7 +471,7 @@ class Sidecar:
                 log.exception("member expiry failed")
 
     async def stop(self) -> None:
-        if getattr(self, "metrics", None) is not None:  # Prometheus /metrics (issue 7)
+        if getattr(self, "metrics", None) is not None:  # Prometheus /metrics
             self.metrics.stop()
             self.metrics = None
         for listener in self.listeners:
@@ -534,7 +534,7 @@ def _persister_options(cfg: SidecarConfig, security: BackendSecurity) -> dict[st
             "partitions": state.topic_partitions, "replication_factor": state.topic_replication_factor,
             "linger_ms": float(state.write_linger_ms),
             "transaction_timeout_ms": state.transaction_timeout_ms,
-            # past the transaction timeout a commit is settled by reading the state back (issue 11)
+            # past the transaction timeout a commit is settled by reading the state back
             "commit_timeout_s": min(30.0, state.transaction_timeout_ms / 1000),
             "write_mode": state.write_mode, "writer_refresh_s": state.write_refresh_ms / 1000,
             "client_options": security.aiokafka_options()}

@@ -374,7 +374,7 @@ class Backend:
             return {(r.topic, r.partition): empty_result(exc.code) for r in reads}
         out: dict[TopicPartition, FetchResult] = {}
         top_error = int(getattr(response, "error_code", 0))
-        STATS.backend_fetch_requests += 1  # read amplification (issue 14)
+        STATS.backend_fetch_requests += 1  # read amplification
         for t in response.responses:
             for p in t.partitions:
                 STATS.backend_fetch_bytes += len(p.records or b"")

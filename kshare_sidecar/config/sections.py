@@ -136,7 +136,7 @@ class PluginSettings:
 
 @dataclass(frozen=True)
 class ClusterSettings:
-    """A cluster of sidecars (issue 15; docs/deployment.md): '' name = a single sidecar."""
+    """A cluster of sidecars (docs/deployment.md): '' name = a single sidecar."""
 
     name: str = _key("cluster.name")
     session_timeout_ms: int = _key("cluster.session.timeout.ms")

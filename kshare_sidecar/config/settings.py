@@ -239,7 +239,7 @@ SETTINGS: tuple[Setting, ...] = (
        "without upstream connections this long has its delegation token expired at the backend.", 1000, 2**62),
     _S("node.id", 1, int, "Node id the sidecar presents as coordinator and partition leader.", 0, 2**31 - 1),
     _S("cluster.id", "kshare", str, "Cluster id reported in Metadata."),
-    # -- a cluster of sidecars (issue 15; docs/deployment.md, "Running N sidecars")
+    # -- a cluster of sidecars (docs/deployment.md, "Running N sidecars")
     _S("cluster.name", "", str, "Name of the cluster of sidecars this one belongs to ('' = a single sidecar). "
        "Sidecars with the same name and state.topic share the share groups: the backend's consumer group "
        "kshare-cluster-<name> spreads the state partitions over them. Each needs its own node.id and advertised "

@@ -1,4 +1,4 @@
-"""Pass-through: the sidecar is a drop-in bootstrap for the whole cluster (issue 13).
+"""Pass-through: the sidecar is a drop-in bootstrap for the whole cluster.
 
 The sidecar serves the share-group APIs itself; every other API the backend supports is
 forwarded (:class:`Forwarder`), and a few are served by both — the sidecar's part merged with the

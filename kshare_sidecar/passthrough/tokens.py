@@ -1,4 +1,4 @@
-"""Delegation tokens owned by clients' principals: pass-through *as the client* (issue 16).
+"""Delegation tokens owned by clients' principals: pass-through *as the client*.
 
 With ``passthrough.credentials = client`` a forwarded request must reach the backend as the
 client's own principal, so that the backend authorizes it with its own ACLs. A PLAIN client's

@@ -69,8 +69,8 @@ _TEST_COMMIT_HOLD_S = float(os.environ.get("KSHARE_TEST_STATE_COMMIT_HOLD_MS", "
 #: commit is decided, and refuses the next AddPartitionsToTxn until the markers of the previous
 #: one are written (~1-3 ms on a healthy broker; KAFKA-5477). aiokafka retries after a fixed
 #: 20 ms (its ``BACKOFF_OVERRIDE``, like Java's producer with its default retry.backoff.ms), which
-#: made 20-25 ms the median state write and every acknowledgement wait for it (issue 14:
-#: one aiokafka transaction measured 25 ms median back to back, 7.4 ms with 2 ms here).
+#: made 20-25 ms the median state write and every acknowledgement wait for it
+#: (one aiokafka transaction measured 25 ms median back to back, 7.4 ms with 2 ms here).
 #: The constant is module-wide in aiokafka; the sidecar's only transactional producers are
 #: these state writers, so lowering it there changes nothing else.
 CONCURRENT_TXN_RETRY_S = 0.002

@@ -111,7 +111,7 @@ class AdminService:
             raise AdminError(ErrorCode.coordinator_load_in_progress, "share state is still loading")
 
     def _coordinating(self, group_id: str) -> None:
-        """In a cluster of sidecars (issue 15), group administration happens at the group's
+        """In a cluster of sidecars, group administration happens at the group's
         coordinator: elsewhere NOT_COORDINATOR (COORDINATOR_LOAD_IN_PROGRESS while it is taken
         over here), as a broker that is not the coordinator answers; admin clients look it up."""
         coordinates = getattr(self.groups, "coordinates", None)

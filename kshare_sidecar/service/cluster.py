@@ -1,4 +1,4 @@
-"""Membership of a cluster of sidecars (issue 15), through the backend's consumer-group protocol.
+"""Membership of a cluster of sidecars, through the backend's consumer-group protocol.
 
 Every sidecar of cluster ``<name>`` joins the consumer group ``kshare-cluster-<name>`` on the
 backend, subscribed to the state topic; the group's assignment of the state topic's partitions

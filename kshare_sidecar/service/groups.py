@@ -57,7 +57,7 @@ class GroupService:
         self.partitions = partitions
         self.backend = backend
         self.persister = persister
-        #: a cluster of sidecars (issue 15): this sidecar coordinates the groups whose record's
+        #: a cluster of sidecars: this sidecar coordinates the groups whose record's
         #: state partition it owns; they come and go with those partitions
         self.cluster = bool(getattr(persister, "cluster", False))
         #: in a cluster, the persister's ownership of state partitions (BasePersister's, persist/cluster.py)

@@ -23,7 +23,7 @@ from kio.schema.errors import ErrorCode
 
 from ..backend.batches import batch_views
 from ..backend.types import BatchInfo
-from ..metrics import STATS as _METRICS  # kshare metrics (issue 7)
+from ..metrics import STATS as _METRICS
 from ..protocol.types import TopicIdPartition
 from ..share.sessions import ShareSession, ShareSessionCache
 from ..share.types import AcquiredRecords, AcquireMode
