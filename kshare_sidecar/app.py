@@ -17,7 +17,7 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from typing import Any
 
 from . import plugins
@@ -36,12 +36,15 @@ from .quota.client_quotas import ClientQuotas, client_quotas
 from .auth.tls import server_ssl_context
 from .cluster.view import ClusterView
 from .config import ConfigError, ListenerSpec, SidecarConfig
+from .config.checks import check_cluster_config
+from .default_plugins.persisters import persister_options
 from .group.assign import assign_with
 from .group.coordinator import ShareGroupCoordinator
 from .backend.backend import Backend
+from .backend.catalog import BackendCatalog
 from .backend.compat import BackendProfile, check_backend
 from .backend.security import BackendSecurity
-from .backend.types import TopicInfo
+from .backend.topic_ids import PersisterTopicIds
 from .service.admin import AdminService
 from .service.deadletter import DeadLetterService, DeadLetterWriter
 from .service.dlqtopics import DeadLetterTopics
@@ -56,41 +59,6 @@ log = logging.getLogger("kshare.sidecar")
 
 def monotonic_ms() -> int:
     return int(time.monotonic() * 1000)
-
-
-class PersisterTopicIds:
-    """Stable topic IDs minted for backends that have none, kept with the share state."""
-
-    def __init__(self, persister: Any) -> None:
-        self.persister = persister
-
-    async def get_or_create(self, name: str) -> uuid.UUID:
-        return uuid.UUID(await self.persister.topic_id(name, create=True))
-
-    async def forget(self, name: str, topic_id: uuid.UUID) -> None:
-        """Compare-and-delete: only drop the mapping if it still names this (deleted) topic."""
-        current = await self.persister.topic_id(name, create=False)
-        if current is not None and uuid.UUID(current) == topic_id:
-            await self.persister.delete_topic_id(name)
-
-
-class BackendCatalog:
-    """The Metadata handler's view of the backend (api.catalog.TopicCatalog): internal topics hidden."""
-
-    def __init__(self, backend: Backend, hidden: set[str]) -> None:
-        self.backend = backend
-        self.hidden = hidden
-
-    async def describe_topics(self, names: Collection[str] | None) -> dict[str, TopicInfo]:
-        topics = await self.backend.describe_topics(list(names) if names is not None else None)
-        return {n: t for n, t in topics.items() if n not in self.hidden}
-
-    async def refresh_topics(self, names: Collection[str]) -> None:
-        await self.backend.refresh_topics(names)
-
-    async def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
-        info = await self.backend.resolve_topic_id(topic_id)
-        return None if info is None or info.name in self.hidden else info
 
 
 class Sidecar:
@@ -139,8 +107,7 @@ class Sidecar:
 
     async def start(self) -> None:
         cfg = self.config
-        plugins.load_plugins(load=_names(cfg.plugins.load) if cfg.plugins.load else None,
-                             disable=_names(cfg.plugins.disable) or None)
+        plugins.load_configured(cfg.plugins)
         self.security = BackendSecurity.from_config(cfg)
         specs = cfg.listener_specs()
         tls = self._listener_security(specs)
@@ -265,9 +232,9 @@ class Sidecar:
         """The persister, recovered (and, in a cluster of sidecars, owning only what it is assigned)."""
         cfg = self.config
         self.persister = self._persister or plugins.get_persister(cfg.plugins.persister,
-                                                                  **_persister_options(cfg, self.security))
+                                                                  **persister_options(cfg, self.security))
         if cfg.cluster.name:  # a cluster of sidecars: own only what the group assigns
-            _check_cluster_config(cfg, specs, self.persister)
+            check_cluster_config(cfg, specs, self.persister)
             self.persister.enable_cluster()
         await self.persister.start()
         log.info("share state recovered from persister %r: %s", cfg.plugins.persister, self.persister.recovery_stats)
@@ -505,36 +472,3 @@ def _load_assignors(default: str) -> dict[str, Callable[..., Any]]:
             log.error("assignor %r could not be built and cannot be chosen by share.assignor: %s: %s",
                       name, type(exc).__name__, exc)
     return out
-
-
-def _check_cluster_config(cfg: SidecarConfig, specs: list[ListenerSpec], persister: Any) -> None:
-    """One line naming the key when a cluster of sidecars cannot work with this configuration."""
-    name = cfg.cluster.name
-    if not hasattr(persister, "enable_cluster") or getattr(persister, "name", "") != "topic":
-        raise ConfigError(f"cluster.name = {name!r} needs persister = 'topic' (the sidecars share "
-                          f"the state topic), got {cfg.plugins.persister!r}")
-    if cfg.state.write_mode not in ("fenced", "transactional"):
-        raise ConfigError(f"cluster.name = {name!r} needs state.write.mode = 'fenced' or 'transactional' "
-                          f"(handover fences the previous owner's writer), got {cfg.state.write_mode!r}")
-    for spec in specs:
-        if not spec.advertised_port:
-            raise ConfigError(f"cluster.name = {name!r} needs listeners with an explicit port (the other "
-                              f"sidecars advertise it); listener {spec.name} binds port 0")
-
-
-def _names(text: str) -> list[str]:
-    return [n.strip() for n in text.split(",") if n.strip()]
-
-
-def _persister_options(cfg: SidecarConfig, security: BackendSecurity) -> dict[str, Any]:
-    if cfg.plugins.persister != "topic":
-        return {}
-    state = cfg.state
-    return {"bootstrap_servers": cfg.backend.bootstrap_servers, "topic": state.topic,
-            "partitions": state.topic_partitions, "replication_factor": state.topic_replication_factor,
-            "linger_ms": float(state.write_linger_ms),
-            "transaction_timeout_ms": state.transaction_timeout_ms,
-            # past the transaction timeout a commit is settled by reading the state back
-            "commit_timeout_s": min(30.0, state.transaction_timeout_ms / 1000),
-            "write_mode": state.write_mode, "writer_refresh_s": state.write_refresh_ms / 1000,
-            "client_options": security.aiokafka_options()}

@@ -10,7 +10,7 @@ with the persister's topic-id map in the state topic.
 from __future__ import annotations
 
 import uuid
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 
 @runtime_checkable
@@ -48,3 +48,20 @@ class InMemoryTopicIdStore:
 
     def snapshot(self) -> dict[str, uuid.UUID]:
         return dict(self._ids)
+
+
+class PersisterTopicIds:
+    """The TopicIdStore the sidecar gives its Backend: the persister's topic-id map, so minted IDs
+    are kept with the share state (any persister with ``topic_id`` and ``delete_topic_id``)."""
+
+    def __init__(self, persister: Any) -> None:
+        self.persister = persister
+
+    async def get_or_create(self, name: str) -> uuid.UUID:
+        return uuid.UUID(await self.persister.topic_id(name, create=True))
+
+    async def forget(self, name: str, topic_id: uuid.UUID) -> None:
+        """Compare-and-delete: only drop the mapping if it still names this (deleted) topic."""
+        current = await self.persister.topic_id(name, create=False)
+        if current is not None and uuid.UUID(current) == topic_id:
+            await self.persister.delete_topic_id(name)

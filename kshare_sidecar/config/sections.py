@@ -132,6 +132,7 @@ class PluginSettings:
     assignor: str = _key("assignor")
     load: str = _key("plugins.load")
     disable: str = _key("plugins.disable")
+    trace: bool = _key("plugins.trace")
 
 
 @dataclass(frozen=True)

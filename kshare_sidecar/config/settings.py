@@ -331,8 +331,11 @@ SETTINGS: tuple[Setting, ...] = (
     _S("persister", "topic", str, "Persister plugin name (built-ins: topic, memory)."),
     _S("assignor", "simple", str, "Share-group assignor plugin name: the default of the per-group "
        "share.assignor (kshare's own group config)."),
-    _S("plugins.load", "", str, "Comma-separated allowlist of plugin distributions ('' = all)."),
-    _S("plugins.disable", "", str, "Comma-separated plugin names to block."),
+    _S("plugins.load", "", str, "Comma-separated allowlist of plugin entry points or distributions "
+       "('' = every installed plugin; built-ins always load)."),
+    _S("plugins.disable", "", str, "Comma-separated plugin names to block (entry points, distributions "
+       "or built-in modules): the way out of a broken plugin."),
+    _S("plugins.trace", False, bool, "Log every plugin hook call and registration."),
     _S("state.topic", "__kshare_state", str, "Compacted topic holding share-group state."),
     _S("state.topic.partitions", 16, int, "Partitions of the state topic when created.", 1, 1000),
     _S("state.topic.replication.factor", -1, int, "Replication factor (-1 = broker default).", -1, 32),
