@@ -47,6 +47,8 @@ from .reads import (
     empty_result,
     fetch_request,
     list_offsets_request,
+    list_offsets_timestamp,
+    route,
     to_result,
 )
 from .topic_ids import InMemoryTopicIdStore, TopicIdStore
@@ -105,7 +107,6 @@ class Backend:
         self._health_task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
-
     async def start(self) -> None:
         client = AIOKafkaClient(
             bootstrap_servers=self._bootstrap,
@@ -161,7 +162,6 @@ class Backend:
         await self.close()
 
     # ------------------------------------------------------------------ topics
-
     async def refresh(self, names: Iterable[str] | None = None) -> None:
         """Re-read metadata for ``names`` (None = every topic; concurrent full refreshes share one)."""
         if names is not None:
@@ -297,7 +297,6 @@ class Backend:
             cache.full_refresh_at = now
 
     # ------------------------------------------------------------------ fetch
-
     async def fetch(
         self,
         topic: str,
@@ -344,7 +343,7 @@ class Backend:
             if not pending:
                 break
             await self._ensure_known({r.topic for r in pending})
-            by_leader, errored = self._route(pending)
+            by_leader, errored = route(pending, self._leader)
             results.update(errored)
             outcomes = await asyncio.gather(
                 *(self._fetch_from(node, rs, max_wait_ms, isolation_level, max_bytes) for node, rs in by_leader.items())
@@ -416,23 +415,13 @@ class Backend:
         await asyncio.gather(*(offsets(k) for k in keys))
 
     # ------------------------------------------------------------------ offsets
-
     async def list_offsets(
         self, topic: str, partition: int, spec: OffsetSpec, *, isolation_level: int = 0
     ) -> int | None:
         """The offset for ``spec``: ``"earliest"`` = log start, ``"latest"`` = high watermark (or
         LSO with ``isolation_level=1``), an int = first offset whose timestamp ≥ it in ms; ``None``
         when no record is that recent (callers then use ``"latest"``)."""
-        ts: int
-        if spec == "earliest":
-            ts = EARLIEST
-        elif spec == "latest":
-            ts = LATEST
-        elif isinstance(spec, int) and not isinstance(spec, bool) and spec >= 0:
-            ts = spec
-        else:
-            raise ValueError(f"offset spec must be 'earliest', 'latest' or a timestamp in ms ≥ 0, not {spec!r}")
-        offset = await self._list_offset(topic, partition, ts, isolation_level)
+        offset = await self._list_offset(topic, partition, list_offsets_timestamp(spec), isolation_level)
         return None if offset < 0 else offset
 
     async def high_watermark(self, topic: str, partition: int) -> int:
@@ -467,7 +456,6 @@ class Backend:
         raise AssertionError("unreachable")
 
     # ------------------------------------------------------------------ plumbing
-
     def _require_client(self) -> AIOKafkaClient:
         if self._client is None:
             raise BackendError(E.UNKNOWN_SERVER_ERROR, "Backend is not started")
@@ -506,20 +494,3 @@ class Backend:
             raise UnknownTopicError(E.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic or partition {topic}[{partition}]",
                                     topic=topic, partition=partition)
         return entry.meta.leaders[partition]
-
-    def _route(
-        self, reads: list[PartitionRead]
-    ) -> tuple[dict[int, list[PartitionRead]], dict[TopicPartition, FetchResult]]:
-        by_leader: dict[int, list[PartitionRead]] = {}
-        errored: dict[TopicPartition, FetchResult] = {}
-        for r in reads:
-            try:
-                node = self._leader(r.topic, r.partition)
-            except UnknownTopicError:
-                errored[(r.topic, r.partition)] = empty_result(E.UNKNOWN_TOPIC_OR_PARTITION)
-                continue
-            if node < 0:
-                errored[(r.topic, r.partition)] = empty_result(E.LEADER_NOT_AVAILABLE)
-            else:
-                by_leader.setdefault(node, []).append(r)
-        return by_leader, errored

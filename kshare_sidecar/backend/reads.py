@@ -8,11 +8,13 @@ share logic needs: high watermark, LSO, log start offset and the aborted-transac
 from __future__ import annotations
 
 import datetime
-from collections.abc import Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 from .batches import parse_batches
+from .errors import LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION, UnknownTopicError
 from ..protocol.constants import ApiKey, OffsetSpec
+from ..protocol.types import TopicPartition
 from .kio_bridge import Builder, KioRequest, make
 from .types import FetchResult
 
@@ -130,3 +132,34 @@ def list_offsets_request(topic: str, partition: int, timestamp: int, isolation_l
         )
 
     return KioRequest(LIST_OFFSETS_API, LIST_OFFSETS_VERSIONS, build)
+
+
+def list_offsets_timestamp(spec: Any) -> int:
+    """ListOffsets' timestamp for ``Backend.list_offsets``' spec: ``"earliest"``, ``"latest"`` or a
+    timestamp in ms (≥ 0); anything else is the caller's mistake (ValueError)."""
+    if spec == "earliest":
+        return EARLIEST
+    if spec == "latest":
+        return LATEST
+    if isinstance(spec, int) and not isinstance(spec, bool) and spec >= 0:
+        return spec
+    raise ValueError(f"offset spec must be 'earliest', 'latest' or a timestamp in ms ≥ 0, not {spec!r}")
+
+
+def route(reads: list[PartitionRead], leader: Callable[[str, int], int]
+          ) -> tuple[dict[int, list[PartitionRead]], dict[TopicPartition, FetchResult]]:
+    """Reads grouped by the leader ``leader(topic, partition)`` names; a read without one (unknown
+    topic or partition, no leader now) is answered at once with its error."""
+    by_leader: dict[int, list[PartitionRead]] = {}
+    errored: dict[TopicPartition, FetchResult] = {}
+    for r in reads:
+        try:
+            node = leader(r.topic, r.partition)
+        except UnknownTopicError:
+            errored[(r.topic, r.partition)] = empty_result(UNKNOWN_TOPIC_OR_PARTITION)
+            continue
+        if node < 0:
+            errored[(r.topic, r.partition)] = empty_result(LEADER_NOT_AVAILABLE)
+        else:
+            by_leader.setdefault(node, []).append(r)
+    return by_leader, errored
