@@ -4,26 +4,30 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-fast typecheck test-spark bench fuzz test-fencing test-parity test-parity-debts test-cluster-faults test-sidecar-cluster test-franz test-kafka-apps test-topology test-tansu test-tokens test-console test-containers test-migration test-backends test-dlq soak test-soak test-hostile clean
+.PHONY: jvm demo test test-fast typecheck test-spark bench fuzz test-fencing test-parity test-parity-debts test-cluster-faults test-sidecar-cluster test-franz test-kafka-apps test-topology test-tansu test-tokens test-console test-containers test-migration test-backends test-dlq soak test-soak test-hostile clean
 
 $(STAMP): pyproject.toml
-	@command -v java >/dev/null || { echo "java not found: install a Java 17+ runtime"; exit 2; }
-	@command -v mvn >/dev/null || { echo "mvn not found: install Apache Maven"; exit 2; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
 	@rm -f $(VENV)/.installed-*; touch $@
 
-demo: $(STAMP)
+# The real brokers of the harness run on a JVM from Maven Central's jars: checked before any target that
+# starts one. test-fast, typecheck and bench need neither.
+jvm:
+	@command -v java >/dev/null || { echo "java not found: install a Java 17+ runtime"; exit 2; }
+	@command -v mvn >/dev/null || { echo "mvn not found: install Apache Maven"; exit 2; }
+
+demo: $(STAMP) jvm
 	$(VENV)/bin/kshare demo
 
 # The type check runs first (seconds; a type error fails the suite before the brokers start).
 # The Spark source has its own suite (PySpark is ~450 MB and the suite takes minutes): test-spark.
-test: $(STAMP)
+test: $(STAMP) jvm
 	$(PY) -m mypy
 	$(PY) -m pytest -q -rfEs --ignore=tests/spark
 
-test-spark: $(STAMP)
+test-spark: $(STAMP) jvm
 	$(PY) -m pip install -q -e '.[test,spark]'
 	$(PY) -m pytest -q -rfEs tests/spark
 
@@ -39,69 +43,69 @@ bench: $(STAMP)
 
 # Hostile frames against a live sidecar on Kafka 3.9 (docs/wire.md, "Reliability"); opt-in.
 FUZZ_MINUTES ?= 10
-fuzz: $(STAMP)
+fuzz: $(STAMP) jvm
 	$(PY) tests/fuzz/run.py --minutes $(FUZZ_MINUTES) --progress
 
 # The fencing fault scenarios (docs/persistence.md), each run FENCING_REPEAT times in a row; opt-in.
 FENCING_REPEAT ?= 5
-test-fencing: $(STAMP)
-	KSHARE_FENCING_REPEAT=$(FENCING_REPEAT) KSHARE_FENCING_MODES=fenced,transactional $(PY) -m pytest -q -rfEs -m kafka tests/e2e/test_fencing_faults.py
+test-fencing: $(STAMP) jvm
+	KSHARE_FENCING_REPEAT=$(FENCING_REPEAT) KSHARE_FENCING_MODES=fenced,transactional $(PY) -m pytest -q -rfEs -m kafka --run fencing tests/e2e/test_fencing_faults.py
 
 # The differential harness (docs/testing.md): PARITY_EXAMPLES generated sequences on native Kafka
 # 4.4 (the reference, alias "4") and kshare on 3.9, step by step; opt-in (hours for thousands).
 PARITY_EXAMPLES ?= 1000
-test-parity: $(STAMP)
+test-parity: $(STAMP) jvm
 	KSHARE_PARITY_EXPLORE=1 KSHARE_PARITY_EXAMPLES=$(PARITY_EXAMPLES) $(PY) -m pytest -q -rfEs tests/e2e/parity
 
 # Parity debts found side by side (docs/compatibility.md): a fresh ACL grant on SASL_SSL, group configs
 # changed under a running consumer, a consumer_byte_rate quota — each on native Kafka 4.4 and kshare
 # over 3.9; opt-in (about 8 minutes: each file starts its own 4.4 broker).
-test-parity-debts: $(STAMP)
+test-parity-debts: $(STAMP) jvm
 	$(PY) -m pytest -q -rfEs -s --run parity-debts tests/e2e/test_fresh_grant_parity.py \
 		tests/e2e/test_live_group_config_parity.py tests/e2e/test_client_quota_parity.py
 
 # Dead-letter queues and Kafka 4.4's tools side by side: the same scenarios on native Kafka 4.4.0 and
 # kshare on 3.9, compared field by field (docs/extensions.md); opt-in, a few minutes.
-test-dlq: $(STAMP)
+test-dlq: $(STAMP) jvm
 	$(PY) -m pytest -q -rfEs --run dlq tests/e2e/test_dlq_parity.py tests/e2e/test_tools_44.py
 
 # A 3-broker backend: partition and state-topic leaders restarted under a 200k share-consume; opt-in.
-test-cluster-faults: $(STAMP)
-	KSHARE_CLUSTER_FAULTS=1 $(PY) -m pytest -q -rfEs tests/e2e/test_cluster3_failover.py
+test-cluster-faults: $(STAMP) jvm
+	$(PY) -m pytest -q -rfEs --run cluster-faults tests/e2e/test_cluster3_failover.py
 
-# A cluster of sidecars (issue 15): kill -9 / a fourth joining under 200k records, rolling restart, a single
+# A cluster of sidecars: kill -9 / a fourth joining under 200k records, rolling restart, a single
 # sidecar's (older layout) state topic taken over by three, and the native reference (3-broker Kafka
 # 4.3.1, a broker killed under the same load); opt-in.
-test-sidecar-cluster: $(STAMP)
-	KSHARE_SIDECAR_CLUSTER=1 $(PY) -m pytest -q -rfEs -s tests/e2e/test_sidecar_cluster.py tests/e2e/test_cluster_layout.py tests/e2e/test_cluster_native_reference.py
+test-sidecar-cluster: $(STAMP) jvm
+	$(PY) -m pytest -q -rfEs -s --run sidecar-cluster tests/e2e/test_sidecar_cluster.py tests/e2e/test_cluster_layout.py tests/e2e/test_cluster_native_reference.py
 
 # The deployment topologies run for real (compose/kafka39-cluster.yml, compose/kubernetes/): each
 # host a network namespace (root and iproute2); opt-in, a few minutes.
-test-topology: $(STAMP)
-	KSHARE_TOPOLOGY=1 $(PY) -m pytest -q -rfEs -s tests/e2e/test_topology.py
+test-topology: $(STAMP) jvm
+	$(PY) -m pytest -q -rfEs -s --run topology tests/e2e/test_topology.py
 
 # franz-go's own integration suite (pkg/kgo, pinned version from the Go module proxy) with the
 # sidecar as its one bootstrap, on Kafka 3.9 and 4.3 backends, beside native Kafka 4.3; opt-in (~30 min).
-test-franz: $(STAMP)
-	KSHARE_FRANZ=1 $(PY) -m pytest -q -rfEs -s tests/e2e/test_franz_suite.py
+test-franz: $(STAMP) jvm
+	$(PY) -m pytest -q -rfEs -s --run franz tests/e2e/test_franz_suite.py
 
 # Kafka 4.4's own applications (Kafka Streams EOS word count with a SIGKILL, VerifiableProducer/
 # VerifiableConsumer, TransactionalMessageCopier) through the sidecar and natively; opt-in.
-test-kafka-apps: $(STAMP)
-	KSHARE_KAFKA_APPS=1 $(PY) -m pytest -q -rfEs -s tests/e2e/test_kafka_apps.py
+test-kafka-apps: $(STAMP) jvm
+	$(PY) -m pytest -q -rfEs -s --run kafka-apps tests/e2e/test_kafka_apps.py
 
-# kshare on tansu 0.6.0, a Kafka-compatible broker that is not Apache Kafka (issue 16; docs/compatibility.md,
+# kshare on tansu 0.6.0, a Kafka-compatible broker that is not Apache Kafka (docs/compatibility.md,
 # "Tansu"); opt-in. Builds tansu with cargo into ~/.cache/kshare/tansu-0.6.0 first if missing (~40 min on 2 cores).
-test-tansu: $(STAMP)
+test-tansu: $(STAMP) jvm
 	$(VENV)/bin/kshare dev install-tansu
-	KSHARE_TANSU=1 $(PY) -m pytest -q -rfEs tests/integration/test_tansu_backend.py tests/e2e/test_tansu.py
+	$(PY) -m pytest -q -rfEs --run tansu tests/integration/test_tansu_backend.py tests/e2e/test_tansu.py
 
-# Credentials that expire under load (issue 16): delegation tokens of 8 s replaced while an mTLS
+# Credentials that expire under load: delegation tokens of 8 s replaced while an mTLS
 # client produces for 25 s through a sidecar passing through as the client, upstreams
 # re-authenticating in place; a sidecar without CREATE_TOKENS; OAUTHBEARER tokens from an endpoint
 # refreshed while the sidecar's backend sessions re-authenticate (KIP-368); opt-in (~2 min).
-test-tokens: $(STAMP)
-	KSHARE_TOKEN_REAUTH=1 $(PY) -m pytest -q -rfEs -s tests/e2e/test_acl_parity.py tests/e2e/test_backend_oauth_endpoint.py \
+test-tokens: $(STAMP) jvm
+	$(PY) -m pytest -q -rfEs -s --run tokens tests/e2e/test_acl_parity.py tests/e2e/test_backend_oauth_endpoint.py \
 		-k "tokens_are_replaced or without_create_tokens or tokens_refresh_and_sessions_reauthenticate"
 
 # The console's opt-in suite (docs/console.md): Debian's headless chromium driven through its chromedriver
@@ -109,7 +113,7 @@ test-tokens: $(STAMP)
 # docs/console/), Debian's Prometheus scraping a live sidecar under load (every dashboard query returns
 # series; the alert rules load), and a redrive of 600 dead letters under load with the sidecar killed
 # mid-way; ~6 min. Installs the Debian packages (as root) and the `browser` extra when missing.
-test-console: $(STAMP)
+test-console: $(STAMP) jvm
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null && command -v prometheus >/dev/null \
 		|| flock /tmp/apt.lock apt-get install -y -q chromium chromium-driver prometheus
 	$(PY) -m pip install -q -e '.[test,console,browser]'
@@ -118,14 +122,14 @@ test-console: $(STAMP)
 
 # Share groups moved between kshare and native Kafka 4.4 both ways, and docs/migration.md's upgrade
 # procedure (Kafka 3.9 upgraded in place to 4.4 while kshare serves it) run as written; opt-in (~15 min).
-test-migration: $(STAMP)
+test-migration: $(STAMP) jvm
 	$(PY) -m pytest -q -rfEs -s --run migration tests/e2e/test_migration.py tests/e2e/test_migration_upgrade.py
 
 # The backend matrix (docs/compatibility.md, "Backends"): kshare on Kafka 2.8.2 and 3.5.2 (ZooKeeper), 3.7.2,
 # 3.9.2, 4.0.1, 4.1.1 and 4.4.0 (KRaft), one release at a time: share scenarios, every state write mode with
 # a sidecar kill -9, zombie sidecars, pass-through, a backend restart; Kafka 2.4 refused. Writes
 # docs/compatibility-matrix.json and renders the table into docs/compatibility.md; opt-in (~1 h).
-test-backends: $(STAMP)
+test-backends: $(STAMP) jvm
 	$(PY) -m pytest -q -rfEs --run backends tests/e2e/backends; rc=$$?; \
 		$(PY) -m kshare_sidecar.testing.matrix; exit $$rc
 
@@ -136,7 +140,7 @@ clean:
 # Debian's docker.io installed if missing and a private dockerd started, then stopped at the end),
 # local images from Debian's packages (cached by tag), the project's Dockerfile built on them, the
 # testcontainers example of docs/testing.md, and every compose file run, a sidecar killed under load; opt-in.
-test-containers: $(STAMP)
+test-containers: $(STAMP) jvm
 	$(PY) -m pytest -q -rfEs --run containers tests/containers
 
 # The soak (docs/testing.md, "The soak"): steady share-consume load through two sidecars over Kafka 3.9
@@ -145,7 +149,7 @@ test-containers: $(STAMP)
 SOAK_MINUTES ?= 60
 SOAK_INTERVAL_MINUTES ?= 10
 SOAK_OUT ?= soak-out
-soak: $(STAMP)
+soak: $(STAMP) jvm
 	$(PY) -m pytest -q -rfEs -s --run soak tests/soak/test_soak.py --soak-minutes $(SOAK_MINUTES) \
 		--soak-interval-minutes $(SOAK_INTERVAL_MINUTES) --soak-out $(SOAK_OUT)
 test-soak: soak  # the name the opt-in marker's skip message gives
@@ -154,5 +158,5 @@ test-soak: soak  # the name the opt-in marker's skip message gives
 # a billion MaxRecords, a client that never acknowledges, connections over the per-address limit, requests
 # over socket.request.max.bytes — each on native Kafka 4.4 and kshare over 3.9 — and, on kshare, thousands
 # of connections at the open-file limit and a pipelined flood; opt-in (~4 min with the 4.4 broker's start).
-test-hostile: $(STAMP)
+test-hostile: $(STAMP) jvm
 	$(PY) -m pytest -q -rfEs -s --run hostile tests/e2e/test_hostile_clients.py

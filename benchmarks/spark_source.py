@@ -209,7 +209,7 @@ def sidecar_process(backend: str, record_locks: int = 0, settings: dict[str, str
     the client under test. ``settings``: extra sidecar settings (``--sidecar-config``)."""
     from common import SidecarProcess
 
-    from kshare_sidecar.config_settings import env_name
+    from kshare_sidecar.config.settings import env_name
 
     wanted = {**broker_limits(record_locks), **(settings or {})}
     return SidecarProcess(backend, env={env_name(k): str(v) for k, v in wanted.items()})

@@ -3,7 +3,7 @@
 Why here, at the top of the package: this is the one module that knows every layer. The
 services (service/) are built from the typed config and handed to the API handlers (api/),
 which go into a registry behind one Dispatcher per listener (wire/) — so service/ never imports
-api/ or wire/, and the data flow ``wire → api → service → group/share → log/persist`` has no
+api/ or wire/, and the data flow ``wire → api → service → group/share → backend/persist`` has no
 way back up (docs/architecture.md).
 
 Start order matters: the persister recovers before the listener accepts, so no client sees
@@ -17,7 +17,7 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from typing import Any
 
 from . import plugins
@@ -31,16 +31,20 @@ from .api import shares as shares_api
 from .api import versions as versions_api
 from .api.sasl import ListenerHandler
 from .auth.authorizer import AuthorizerError, BackendAuthorizer, backend_authorizer
+from .protocol.constants import SCRAM_MECHANISMS
 from .quota.client_quotas import ClientQuotas, client_quotas
 from .auth.tls import server_ssl_context
 from .cluster.view import ClusterView
 from .config import ConfigError, ListenerSpec, SidecarConfig
+from .config.checks import check_cluster_config
+from .default_plugins.persisters import persister_options
 from .group.assign import assign_with
 from .group.coordinator import ShareGroupCoordinator
-from .log.backend import Backend
-from .log.compat import BackendProfile, check_backend
-from .log.security import BackendSecurity
-from .log.types import TopicInfo
+from .backend.backend import Backend
+from .backend.catalog import BackendCatalog
+from .backend.compat import BackendProfile, check_backend
+from .backend.security import BackendSecurity
+from .backend.topic_ids import PersisterTopicIds
 from .service.admin import AdminService
 from .service.deadletter import DeadLetterService, DeadLetterWriter
 from .service.dlqtopics import DeadLetterTopics
@@ -57,41 +61,6 @@ log = logging.getLogger("kshare.sidecar")
 
 def monotonic_ms() -> int:
     return int(time.monotonic() * 1000)
-
-
-class PersisterTopicIds:
-    """Stable topic IDs minted for backends that have none, kept with the share state."""
-
-    def __init__(self, persister: Any) -> None:
-        self.persister = persister
-
-    async def get_or_create(self, name: str) -> uuid.UUID:
-        return uuid.UUID(await self.persister.topic_id(name, create=True))
-
-    async def forget(self, name: str, topic_id: uuid.UUID) -> None:
-        """Compare-and-delete: only drop the mapping if it still names this (deleted) topic."""
-        current = await self.persister.topic_id(name, create=False)
-        if current is not None and uuid.UUID(current) == topic_id:
-            await self.persister.delete_topic_id(name)
-
-
-class BackendCatalog:
-    """The Metadata handler's view of the backend (api.catalog.TopicCatalog): internal topics hidden."""
-
-    def __init__(self, backend: Backend, hidden: set[str]) -> None:
-        self.backend = backend
-        self.hidden = hidden
-
-    async def describe_topics(self, names: Collection[str] | None) -> dict[str, TopicInfo]:
-        topics = await self.backend.describe_topics(list(names) if names is not None else None)
-        return {n: t for n, t in topics.items() if n not in self.hidden}
-
-    async def refresh_topics(self, names: Collection[str]) -> None:
-        await self.backend.refresh_topics(names)
-
-    async def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
-        info = await self.backend.resolve_topic_id(topic_id)
-        return None if info is None or info.name in self.hidden else info
 
 
 class Sidecar:
@@ -141,8 +110,7 @@ class Sidecar:
 
     async def start(self) -> None:
         cfg = self.config
-        plugins.load_plugins(load=_names(cfg.plugins.load) if cfg.plugins.load else None,
-                             disable=_names(cfg.plugins.disable) or None)
+        plugins.load_configured(cfg.plugins)
         self.security = BackendSecurity.from_config(cfg)
         specs = cfg.listener_specs()
         tls = self._listener_security(specs)
@@ -171,7 +139,7 @@ class Sidecar:
         if cfg.passthrough.enable:
             await self._install_passthrough(registry, hidden)
         else:
-            from .forward.native import refuse_marking
+            from .passthrough.native import refuse_marking
             refuse_marking(registry)  # nothing can be passed to the backend (docs/migration.md)
         if self.cluster_view is not None:
             await self._join_cluster(registry, hidden, specs)
@@ -180,7 +148,7 @@ class Sidecar:
         self.listener, self.dispatcher = self.listeners[0], self._dispatchers[0]
         self.node = self.dispatcher.node
         self._tasks.append(asyncio.create_task(self._expire_members(), name="kshare-member-expiry"))
-        if cfg.server.metrics_port > 0:  # Prometheus /metrics (issue 7)
+        if cfg.server.metrics_port > 0:  # Prometheus /metrics
             from .metrics import MetricsServer
             self.metrics = MetricsServer(self, cfg.server.metrics_port)
             self.metrics.start()
@@ -246,7 +214,7 @@ class Sidecar:
     def _replays_plain(self) -> bool:
         """passthrough.credentials = client: a PLAIN client's password can be replayed to the backend."""
         return (self.config.passthrough.credentials == "client"
-                and self.security.mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"))
+                and self.security.mechanism in ("PLAIN", *SCRAM_MECHANISMS))
 
     def _needs_tokens(self, specs: list[ListenerSpec]) -> bool:
         """passthrough.credentials = client and a listener can authenticate a client whose password
@@ -276,13 +244,13 @@ class Sidecar:
         """The persister, recovered (and, in a cluster of sidecars, owning only what it is assigned)."""
         cfg = self.config
         self.persister = self._persister or plugins.get_persister(cfg.plugins.persister,
-                                                                  **_persister_options(cfg, self.security))
-        if cfg.cluster.name:  # a cluster of sidecars (issue 15): own only what the group assigns
-            _check_cluster_config(cfg, specs, self.persister)
+                                                                  **persister_options(cfg, self.security))
+        if cfg.cluster.name:  # a cluster of sidecars: own only what the group assigns
+            check_cluster_config(cfg, specs, self.persister)
             self.persister.enable_cluster()
         await self.persister.start()
         log.info("share state recovered from persister %r: %s", cfg.plugins.persister, self.persister.recovery_stats)
-        if hasattr(self.persister, "superseded_listeners"):  # fencing (issue 11)
+        if hasattr(self.persister, "superseded_listeners"):  # fencing
             self.persister.superseded_listeners.append(self._on_superseded)
 
     def _build_services(self) -> int:
@@ -372,8 +340,8 @@ class Sidecar:
             dispatcher.node = dataclasses.replace(node, port=listener.port)
 
     async def _install_passthrough(self, registry: ApiRegistry, hidden: set[str]) -> None:
-        """Every API the sidecar does not serve goes to the backend (issue 13, docs/passthrough.md)."""
-        from .forward import BackendPool, Reserved, install, mixed, native
+        """Every API the sidecar does not serve goes to the backend (docs/passthrough.md)."""
+        from .passthrough import BackendPool, Reserved, install, mixed, native
 
         self.pool = BackendPool(self.config.backend.bootstrap_servers, security=self.security)
         await self.pool.start()
@@ -406,8 +374,8 @@ class Sidecar:
         return group.configs if group is not None else None
 
     async def _install_dlq_opt_in(self, registry: ApiRegistry) -> None:
-        """KIP-1191's topic opt-in kept by kshare on a backend that cannot hold it (forward/dlqoptin.py)."""
-        from .forward import dlqoptin
+        """KIP-1191's topic opt-in kept by kshare on a backend that cannot hold it (passthrough/dlqoptin.py)."""
+        from .passthrough import dlqoptin
 
         await dlqoptin.probe(self.pool, self.config.state.topic, self.dlq_topics)
         for api_key, wrap in ((19, dlqoptin.create_topics), (44, dlqoptin.alter_configs),
@@ -424,18 +392,17 @@ class Sidecar:
         await self.backend.forget_deleted(names, ids)
 
     async def _start_tokens(self) -> None:
-        """Delegation tokens owned by clients' principals (forward/tokens.py), checked once now."""
-        from .forward.tokens import DelegationTokens, TokenError
+        """Delegation tokens owned by clients' principals (passthrough/tokens.py), checked once now."""
+        from .passthrough.tokens import DelegationTokens, DelegationTokenError
 
         cfg = self.config.passthrough
-        mechanism = self.security.mechanism if self.security.mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512") \
-            else "SCRAM-SHA-512"
+        mechanism = self.security.mechanism if self.security.mechanism in SCRAM_MECHANISMS else "SCRAM-SHA-512"
         self.tokens = DelegationTokens(self.pool, mechanism=mechanism,
                                        max_lifetime_ms=cfg.delegation_token_max_lifetime_ms,
                                        idle_ms=cfg.delegation_token_idle_ms)
         try:
             await self.tokens.start()
-        except TokenError as exc:
+        except DelegationTokenError as exc:
             raise ConfigError(f"passthrough.credentials = 'client' needs delegation tokens at the backend for "
                               f"clients without a replayable password: {exc}") from None
         self.forwarder.tokens = self.tokens
@@ -487,7 +454,7 @@ class Sidecar:
                 log.exception("member expiry failed")
 
     async def stop(self) -> None:
-        if getattr(self, "metrics", None) is not None:  # Prometheus /metrics (issue 7)
+        if getattr(self, "metrics", None) is not None:  # Prometheus /metrics
             self.metrics.stop()
             self.metrics = None
         for listener in self.listeners:
@@ -521,36 +488,3 @@ def _load_assignors(default: str) -> dict[str, Callable[..., Any]]:
             log.error("assignor %r could not be built and cannot be chosen by share.assignor: %s: %s",
                       name, type(exc).__name__, exc)
     return out
-
-
-def _check_cluster_config(cfg: SidecarConfig, specs: list[ListenerSpec], persister: Any) -> None:
-    """One line naming the key when a cluster of sidecars cannot work with this configuration."""
-    name = cfg.cluster.name
-    if not hasattr(persister, "enable_cluster") or getattr(persister, "name", "") != "topic":
-        raise ConfigError(f"cluster.name = {name!r} needs persister = 'topic' (the sidecars share "
-                          f"the state topic), got {cfg.plugins.persister!r}")
-    if cfg.state.write_mode not in ("fenced", "transactional"):
-        raise ConfigError(f"cluster.name = {name!r} needs state.write.mode = 'fenced' or 'transactional' "
-                          f"(handover fences the previous owner's writer), got {cfg.state.write_mode!r}")
-    for spec in specs:
-        if not spec.advertised_port:
-            raise ConfigError(f"cluster.name = {name!r} needs listeners with an explicit port (the other "
-                              f"sidecars advertise it); listener {spec.name} binds port 0")
-
-
-def _names(text: str) -> list[str]:
-    return [n.strip() for n in text.split(",") if n.strip()]
-
-
-def _persister_options(cfg: SidecarConfig, security: BackendSecurity) -> dict[str, Any]:
-    if cfg.plugins.persister != "topic":
-        return {}
-    state = cfg.state
-    return {"bootstrap_servers": cfg.backend.bootstrap_servers, "topic": state.topic,
-            "partitions": state.topic_partitions, "replication_factor": state.topic_replication_factor,
-            "linger_ms": float(state.write_linger_ms),
-            "transaction_timeout_ms": state.transaction_timeout_ms,
-            # past the transaction timeout a commit is settled by reading the state back (issue 11)
-            "commit_timeout_s": min(30.0, state.transaction_timeout_ms / 1000),
-            "write_mode": state.write_mode, "writer_refresh_s": state.write_refresh_ms / 1000,
-            "client_options": security.aiokafka_options()}

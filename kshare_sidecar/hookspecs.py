@@ -45,8 +45,10 @@ def register_persisters(register):
     Call ``register(name, factory, description="")`` once per persister. ``factory(**options)``
     returns an object implementing :class:`kshare_sidecar.persist.Persister` (async
     ``start``/``recover``/``close``, ``initialize``/``read``/``write``/``delete``/
-    ``read_summary`` with Kafka's state-epoch and leader-epoch fencing). The sidecar config
-    selects one by name and passes its options as keyword arguments.
+    ``read_summary`` with Kafka's state-epoch and leader-epoch fencing). The sidecar setting
+    ``persister`` selects one by name; only the built-in ``topic`` is given options (the
+    ``state.*`` settings and the backend's, ``default_plugins.persisters.persister_options``),
+    any other is called with none.
     """
 
 
@@ -56,7 +58,7 @@ def register_authenticators(register):
 
     Call ``register(name, factory, description="")`` once per authenticator.
     ``factory(config=..., backend_security=...)`` (the :class:`~kshare_sidecar.config.SidecarConfig`
-    and the backend's :class:`~kshare_sidecar.log.security.BackendSecurity`; accept ``**_`` for
+    and the backend's :class:`~kshare_sidecar.backend.security.BackendSecurity`; accept ``**_`` for
     arguments added later) returns an object implementing
     :class:`kshare_sidecar.auth.authenticators.Authenticator`: a ``mechanisms`` set, async
     ``verify_plain(username, password) -> bool``, async ``scram_credential(mechanism, username)

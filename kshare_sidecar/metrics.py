@@ -69,7 +69,7 @@ class Stats:
         self.acks = {name: 0 for name in ACK_TYPE_NAMES.values()}
         # last high watermark seen per share-partition key (set once per backend fetch, for lag)
         self.high_watermarks: dict[Any, int] = {}
-        # read path (issue 14): read amplification = backend_fetch_bytes / delivered_bytes
+        # read path: read amplification = backend_fetch_bytes / delivered_bytes
         self.backend_fetch_requests = 0
         self.backend_fetch_bytes = 0  # record bytes received from backend Fetches (incl. cut-off tails)
         self.delivered_bytes = 0  # record bytes sent to clients in ShareFetch responses
@@ -78,7 +78,7 @@ class Stats:
         self.cache_hits = 0
         self.cache_misses = 0
         self.cache_bytes = 0  # gauge: bytes held by the read-ahead cache
-        # listener name -> SASL authentications that succeeded / failed (issue 16)
+        # listener name -> SASL authentications that succeeded / failed
         self.authentications: dict[str, int] = {}
         self.authentication_failures: dict[str, int] = {}
         # per share group (the console's rates and the alert rules): records delivered, of those

@@ -4,13 +4,11 @@ Nothing is loaded at import time: the CLI / server entry point calls :func:`load
 Built-in features live in :mod:`kshare_sidecar.default_plugins` and register through the same
 hooks as third-party plugins (entry-point group ``kshare_sidecar``).
 
-Environment (explicit arguments to :func:`load_plugins` take precedence):
-
-* ``KSHARE_LOAD_PLUGINS`` — comma-separated allowlist of entry-point or distribution names;
-  set to the empty string to load no outside plugin at all (built-ins still load).
-* ``KSHARE_DISABLE_PLUGINS`` — comma-separated names to block (entry points or built-ins,
-  e.g. ``kshare_sidecar.default_plugins.persisters``).
-* ``KSHARE_TRACE_PLUGINS`` — any non-empty value logs every hook call and registration.
+One switch says which plugins load: the sidecar settings ``plugins.load`` (allowlist of
+entry-point or distribution names; empty = every installed plugin), ``plugins.disable`` (names to
+block, built-ins included) and ``plugins.trace`` (log every hook call and registration), from the
+config file or ``KSHARE_PLUGINS_*`` like every other setting; :func:`load_configured` applies
+them (the sidecar and ``kshare plugins`` both call it).
 
 A plugin that fails to import, fails validation or raises inside a hook is recorded as a
 :class:`PluginFailure` (logged at ERROR with its name, listed by ``kshare plugins``); the
@@ -22,7 +20,6 @@ from __future__ import annotations
 import importlib
 import importlib.metadata as importlib_metadata
 import logging
-import os
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -41,10 +38,6 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "kshare_sidecar.default_plugins.authenticators",
     "kshare_sidecar.default_plugins.persisters",
 )
-
-ENV_LOAD = "KSHARE_LOAD_PLUGINS"
-ENV_DISABLE = "KSHARE_DISABLE_PLUGINS"
-ENV_TRACE = "KSHARE_TRACE_PLUGINS"
 
 # registry kind -> the hook that fills it
 REGISTRY_HOOKS: dict[str, str] = {
@@ -97,10 +90,9 @@ class _PluginMeta:
     builtin: bool = False
 
 
-def _split_env(value: str | None) -> list[str] | None:
-    if value is None:
-        return None
-    return [part.strip() for part in value.split(",") if part.strip()]
+def names(text: str) -> list[str]:
+    """The names of a comma-separated setting (``plugins.load``, ``plugins.disable``)."""
+    return [part.strip() for part in text.split(",") if part.strip()]
 
 
 def _error_text(exc: BaseException) -> str:
@@ -132,21 +124,18 @@ class PluginHost:
         load: Iterable[str] | None = None,
         disable: Iterable[str] | None = None,
         entry_points: bool = True,
-        trace: bool | None = None,
+        trace: bool = False,
     ) -> None:
         """Load built-ins and the allowed entry points, once (idempotent).
 
-        ``load``: allowlist of entry-point / distribution names (``[]`` = no outside plugin);
-        ``None`` falls back to ``KSHARE_LOAD_PLUGINS``, then to "all installed".
-        ``disable``: names to block; ``None`` falls back to ``KSHARE_DISABLE_PLUGINS``.
+        ``load``: allowlist of entry-point / distribution names (``None`` = every installed
+        plugin, ``[]`` = none from outside); ``disable``: names to block.
         """
         if self._loaded:
             return
         self._loaded = True
-        allow = list(load) if load is not None else _split_env(os.environ.get(ENV_LOAD))
-        blocked = list(disable) if disable is not None else (_split_env(os.environ.get(ENV_DISABLE)) or [])
-        if trace is None:
-            trace = bool(os.environ.get(ENV_TRACE))
+        allow = list(load) if load is not None else None
+        blocked = list(disable or ())
         if trace:
             self._install_trace()
         for name in blocked:
@@ -347,9 +336,15 @@ pm = host.pm
 
 
 def load_plugins(*, load: Iterable[str] | None = None, disable: Iterable[str] | None = None,
-                 entry_points: bool = True, trace: bool | None = None) -> None:
+                 entry_points: bool = True, trace: bool = False) -> None:
     """Load built-ins and allowed entry-point plugins into the default host (idempotent)."""
     host.load_plugins(load=load, disable=disable, entry_points=entry_points, trace=trace)
+
+
+def load_configured(settings: Any) -> None:
+    """Load plugins as the config's plugin settings say (``SidecarConfig.plugins``: ``load``,
+    ``disable``, ``trace``): the one switch."""
+    load_plugins(load=names(settings.load) or None, disable=names(settings.disable), trace=settings.trace)
 
 
 def get_plugins() -> list[dict[str, Any]]:

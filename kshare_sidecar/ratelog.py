@@ -48,5 +48,5 @@ class RateLimitedLog:
 
 def backend_failures(logger: logging.Logger) -> RateLimitedLog:
     """For lines that repeat a backend failure per request: one per kind per minute. During an
-    outage the backend's own health lines (log/health.py) say how long it lasts."""
+    outage the backend's own health lines (backend/health.py) say how long it lasts."""
     return RateLimitedLog(logger, interval_s=60.0, burst=1)

@@ -32,7 +32,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..auth.acls import CLUSTER_NAME, NOT_PROVIDED, Decider, Op, Res
-from ..log.errors import BackendError, UnknownTopicError
+from ..backend.errors import BackendError, UnknownTopicError
 from ..protocol.constants import ApiKey, OffsetSpec
 from ..service.admin import AdminError, AdminService, GroupDescription
 from .context import KafkaError, RequestContext, acl_of

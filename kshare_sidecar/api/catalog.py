@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Collection, Iterable, Mapping
 from typing import Protocol, runtime_checkable
 
-from ..log.types import TopicInfo
+from ..backend.types import TopicInfo
 
 
 @runtime_checkable

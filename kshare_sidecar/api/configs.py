@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode
 from ..protocol.constants import ApiKey, ConfigResourceType, ConfigSource
 from ..service.admin import AdminError, AdminService
 from ..config import GROUP_CONFIGS
-from ..config_settings import BY_KEY
+from ..config.settings import BY_KEY
 from ..service.cluster import PEER_CLIENT_ID
 from ..auth.acls import Op, Res
 from .context import RequestContext, acl_of

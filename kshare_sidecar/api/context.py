@@ -11,9 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from kio.schema.errors import ErrorCode
-
 from ..auth.acls import ALLOW_ALL, Decider
+from ..protocol.errors import KafkaError
+
+# KafkaError is what a handler raises to answer with an error code instead of a result.
+__all__ = ["ConnectionHandle", "KafkaError", "NodeIdentity", "RequestContext", "acl_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,20 +47,6 @@ class ConnectionHandle(Protocol):
     peer_port: int
 
     def add_close_callback(self, callback: Callable[[Any], Any]) -> None: ...
-
-
-class KafkaError(Exception):
-    """Raise from a handler to answer with a Kafka error code instead of a result.
-
-    The registry turns it into the API's error response (the entry's ``error_response`` or the
-    generic one). Anything else a handler raises becomes UNKNOWN_SERVER_ERROR — which the share
-    clients treat as fatal on heartbeats, so handlers should prefer explicit, retriable codes.
-    """
-
-    def __init__(self, code: ErrorCode | int, message: str | None = None) -> None:
-        self.code = ErrorCode(code)
-        self.message = message
-        super().__init__(f"{self.code.name}" + (f": {message}" if message else ""))
 
 
 def _noop() -> None:

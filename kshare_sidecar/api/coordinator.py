@@ -4,7 +4,7 @@ librdkafka asks with v0–2 (one ``Key`` + ``KeyType``), Java up to v6 (``Coordi
 from v4). Key types, following Kafka's semantics:
 
 - 0 GROUP: this node, whatever the group id (the sidecar is the only node).
-- 1 TRANSACTION: with pass-through (issue 13) this node too — the sidecar forwards transactional
+- 1 TRANSACTION: with pass-through this node too — the sidecar forwards transactional
   requests to the backend's transaction coordinator; without it COORDINATOR_NOT_AVAILABLE, the
   code a broker gives when it cannot name a coordinator for that key.
 - 2 SHARE: broker-internal (share-state coordinator, ``group:topicId:partition`` keys, only valid
@@ -39,7 +39,7 @@ GROUP, TRANSACTION, SHARE = CoordinatorType.GROUP, CoordinatorType.TRANSACTION, 
 def _coordinator(ctx: RequestContext, key: str, key_type: int, transactions: bool = False,
                  cluster: Any = None) -> dict[str, Any]:
     if key_type == GROUP and cluster is not None:
-        # a cluster of sidecars (issue 15): the sidecar owning the group record's state partition
+        # a cluster of sidecars: the sidecar owning the group record's state partition
         owner = cluster.coordinator(key)
         found = cluster.node(owner, ctx.listener) if owner is not None else None
         if owner == ctx.node.node_id:
@@ -141,7 +141,7 @@ def coordinator_error_response(
 
 def register(registry: ApiRegistry, *, check=None, cluster: Any = None) -> None:
     """``check``: the pass-through backend lookup (see :func:`forwarding`); ``cluster``: a
-    ``ClusterView`` — group keys are coordinated by the sidecar owning the group (issue 15)."""
+    ``ClusterView`` — group keys are coordinated by the sidecar owning the group."""
     registry.register(
         API_KEY, MIN_VERSION, MAX_VERSION,
         forwarding(check, cluster) if check is not None else local(cluster),

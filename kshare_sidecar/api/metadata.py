@@ -20,7 +20,7 @@ from kio.static.primitive import i32, i32Timedelta
 
 from ..protocol.constants import ApiKey
 from ..auth.acls import CLUSTER_NAME, NOT_PROVIDED, Decider, Op, Res
-from ..log.types import TopicInfo
+from ..backend.types import TopicInfo
 from .catalog import TopicCatalog
 from .context import KafkaError, RequestContext, acl_of
 from .registry import ApiRegistry
@@ -43,7 +43,7 @@ class MetadataHandler:
                  backend_operations: bool = True) -> None:
         self._catalog = catalog
         self._backend = backend
-        #: a cluster of sidecars (issue 15): a ``ClusterView`` — every live sidecar is a broker and
+        #: a cluster of sidecars: a ``ClusterView`` — every live sidecar is a broker and
         #: each partition's leader is the sidecar leading its share-partitions
         self._cluster = cluster
         #: passthrough.credentials = sidecar: the backend's authorized operations (computed for the

@@ -32,7 +32,7 @@ from kio.schema.errors import ErrorCode
 from ..wire import codec
 from ..wire.errors import CloseConnection, MalformedFrame, UnsupportedRequest
 from ..wire.framing import FramePieces
-from ..log.errors import BackendError
+from ..backend.errors import BackendError
 from ..ratelog import RateLimitedLog, backend_failures
 from .context import ConnectionHandle, KafkaError, NodeIdentity, RequestContext
 from .convert import convert
@@ -78,11 +78,11 @@ class ApiEntry:
     handler: Handler
     error_response: ErrorResponder | None = None
     #: A forwarded API: ``handler(conn, frame, release) -> frame | None`` gets the request bytes
-    #: as they came (bounds-checked, never decoded here) — see ``kshare_sidecar.forward``.
+    #: as they came (bounds-checked, never decoded here) — see ``kshare_sidecar.passthrough``.
     raw: bool = False
     #: ``divert(request body) -> raw handler | None``: a decoded request this entry's handler must
     #: not serve goes to that raw handler as the bytes it came in (a share group the backend
-    #: serves natively, forward/native.py); None: served here
+    #: serves natively, passthrough/native.py); None: served here
     divert: Callable[[Any], RawHandler | None] | None = None
 
     def serves(self, version: int) -> bool:
@@ -338,11 +338,9 @@ class Dispatcher:
             return await entry.handler(ctx, decoded.header, decoded.body)
         except (CloseConnection, asyncio.CancelledError):
             raise
-        except KafkaError as exc:
-            code, message = exc.code, exc.message
         except BackendError as exc:
             if exc.retriable:
-                # The backend is unavailable (its outage is logged once by log/health.py): answer
+                # The backend is unavailable (its outage is logged once by backend/health.py): answer
                 # with the retriable code, never UNKNOWN_SERVER_ERROR, and log one line a minute.
                 code, message = ErrorCode(exc.code), str(exc)
                 backend_errors.log(f"api-{ctx.api_key}", logging.WARNING, "conn %d: api key %d v%d client %r: "
@@ -351,6 +349,8 @@ class Dispatcher:
                 log.exception("conn %d: api key %d v%d client %r: handler failed", ctx.conn_id,
                               ctx.api_key, ctx.api_version, ctx.client_id)
                 code, message = ErrorCode.unknown_server_error, None
+        except KafkaError as exc:  # after BackendError, which is one: the backend's are logged
+            code, message = exc.code, exc.message
         except Exception:
             # Not the client's fault (their input is checked before handlers run): keep the stack.
             log.exception("conn %d: api key %d v%d client %r: handler failed", ctx.conn_id,

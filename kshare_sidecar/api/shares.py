@@ -75,7 +75,7 @@ async def _authorize(ctx: RequestContext, group_id: str):
 
 
 def _leader(ctx: RequestContext, mod, cluster=None, topic_id=None, partition: int = 0):
-    """The partition's leader: this sidecar, or in a cluster (issue 15) the sidecar leading it —
+    """The partition's leader: this sidecar, or in a cluster the sidecar leading it —
     a NOT_LEADER_OR_FOLLOWER answer then names where to go, as a broker's does (KIP-951)."""
     if cluster is not None and topic_id is not None:
         return mod.LeaderIdAndEpoch(leader_id=cluster.leader(str(topic_id), partition), leader_epoch=0)

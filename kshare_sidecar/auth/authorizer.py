@@ -41,8 +41,8 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
 
 from ..config import ConfigError
-from ..log.brokerconn import BrokerConn, BrokerConnError
-from ..log.errors import BackendUnavailableError
+from ..backend.brokerconn import BrokerConn, BrokerConnError
+from ..backend.errors import BackendUnavailableError
 from ..protocol.address import parse_bootstrap
 from ..protocol.requests import decode_response, request_payload
 from ..ratelog import RateLimitedLog

@@ -44,10 +44,12 @@ from kio.serial.readers import read_compact_string
 from kio.static.primitive import i64Timedelta
 
 from ..config import ConfigError
-from ..log.brokerconn import BrokerAuthError, BrokerConn, BrokerConnError
-from ..log.sasl import SaslError, sasl_handshake, sasl_token
-from ..log.security import BackendSecurity
+from ..backend.brokerconn import BrokerAuthError, BrokerConn, BrokerConnError
+from ..backend.errors import SaslError
+from ..backend.sasl import sasl_handshake, sasl_token
+from ..backend.security import BackendSecurity
 from ..protocol.address import parse_bootstrap
+from ..protocol.constants import SCRAM_MECHANISMS
 from ..protocol.requests import leading_error_code, request_payload
 from .authenticators import CredentialsUnavailable, RelayRefused
 from .scram import HASHES, ScramCredential, ScramInvalid, ScramRefused, ScramServer
@@ -65,7 +67,7 @@ class DelegateAuthenticator:
         if not security.sasl:
             raise ConfigError(f"sasl.authenticator = 'delegate' needs a SASL backend: backend.security.protocol is "
                               f"{security.protocol}, allowed values SASL_PLAINTEXT, SASL_SSL")
-        mechanism = security.mechanism if security.mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512") else "PLAIN"
+        mechanism = security.mechanism if security.mechanism in ("PLAIN", *SCRAM_MECHANISMS) else "PLAIN"
         self._template = dataclasses.replace(security, mechanism=mechanism, username=None, password=None,
                                              token_file=None, token_provider=None)
         #: the relay's connections: the backend's TLS settings, no SASL of their own

@@ -3,7 +3,7 @@
 (Java's ``X500Principal.getName()``): most specific RDN first, ``CN=alice,OU=eng,O=Acme,C=US``.
 
 Java names CN, C, L, ST, O, OU, STREET, DC and UID by keyword; every other attribute is written
-as its OID with the DER value in hex (``1.2.840.113549.1.9.1=#16...`` for an e-mail address).
+as its OID with the DER value in hex (``1.2.840.113549.1.9.1=#160d...`` for an e-mail address).
 Python's ``getpeercert()`` gives attribute names, not OIDs or string types, so the hex form is
 reproduced for the common ones below (with their usual ASN.1 string type) and an attribute not
 listed keeps its OpenSSL name — documented in docs/security.md.

@@ -9,30 +9,34 @@ RFC 7677 / RFC 5802 vectors (tests/unit/auth/test_scram.py).
 
 Errors: :class:`ScramInvalid` means "do not tell the client why" (Kafka's SaslException: the
 client gets the generic message); :class:`ScramRefused` carries a message meant for the client
-(Kafka's SaslAuthenticationException).
+(Kafka's SaslAuthenticationException). The hashes, the key derivation and the client side are
+``protocol/scram.py``'s, shared with the backend connections' SCRAM client.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import hmac
 import re
 import secrets
 from dataclasses import dataclass, field
 
-HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
-#: Kafka's ScramMechanism.minIterations for both mechanisms.
-MIN_ITERATIONS = 4096
+from ..protocol.scram import (
+    B64,
+    HASHES,
+    MIN_ITERATIONS,
+    ScramInvalid,
+    keyed_hash,
+    salted_password,
+    stored_key,
+)
 
-_B64 = re.compile(r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{3}=|[A-Za-z0-9+/]{2}==)?$")
+__all__ = ["HASHES", "MIN_ITERATIONS", "ScramCredential", "ScramInvalid", "ScramRefused", "ScramServer",
+           "make_credential", "password_matches"]
+
 _PRINTABLE = re.compile(r"^[\x21-\x2b\x2d-\x7e]+$")  # %x21-7E except ","
 _EXTENSION = re.compile(r"^[A-Za-z]+=[\x01-\x2b\x2d-\x3c\x3e-\x7f]+$")
-
-
-class ScramInvalid(Exception):
-    """Malformed exchange, unknown user or wrong proof: the client gets Kafka's generic message."""
 
 
 class ScramRefused(Exception):
@@ -68,29 +72,20 @@ class ScramCredential:
         return cls(salt, stored, server, iterations)
 
 
-def salted_password(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
-    """Hi(password, salt, i) = PBKDF2 with HMAC-H; Kafka uses the UTF-8 bytes (no SASLprep)."""
-    return hashlib.pbkdf2_hmac(HASHES[mechanism], password.encode(), salt, iterations)
-
-
-def _hmac(mechanism: str, key: bytes, data: bytes) -> bytes:
-    return hmac.new(key, data, HASHES[mechanism]).digest()
-
-
 def make_credential(mechanism: str, password: str, *, salt: bytes | None = None,
                     iterations: int = MIN_ITERATIONS) -> ScramCredential:
     salt = secrets.token_bytes(32) if salt is None else salt
     salted = salted_password(mechanism, password, salt, iterations)
-    client_key = _hmac(mechanism, salted, b"Client Key")
-    stored_key = hashlib.new(HASHES[mechanism], client_key).digest()
-    return ScramCredential(salt, stored_key, _hmac(mechanism, salted, b"Server Key"), iterations)
+    client_key = keyed_hash(mechanism, salted, b"Client Key")
+    return ScramCredential(salt, stored_key(mechanism, client_key), keyed_hash(mechanism, salted, b"Server Key"),
+                           iterations)
 
 
 def password_matches(mechanism: str, credential: ScramCredential, password: str) -> bool:
     """Whether ``password`` produces ``credential`` (lets a SCRAM-only user log in with PLAIN)."""
     salted = salted_password(mechanism, password, credential.salt, credential.iterations)
-    client_key = _hmac(mechanism, salted, b"Client Key")
-    return hmac.compare_digest(hashlib.new(HASHES[mechanism], client_key).digest(), credential.stored_key)
+    client_key = keyed_hash(mechanism, salted, b"Client Key")
+    return hmac.compare_digest(stored_key(mechanism, client_key), credential.stored_key)
 
 
 def _saslname(value: str) -> str:
@@ -164,7 +159,7 @@ class ScramServer:
         without_proof, sep, proof_b64 = message.rpartition(",p=")
         attrs = without_proof.split(",")
         if (not sep or len(attrs) < 2 or not attrs[0].startswith("c=") or not attrs[1].startswith("r=")
-                or not _B64.match(proof_b64) or not _B64.match(attrs[0][2:])):
+                or not B64.match(proof_b64) or not B64.match(attrs[0][2:])):
             raise ScramInvalid("invalid SCRAM client final message format")
         if base64.b64decode(attrs[0][2:]) != self._gs2.encode():
             raise ScramInvalid("channel binding does not match the gs2 header")
@@ -172,81 +167,12 @@ class ScramServer:
             raise ScramInvalid("invalid client nonce in the final client message")
         auth_message = f"{self._client_first_bare},{self._server_first},{without_proof}".encode()
         cred, self._credential = self._credential, None
-        signature = _hmac(self.mechanism, cred.stored_key, auth_message)
+        signature = keyed_hash(self.mechanism, cred.stored_key, auth_message)
         proof = base64.b64decode(proof_b64)
         if len(proof) != len(signature):
             raise ScramInvalid("invalid client credentials")
         client_key = bytes(a ^ b for a, b in zip(proof, signature))
-        if not hmac.compare_digest(hashlib.new(HASHES[self.mechanism], client_key).digest(), cred.stored_key):
+        if not hmac.compare_digest(stored_key(self.mechanism, client_key), cred.stored_key):
             raise ScramInvalid("invalid client credentials")
         self.complete = True
-        return b"v=" + base64.b64encode(_hmac(self.mechanism, cred.server_key, auth_message))
-
-
-def _saslname_encode(value: str) -> str:
-    return value.replace("=", "=3D").replace(",", "=2C")
-
-
-class ScramClient:
-    """The client side, as Kafka's ScramSaslClient writes it: gs2 header ``n,,`` (no channel
-    binding, no authorization id), then ``n=user,r=nonce`` and the extensions — Kafka's only one is
-    ``tokenauth=true``: the user name is a delegation token's id and the password its HMAC
-    (base64), and the broker authenticates the token's *owner* (KIP-48).
-
-    Why our own and not aiokafka's (used for the sidecar's own SCRAM login): aiokafka's client
-    sends no extensions. Sans-I/O: ``first()`` → client-first; ``final(server_first)`` →
-    client-final (PBKDF2: run it off the event loop); ``verify(server_final)`` checks the server's
-    signature. Errors are :class:`ScramInvalid` (never with the password or a key in the text).
-    """
-
-    def __init__(self, mechanism: str, username: str, password: str, *,
-                 extensions: dict[str, str] | None = None, nonce: str | None = None) -> None:
-        if mechanism not in HASHES:
-            raise ValueError(f"not a SCRAM mechanism: {mechanism}")
-        self.mechanism = mechanism
-        self._password = password
-        self._nonce = nonce or secrets.token_urlsafe(24)
-        ext = "".join(f",{key}={value}" for key, value in (extensions or {}).items())
-        self._first_bare = f"n={_saslname_encode(username)},r={self._nonce}{ext}"
-        self._server_signature: bytes | None = None
-
-    def __repr__(self) -> str:
-        return f"ScramClient({self.mechanism})"
-
-    def first(self) -> bytes:
-        return f"n,,{self._first_bare}".encode()
-
-    def final(self, server_first: bytes) -> bytes:
-        try:
-            message = server_first.decode()
-        except UnicodeDecodeError:
-            raise ScramInvalid("server first message is not UTF-8") from None
-        attrs = message.split(",")
-        if attrs and attrs[0].startswith("m="):
-            attrs = attrs[1:]
-        if (len(attrs) < 3 or not attrs[0].startswith("r=") or not attrs[1].startswith("s=")
-                or not attrs[2].startswith("i=") or not attrs[2][2:].isdigit() or not _B64.match(attrs[1][2:])):
-            raise ScramInvalid("invalid SCRAM server first message format")
-        nonce, salt, iterations = attrs[0][2:], base64.b64decode(attrs[1][2:]), int(attrs[2][2:])
-        if not nonce.startswith(self._nonce) or nonce == self._nonce:
-            raise ScramInvalid("the server nonce does not extend the client nonce")
-        if iterations < MIN_ITERATIONS:
-            raise ScramInvalid(f"iterations {iterations} is less than the minimum {MIN_ITERATIONS}")
-        without_proof = f"c={base64.b64encode(b'n,,').decode()},r={nonce}"
-        auth_message = f"{self._first_bare},{message},{without_proof}".encode()
-        salted = salted_password(self.mechanism, self._password, salt, iterations)
-        client_key = _hmac(self.mechanism, salted, b"Client Key")
-        stored_key = hashlib.new(HASHES[self.mechanism], client_key).digest()
-        signature = _hmac(self.mechanism, stored_key, auth_message)
-        proof = bytes(a ^ b for a, b in zip(client_key, signature))
-        self._server_signature = _hmac(self.mechanism, _hmac(self.mechanism, salted, b"Server Key"), auth_message)
-        return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
-
-    def verify(self, server_final: bytes) -> None:
-        text = server_final.decode("utf-8", "replace")
-        if text.startswith("e="):
-            raise ScramInvalid(f"the server refused: {text[2:]}")
-        if self._server_signature is None or not text.startswith("v=") or not _B64.match(text[2:]):
-            raise ScramInvalid("invalid SCRAM server final message")
-        if not hmac.compare_digest(base64.b64decode(text[2:]), self._server_signature):
-            raise ScramInvalid("the server's signature does not match (not the server that holds the credential)")
+        return b"v=" + base64.b64encode(keyed_hash(self.mechanism, cred.server_key, auth_message))

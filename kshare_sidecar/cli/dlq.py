@@ -46,7 +46,7 @@ LOG = typer.Option("WARNING", "--log-level", help="DEBUG, INFO, WARNING, ERROR")
 def _backend(prog: str, bootstrap: str | None, config: Path | None) -> tuple[str, dict[str, Any]]:
     try:
         cfg = load_config(config, overrides={"bootstrap.servers": bootstrap})
-        from ..log.security import BackendSecurity
+        from ..backend.security import BackendSecurity
 
         return cfg.backend.bootstrap_servers, BackendSecurity.from_config(cfg).aiokafka_options()
     except ConfigError as exc:

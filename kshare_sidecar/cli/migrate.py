@@ -24,7 +24,7 @@ from ..config import ConfigError, load_config
 from .groups import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, console, out_json
 
 if TYPE_CHECKING:
-    from ..log.security import BackendSecurity
+    from ..backend.security import BackendSecurity
     from ..migrate.plan import GroupPlan
 
 GROUPS = typer.Argument(..., help="Share groups to move.", show_default=False)
@@ -69,11 +69,11 @@ def _main(command: str, groups: list[str], bootstrap: str | None, config: Path |
         cfg = load_config(config, overrides={"bootstrap.servers": bootstrap, "state.topic": state_topic})
         if cfg.plugins.persister != "topic":
             raise ConfigError(f"persister = {cfg.plugins.persister!r} keeps no state topic; nothing to migrate")
-        from ..app import _persister_options
-        from ..log.security import BackendSecurity
+        from ..default_plugins.persisters import persister_options
+        from ..backend.security import BackendSecurity
 
         security = BackendSecurity.from_config(cfg)
-        options = _persister_options(cfg, security)
+        options = persister_options(cfg, security)
     except ConfigError as exc:
         typer.echo(f"{prog}: error: {exc}", err=True)
         raise typer.Exit(EXIT_USAGE) from None

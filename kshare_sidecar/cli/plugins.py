@@ -6,6 +6,7 @@ Wired into the root CLI with ``app.add_typer(plugins.app, name="plugins")``.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import orjson
 import typer
@@ -21,11 +22,21 @@ app = typer.Typer(
 @app.callback(invoke_without_command=True)
 def plugins(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+    config: Path = typer.Option(None, "--config", help="The sidecar's TOML config file (plugins.load, "
+                                                      "plugins.disable, plugins.trace)"),
 ) -> None:
-    """List plugins (built-ins included). Exit code 1 when a plugin failed to load."""
+    """List plugins (built-ins included), loaded as the sidecar would load them (plugins.* settings,
+    from the config file or KSHARE_PLUGINS_*). Exit code 1 when a plugin failed to load."""
     from kshare_sidecar import plugins as plugin_mod
+    from kshare_sidecar.config import ConfigError, load_config
 
-    plugin_mod.load_plugins()
+    try:
+        # listing plugins reaches no backend: a placeholder stands in for the one required key
+        cfg = load_config(config, overrides={"bootstrap.servers": "localhost:9092"})
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    plugin_mod.load_configured(cfg.plugins)
     info = plugin_mod.describe()
     if as_json:
         sys.stdout.write(orjson.dumps(info, option=orjson.OPT_INDENT_2).decode() + "\n")

@@ -35,7 +35,7 @@ def run(
                                              "listeners": listeners,
                                              "node.id": node_id, "persister": persister,
                                              "metrics.port": metrics_port, "console.listen": console_listen})
-        from ..log.security import BackendSecurity
+        from ..backend.security import BackendSecurity
 
         BackendSecurity.from_config(cfg)  # unreadable files, missing credentials: one line, exit 2
     except ConfigError as exc:
@@ -55,7 +55,7 @@ async def _serve(cfg: SidecarConfig) -> int:
     try:
         await sidecar.start()
     except Exception as exc:
-        from ..log.security import diagnose
+        from ..backend.diagnose import diagnose
 
         reason = None
         security = getattr(sidecar, "security", None)

@@ -45,10 +45,10 @@ def migrate(
         cfg = load_config(config, overrides={"bootstrap.servers": bootstrap_server, "state.topic": state_topic})
         if cfg.plugins.persister != "topic":
             raise ConfigError(f"persister = {cfg.plugins.persister!r} keeps no state topic; nothing to migrate")
-        from ..app import _persister_options
-        from ..log.security import BackendSecurity
+        from ..default_plugins.persisters import persister_options
+        from ..backend.security import BackendSecurity
 
-        options = _persister_options(cfg, BackendSecurity.from_config(cfg))
+        options = persister_options(cfg, BackendSecurity.from_config(cfg))
     except ConfigError as exc:
         typer.echo(f"kshare state migrate: error: {exc}", err=True)
         raise typer.Exit(EXIT_USAGE) from None

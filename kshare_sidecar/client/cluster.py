@@ -20,7 +20,7 @@ from . import protocol
 from .conn import BrokerConnError, NodeConn
 
 if TYPE_CHECKING:
-    from kshare_sidecar.log.security import BackendSecurity
+    from kshare_sidecar.backend.security import BackendSecurity
 
 log = logging.getLogger("kshare.client")
 

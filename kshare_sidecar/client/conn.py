@@ -1,6 +1,6 @@
 """One connection per broker node for the share consumer: kio entities in, kio entities out.
 
-Built on :class:`kshare_sidecar.log.brokerconn.BrokerConn` (pipelined, correlation ids matched,
+Built on :class:`kshare_sidecar.backend.brokerconn.BrokerConn` (pipelined, correlation ids matched,
 lazy reconnect) so the client shares the sidecar's tested transport. What this adds:
 
 - kio encoding/decoding of requests and responses;
@@ -19,8 +19,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from kshare_sidecar.log.brokerconn import BrokerAuthError, BrokerConn, BrokerConnError
-from kshare_sidecar.log.security import BackendSecurity
+from kshare_sidecar.backend.brokerconn import BrokerAuthError, BrokerConn, BrokerConnError
+from kshare_sidecar.backend.security import BackendSecurity
 
 from . import protocol
 from .errors import AuthenticationFailedError

@@ -4,7 +4,7 @@ Why aiokafka's names (``security_protocol``, ``ssl_context``, ``sasl_mechanism``
 ``sasl_plain_username``, ``sasl_plain_password``, ``sasl_oauth_token_provider``): the consumer
 is shaped like aiokafka's, so a service already configured for aiokafka passes the same keyword
 arguments. Underneath they become the sidecar's own
-:class:`~kshare_sidecar.log.security.BackendSecurity`, which ``BrokerConn`` already uses for
+:class:`~kshare_sidecar.backend.security.BackendSecurity`, which ``BrokerConn`` already uses for
 every secured backend connection (TLS handshake, then SaslHandshake/SaslAuthenticate with
 aiokafka's PLAIN / SCRAM / OAUTHBEARER authenticators) — one tested implementation for both.
 
@@ -17,7 +17,9 @@ from __future__ import annotations
 import ssl
 from typing import Any
 
-from kshare_sidecar.log.security import MECHANISMS, PROTOCOLS, BackendSecurity
+from kshare_sidecar.backend.security import BackendSecurity
+from kshare_sidecar.protocol.constants import SASL_MECHANISMS as MECHANISMS
+from kshare_sidecar.protocol.constants import SECURITY_PROTOCOLS as PROTOCOLS
 
 
 def client_security(security_protocol: str = "PLAINTEXT", ssl_context: ssl.SSLContext | None = None,

@@ -1,4 +1,4 @@
-"""A cluster of sidecars (issue 15): pure pieces — the sticky assignment of state partitions
+"""A cluster of sidecars: pure pieces — the sticky assignment of state partitions
 to live sidecars, the membership codec and the cluster view that routing reads.
 
 The asyncio membership (aiokafka group over the state topic) lives in

@@ -4,7 +4,7 @@ points at).
 
 An aiokafka consumer without a group (manual assignment, no commits), one request at a time: the
 console and the CLI read little and seldom, and the sidecar's own backend reads
-(log/backend.py) stay untouched by them.
+(backend/backend.py) stay untouched by them.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from enum import Enum
 
 from kio.schema.errors import ErrorCode
 
-from ..log.types import TopicInfo
+from ..backend.types import TopicInfo
 from .initialization import Partitions, ShareStateMetadata
 
 Assignment = dict[uuid.UUID, frozenset[int]]

@@ -36,8 +36,8 @@ from kio.schema.share_group_describe.v1 import request as describe_group_req
 from kio.schema.types import BrokerId, GroupId, TopicName
 from kio.static.primitive import i8, i32, i64
 
-from ..log.brokerconn import BrokerConn, BrokerConnError
-from ..log.security import BackendSecurity
+from ..backend.brokerconn import BrokerConn, BrokerConnError
+from ..backend.security import BackendSecurity
 from ..protocol.address import parse_bootstrap
 from ..protocol.constants import ApiKey, ConfigResourceType, ConfigSource, CoordinatorType, OffsetSpec
 from ..protocol.requests import decode_response_to, request_payload

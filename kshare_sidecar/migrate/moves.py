@@ -5,7 +5,7 @@ topic (migrate/kshare.py); the group's configs (IncrementalAlterConfigs on the G
 the dead-letter settings included) and each share-partition's start offset
 (AlterShareGroupOffsets) are written to the native cluster; then, when the native cluster is the
 backend, the group is marked ``share.coordinator=backend`` at the sidecar, which from then on
-passes the group's share requests to the backend (forward/native.py) and drops kshare's copy.
+passes the group's share requests to the backend (passthrough/native.py) and drops kshare's copy.
 
 From native (``kshare state migrate-from-native``): DescribeShareGroupOffsets v1 (start offsets and
 lag) and DescribeConfigs of the group are read from the native cluster; the sidecar is asked to

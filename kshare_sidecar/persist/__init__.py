@@ -1,7 +1,12 @@
 """Durable share-group state: the persisted model, the persister protocol and built-in persisters.
 
-``TopicPersister`` (aiokafka) is imported lazily from :mod:`kshare_sidecar.persist.topic`.
+The model, records, errors and the protocol are plain data and load with this face; the
+persisters (``MemoryPersister`` here on first use, ``TopicPersister`` from
+:mod:`kshare_sidecar.persist.topic`) load only when asked for, so the pure engine (``share/``),
+which reads the model, never loads a persister.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from kshare_sidecar.persist.errors import (
     BackendWriteError,
@@ -16,7 +21,6 @@ from kshare_sidecar.persist.errors import (
     UnknownSharePartitionError,
     WriterFencedError,
 )
-from kshare_sidecar.persist.memory import MemoryLog, MemoryPersister
 from kshare_sidecar.persist.model import (
     DeliveryState,
     PartitionState,
@@ -34,6 +38,17 @@ from kshare_sidecar.persist.records import (
     StoredPartition,
     WriteItem,
 )
+
+if TYPE_CHECKING:
+    from kshare_sidecar.persist.memory import MemoryLog, MemoryPersister
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("MemoryLog", "MemoryPersister"):
+        from kshare_sidecar.persist import memory
+
+        return getattr(memory, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "NO_EPOCH",

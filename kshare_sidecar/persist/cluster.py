@@ -1,4 +1,4 @@
-"""Ownership of *some* state partitions: a sidecar in a cluster of sidecars (issue 15).
+"""Ownership of *some* state partitions: a sidecar in a cluster of sidecars.
 
 A single sidecar owns every state partition (persist/ownership.py, ``_take_ownership``). In a
 cluster the sidecars' consumer group on the backend assigns the state partitions

@@ -45,8 +45,8 @@ from aiokafka.client import AIOKafkaClient, CoordinationType
 from aiokafka.errors import KafkaError
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
-from kshare_sidecar.log.kio_bridge import KioRequest, make
-from kshare_sidecar.log.kio_bridge import send as kio_send
+from kshare_sidecar.backend.kio_bridge import KioRequest, make
+from kshare_sidecar.backend.kio_bridge import send as kio_send
 
 log = logging.getLogger("kshare_sidecar.persist.topic")
 

@@ -1,5 +1,5 @@
 """The state topic's layout: on which state partition each share-partition's record lives, and
-moving an older layout's records home (issue 15).
+moving an older layout's records home.
 
 Every sidecar, alone or in a cluster, places share-partitions by topic-partition
 (:data:`~kshare_sidecar.persist.ownership.LAYOUT`): the owner of a state partition then leads a user

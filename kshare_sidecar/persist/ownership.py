@@ -1,5 +1,5 @@
 """Ownership of the state partitions: owner epochs, the replay rule, and what happens after a
-commit that failed, whose outcome is unknown, or that the backend fenced (issue 11).
+commit that failed, whose outcome is unknown, or that the backend fenced.
 
 Mixed into :class:`kshare_sidecar.persist.base.BasePersister`, whose writer engine calls
 ``_block`` when a commit fails; everything here only uses the engine's backend hooks
@@ -33,7 +33,7 @@ ReplaySink = Callable[[int, int, bytes | None, bytes | None], None]
 
 #: How share-partition records are spread over the state partitions. ``topic-partition`` (the
 #: layout of every sidecar, :data:`LAYOUT`): by topic id and partition only, so every group's state
-#: of one user partition is on one state partition — a cluster of sidecars (issue 15) leads a user
+#: of one user partition is on one state partition — a cluster of sidecars leads a user
 #: partition for all groups from the sidecar that owns that state partition, as a broker does, and a
 #: single sidecar's state topic serves a cluster as it is. ``key``: by the whole key (group, topic,
 #: partition) — what single sidecars of older builds wrote; read only to move it (persist/layout.py).

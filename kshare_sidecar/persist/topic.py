@@ -29,23 +29,18 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-import aiokafka.producer.sender as _aiokafka_sender
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.client import AIOKafkaClient
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.producer.transaction_manager import TransactionState
-from aiokafka.errors import (
-    InvalidProducerEpoch,
-    ProducerFenced,
-    TransactionalIdAuthorizationFailed,
-)
 
 from kshare_sidecar.persist.base import BasePersister, Record, ReplaySink
 from kshare_sidecar.persist.codec import KIND_OWNER
 from kshare_sidecar.persist import codec, topicsetup
-from kshare_sidecar.persist.epochwriter import EpochFencedError, EpochWriter
+from kshare_sidecar.persist.epochwriter import EpochWriter
 from kshare_sidecar.persist.ownership import PLACEMENTS
 from kshare_sidecar.persist.records import RecoveryStats
+from kshare_sidecar.persist.txnclient import fast_concurrent_txn_retry, is_fenced
 from kshare_sidecar.persist.watch import StateWatchMixin
 from kshare_sidecar.persist.errors import (
     BackendWriteError,
@@ -64,29 +59,10 @@ DEFAULT_TOPIC = "__kshare_state"
 #: between its records and its commit, so a SIGSTOP lands inside an open transaction for certain.
 _TEST_COMMIT_HOLD_S = float(os.environ.get("KSHARE_TEST_STATE_COMMIT_HOLD_MS", "0") or 0) / 1000
 
-#: How soon a transaction that met CONCURRENT_TRANSACTIONS asks again. Back-to-back state
-#: transactions on one transactional.id always meet it: the coordinator answers EndTxn once the
-#: commit is decided, and refuses the next AddPartitionsToTxn until the markers of the previous
-#: one are written (~1-3 ms on a healthy broker; KAFKA-5477). aiokafka retries after a fixed
-#: 20 ms (its ``BACKOFF_OVERRIDE``, like Java's producer with its default retry.backoff.ms), which
-#: made 20-25 ms the median state write and every acknowledgement wait for it (issue 14:
-#: one aiokafka transaction measured 25 ms median back to back, 7.4 ms with 2 ms here).
-#: The constant is module-wide in aiokafka; the sidecar's only transactional producers are
-#: these state writers, so lowering it there changes nothing else.
-CONCURRENT_TXN_RETRY_S = 0.002
-
-
-def _fast_concurrent_txn_retry() -> None:
-    if getattr(_aiokafka_sender, "BACKOFF_OVERRIDE", None) is not None:
-        _aiokafka_sender.BACKOFF_OVERRIDE = min(_aiokafka_sender.BACKOFF_OVERRIDE, CONCURRENT_TXN_RETRY_S)
-
-
 #: ``fenced`` (the default): idempotent batches under a transactional id's producer epoch, fenced by
 #: the partition leader (persist/epochwriter.py); ``transactional``: a Kafka transaction per write;
 #: ``idempotent``: plain idempotent produce, for backends without transactions (docs/persistence.md).
 WRITE_MODES = ("fenced", "transactional", "idempotent")
-
-_FENCING_ERRORS = (ProducerFenced, InvalidProducerEpoch, TransactionalIdAuthorizationFailed, EpochFencedError)
 
 #: How often a ``fenced``-mode writer takes a new producer epoch and writes its owner record again,
 #: so that neither the transactional id (``transactional.id.expiration.ms``, Kafka's default 7 days)
@@ -95,13 +71,6 @@ _FENCING_ERRORS = (ProducerFenced, InvalidProducerEpoch, TransactionalIdAuthoriz
 #: sidecar's ``state.write.refresh.ms``; 0 turns it off for backends that expire neither and cannot
 #: serve the conditional InitProducerId it sends (tansu 0.6.0's libSQL engine panics on it).
 WRITER_REFRESH_S = 3600.0
-
-
-def _is_fenced(exc: BaseException) -> bool:
-    if isinstance(exc, _FENCING_ERRORS):
-        return True
-    text = f"{type(exc).__name__} {exc}".lower()
-    return "fenced" in text or "invalidproducerepoch" in text
 
 
 class TopicPersister(StateWatchMixin, BasePersister):
@@ -236,7 +205,7 @@ class TopicPersister(StateWatchMixin, BasePersister):
                 bootstrap_servers=self.bootstrap_servers, enable_idempotence=True, acks="all", linger_ms=0,
                 retry_backoff_ms=20, max_batch_size=1024 * 1024, request_timeout_ms=self.request_timeout_ms,
                 client_id=f"kshare-state-writer-{partition}", **self.client_options)
-        _fast_concurrent_txn_retry()
+        fast_concurrent_txn_retry()
         return AIOKafkaProducer(
             bootstrap_servers=self.bootstrap_servers,
             transactional_id=self.transactional_id(partition),
@@ -244,7 +213,7 @@ class TopicPersister(StateWatchMixin, BasePersister):
             acks="all",
             linger_ms=0,
             # Other retriable errors (coordinator moves, NOT_ENOUGH_REPLICAS) wait 20 ms, as Java's
-            # producer waits for CONCURRENT_TRANSACTIONS; that case itself: CONCURRENT_TXN_RETRY_S.
+            # producer waits for CONCURRENT_TRANSACTIONS; that case itself: txnclient.CONCURRENT_TXN_RETRY_S.
             retry_backoff_ms=20,
             max_batch_size=1024 * 1024,
             request_timeout_ms=self.request_timeout_ms,
@@ -330,7 +299,7 @@ class TopicPersister(StateWatchMixin, BasePersister):
         except BaseException as exc:
             if isinstance(exc, asyncio.CancelledError):
                 raise
-            if _is_fenced(exc) or (isinstance(producer, AIOKafkaProducer) and producer._txn_manager.is_fatal_error()):
+            if is_fenced(exc) or (isinstance(producer, AIOKafkaProducer) and producer._txn_manager.is_fatal_error()):
                 raise WriterFencedError(
                     f"state partition {partition} of {self.topic!r}: transactional.id "
                     f"{self.transactional_id(partition)!r} was fenced ({type(exc).__name__}); re-reading ownership"
@@ -436,7 +405,7 @@ class TopicPersister(StateWatchMixin, BasePersister):
             except asyncio.CancelledError:
                 raise
             except BaseException as exc:  # noqa: BLE001 - the transaction state decides
-                if _is_fenced(exc):
+                if is_fenced(exc):
                     return False
                 log.debug("state partition %d: settling: %r", partition, exc)
                 await asyncio.sleep(0.1)

@@ -1,7 +1,7 @@
 """Kafka's protocol as every layer needs it: constants, kio request framing, addresses, key types.
 
 Why a package of its own, at the bottom of the layering: the server (``wire/``), the backend
-client (``log/``), the share consumer (``client/``), the CLI's admin client (``cli/kclient.py``)
+client (``backend/``), the share consumer (``client/``), the CLI's admin client (``cli/kclient.py``)
 and the test harness's probe all encode kio requests and read Kafka's numbers. Before this package
 each carried its own copy (four request framings, four ``host:port`` parsers, two meanings of
 ``TopicPartition``). Modules here import only the standard library and kio — never another

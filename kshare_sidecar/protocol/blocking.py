@@ -3,7 +3,7 @@
 Why: the CLI's admin client (``cli/kclient.py``) and the test harness's readiness probe
 (``testing/probe.py``) are synchronous and send a handful of requests; an asyncio client or
 aiokafka would be a heavy dependency for either, and the harness must not depend on the server
-or backend code it tests (``wire/``, ``api/``, ``log/``). This class needs only sockets and
+or backend code it tests (``wire/``, ``api/``, ``backend/``). This class needs only sockets and
 :mod:`.requests`. Errors are the socket's: :class:`OSError` (refused, reset),
 :class:`TimeoutError`, :class:`ConnectionError` (closed, or a mismatched correlation id); callers
 word them for their users.

@@ -17,6 +17,14 @@ from __future__ import annotations
 
 import enum
 
+#: Kafka's ``security.protocol`` values, for listeners and for connections to a cluster alike.
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+#: The SCRAM mechanisms Kafka offers (``ScramMechanism``).
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+#: Every SASL mechanism kshare speaks as a client (to a backend or a broker). Its listeners serve
+#: all but OAUTHBEARER (``config.settings.SASL_MECHANISMS``).
+SASL_MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS, "OAUTHBEARER")
+
 
 class ApiKey(enum.IntEnum):
     """The API keys kshare names in code (``ApiKeys`` in Kafka; the full list is kio's index)."""

@@ -1,8 +1,8 @@
 """A kio request's bytes (header + body), a response's header and body, and Kafka's framing.
 
 Why one module: every part of kshare that *sends* requests — the backend bridge over aiokafka's
-connections (``log/kio_bridge.py``), raw backend connections (``log/brokerconn.py`` via
-``log/sasl.py``, ``log/security.py``), the share consumer (``client/``), the CLI's admin client
+connections (``backend/kio_bridge.py``), raw backend connections (``backend/brokerconn.py`` via
+``backend/sasl.py``, ``backend/security.py``), the share consumer (``client/``), the CLI's admin client
 and the harness probe (both through :mod:`.blocking`) — needs the same three steps: write the
 request header whose version kio's class dictates, write the body, and read back the response
 header and body. The server side (``wire/codec.py``) builds on the same readers and writers.

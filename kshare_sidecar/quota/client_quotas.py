@@ -39,7 +39,7 @@ from kio.schema.describe_client_quotas.v0.request import DescribeClientQuotasReq
 from kio.schema.describe_client_quotas.v0.response import DescribeClientQuotasResponse
 from kio.schema.errors import ErrorCode
 
-from ..log.brokerconn import BrokerConn, BrokerConnError
+from ..backend.brokerconn import BrokerConn, BrokerConnError
 from ..protocol.address import parse_bootstrap
 from ..protocol.requests import decode_response, request_payload
 from ..ratelog import RateLimitedLog

@@ -33,8 +33,8 @@ from ..config import (
     group_config_setting,
 )
 from ..group.coordinator import ShareGroup, ShareGroupCoordinator
-from ..log.errors import BackendError
-from ..log.types import TopicInfo
+from ..backend.errors import BackendError
+from ..backend.types import TopicInfo
 from ..persist.errors import PersistError
 from ..persist.model import SharePartitionKey
 from ..protocol.constants import AlterConfigOp, ConfigSource, ConfigType
@@ -49,7 +49,7 @@ from .admin_model import (
 )
 
 if TYPE_CHECKING:
-    from ..log.backend import Backend
+    from ..backend.backend import Backend
     from ..persist.records import StateSummary
     from ..persist.protocol import Persister
     from .cluster import GroupConfigTail, PeerConfigs
@@ -111,7 +111,7 @@ class AdminService:
             raise AdminError(ErrorCode.coordinator_load_in_progress, "share state is still loading")
 
     def _coordinating(self, group_id: str) -> None:
-        """In a cluster of sidecars (issue 15), group administration happens at the group's
+        """In a cluster of sidecars, group administration happens at the group's
         coordinator: elsewhere NOT_COORDINATOR (COORDINATOR_LOAD_IN_PROGRESS while it is taken
         over here), as a broker that is not the coordinator answers; admin clients look it up."""
         coordinates = getattr(self.groups, "coordinates", None)

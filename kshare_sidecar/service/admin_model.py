@@ -14,15 +14,11 @@ from dataclasses import dataclass, field
 from kio.schema.errors import ErrorCode
 
 from ..protocol.constants import SHARE_GROUP_TYPE, ConfigSource, ConfigType
+from ..protocol.errors import KafkaError
 
 
-class AdminError(Exception):
+class AdminError(KafkaError):
     """A request-level failure with a Kafka error code."""
-
-    def __init__(self, code: ErrorCode, message: str | None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Membership of a cluster of sidecars (issue 15), through the backend's consumer-group protocol.
+"""Membership of a cluster of sidecars, through the backend's consumer-group protocol.
 
 Every sidecar of cluster ``<name>`` joins the consumer group ``kshare-cluster-<name>`` on the
 backend, subscribed to the state topic; the group's assignment of the state topic's partitions
@@ -352,7 +352,7 @@ class PeerConfigs:
 
         from ..client import protocol
         from ..protocol.constants import AlterConfigOp, ConfigResourceType
-        from ..log.brokerconn import BrokerConn
+        from ..backend.brokerconn import BrokerConn
 
         owner = self.view.coordinator(group_id)
         node = self.view.node(owner, self.listener) if owner is not None and self.listener else None

@@ -32,7 +32,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
 from ..client.records import RecordDecodeError, decode_batches
-from ..config_sections import GroupConfig
+from ..config.sections import GroupConfig
 from ..metrics import STATS
 from ..ratelog import RateLimitedLog
 from ..share.holds import CAUSE_LIMIT, DEAD_LETTER

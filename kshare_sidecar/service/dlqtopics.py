@@ -5,7 +5,7 @@ Kafka 4.4 writes a share group's dead-letter records only to a topic whose confi
 ``errors.deadletterqueue.group.enable=true``. A backend before 4.4 refuses that topic config
 (CreateTopics and IncrementalAlterConfigs answer INVALID_CONFIG for an unknown name), so the
 sidecar keeps it itself: the key is taken out of a CreateTopics or IncrementalAlterConfigs that
-passes through the sidecar (forward/dlqoptin.py), the rest goes to the backend, and the value is
+passes through the sidecar (passthrough/dlqoptin.py), the rest goes to the backend, and the value is
 recorded here once the backend accepted the rest; DescribeConfigs of the topic through the
 sidecar shows it. ``deadletter.enabled.topics`` lists topics that opt in from the start (topics
 created elsewhere, and opt-ins that must outlive a restart: what is recorded here is held in

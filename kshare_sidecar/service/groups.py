@@ -30,7 +30,7 @@ from kio.schema.errors import ErrorCode
 
 from ..group import persisted
 from ..group.coordinator import HeartbeatResult, ShareGroupCoordinator
-from ..log.errors import BackendError
+from ..backend.errors import BackendError
 from ..persist.codec import KIND_GROUP, KIND_MEMBER
 from ..persist.errors import PersistError
 from ..persist.ownership import group_home
@@ -39,8 +39,8 @@ from ..ratelog import RateLimitedLog, backend_failures
 from .partitions import SharePartitionManager
 
 if TYPE_CHECKING:
-    from ..log.backend import Backend
-    from ..log.types import TopicInfo
+    from ..backend.backend import Backend
+    from ..backend.types import TopicInfo
     from ..persist.base import BasePersister
     from ..persist.ownership import EntityKey
     from ..persist.protocol import Persister
@@ -57,7 +57,7 @@ class GroupService:
         self.partitions = partitions
         self.backend = backend
         self.persister = persister
-        #: a cluster of sidecars (issue 15): this sidecar coordinates the groups whose record's
+        #: a cluster of sidecars: this sidecar coordinates the groups whose record's
         #: state partition it owns; they come and go with those partitions
         self.cluster = bool(getattr(persister, "cluster", False))
         #: in a cluster, the persister's ownership of state partitions (BasePersister's, persist/cluster.py)

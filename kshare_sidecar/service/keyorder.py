@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 
 from ..client.records import RecordDecodeError, decode_batches
-from ..log.types import BatchInfo, FetchResult
+from ..backend.types import BatchInfo, FetchResult
 from ..ratelog import RateLimitedLog
 from ..share.types import AcquiredRecords
 

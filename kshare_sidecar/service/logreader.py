@@ -5,7 +5,7 @@ Why a module of its own: this is the part of the fetch path that talks to the ba
 ReplicaManager.readFromLog, as seen from DelayedShareFetch), long-lived across requests (the
 cache, the read-ahead tasks), while :mod:`.sharefetch` holds one request's acquisition and
 :mod:`.shares` the sessions and acknowledgements. Nothing here decodes a record: reads return the
-backend's raw bytes with parsed batch headers (``log/batches.py``).
+backend's raw bytes with parsed batch headers (``backend/batches.py``).
 """
 
 from __future__ import annotations
@@ -17,18 +17,18 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from ..log.errors import UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION, BackendError, UnknownTopicError
-from ..log.types import FetchResult
-from ..metrics import STATS as _METRICS  # kshare metrics (issue 7)
+from ..backend.errors import UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION, BackendError, UnknownTopicError
+from ..backend.types import FetchResult
+from ..metrics import STATS as _METRICS
 from ..ratelog import backend_failures
 from .partitions import PartitionError, Slot
 from .readcache import BatchCache
 
 if TYPE_CHECKING:
-    from ..log.backend import Backend
+    from ..backend.backend import Backend
 
 log = logging.getLogger("kshare.shares")
-_backend_failures = backend_failures(log)  # one line a minute: the outage itself is logged once (log/health.py)
+_backend_failures = backend_failures(log)  # one line a minute: the outage itself is logged once (backend/health.py)
 
 #: A log partition in the cache, keyed by topic *id*: a deleted and recreated topic reuses
 #: offsets under the same name.
@@ -36,7 +36,7 @@ LogKey = tuple[str, int]
 
 #: Bounds of one backend read: at least a useful chunk, never more than the client's budget.
 _MIN_READ, _FIRST_READ = 64 * 1024, 1024 * 1024
-#: Windows read beyond the free room when reading at the window's end (issue 14, see _read_size).
+#: Windows read beyond the free room when reading at the window's end (see _read_size).
 _EXTRA_WINDOWS = 2
 #: a backend read's errors that can mean "the topic was deleted"
 _GONE = frozenset({UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID})
@@ -70,7 +70,7 @@ class ShareLogReader:
         client's MaxRecords) is **extended** with the next bytes (:meth:`_extend`): Kafka reads a
         share-partition's whole share of MaxBytes at once, so its acquisitions fill the window;
         serving only the cached part cut a poll short wherever a cached read ended (through the
-        sidecar, 20,000-record polls on 2 partitions averaged ~13.5k: issue 19)."""
+        sidecar, 20,000-record polls on 2 partitions averaged ~13.5k)."""
         log_key = (slot.key.topic_id, slot.key.partition)
         result = self.cache.get(log_key, offset, isolation)
         if result is None:
@@ -94,7 +94,7 @@ class ShareLogReader:
             if exc.code in _GONE:
                 await self._forget_if_deleted(slot.topic)
             raise PartitionError(_share_error(exc), str(exc)) from exc
-        _METRICS.high_watermarks[slot.key] = result.high_watermark  # metrics (issue 7): lag
+        _METRICS.high_watermarks[slot.key] = result.high_watermark  # metrics: lag
         sp.move_log_start(result.log_start_offset)
         if result.error_code:  # OFFSET_OUT_OF_RANGE: the log start moved past us; archived above
             self.cache.drop(log_key)
@@ -237,7 +237,7 @@ def _read_size(slot: Slot, offset: int, budget: _Budget) -> int:
     read-ahead (and, by the caller, no more than its share of the read cache), never what the
     client could take. A read sized by the client's MaxBytes (~50 MiB) fetches far more than the
     in-flight window (max_record_locks) lets anyone acquire; the rest is evicted from the cache
-    before it is used and read again — read amplification (issue 14). So: free window room (or
+    before it is used and read again — read amplification. So: free window room (or
     plus the re-available records, when reading behind the window's end) × the partition's observed
     bytes per record, with 25% headroom; Kafka returns at least one whole batch whatever we ask.
 

@@ -23,14 +23,15 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from ..config_sections import GroupConfig
-from ..metrics import LOAD_TIME as _LOAD_TIME  # kshare metrics (issue 7)
-from ..metrics import STATS as _METRICS  # kshare metrics (issue 7)
-from ..metrics import WRITE_LATENCY as _WRITE_LATENCY  # kshare metrics (issue 7)
+from ..config.sections import GroupConfig
+from ..metrics import LOAD_TIME as _LOAD_TIME
+from ..metrics import STATS as _METRICS
+from ..metrics import WRITE_LATENCY as _WRITE_LATENCY
 from ..persist.codec import KIND_PARTITION
 from ..persist.errors import PersistError, UnknownSharePartitionError
 from ..persist.model import SharePartitionKey
-from ..persist.records import UNSET_OFFSET, WriteItem
+from ..persist.records import UNSET_OFFSET
+from ..protocol.errors import KafkaError
 from ..share.config import Extensions, ShareConfig
 from ..share.extended import ExtendedSharePartition
 from ..share.holds import DEAD_LETTER, HOLDERS
@@ -53,10 +54,8 @@ def owner_epoch() -> int:
     return int(time.time()) - 1_577_836_800
 
 
-class PartitionError(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
+class PartitionError(KafkaError):
+    """One share-partition cannot serve this request (its error code goes into that partition's answer)."""
 
 
 @dataclass
@@ -70,7 +69,7 @@ class Slot:
     dead: bool = False  # retired after its durable state was found to differ: never written again
     fetch_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     waiters: set[asyncio.Future] = field(default_factory=set)
-    #: Log bytes per record seen in this partition's reads (sizes the next read; issue 14).
+    #: Log bytes per record seen in this partition's reads (sizes the next read).
     bytes_per_record: float = 0.0
 
     def wake(self) -> None:
@@ -105,7 +104,7 @@ class SharePartitionManager:
         if hasattr(persister, "reload_listeners"):
             persister.reload_listeners.append(self.retire)
             persister.superseded_listeners.append(lambda _reason: self.retire(list(self.slots)))
-        #: a cluster of sidecars (issue 15): this sidecar leads only the share-partitions whose
+        #: a cluster of sidecars: this sidecar leads only the share-partitions whose
         #: state partition it owns, each at that partition's owner epoch
         self.cluster = bool(getattr(persister, "cluster", False))
         if self.cluster:
@@ -274,7 +273,7 @@ class SharePartitionManager:
         await self.persister.initialize(key, 0, UNSET_OFFSET)
 
     async def _load(self, key: SharePartitionKey, topic: str) -> Slot:
-        started = time.perf_counter()  # metrics (issue 7)
+        started = time.perf_counter()
         try:
             epoch = self.epoch_for(key)
             try:
@@ -306,7 +305,7 @@ class SharePartitionManager:
             code = ErrorCode.not_leader_or_follower if exc.error_code == ErrorCode.not_coordinator else exc.error_code
             raise PartitionError(code, f"share-partition {_name(key, topic)}: {exc}") from exc
         slot = self.slots[key] = Slot(key, topic, sp)
-        _LOAD_TIME.observe(time.perf_counter() - started)  # metrics (issue 7)
+        _LOAD_TIME.observe(time.perf_counter() - started)
         log.info("loaded share-partition %s: SPSO %d, state epoch %d", _name(key, topic), sp.spso, sp.state_epoch)
         self.track(slot)  # restored holds (release backoff) have deadlines
         self._changed(slot)  # restored dead-letter holds are written now
@@ -330,7 +329,7 @@ class SharePartitionManager:
 
     async def _persist_plan(self, slot: Slot, plan) -> tuple[SharePartitionKey, ErrorCode]:
         async with slot.write_lock:
-            is_ack = isinstance(plan, PendingAcks)  # metrics (issue 7)
+            is_ack = isinstance(plan, PendingAcks)
             plan = slot.partition.prepare_acknowledge(plan.member_id, plan.batches, allow_renew=plan.allow_renew) \
                 if isinstance(plan, PendingAcks) else plan
             if plan.error != ErrorCode.none:
@@ -338,7 +337,7 @@ class SharePartitionManager:
             if slot.dead:  # checked with no await before the write is queued
                 return slot.key, ErrorCode.not_leader_or_follower
             try:
-                with _WRITE_LATENCY.time():  # metrics (issue 7)
+                with _WRITE_LATENCY.time():
                     await self.persister.write(slot.key, plan.state, self._writer_epoch(slot))
             except PersistError as exc:
                 _METRICS.state_write_failures += 1  # the alert rules (compose/prometheus/)
@@ -349,13 +348,13 @@ class SharePartitionManager:
             if code != ErrorCode.none:
                 # Memory changed between prepare and commit (e.g. the records' locks expired while
                 # the write was in flight). The write is durable, so memory must follow it, never the
-                # reverse: writing memory again here rolled the SPSO back (issue 11). Reload from the
+                # reverse: writing memory again here rolled the SPSO back. Reload from the
                 # durable state; the acknowledgement is durable, so it succeeded.
                 log.warning("share-partition %s changed during its state write (%s); reloading it from the "
                             "durable state", _name(slot.key, slot.topic), code.name)
                 self.retire([slot.key])
                 code = ErrorCode.none
-            if is_ack and code == ErrorCode.none and plan.member_id not in HOLDERS:  # metrics (issue 7)
+            if is_ack and code == ErrorCode.none and plan.member_id not in HOLDERS:
                 _METRICS.count_acks(plan.runs)
             elif is_ack and code == ErrorCode.none and plan.member_id == DEAD_LETTER:  # archived after the DLQ write
                 group = slot.key.group_id
@@ -375,7 +374,7 @@ class SharePartitionManager:
             if slot.dead:
                 return
             try:
-                with _WRITE_LATENCY.time():  # metrics (issue 7)
+                with _WRITE_LATENCY.time():
                     await self.persister.write(slot.key, slot.partition.snapshot(), self._writer_epoch(slot))
             except PersistError as exc:
                 _METRICS.state_write_failures += 1  # the alert rules (compose/prometheus/)

@@ -5,7 +5,7 @@ previous acquisition stopped; redeliveries revisit recent batches), so one cache
 serves several ShareFetches without another backend round trip. Log batches never change, so a
 cached one is never wrong; least recently used entries go first when over the byte budget.
 
-**Read-ahead** (issue 14): a share-partition's window fills, its consumers process and
+**Read-ahead**: a share-partition's window fills, its consumers process and
 acknowledge, and the ShareFetch carrying those acks can acquire again — from bytes that, without
 read-ahead, are only now fetched from the backend, one round trip on every cycle (in a 600k
 throughput run 531 of 636 ShareFetches missed the cache). So when an acquisition leaves less
@@ -14,7 +14,7 @@ in the background into an *ahead* entry, which the acquisition that needs it pro
 stay sized by the window (never by the client's MaxBytes); since an ordinary read at the window's
 end already covers two windows more (``logreader._read_size``), most acquisitions hit the cache
 without it. On by default since 2026-11-27 (``read.ahead.enable``). It was opt-in because, in
-the 1M throughput run of issue 14, it turned cache hits/misses from ~100/530 into 904/159 but
+a 1M-record throughput run, it turned cache hits/misses from ~100/530 into 904/159 but
 raised read amplification from ~1.2 to 1.45. Since reads at the window's end cover two windows
 more, that run hits the cache either way (~828/220) and its amplification is 1.09-1.10 on and
 off; where it still matters is a consumer that pauses between polls (Spark's micro-batches, any
@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from ..log.types import FetchResult
-from ..metrics import STATS as _METRICS  # kshare metrics (issue 7)
+from ..backend.types import FetchResult
+from ..metrics import STATS as _METRICS
 
 _CURRENT, _AHEAD = 0, 1
 

@@ -6,7 +6,7 @@ session partition (rotated), and when nothing was acquired, park until a share-p
 long-poll), or MaxWaitMs passes. Sessions and acknowledgements stay in :mod:`.shares`, the
 backend reads in :mod:`.logreader`. The work per request is per partition and per log batch,
 never per record: the acquired batches are views of the backend's buffer
-(``log/batches.batch_views``), never copied: the answer writes them to the socket as they are.
+(``backend/batches.batch_views``), never copied: the answer writes them to the socket as they are.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from ..log.batches import batch_views
-from ..log.types import BatchInfo
-from ..metrics import STATS as _METRICS  # kshare metrics (issue 7)
+from ..backend.batches import batch_views
+from ..backend.types import BatchInfo
+from ..metrics import STATS as _METRICS
 from ..protocol.types import TopicIdPartition
 from ..share.sessions import ShareSession, ShareSessionCache
 from ..share.types import AcquiredRecords, AcquireMode
@@ -235,7 +235,7 @@ def _slice(records: bytes | memoryview, batches: list[BatchInfo], acquired: list
     """The fetched bytes of exactly the log batches that overlap an acquired range, unchanged
     (never decoded: batches are forwarded as the backend wrote them), as views. Choosing the
     batches is a merge of two sorted lists (per batch, not per record); cutting them out is
-    ``log/batches.batch_views``, the one implementation."""
+    ``backend/batches.batch_views``, the one implementation."""
     ranges = sorted((a.first_offset, a.last_offset) for a in acquired)
     chosen: list[BatchInfo] = []
     i = 0

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from ..config_sections import GroupConfig
-from ..metrics import STATS as _METRICS  # kshare metrics (issue 7)
+from ..config.sections import GroupConfig
+from ..metrics import STATS as _METRICS
 from ..protocol.types import TopicIdPartition
 from ..ratelog import RateLimitedLog
 from ..share.acks import parse_ack_batches
@@ -40,7 +40,7 @@ from .partitions import PartitionError, PendingAcks, SharePartitionManager, Slot
 from .sharefetch import DelayedShareFetch, FetchParams, PartitionOut
 
 if TYPE_CHECKING:
-    from ..log.backend import Backend
+    from ..backend.backend import Backend
 
 __all__ = ["FetchParams", "PartitionOut", "ShareOut", "ShareService"]
 
@@ -81,13 +81,13 @@ class ShareService:
     async def share_fetch(self, *, conn_id: int, group_id: str, member_id: str, epoch: int, params: FetchParams,
                           topics: RequestTopics, forgotten: list[TopicIdPartition], is_renew: bool = False,
                           on_park: Callable[[], None] | None = None, readable: Readable | None = None) -> ShareOut:
-        _METRICS.share_fetch_requests += 1  # metrics (issue 7)
+        _METRICS.share_fetch_requests += 1
         key = (group_id, member_id)
         group = GroupConfig.of(self.group_config(group_id))  # read once per request, typed
         lock_ms = group.record_lock_duration_ms
         acks = _merge_acks(topics)
         if not member_id or len(member_id) > 36:
-            _METRICS.share_fetch_failed += 1  # metrics (issue 7)
+            _METRICS.share_fetch_failed += 1
             return ShareOut(ErrorCode.invalid_request, "MemberId must be 1..36 characters")
         try:
             if epoch == 0:
@@ -98,7 +98,7 @@ class ShareService:
             else:
                 session = self._existing_session(key, epoch, conn_id)
         except SessionError as exc:
-            _METRICS.share_fetch_failed += 1  # metrics (issue 7)
+            _METRICS.share_fetch_failed += 1
             return ShareOut(exc.code, str(exc))
         for topic_id, p, _ in topics:
             session.partitions.add((topic_id, p))
@@ -155,7 +155,7 @@ class ShareService:
     async def share_acknowledge(self, *, conn_id: int, group_id: str, member_id: str, epoch: int,
                                 topics: RequestTopics, is_renew: bool = False,
                                 readable: Readable | None = None) -> ShareOut:
-        _METRICS.share_ack_requests += 1  # metrics (issue 7)
+        _METRICS.share_ack_requests += 1
         key = (group_id, member_id)
         group = GroupConfig.of(self.group_config(group_id))
         lock_ms = group.record_lock_duration_ms
@@ -165,7 +165,7 @@ class ShareService:
                                    "ShareAcknowledge cannot open a share session (epoch 0)")
             session = self._existing_session(key, epoch, conn_id)
         except SessionError as exc:
-            _METRICS.share_ack_failed += 1  # metrics (issue 7)
+            _METRICS.share_ack_failed += 1
             return ShareOut(exc.code, str(exc))
         acks = _merge_acks(topics)
         denied = await self._denied(readable, set(acks))

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
+from ..protocol.errors import KafkaError
 from ..protocol.types import TopicIdPartition
 
 SessionKey = tuple[str, str]  # (group id, member id)
@@ -31,10 +32,8 @@ class ShareSession:
     partitions: set[TopicIdPartition] = field(default_factory=set)
 
 
-class SessionError(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
+class SessionError(KafkaError):
+    """The share session rules refuse the request (its error code is the whole answer's)."""
 
 
 class ShareSessionCache:

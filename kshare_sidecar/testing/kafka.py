@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -23,7 +22,7 @@ from pathlib import Path
 
 from .errors import HarnessError
 from .maven import kafka_libs, require_tool
-from .process import BrokerProcess, die_with_parent
+from .process import BrokerProcess, die_with_parent, free_port
 from .zookeeper import ZooKeeperServer
 
 #: Pinned versions by alias: 3.9 is a backend without share groups, 4 the native reference (4.4.0,
@@ -89,12 +88,6 @@ def metadata_mode(version: str, zookeeper: bool | None) -> bool:
                                "--kraft or choose 3.5 or later")
         return True
     return (major, minor) <= (3, 5) if zookeeper is None else zookeeper
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _cluster_id() -> str:

@@ -2,7 +2,7 @@
 
 Framing comes from :mod:`kshare_sidecar.protocol` (kio and sockets only), shared with the CLI:
 the harness must not depend on the code under test — the sidecar's server (``wire/``, ``api/``)
-and its backend client (``log/``, aiokafka) — and ``protocol/`` is neither. A probe that must send
+and its backend client (``backend/``, aiokafka) — and ``protocol/`` is neither. A probe that must send
 *malformed* frames is a different tool: ``testing/wirefuzz.py`` writes raw bytes itself.
 """
 

@@ -12,6 +12,7 @@ import atexit
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -22,6 +23,13 @@ from typing import Self
 
 from .errors import HarnessError
 from .probe import broker_ready
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now (a broker or ZooKeeper binds it next)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 class BrokerProcess:

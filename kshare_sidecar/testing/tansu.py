@@ -1,4 +1,4 @@
-"""Tansu, a Kafka-compatible broker that is not Apache Kafka, as a second backend (issue 16).
+"""Tansu, a Kafka-compatible broker that is not Apache Kafka, as a second backend.
 
 Why: every other backend the suites use is Apache Kafka's own code. Tansu (tansu-io/tansu, Rust)
 speaks the Kafka protocol over its own storage engines, so kshare running on it shows which of

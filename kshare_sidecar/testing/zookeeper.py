@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from .errors import HarnessError
-from .process import BrokerProcess, die_with_parent
+from .process import BrokerProcess, die_with_parent, free_port
 
 _LOG4J = """log4j.rootLogger=INFO, stdout
 log4j.appender.stdout=org.apache.log4j.ConsoleAppender
@@ -66,8 +66,6 @@ class ZooKeeperServer(BrokerProcess):
         return self._start_in(f"kshare-zookeeper-{self.version}-", self._launch, started)
 
     def _launch(self) -> None:
-        from .kafka import free_port
-
         assert self.workdir is not None
         if not any(self.libs.glob("zookeeper-*.jar")):
             raise HarnessError(f"Kafka {self.version}'s classpath ({self.libs}) has no ZooKeeper jar: this release "

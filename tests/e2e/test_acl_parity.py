@@ -17,7 +17,6 @@ SCRAM credentials, the same passwords) and authorizes them with the 3.9 broker's
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -375,7 +374,7 @@ def test_a_client_with_a_delegation_token_is_its_owner(brokers, client_sidecar, 
     assert "Traceback" not in log and not HMAC_B64.search(log) and not any(pw in log for pw in USERS.values())
 
 
-@pytest.mark.skipif(not os.environ.get("KSHARE_TOKEN_REAUTH"), reason="slow (~40 s): make test-tokens")
+@pytest.mark.optin("tokens")  # ~40 s
 def test_client_tokens_are_replaced_and_upstreams_reauthenticate_in_place(brokers, certs, tmp_path):
     """An mTLS client produces through kshare for 25 s while its delegation tokens live 8 s: each is
     replaced at 80 % of its life (the successor made ahead, handed out once it settled), the
@@ -404,7 +403,7 @@ def test_client_tokens_are_replaced_and_upstreams_reauthenticate_in_place(broker
     assert "Traceback" not in log and not HMAC_B64.search(log)
 
 
-@pytest.mark.skipif(not os.environ.get("KSHARE_TOKEN_REAUTH"), reason="slow (~20 s): make test-tokens")
+@pytest.mark.optin("tokens")  # ~20 s
 def test_a_sidecar_without_create_tokens_refuses_with_one_line(brokers, certs, tmp_path):
     """The sidecar's principal (erin: ALL on topics, groups, transactional ids and the cluster, but
     no CREATE_TOKENS on USER) cannot make a token for an mTLS client: the client's Produce gets

@@ -1,4 +1,4 @@
-"""KIP-368 from kshare's own asyncio client (client/conn.py rides on log/brokerconn.py): against a
+"""KIP-368 from kshare's own asyncio client (client/conn.py rides on backend/brokerconn.py): against a
 sidecar SASL listener with ``connections.max.reauth.ms``, a ShareConsumer consuming for longer
 than several session lifetimes re-authenticates in place; the sidecar never closes its connection
 for an expired session and every record arrives."""

@@ -251,7 +251,7 @@ class Tokens:
 async def test_oauthbearer_token_provider_on_native_kafka(native_secured):
     """Native only: the sidecar's listeners offer PLAIN and SCRAM, not OAUTHBEARER (docs/security.md).
     A good token consumes; an expired one is AuthenticationFailedError with the broker's reason
-    (Kafka answers RFC 7628's error challenge, which log/sasl.py completes with kvsep)."""
+    (Kafka answers RFC 7628's error challenge, which backend/sasl.py completes with kvsep)."""
     t = SecuredTarget("native", native_secured.bootstrap, native_secured.bootstrap)
     topic, group, values = _setup(t, 10)
     bootstrap = f"127.0.0.1:{native_secured.oauth_port}"

@@ -113,7 +113,7 @@ def _env(url: str, secret: str) -> dict[str, str]:
             "KSHARE_BACKEND_SASL_OAUTHBEARER_SCOPE": "kafka"}
 
 
-@pytest.mark.skipif(not os.environ.get("KSHARE_TOKEN_REAUTH"), reason="slow (~45 s): make test-tokens")
+@pytest.mark.optin("tokens")  # ~45 s
 def test_tokens_refresh_and_sessions_reauthenticate_during_a_share_consume(broker, tmp_path):
     from confluent_kafka import ShareConsumer
 

@@ -6,7 +6,6 @@ from the state topic's lag at the end."""
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 
@@ -18,8 +17,7 @@ from tests.e2e.conftest import SidecarProcess, Target, Worker, wait_until
 from tests.support import unique
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(600),
-              pytest.mark.skipif(os.environ.get("KSHARE_CLUSTER_FAULTS", "") in ("", "0"),
-                                 reason="opt-in (~3.5 min, 3 brokers): make test-cluster-faults")]
+              pytest.mark.optin("cluster-faults")]  # ~3.5 min, 3 brokers
 
 RECORDS, PARTITIONS, STATE_TOPIC = 200_000, 4, "__kshare_state"
 

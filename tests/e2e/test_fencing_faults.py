@@ -43,8 +43,8 @@ pytestmark = pytest.mark.kafka
 REPEAT = int(os.environ.get("KSHARE_FENCING_REPEAT", "1"))
 MODES = os.environ.get("KSHARE_FENCING_MODES", "fenced").split(",")
 #: The default suite runs the frozen-owner scenario (a paused sidecar waking up after a takeover);
-#: the other two run under ``make test-fencing`` (which sets KSHARE_FENCING_MODES), with the repeats.
-FULL = pytest.mark.skipif("KSHARE_FENCING_MODES" not in os.environ, reason="make test-fencing")
+#: the other two run under ``make test-fencing`` (``--run fencing``), with the repeats and modes.
+FULL = pytest.mark.optin("fencing")
 PARTITIONS = 3
 SUPERSEDED = "this sidecar stops serving share groups"
 

@@ -30,8 +30,7 @@ from kshare_sidecar.testing.maven import cache_root
 
 from tests.e2e.conftest import SidecarProcess
 
-pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.skipif(
-    os.environ.get("KSHARE_FRANZ") != "1", reason="opt-in: make test-franz (KSHARE_FRANZ=1)")]
+pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.optin("franz")]
 
 FRANZ = "github.com/twmb/franz-go"
 VERSION = os.environ.get("KSHARE_FRANZ_VERSION", "v1.22.3")

@@ -15,7 +15,6 @@ against native Kafka 4.4.0.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import struct
 import subprocess
@@ -32,8 +31,7 @@ from kshare_sidecar.testing.maven import require_tool, resolve_artifacts
 
 from tests.e2e.conftest import SidecarProcess, Target, target_named, wait_until
 
-pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.skipif(
-    os.environ.get("KSHARE_KAFKA_APPS") != "1", reason="opt-in: make test-kafka-apps (KSHARE_KAFKA_APPS=1)")]
+pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.optin("kafka-apps")]
 
 VERSION = "4.3.1"  # the applications' jars (see the module docstring); the brokers are the harness's "4"
 WORDS = 50

@@ -215,7 +215,7 @@ def test_kafka_39_to_another_cluster_with_native_share_groups_and_back(tmp_path)
 
 def test_a_moved_group_through_the_sidecar_on_a_backend_of_two_brokers(tmp_path):
     """A two-broker Kafka 4.4: the moved group's consumers keep the sidecar as their bootstrap and
-    their one share session is spread over both brokers' (forward/sessions.py)."""
+    their one share session is spread over both brokers' (passthrough/sessions.py)."""
     from kshare_sidecar.testing.multibroker import KafkaCluster
 
     with KafkaCluster("4.4", brokers=2) as cluster:

@@ -45,8 +45,7 @@ from tests.e2e.conftest import SidecarProcess, Target, Worker, rdkafka_membershi
 from tests.support import create_topic, produce, read_state_topic, set_group_config, unique
 
 pytestmark = pytest.mark.kafka
-LONG = pytest.mark.skipif(os.environ.get("KSHARE_SIDECAR_CLUSTER", "") in ("", "0"),
-                          reason="opt-in (minutes): make test-sidecar-cluster")
+LONG = pytest.mark.optin("sidecar-cluster")  # minutes each
 
 STATE_PARTITIONS = 8
 SESSION_MS = 6000  # cluster.session.timeout.ms: the backend's group.min.session.timeout.ms default

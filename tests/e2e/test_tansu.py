@@ -4,12 +4,11 @@ The scenarios are the ones the suite runs on Kafka 3.9, called here with a sidec
 tansu (``tansu_sidecar``, tests/e2e/conftest.py: ``state.write.mode=fenced``, as tansu has no
 EndTxn, and ``state.write.refresh.ms=0``, as its libSQL engine panics on the refresh). What passes
 and what does not, and why (read in tansu's sources): docs/compatibility.md, "Tansu". Opt-in —
-``make test-tansu`` sets ``KSHARE_TANSU=1`` and builds tansu if missing.
+``make test-tansu`` runs it (``pytest --run tansu``) and builds tansu if missing.
 """
 
 from __future__ import annotations
 
-import os
 import signal
 from collections.abc import Iterator
 
@@ -30,12 +29,11 @@ from tests.support import unique
 
 
 def _skip_reason() -> str | None:
-    if os.environ.get("KSHARE_TANSU") != "1":
-        return "opt-in: make test-tansu (KSHARE_TANSU=1)"
     return None if tansu_binary() is not None else missing_reason()
 
 
-pytestmark = [pytest.mark.kafka, pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))]
+pytestmark = [pytest.mark.kafka, pytest.mark.optin("tansu"),
+              pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))]
 
 
 @pytest.fixture

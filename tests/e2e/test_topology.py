@@ -28,7 +28,6 @@ Opt-in (``make test-topology``; root and iproute2): a few minutes.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
 import time
@@ -43,7 +42,7 @@ from tests.unit.deploy.conftest import COMPOSE_DIR, DOCKERFILE, env_pairs, final
 
 pytestmark = [
     pytest.mark.kafka,
-    pytest.mark.skipif(os.environ.get("KSHARE_TOPOLOGY", "") in ("", "0"), reason="opt-in: make test-topology"),
+    pytest.mark.optin("topology"),
     pytest.mark.skipif(available() is not None, reason=f"network namespaces: {available()}"),
 ]
 

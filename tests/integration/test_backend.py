@@ -14,7 +14,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
-from kshare_sidecar.log import Backend, InMemoryTopicIdStore, PartitionRead, UnknownTopicError
+from kshare_sidecar.backend import Backend, InMemoryTopicIdStore, PartitionRead, UnknownTopicError
 from kshare_sidecar.testing.probe import call
 from tests.support import create_topic, produce, unique
 

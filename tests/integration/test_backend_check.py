@@ -10,8 +10,8 @@ import logging
 import pytest
 from kio.schema.list_groups.v5.request import ListGroupsRequest
 
-from kshare_sidecar.log.compat import check_backend
-from kshare_sidecar.log.security import BackendSecurity
+from kshare_sidecar.backend.compat import check_backend
+from kshare_sidecar.backend.security import BackendSecurity
 from kshare_sidecar.protocol.address import first_server
 from kshare_sidecar.testing.probe import call
 from kshare_sidecar.testing.tools import SidecarThread

@@ -105,9 +105,9 @@ async def test_an_older_producer_epoch_is_refused_as_soon_as_a_newer_init(tansu)
 
 
 async def test_backend_reads_tansu_records_although_its_fetch_v12_answers_carry_a_v16_tagged_field(tansu, caplog):
-    """log/kio_bridge.py: the first Fetch v12 answer is unreadable for kio, the read is retried at
+    """backend/kio_bridge.py: the first Fetch v12 answer is unreadable for kio, the read is retried at
     v11 (no tagged fields), and every later read goes there directly."""
-    from kshare_sidecar.log import Backend, InMemoryTopicIdStore
+    from kshare_sidecar.backend import Backend, InMemoryTopicIdStore
 
     topic = f"fetch-{uuid.uuid4().hex[:8]}"
     create_topic(tansu.bootstrap, topic)

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from kshare_sidecar.log.compat import BackendProfile, _ask, refusal
+from kshare_sidecar.backend.compat import BackendProfile, _ask, refusal
 from kshare_sidecar.testing.kafka import BACKEND_VERSIONS, KafkaBroker
 from kshare_sidecar.testing.matrix import RESULTS, cell_of
 from tests.e2e.conftest import SidecarProcess
@@ -28,7 +28,7 @@ FOUND: dict[str, dict] = {}
 
 
 def backend_profile(bootstrap: str) -> BackendProfile:
-    from kshare_sidecar.log.security import BackendSecurity
+    from kshare_sidecar.backend.security import BackendSecurity
 
     return asyncio.run(_ask(bootstrap, BackendSecurity(), 30.0))
 

@@ -9,7 +9,7 @@ import pytest
 from kio.index import load_response_from_request
 
 from kshare_sidecar.api import Dispatcher, InMemoryTopicCatalog, NodeIdentity, build_registry
-from kshare_sidecar.log.types import TopicInfo
+from kshare_sidecar.backend.types import TopicInfo
 from kshare_sidecar.wire import codec
 
 ORDERS = TopicInfo("orders", uuid.UUID("00000000-0000-0000-0000-00000000000a"), 3)

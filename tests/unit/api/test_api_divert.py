@@ -1,5 +1,5 @@
 """ApiEntry.divert: a decoded request the entry's handler must not serve goes elsewhere as the
-bytes it came in (a share group the backend serves natively, forward/native.py)."""
+bytes it came in (a share group the backend serves natively, passthrough/native.py)."""
 
 from __future__ import annotations
 

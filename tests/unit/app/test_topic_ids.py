@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 
 from kshare_sidecar.persist.memory import MemoryLog, MemoryPersister
-from kshare_sidecar.app import PersisterTopicIds
+from kshare_sidecar.backend.topic_ids import PersisterTopicIds
 
 
 async def test_minted_ids_are_stable_across_calls_and_restarts():

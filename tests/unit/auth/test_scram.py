@@ -110,7 +110,7 @@ def test_kafka_credential_form_round_trips_and_checks_a_password():
 
 # -- the client side (delegation tokens: tokenauth=true) ------------------------------------------
 def test_client_rfc7677_vector():
-    from kshare_sidecar.auth.scram import ScramClient
+    from kshare_sidecar.protocol.scram import ScramClient
 
     client = ScramClient("SCRAM-SHA-256", "user", "pencil", nonce="rOprNGfwEbeRWgbNEkqO")
     assert client.first() == RFC_CLIENT_FIRST
@@ -124,7 +124,7 @@ def test_client_rfc7677_vector():
 def test_client_with_the_tokenauth_extension_against_the_server(mechanism):
     """Kafka's delegation-token form: ``n,,n=<token id>,r=<nonce>,tokenauth=true`` and the HMAC as
     password; the server (Kafka's grammar) accepts the extension and the proof."""
-    from kshare_sidecar.auth.scram import ScramClient
+    from kshare_sidecar.protocol.scram import ScramClient
 
     client = ScramClient(mechanism, "tok=en,id", "aG1hYw==", extensions={"tokenauth": "true"})
     first = client.first()
@@ -143,7 +143,7 @@ def test_client_with_the_tokenauth_extension_against_the_server(mechanism):
     (b"r=rOprNGfwEbeRWgbNEkqOx,i=4096", "format"),
 ])
 def test_client_refuses_a_bad_server_first_message(server_first, needle):
-    from kshare_sidecar.auth.scram import ScramClient
+    from kshare_sidecar.protocol.scram import ScramClient
 
     client = ScramClient("SCRAM-SHA-256", "user", "pencil", nonce="rOprNGfwEbeRWgbNEkqO")
     client.first()
@@ -152,7 +152,7 @@ def test_client_refuses_a_bad_server_first_message(server_first, needle):
 
 
 def test_client_repr_and_errors_carry_no_secret():
-    from kshare_sidecar.auth.scram import ScramClient
+    from kshare_sidecar.protocol.scram import ScramClient
 
     client = ScramClient("SCRAM-SHA-512", "user", "s3cret-pw")
     assert "s3cret" not in repr(client)

@@ -147,7 +147,7 @@ async def test_metadata_hides_topics_without_describe():
 
     from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
-    from kshare_sidecar.log.types import TopicInfo
+    from kshare_sidecar.backend.types import TopicInfo
 
     seen, hidden = TopicInfo("seen", _uuid.UUID(int=1), 1), TopicInfo("hidden", _uuid.UUID(int=2), 1)
     registry = build_registry(InMemoryTopicCatalog([seen, hidden]))
@@ -198,7 +198,7 @@ async def test_backend_config_resources_are_checked_before_asking_the_backend():
     from kio.schema.describe_configs.v4 import request as d4
 
     from kshare_sidecar.api.context import NodeIdentity, RequestContext
-    from kshare_sidecar.forward import mixed
+    from kshare_sidecar.passthrough import mixed
 
     class Pool:
         asked: list = []

@@ -12,7 +12,7 @@ from kio.schema.errors import ErrorCode
 
 from kshare_sidecar.config import load_config
 from kshare_sidecar.group.coordinator import ShareGroupCoordinator
-from kshare_sidecar.log.types import TopicInfo
+from kshare_sidecar.backend.types import TopicInfo
 from kshare_sidecar.persist import MemoryLog, MemoryPersister
 from kshare_sidecar.persist.ownership import group_home, share_partition_home
 from kshare_sidecar.service.admin import AdminError, AdminService

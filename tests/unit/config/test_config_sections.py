@@ -9,9 +9,9 @@ from collections import Counter
 
 import pytest
 
-from kshare_sidecar import config_sections
+from kshare_sidecar.config import sections as config_sections
 from kshare_sidecar.config import GROUP_CONFIGS, SETTINGS, SidecarConfig, load_config
-from kshare_sidecar.config_sections import SECTIONS, GroupConfig, section_keys
+from kshare_sidecar.config.sections import SECTIONS, GroupConfig, section_keys
 
 BASE = {"bootstrap.servers": "127.0.0.1:9092"}
 

@@ -8,7 +8,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from kshare_sidecar.group.coordinator import GroupState, ShareGroupCoordinator
-from kshare_sidecar.log.types import TopicInfo
+from kshare_sidecar.backend.types import TopicInfo
 
 T1 = TopicInfo("t1", uuid.UUID(int=1), 3)
 T2 = TopicInfo("t2", uuid.UUID(int=2), 1)

@@ -11,7 +11,7 @@ import uuid
 from kshare_sidecar.assignors import SimpleAssignor, UniformAssignor
 from kshare_sidecar.group.assign import assign_with
 from kshare_sidecar.group.coordinator import ShareGroupCoordinator
-from kshare_sidecar.log.types import TopicInfo
+from kshare_sidecar.backend.types import TopicInfo
 
 T = TopicInfo("t", uuid.UUID(int=1), 2)
 TOPICS = {"t": T}

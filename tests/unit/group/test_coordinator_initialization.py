@@ -17,7 +17,7 @@ from kio.schema.errors import ErrorCode
 from kshare_sidecar.assignors.simple import SimpleAssignor
 from kshare_sidecar.group.assign import assign_with
 from kshare_sidecar.group.coordinator import ShareGroupCoordinator
-from kshare_sidecar.log.types import TopicInfo
+from kshare_sidecar.backend.types import TopicInfo
 
 PA = TopicInfo("pa", uuid.UUID(int=0xA), 3)
 PB = TopicInfo("pb", uuid.UUID(int=0xB), 1)

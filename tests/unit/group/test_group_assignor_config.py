@@ -15,7 +15,7 @@ from kshare_sidecar.assignors import SimpleAssignor, UniformAssignor
 from kshare_sidecar.config import load_config
 from kshare_sidecar.group.assign import assign_with
 from kshare_sidecar.group.coordinator import ShareGroupCoordinator
-from kshare_sidecar.log.types import TopicInfo
+from kshare_sidecar.backend.types import TopicInfo
 from kshare_sidecar.persist.memory import MemoryLog, MemoryPersister
 from kshare_sidecar import app
 from kshare_sidecar.protocol.constants import AlterConfigOp, ConfigSource, ConfigType

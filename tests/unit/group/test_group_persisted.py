@@ -16,7 +16,7 @@ from kshare_sidecar.assignors.simple import SimpleAssignor
 from kshare_sidecar.group import persisted
 from kshare_sidecar.group.assign import assign_with
 from kshare_sidecar.group.coordinator import ShareGroupCoordinator
-from kshare_sidecar.log.types import TopicInfo
+from kshare_sidecar.backend.types import TopicInfo
 from kshare_sidecar.persist import codec
 from kshare_sidecar.persist.records import GroupRecord
 

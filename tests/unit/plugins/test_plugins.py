@@ -217,7 +217,7 @@ def test_a_raising_hook_and_a_misspelled_hook_are_reported(host, fake_dists):
     assert host.get_assignors()["simple"] is SimpleAssignor
 
 
-def test_allowlist_by_argument_and_env(fake_dists, monkeypatch):
+def test_allowlist_by_argument_and_setting(fake_dists):
     fake_dists("kshare-good", "good", GOOD_PLUGIN)
     fake_dists("kshare-broken", "broken", "raise RuntimeError('boom')")
     h = PluginHost()
@@ -226,32 +226,44 @@ def test_allowlist_by_argument_and_env(fake_dists, monkeypatch):
     h = PluginHost()
     h.load_plugins(load=[])  # no outside plugin at all; built-ins stay
     assert set(h.get_assignors()) == {"simple", "uniform"} and h.get_failures() == []
-    monkeypatch.setenv("KSHARE_LOAD_PLUGINS", "good")  # by entry-point name
     h = PluginHost()
-    h.load_plugins()
+    h.load_plugins(load=["good"])  # by entry-point name
     assert "reverse" in h.get_assignors() and h.get_failures() == []
-    monkeypatch.setenv("KSHARE_LOAD_PLUGINS", "")
-    h = PluginHost()
-    h.load_plugins()
-    assert "reverse" not in h.get_assignors()
 
 
-def test_disable_by_argument_and_env(fake_dists, monkeypatch):
+def test_one_switch_the_plugin_settings(fake_dists, monkeypatch):
+    """plugins.load / plugins.disable / plugins.trace are the one switch: empty load = all installed,
+    the same from the environment (KSHARE_PLUGINS_*) as from a file; no other variable counts."""
+    from kshare_sidecar import plugins as plugin_mod
+    from kshare_sidecar.config import load_config
+
+    fake_dists("kshare-good", "good", GOOD_PLUGIN)
+    fake_dists("kshare-other", "other", GOOD_PLUGIN.replace("reverse", "other"))
+    for stale in ("KSHARE_LOAD_PLUGINS", "KSHARE_DISABLE_PLUGINS"):  # the old variables mean nothing
+        monkeypatch.setenv(stale, "")
+    seen = {}
+    for env in ({}, {"KSHARE_PLUGINS_LOAD": "good"}, {"KSHARE_PLUGINS_DISABLE": "kshare-good"}):
+        h = PluginHost()
+        monkeypatch.setattr(plugin_mod, "host", h)
+        plugin_mod.load_configured(load_config(env={"KSHARE_BOOTSTRAP_SERVERS": "localhost:9092", **env}).plugins)
+        seen[tuple(env.values())] = {"reverse", "other"} & set(h.get_assignors())
+    assert seen == {(): {"reverse", "other"}, ("good",): {"reverse"}, ("kshare-good",): {"other"}}
+
+
+def test_disable_by_argument(fake_dists):
     fake_dists("kshare-good", "good", GOOD_PLUGIN)
     h = PluginHost()
     h.load_plugins(disable=["good", "kshare_sidecar.default_plugins.persisters"])
     assert "reverse" not in h.get_assignors() and h.get_persisters() == {}
-    monkeypatch.setenv("KSHARE_DISABLE_PLUGINS", "kshare-good")
     h = PluginHost()
-    h.load_plugins()
+    h.load_plugins(disable=["kshare-good"])  # by distribution name
     assert "reverse" not in h.get_assignors() and "simple" in h.get_assignors()
 
 
-def test_trace_env_logs_hook_calls(monkeypatch, caplog):
-    monkeypatch.setenv("KSHARE_TRACE_PLUGINS", "1")
+def test_trace_logs_hook_calls(caplog):
     h = PluginHost()
     with caplog.at_level(logging.INFO, logger="kshare_sidecar.plugins"):
-        h.load_plugins(entry_points=False)
+        h.load_plugins(entry_points=False, trace=True)
         h.get_assignors()
     assert "registered assignor 'simple'" in caplog.text
     assert "hook call register_assignors" in caplog.text

@@ -1,6 +1,6 @@
 """The per-share-partition batch cache: serves offsets inside the cached batches, bounded in bytes."""
 
-from kshare_sidecar.log.types import BatchInfo, FetchResult
+from kshare_sidecar.backend.types import BatchInfo, FetchResult
 from kshare_sidecar.service.readcache import BatchCache
 
 

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kshare_sidecar.log.errors import BackendError
-from kshare_sidecar.log.types import BatchInfo, FetchResult, TopicInfo
+from kshare_sidecar.backend.errors import BackendError
+from kshare_sidecar.backend.types import BatchInfo, FetchResult, TopicInfo
 from kshare_sidecar.persist.memory import MemoryPersister
 from kshare_sidecar.persist.model import SharePartitionKey
 from kshare_sidecar.service.logreader import ShareLogReader, _Budget, _join

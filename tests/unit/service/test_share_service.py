@@ -10,7 +10,7 @@ import uuid
 import pytest
 from kio.schema.errors import ErrorCode
 
-from kshare_sidecar.log.types import BatchInfo, FetchResult, TopicInfo
+from kshare_sidecar.backend.types import BatchInfo, FetchResult, TopicInfo
 from kshare_sidecar.persist.errors import BackendWriteError
 from kshare_sidecar.persist.memory import MemoryPersister
 from kshare_sidecar.service.partitions import SharePartitionManager

@@ -16,7 +16,7 @@ from kshare_sidecar.assignors.simple import SimpleAssignor
 from kshare_sidecar.config import load_config
 from kshare_sidecar.group.assign import assign_with
 from kshare_sidecar.group.coordinator import ShareGroupCoordinator
-from kshare_sidecar.log.types import BatchInfo, FetchResult, TopicInfo
+from kshare_sidecar.backend.types import BatchInfo, FetchResult, TopicInfo
 from kshare_sidecar.persist.memory import MemoryPersister
 from kshare_sidecar.service.admin import AdminService
 from kshare_sidecar.service.groups import GroupService

@@ -170,7 +170,7 @@ async def test_backend_outage_in_a_handler_is_a_retriable_code_without_traceback
     from kio.schema.share_group_heartbeat.v1.response import ShareGroupHeartbeatResponse
 
     from kshare_sidecar.api import Dispatcher, InMemoryTopicCatalog, build_registry
-    from kshare_sidecar.log.errors import BackendUnavailableError
+    from kshare_sidecar.backend.errors import BackendUnavailableError
 
     async def down(ctx, header, req):
         raise BackendUnavailableError(13, "broker 1: NodeNotReadyError()")

@@ -13,7 +13,7 @@ import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
 from kshare_sidecar.api import Dispatcher, InMemoryTopicCatalog, NodeIdentity, build_registry
-from kshare_sidecar.log.types import TopicInfo
+from kshare_sidecar.backend.types import TopicInfo
 from kshare_sidecar.wire import Listener, codec
 from kshare_sidecar.ratelog import RateLimitedLog
 

@@ -18,7 +18,7 @@ from kio.schema.share_group_heartbeat.v1.request import ShareGroupHeartbeatReque
 from kio.schema.share_group_heartbeat.v1.response import ShareGroupHeartbeatResponse
 
 from kshare_sidecar.api import Dispatcher, InMemoryTopicCatalog, NodeIdentity, build_registry
-from kshare_sidecar.log.types import TopicInfo
+from kshare_sidecar.backend.types import TopicInfo
 from kshare_sidecar.wire import CloseConnection, Listener, codec, serve
 
 pytestmark = pytest.mark.timeout(30)

@@ -15,7 +15,7 @@ import pytest
 
 from kshare_sidecar.api import Dispatcher, InMemoryTopicCatalog, NodeIdentity, build_registry
 from kshare_sidecar.api.sasl import ListenerHandler
-from kshare_sidecar.log.types import TopicInfo
+from kshare_sidecar.backend.types import TopicInfo
 from kshare_sidecar.testing.maven import require_tool
 from kshare_sidecar.wire import Listener
 

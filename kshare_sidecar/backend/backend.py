@@ -1,0 +1,496 @@
+"""The backend facade: topics with stable IDs, raw batch reads, offsets. One per sidecar.
+
+Built on aiokafka's ``AIOKafkaClient`` for what it does well (bootstrap, broker discovery,
+TLS/SASL, pipelined connections per broker) and on kio for the request versions aiokafka lacks
+(see :mod:`.kio_bridge`). Callers only ever see :mod:`.types` values and :mod:`.errors`.
+
+Reads go straight to the partition leader named by our own Metadata. On a stale-metadata error
+(NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, epoch errors, a broken connection) the
+backend refreshes metadata for the topics involved and retries once; after that the error is
+reported, never looped on.
+
+Long polls (``max_wait_ms > 0``) use a second connection per broker: Kafka handles one request
+per connection at a time, so a parked Fetch would otherwise delay every other read to that broker.
+
+Fetches go over raw connections of their own (:mod:`.fetchconn`: each answer received into one
+buffer and read in place, records never copied) once the backend is started with the security
+settings they need (``security``, or plaintext); otherwise — a backend given only aiokafka's
+``client_options`` for TLS/SASL, the unit tests' fake client — through aiokafka and kio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from aiokafka.client import AIOKafkaClient, ConnectionGroup
+from aiokafka.errors import KafkaError, RequestTimedOutError
+
+from ..metrics import STATS
+from ..protocol.types import TopicPartition
+from . import errors as E
+from .errors import BackendError, BackendUnavailableError, UnknownTopicError, error_for
+from .fetchconn import FetchConns
+from .health import BackendHealth, aiokafka_gate
+from .kio_bridge import KioRequest
+from .kio_bridge import send as kio_send
+from .metadata import CachedTopic, MetadataAnswer, TopicCache, metadata_request, parse_metadata
+from .reads import (
+    EARLIEST,
+    LATEST,
+    PartitionRead,
+    empty_result,
+    fetch_request,
+    list_offsets_request,
+    list_offsets_timestamp,
+    route,
+    to_result,
+)
+from .topic_ids import InMemoryTopicIdStore, TopicIdStore
+from .types import FetchResult, TopicInfo
+
+if TYPE_CHECKING:
+    from .security import BackendSecurity
+
+log = logging.getLogger(__name__)
+
+OffsetSpec = Literal["earliest", "latest"] | int
+"""``"earliest"``, ``"latest"``, or a timestamp in ms (first offset with timestamp ≥ it)."""
+
+
+class Backend:
+    """Asyncio access to the backend cluster's user topics.
+
+    ``topic_id_store`` mints IDs when the backend has none (defaults to an in-memory store, fine
+    for tests; production passes the persister-backed one). ``internal_topics`` are extra names
+    to treat as internal (e.g. kshare's own state topic) besides those the backend flags.
+    ``client_options`` go to ``AIOKafkaClient`` (security_protocol, ssl_context, sasl_*...).
+    ``backend_topic_ids=False`` ignores the backend's IDs and always mints (useful when state
+    must survive a move to another cluster whose IDs differ, and to test the minting path).
+    ``security``: the same settings as ``client_options``, for the raw Fetch connections.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str | list[str],
+        *,
+        topic_id_store: TopicIdStore | None = None,
+        internal_topics: Iterable[str] = (),
+        backend_topic_ids: bool = True,
+        metadata_max_age_s: float = 5.0,
+        request_timeout_ms: int = 30_000,
+        client_id: str = "kshare-sidecar",
+        client_options: dict[str, Any] | None = None,
+        security: BackendSecurity | None = None,
+    ) -> None:
+        self._bootstrap = bootstrap_servers
+        self._ids = topic_id_store if topic_id_store is not None else InMemoryTopicIdStore()
+        self._extra_internal = frozenset(internal_topics)
+        self._use_backend_ids = backend_topic_ids
+        self._max_age = metadata_max_age_s
+        self._request_timeout_ms = request_timeout_ms
+        self._client_id = client_id
+        self._client_options = dict(client_options or {})
+        self._client: AIOKafkaClient | None = None
+        self._security = security
+        self._fetch_conns: FetchConns | None = None
+        self._cache = TopicCache()
+        self._full_refresh: asyncio.Future[None] | None = None
+        self.metadata_version: int | None = None  # the Metadata version last negotiated
+        #: Up/down from a periodic probe, told in a handful of lines per outage (health.py).
+        self.health = BackendHealth(gate=aiokafka_gate())
+        self._health_task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        client = AIOKafkaClient(
+            bootstrap_servers=self._bootstrap,
+            client_id=self._client_id,
+            request_timeout_ms=self._request_timeout_ms,
+            **self._client_options,
+        )
+        try:
+            await client.bootstrap()
+        except (KafkaError, OSError, asyncio.TimeoutError) as exc:
+            await client.close()
+            raise BackendUnavailableError(E.NETWORK_EXCEPTION, f"cannot bootstrap from {self._bootstrap}: {exc}") from None
+        self._client = client
+        if self._security is not None or self._client_options.get("security_protocol", "PLAINTEXT") == "PLAINTEXT":
+            self._fetch_conns = FetchConns(self._broker_address, security=self._security, client_id=self._client_id,
+                                           request_timeout_ms=self._request_timeout_ms)
+        try:
+            await self.refresh()
+        except BaseException:
+            self._client = None
+            await client.close()
+            raise
+        self._health_task = asyncio.create_task(self._watch_health(), name="kshare-backend-health")
+
+    async def _watch_health(self, up_every_s: float = 2.0, down_every_s: float = 1.0) -> None:
+        """Probe the backend (Metadata for no topics: brokers only) and keep :attr:`health` current."""
+        while True:
+            await asyncio.sleep(up_every_s if self.health.up else down_every_s)
+            try:
+                await asyncio.wait_for(self._metadata(()), 5.0)
+            except (BackendError, KafkaError, OSError, asyncio.TimeoutError) as exc:
+                self.health.failed(str(exc) or type(exc).__name__)
+            else:
+                self.health.succeeded()
+
+    async def close(self) -> None:
+        if self._health_task is not None:
+            self._health_task.cancel()
+            await asyncio.gather(self._health_task, return_exceptions=True)
+            self._health_task = None
+        if self._fetch_conns is not None:
+            conns, self._fetch_conns = self._fetch_conns, None
+            await conns.close()
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.close()
+
+    async def __aenter__(self) -> Backend:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ topics
+    async def refresh(self, names: Iterable[str] | None = None) -> None:
+        """Re-read metadata for ``names`` (None = every topic; concurrent full refreshes share one)."""
+        if names is not None:
+            await self._refresh_names(tuple(names))
+            return
+        if self._full_refresh is not None:
+            await asyncio.shield(self._full_refresh)
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._full_refresh = fut
+        try:
+            answer = await self._metadata(None)
+            await self._apply(answer, full=True)
+            fut.set_result(None)
+        except asyncio.CancelledError:
+            fut.cancel()
+            raise
+        except Exception as exc:
+            fut.set_exception(exc)
+            fut.exception()  # mark retrieved: waiters re-raise it, nobody else must
+            raise
+        finally:
+            self._full_refresh = None
+
+    async def describe_topics(self, names: Iterable[str] | None = None) -> dict[str, TopicInfo]:
+        """Topics by name. ``None`` = all non-internal topics. Unknown names are simply absent.
+
+        Served from the cache; refreshed when older than ``metadata_max_age_s`` or when a name is
+        not cached yet (a topic created a moment ago must show up at once).
+        """
+        if names is None:
+            if self._cache.age() > self._max_age:
+                await self.refresh()
+            return {n: c.info for n, c in self._cache.by_name.items() if not c.info.internal}
+        wanted = list(dict.fromkeys(names))
+        now = time.monotonic()
+        by_name = self._cache.by_name
+        missing = [n for n in wanted if n not in by_name or by_name[n].age(now) > self._max_age]
+        if missing:
+            await self._refresh_names(tuple(missing))
+        return {n: self._cache.by_name[n].info for n in wanted if n in self._cache.by_name}
+
+    async def refresh_topics(self, names: Iterable[str]) -> None:
+        """Re-read ``names`` from the backend now, whatever their cache age (Metadata saw a newer
+        partition count in the backend's own answer: CreatePartitions a moment ago)."""
+        await self._refresh_names(tuple(dict.fromkeys(names)))
+
+    async def forget_deleted(self, names: Iterable[str], backend_ids: Iterable[uuid.UUID] = ()) -> None:
+        """Topics a DeleteTopics just deleted (it passed through the sidecar and succeeded): out of
+        the cache now, so their share-partitions answer UNKNOWN_TOPIC_ID at once, as Kafka's do
+        (``ShareService._slot``), instead of after the cache's age; and kept out when a broker's
+        metadata still lists them a moment longer."""
+        cache = self._cache
+        ids = set(backend_ids)
+        gone = {n for n in names if n in cache.by_name}
+        gone |= {c.info.name for c in cache.by_name.values() if c.meta.backend_id in ids}
+        for topic_id in ids:
+            cache.mark_deleted(topic_id)
+        for name in gone:
+            old = cache.drop(name)
+            if old is None:
+                continue
+            if old.meta.backend_id is not None:
+                cache.mark_deleted(old.meta.backend_id)
+            if old.minted:
+                await self._ids.forget(name, old.info.topic_id)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        """Cache-only lookup (no I/O) for the hot path; see :meth:`resolve_topic_id`."""
+        entry = self._cache.by_id.get(topic_id)
+        return entry.info if entry is not None else None
+
+    def topic_by_name(self, name: str) -> TopicInfo | None:
+        entry = self._cache.by_name.get(name)
+        return entry.info if entry is not None else None
+
+    async def resolve_topic_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        """Like :meth:`topic_by_id`, but a miss triggers one full refresh (a new topic)."""
+        info = self.topic_by_id(topic_id)
+        if info is None:
+            await self.refresh()
+            info = self.topic_by_id(topic_id)
+        return info
+
+    async def _refresh_names(self, names: tuple[str, ...]) -> None:
+        if names:
+            await self._apply(await self._metadata(names), full=False)
+
+    async def _metadata(self, names: tuple[str, ...] | None) -> MetadataAnswer:
+        client = self._require_client()
+        nodes = [b.nodeId for b in client.cluster.brokers()]
+        random.shuffle(nodes)
+        last: BackendError | None = None
+        for node in nodes:
+            request = metadata_request(names)
+            try:
+                response = await self._send(node, request)
+            except BackendUnavailableError as exc:
+                last = exc
+                continue
+            self.metadata_version = request.version
+            return parse_metadata(response, request.version or 0)
+        client.force_metadata_update()
+        raise last or BackendUnavailableError(E.NETWORK_EXCEPTION, "no backend broker known")
+
+    async def _apply(self, answer: MetadataAnswer, *, full: bool) -> None:
+        cache = self._cache
+        now = time.monotonic()
+        gone = set(answer.unknown) | {n for n, m in answer.topics.items() if m.backend_id in cache.deleted}
+        if full:
+            gone |= set(cache.by_name) - set(answer.topics)
+        for name in gone:
+            old = cache.drop(name)
+            if old is not None and old.minted:
+                await self._ids.forget(name, old.info.topic_id)
+        for name, meta in answer.topics.items():
+            if name in gone:
+                continue
+            old = cache.by_name.get(name)
+            if meta.backend_id is not None and self._use_backend_ids:
+                topic_id, minted = meta.backend_id, False
+            else:
+                if old is not None and old.minted and len(meta.leaders) < old.info.partitions:
+                    # Partition counts never shrink: this is a new topic under an old name.
+                    await self._ids.forget(name, old.info.topic_id)
+                topic_id, minted = await self._ids.get_or_create(name), True
+                if old is None or old.info.topic_id != topic_id:
+                    log.info("backend gives no topic ID for %r: using minted %s", name, topic_id)
+            internal = meta.internal or name in self._extra_internal
+            info = TopicInfo(name, topic_id, len(meta.leaders), internal)
+            cache.put(CachedTopic(info, meta, minted, now))
+        if full:
+            cache.full_refresh_at = now
+
+    # ------------------------------------------------------------------ fetch
+    async def fetch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_bytes: int,
+        max_wait_ms: int = 0,
+        isolation_level: int = 0,
+    ) -> FetchResult:
+        """Read whole batches of one partition from ``offset`` (raw bytes, batch headers parsed).
+
+        OFFSET_OUT_OF_RANGE is *returned* (``error_code`` 1, empty records) with the current log
+        start, high watermark and LSO filled in, since callers must react to it (archive records
+        below the new log start). Every other error raises a :class:`BackendError`.
+        With ``max_wait_ms`` > 0 the backend holds the request until data exists at ``offset``.
+        """
+        key = (topic, partition)
+        result = (await self.fetch_many([PartitionRead(topic, partition, offset, max_bytes)],
+                                        max_wait_ms=max_wait_ms, isolation_level=isolation_level))[key]
+        if result.error_code not in (0, E.OFFSET_OUT_OF_RANGE):
+            raise error_for(result.error_code, f"fetch {topic}[{partition}]@{offset} failed: error {result.error_code}",
+                            topic=topic, partition=partition)
+        return result
+
+    async def fetch_many(
+        self,
+        reads: Sequence[PartitionRead],
+        *,
+        max_wait_ms: int = 0,
+        isolation_level: int = 0,
+        max_bytes: int | None = None,
+    ) -> dict[TopicPartition, FetchResult]:
+        """Read several partitions at once: one Fetch per leader broker, sent concurrently.
+
+        Never raises for a partition's error; each result carries its ``error_code`` (Kafka codes,
+        see :mod:`.errors`). ``max_bytes`` caps each per-broker response (default: the sum of the
+        partitions' limits). Each partition appears at most once in ``reads``.
+        """
+        self._require_client()
+        results: dict[TopicPartition, FetchResult] = {}
+        pending = list(reads)
+        for attempt in (0, 1):
+            if not pending:
+                break
+            await self._ensure_known({r.topic for r in pending})
+            by_leader, errored = route(pending, self._leader)
+            results.update(errored)
+            outcomes = await asyncio.gather(
+                *(self._fetch_from(node, rs, max_wait_ms, isolation_level, max_bytes) for node, rs in by_leader.items())
+            )
+            for part in outcomes:
+                results.update(part)
+            retry = [r for r in reads if results[(r.topic, r.partition)].error_code in E.REFRESH_AND_RETRY]
+            if attempt == 0 and retry:
+                await self._refresh_after_error({r.topic for r in retry})
+                pending = retry
+            else:
+                pending = []
+        await self._fill_out_of_range(results, isolation_level)
+        return results
+
+    async def _fetch_from(
+        self, node: int, reads: list[PartitionRead], max_wait_ms: int, isolation_level: int, max_bytes: int | None
+    ) -> dict[TopicPartition, FetchResult]:
+        wait = max(0, min(max_wait_ms, self._request_timeout_ms - 5_000))
+        if self._fetch_conns is not None:
+            return await self._fetch_raw(self._fetch_conns, node, reads, wait, isolation_level, max_bytes)
+        group = ConnectionGroup.COORDINATION if wait > 0 else ConnectionGroup.DEFAULT
+        request = fetch_request(reads, max_wait_ms=wait, isolation_level=isolation_level, max_bytes=max_bytes)
+        try:
+            response = await self._send(node, request, group=group)
+        except BackendUnavailableError as exc:
+            return {(r.topic, r.partition): empty_result(exc.code) for r in reads}
+        out: dict[TopicPartition, FetchResult] = {}
+        top_error = int(getattr(response, "error_code", 0))
+        STATS.backend_fetch_requests += 1  # read amplification
+        for t in response.responses:
+            for p in t.partitions:
+                STATS.backend_fetch_bytes += len(p.records or b"")
+                out[(t.topic, int(p.partition_index))] = to_result(p)
+        for r in reads:
+            out.setdefault((r.topic, r.partition), empty_result(top_error or E.UNKNOWN_SERVER_ERROR))
+        return out
+
+    async def _fetch_raw(self, conns: FetchConns, node: int, reads: list[PartitionRead], wait: int,
+                         isolation_level: int, max_bytes: int | None) -> dict[TopicPartition, FetchResult]:
+        try:
+            return await conns.fetch(node, reads, max_wait_ms=wait, isolation_level=isolation_level,
+                                     max_bytes=max_bytes)
+        except BackendUnavailableError as exc:
+            if self._client is not None:
+                self._client.force_metadata_update()
+            return {(r.topic, r.partition): empty_result(exc.code) for r in reads}
+
+    def _broker_address(self, node: int) -> tuple[str, int] | None:
+        broker = self._client.cluster.broker_metadata(node) if self._client is not None else None
+        return (broker.host, broker.port) if broker is not None else None
+
+    async def _fill_out_of_range(self, results: dict[TopicPartition, FetchResult], isolation_level: int) -> None:
+        keys = [k for k, v in results.items() if v.error_code == E.OFFSET_OUT_OF_RANGE]
+        if not keys:
+            return
+
+        async def offsets(key: TopicPartition) -> None:
+            try:
+                start, end, stable = await asyncio.gather(
+                    self._list_offset(*key, EARLIEST, 0),
+                    self._list_offset(*key, LATEST, 0),
+                    self._list_offset(*key, LATEST, 1),
+                )
+            except BackendError:
+                return  # keep the bare OFFSET_OUT_OF_RANGE result
+            results[key] = empty_result(E.OFFSET_OUT_OF_RANGE, hwm=end, lso=stable, log_start=start)
+
+        await asyncio.gather(*(offsets(k) for k in keys))
+
+    # ------------------------------------------------------------------ offsets
+    async def list_offsets(
+        self, topic: str, partition: int, spec: OffsetSpec, *, isolation_level: int = 0
+    ) -> int | None:
+        """The offset for ``spec``: ``"earliest"`` = log start, ``"latest"`` = high watermark (or
+        LSO with ``isolation_level=1``), an int = first offset whose timestamp ≥ it in ms; ``None``
+        when no record is that recent (callers then use ``"latest"``)."""
+        offset = await self._list_offset(topic, partition, list_offsets_timestamp(spec), isolation_level)
+        return None if offset < 0 else offset
+
+    async def high_watermark(self, topic: str, partition: int) -> int:
+        return await self._list_offset(topic, partition, LATEST, 0)
+
+    async def last_stable_offset(self, topic: str, partition: int) -> int:
+        return await self._list_offset(topic, partition, LATEST, 1)
+
+    async def log_start_offset(self, topic: str, partition: int) -> int:
+        return await self._list_offset(topic, partition, EARLIEST, 0)
+
+    async def _list_offset(self, topic: str, partition: int, timestamp: int, isolation_level: int) -> int:
+        for attempt in (0, 1):
+            await self._ensure_known({topic})
+            node = self._leader(topic, partition)  # raises UnknownTopicError
+            code = E.LEADER_NOT_AVAILABLE
+            offset = -1
+            if node >= 0:
+                try:
+                    response = await self._send(node, list_offsets_request(topic, partition, timestamp, isolation_level))
+                    p = response.topics[0].partitions[0]
+                    code, offset = int(p.error_code), int(getattr(p, "offset", -1))
+                except BackendUnavailableError as exc:
+                    code = exc.code
+            if code == 0:
+                return offset
+            if attempt == 0 and code in E.REFRESH_AND_RETRY:
+                await self._refresh_after_error({topic})
+                continue
+            raise error_for(code, f"list offsets {topic}[{partition}] ts={timestamp} failed: error {code}",
+                            topic=topic, partition=partition)
+        raise AssertionError("unreachable")
+
+    # ------------------------------------------------------------------ plumbing
+    def _require_client(self) -> AIOKafkaClient:
+        if self._client is None:
+            raise BackendError(E.UNKNOWN_SERVER_ERROR, "Backend is not started")
+        return self._client
+
+    async def _send(self, node: int, request: KioRequest, *, group: ConnectionGroup = ConnectionGroup.DEFAULT) -> Any:
+        client = self._require_client()
+        try:
+            return await kio_send(client, node, request, group=group)
+        except (RequestTimedOutError, asyncio.TimeoutError):
+            raise BackendUnavailableError(E.REQUEST_TIMED_OUT, f"request to broker {node} timed out") from None
+        except (KafkaError, OSError) as exc:
+            client.force_metadata_update()
+            raise BackendUnavailableError(E.NETWORK_EXCEPTION, f"broker {node}: {exc!r}") from None
+
+    async def _ensure_known(self, topics: set[str]) -> None:
+        missing = tuple(t for t in topics if t not in self._cache.by_name)
+        if missing:
+            await self._refresh_names(missing)
+
+    async def _refresh_after_error(self, topics: set[str]) -> None:
+        try:
+            await self._refresh_names(tuple(topics))
+        except BackendUnavailableError as exc:
+            log.debug("metadata refresh after a read error failed: %s", exc)  # the retry reports
+        # a new leader may be a broker aiokafka has not connected to yet
+        client = self._client
+        if client is not None:
+            missing = {m for t in topics if (c := self._cache.by_name.get(t)) for m in c.meta.leaders}
+            if any(n >= 0 and client.cluster.broker_metadata(n) is None for n in missing):
+                await client.force_metadata_update()
+
+    def _leader(self, topic: str, partition: int) -> int:
+        entry = self._cache.by_name.get(topic)
+        if entry is None or not 0 <= partition < len(entry.meta.leaders):
+            raise UnknownTopicError(E.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic or partition {topic}[{partition}]",
+                                    topic=topic, partition=partition)
+        return entry.meta.leaders[partition]
