@@ -95,12 +95,14 @@ class MemoryPersister(BasePersister):
     async def _drop_producer(self, partition: int) -> None:
         self._tokens.pop(partition, None)
 
-    async def _replay(self, sink: ReplaySink, partitions=None) -> None:
+    async def _replay(self, sink: ReplaySink, partitions=None, *, start=None) -> None:
         for p, records in enumerate(self.log.partitions):
             if partitions is not None and p not in partitions:
                 continue
+            first = start.get(p, 0) if start is not None else 0
             for offset, (key, value) in enumerate(list(records)):
-                sink(p, offset, key, value)
+                if offset >= first:
+                    sink(p, offset, key, value)
 
     async def _settle(self, partition: int) -> bool:
         if self.settle_gate is not None:

@@ -150,7 +150,9 @@ class GroupService:
         if group is not None:
             names |= group.subscribed_topics()
         try:
-            topics = await self.backend.describe_topics(sorted(names)) if names else {}
+            # cached metadata, re-read in the background once aged: a heartbeat never waits for it
+            # unless a topic is new to the sidecar (Backend.describe_topics)
+            topics = await self.backend.describe_topics(sorted(names), stale_ok=True) if names else {}
         except BackendError as exc:
             # Heartbeat errors other than the coordinator ones are fatal to share clients: report
             # backend trouble as COORDINATOR_NOT_AVAILABLE, which they retry.
