@@ -1,4 +1,4 @@
-"""Scale of one sidecar (issue 37): thousands of share groups and members, most of them idle.
+"""Scale of one sidecar: thousands of share groups and members, most of them idle.
 
 On one Kafka 3.9 broker, one sidecar (``kshare sidecar run``, its own process) is given G share
 groups over T topics of P partitions each (G × P share-partitions; full run 1,000 × 100 =

@@ -65,7 +65,7 @@ class ApiEntry:
 def kio_knows(api_key: int, version: int) -> bool:
     """Whether kio has request and response classes for (key, version), from its index alone:
     importing them to find out imported hundreds of schema modules at start-up (a second of CPU
-    before a restarted sidecar listened, issue 37); each is imported on first use instead."""
+    before a restarted sidecar listened); each is imported on first use instead."""
     name = api_key_map.get(api_key)
     entities = schema_name_map.get(name, {}).get(version) if name is not None else None
     return entities is not None and EntityType.request in entities and EntityType.response in entities

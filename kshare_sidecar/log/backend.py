@@ -218,7 +218,7 @@ class Backend:
         """Re-read ``names``; a cached (aged) name another caller is re-reading right now waits for
         that answer instead of sending its own request: 400 heartbeats a second over a few topics
         otherwise sent one Metadata request each for every topic whose entry had just aged, until
-        the first answer came (issue 37's scale benchmark). A name not cached at all is always
+        the first answer came (benchmarks/scale.py). A name not cached at all is always
         read afresh (a topic created a moment ago must show up at once)."""
         loop = asyncio.get_running_loop()
         while True:
