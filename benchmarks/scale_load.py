@@ -97,7 +97,7 @@ class Member:
         return [(t, p) for t, ps in self.assignment.items() for p in sorted(ps)]
 
     async def fetch(self, epoch: int, *, acks=None, max_wait_ms: int = 0, max_records: int = 500,
-                    listed=None):
+                    listed=None, timeout_s: float = 60):
         await self.conn.ensure()
         version = self.conn.versions[protocol.SHARE_FETCH]
         req = protocol.share_fetch(version, group_id=self.group, member_id=self.member_id, epoch=epoch,
@@ -105,18 +105,26 @@ class Member:
                                    max_records=max_records, batch_size=max_records,
                                    listed=self.listed() if listed is None else listed, acks=acks or {},
                                    forgotten=[])
-        return await self.conn.call(req, timeout_s=60)
+        return await self.conn.call(req, timeout_s=timeout_s)
 
     async def load(self) -> int:
         """Open a share session on the assignment (loading its share-partitions), then close it."""
         if not self.assignment:
             return 0
-        resp = await self.fetch(0)
-        await self.fetch(-1, listed=[])
-        errors = [p.error_code for t in resp.responses for p in t.partitions if p.error_code != ErrorCode.none]
-        if resp.error_code != ErrorCode.none or errors:
+        for _attempt in range(5):
+            try:
+                # the sidecar reads every listed partition from the backend once: minutes on a busy host
+                resp = await self.fetch(0, timeout_s=600)
+                await self.fetch(-1, listed=[], timeout_s=600)
+            except Exception:  # noqa: BLE001 - counted, tried again
+                self.gen.errors["load"] = self.gen.errors.get("load", 0) + 1
+                await asyncio.sleep(1)
+                continue
+            errors = [p.error_code for t in resp.responses for p in t.partitions if p.error_code != ErrorCode.none]
+            if resp.error_code == ErrorCode.none and not errors:
+                return len(self.listed())
             self.gen.errors["load"] = self.gen.errors.get("load", 0) + 1
-        return len(self.listed())
+        return 0
 
     async def busy(self, until: float, pace_s: float, max_records: int, out: dict) -> None:
         """Fetch and acknowledge until ``until``; one ShareFetch every ``pace_s`` at most."""
@@ -190,13 +198,14 @@ class LoadGen:
 
     async def load(self, groups: list[str]) -> dict:
         started = time.monotonic()
-        sem = asyncio.Semaphore(32)
+        sem = asyncio.Semaphore(8)
 
         async def one(m: Member) -> int:
             async with sem:
                 return await m.load()
         counts = await asyncio.gather(*(one(m) for g in groups for m in self.by_group.get(g, ())))
-        return {"share_partitions": sum(counts), "seconds": round(time.monotonic() - started, 2)}
+        return {"share_partitions": sum(counts), "seconds": round(time.monotonic() - started, 2),
+                "errors": self.errors.get("load", 0)}
 
     async def busy(self, groups: list[str], seconds: float, pace_ms: int, max_records: int) -> dict:
         out = {"fetch_ms": [], "records": 0, "errors": 0}
