@@ -183,15 +183,17 @@ class LoadGen:
 
     async def join(self, members: list, partitions: dict[str, int]) -> dict:
         started = time.monotonic()
+        new = []
         for group, member_id, topics in members:
             m = Member(self, group, member_id, topics)
             self.members[member_id] = m
             self.by_group.setdefault(group, []).append(m)
             m.task = asyncio.create_task(m.heartbeat_loop())
-        while True:
+            new.append(m)
+        while True:  # every new member in, and every group's partitions assigned
             missing = [g for g, n in partitions.items()
                        if sum(len(ps) for m in self.by_group.get(g, ()) for ps in m.assignment.values()) < n]
-            if not missing:
+            if not missing and all(m.epoch > 0 for m in new):
                 break
             await asyncio.sleep(0.5)
         return {"joined": len(members), "seconds": round(time.monotonic() - started, 2)}
