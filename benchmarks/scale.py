@@ -351,9 +351,13 @@ def recovery(gens: LoadGens, sidecar: SidecarProcess, bootstrap: str, env: dict,
     killed = time.time()
     sidecar.proc.kill()
     sidecar.proc.wait()
-    new = SidecarProcess(bootstrap, metrics_port=free_port(), env=env, port=sidecar.port, log=out / "scale-sidecar.log",
-                         start_timeout_s=600)
+    log = out / "scale-recovery.log"
+    log.unlink(missing_ok=True)
+    new = SidecarProcess(bootstrap, metrics_port=free_port(), env=env, port=sidecar.port, log=log,
+                         log_level="INFO", start_timeout_s=600)
     res["after_kill_listening_s"] = round(new.listening_s, 2)
+    res["after_kill_cpu_s_to_listen"] = round(cpu_s(new.proc.pid), 2)
+    res["after_kill_replay"] = replay_line(log)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         answers = gens.all({"cmd": "recovered"})
@@ -365,11 +369,29 @@ def recovery(gens: LoadGens, sidecar: SidecarProcess, bootstrap: str, env: dict,
         res["after_kill_members_back"] = sum(a["members"] for a in gens.all({"cmd": "recovered"}))
     res["rss_mb_after_recovery"] = rss_mb(new.proc.pid)
     new.stop()
-    again = SidecarProcess(bootstrap, metrics_port=free_port(), env=env, port=sidecar.port,
-                           log=out / "scale-sidecar.log", start_timeout_s=600)
+    log.unlink(missing_ok=True)
+    again = SidecarProcess(bootstrap, metrics_port=free_port(), env=env, port=sidecar.port, log=log,
+                           log_level="INFO", start_timeout_s=600)
     res["clean_restart_listening_s"] = round(again.listening_s, 2)
+    res["clean_restart_cpu_s_to_listen"] = round(cpu_s(again.proc.pid), 2)
+    res["clean_restart_replay"] = replay_line(log)
     res["sidecar"] = again
     return res
+
+
+def replay_line(log: Path) -> dict:
+    """What the persister's recovery log line says: records replayed, share-partitions, seconds (the
+    last of its lines: a fenced-mode start-up reads on up to its own owner records once more)."""
+    import re
+
+    found = {}
+    for line in log.read_text(errors="replace").splitlines():
+        m = re.search(r"persister recovered (\d+) records \((\d+) share-partitions, (\d+) groups, (\d+) members.*"
+                      r" in ([0-9.]+)s", line)
+        if m:
+            found = {"records": int(m[1]), "share_partitions": int(m[2]), "groups": int(m[3]),
+                     "members": int(m[4]), "seconds": float(m[5])}
+    return found
 
 
 def main() -> None:

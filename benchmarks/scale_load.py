@@ -200,7 +200,7 @@ class LoadGen:
 
     async def load(self, groups: list[str]) -> dict:
         started = time.monotonic()
-        sem = asyncio.Semaphore(8)
+        sem = asyncio.Semaphore(16)
 
         async def one(m: Member) -> int:
             async with sem:
