@@ -34,6 +34,7 @@ from .health import BackendHealth, aiokafka_gate
 from .kio_bridge import KioRequest
 from .kio_bridge import send as kio_send
 from .metadata import CachedTopic, MetadataAnswer, TopicCache, metadata_request, parse_metadata
+from .name_refresh import NameRefresher
 from .reads import (
     EARLIEST,
     LATEST,
@@ -86,10 +87,8 @@ class Backend:
         self._client: AIOKafkaClient | None = None
         self._cache = TopicCache()
         self._full_refresh: asyncio.Future[None] | None = None
-        #: topic name -> the Metadata request re-reading it now (an aged entry is re-read once,
-        #: however many heartbeats and fetches find it aged meanwhile)
-        self._name_refresh: dict[str, asyncio.Future[None]] = {}
-        self._background: set[asyncio.Task[None]] = set()  # stale_ok re-reads
+        #: aged entries re-read once however many heartbeats and fetches find them aged meanwhile
+        self._names = NameRefresher(self._cache, self._refresh_names, lambda: self._max_age)
         self.metadata_version: int | None = None  # the Metadata version last negotiated
         #: Up/down from a periodic probe, told in a handful of lines per outage (health.py).
         self.health = BackendHealth(gate=aiokafka_gate())
@@ -129,16 +128,8 @@ class Backend:
             else:
                 self.health.succeeded()
 
-    def _background_done(self, task: asyncio.Task[None]) -> None:
-        self._background.discard(task)
-        if not task.cancelled() and task.exception() is not None:  # the next caller reads again
-            log.debug("background metadata re-read failed: %r", task.exception())
-
     async def close(self) -> None:
-        for task in list(self._background):
-            task.cancel()
-        if self._background:
-            await asyncio.gather(*self._background, return_exceptions=True)
+        await self._names.close()
         if self._health_task is not None:
             self._health_task.cancel()
             await asyncio.gather(self._health_task, return_exceptions=True)
@@ -193,68 +184,17 @@ class Backend:
         """
         if stale_ok and names is not None:
             wanted = list(dict.fromkeys(names))
-            by_name, now, max_age = self._cache.by_name, time.monotonic(), self._max_age
-            if all(n in by_name for n in wanted):
-                aged = tuple(n for n in wanted if now - by_name[n].at > max_age and n not in self._name_refresh)
-                if aged:
-                    task = asyncio.ensure_future(self._refresh_aged(aged))
-                    self._background.add(task)
-                    task.add_done_callback(self._background_done)
-                return {n: by_name[n].info for n in wanted}
+            if self._names.stale_ok(wanted):
+                return {n: self._cache.by_name[n].info for n in wanted}
         if names is None:
             if self._cache.age() > self._max_age:
                 await self.refresh()
             return {n: c.info for n, c in self._cache.by_name.items() if not c.info.internal}
         wanted = list(dict.fromkeys(names))
-        now = time.monotonic()
-        by_name = self._cache.by_name
-        max_age = self._max_age
-        missing = [n for n in wanted if n not in by_name or now - by_name[n].at > max_age]
+        missing = self._names.aged(wanted)
         if missing:
-            await self._refresh_aged(tuple(missing))
+            await self._names.refresh(missing)
         return {n: self._cache.by_name[n].info for n in wanted if n in self._cache.by_name}
-
-    async def _refresh_aged(self, names: tuple[str, ...]) -> None:
-        """Re-read ``names``; a cached (aged) name another caller is re-reading right now waits for
-        that answer instead of sending its own request: 400 heartbeats a second over a few topics
-        otherwise sent one Metadata request each for every topic whose entry had just aged, until
-        the first answer came (benchmarks/scale.py). A name not cached at all is always
-        read afresh (a topic created a moment ago must show up at once)."""
-        loop = asyncio.get_running_loop()
-        while True:
-            inflight = self._name_refresh
-            cached = self._cache.by_name
-            waits = {inflight[n] for n in names if n in inflight and n in cached}
-            todo = tuple(n for n in names if n not in inflight or n not in cached)
-            if todo:
-                fut: asyncio.Future[None] = loop.create_future()
-                for n in todo:
-                    inflight.setdefault(n, fut)
-                try:
-                    await self._refresh_names(todo)
-                    fut.set_result(None)
-                except asyncio.CancelledError:
-                    fut.cancel()  # its waiters read for themselves
-                    raise
-                except Exception as exc:
-                    fut.set_exception(exc)
-                    fut.exception()  # retrieved: each waiter re-raises it
-                    raise
-                finally:
-                    for n in todo:
-                        if inflight.get(n) is fut:
-                            del inflight[n]
-            again = False
-            for w in waits:
-                try:
-                    await asyncio.shield(w)
-                except asyncio.CancelledError:
-                    if not w.cancelled():
-                        raise  # this caller was cancelled
-                    again = True  # the reader was: read again
-            if not again:
-                return
-            names = tuple(n for n in names if n not in todo)
 
     async def refresh_topics(self, names: Iterable[str]) -> None:
         """Re-read ``names`` from the backend now, whatever their cache age (Metadata saw a newer
