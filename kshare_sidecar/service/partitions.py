@@ -409,7 +409,7 @@ class SharePartitionManager(IdleEviction):
                 if slot.dead:
                     return
                 try:
-                    with _WRITE_LATENCY.time():  # metrics (issue 7)
+                    with _WRITE_LATENCY.time():
                         await self.persister.write(slot.key, slot.partition.snapshot(), self._writer_epoch(slot))
                     slot.start_unset = slot.dirty = False
                 except PersistError as exc:

@@ -30,7 +30,7 @@ class Slot:
     topic: str
     partition: SharePartition
     dead: bool = False  # retired after its durable state was found to differ: never written again
-    #: Log bytes per record seen in this partition's reads (sizes the next read; issue 14).
+    #: Log bytes per record seen in this partition's reads (sizes the next read).
     bytes_per_record: float = 0.0
     #: the manager's clock when a request last asked for it (idle eviction)
     last_used: int = 0
