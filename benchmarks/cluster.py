@@ -15,9 +15,10 @@ Everything — broker, sidecars, consumers — shares this machine: on 2 cores t
 with the broker and the consumers, so the throughput ratio measures that contention as much as
 kshare; the cost ratio does not.
 
-Each sidecar of a cluster tails the state topic for the groups other sidecars coordinate; that
-tail reads in batches (at most about one fetch a second), which keeps the summed CPU per record
-flat from 1 to 3 sidecars (docs/benchmarks.md, docs/capacity.md).
+Each sidecar of a cluster tails the state topic for the group configs of groups other sidecars
+coordinate; that tail reads in batches (at most about one fetch a second) rather than once per
+state write of the whole cluster, which made the summed CPU per record grow with each sidecar
+(the figures before and after: docs/capacity.md).
 
 Usage: python benchmarks/cluster.py [--quick] [--records N] [--sidecars 1,2,3] [--record-bytes B] [--out DIR]
 """

@@ -23,7 +23,10 @@ acknowledge records at a fixed pace while the rest idle. Figures:
   (bounded below by their 5 s interval); then a clean restart's start-up.
 
 Everything shares this machine (the broker, the load generators, other users): the JSON records
-the load averages; figures are provisional unless measured on a quiet host.
+the load averages, and for the heartbeat and busy phases the share of the time the sidecar's (and
+the load generators') main thread was runnable but waiting for a core (``/proc/PID/schedstat``):
+near 0 on a quiet host; where it is high, latencies measure the host's run queue more than the
+sidecar. Figures are provisional unless measured on a quiet host.
 
 Usage: python benchmarks/scale.py [--quick] [--groups G] [--partitions P] [--topics T]
        [--members M] [--busy-groups B] [--window S] [--loadgens 1|2] [--out DIR]
@@ -64,6 +67,15 @@ def cpu_s(pid: int) -> float:
     """User + system CPU seconds of a process (from /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_s(pid: int) -> float:
+    """Seconds the process's main thread was runnable but waited for a core (/proc/PID/schedstat):
+    on a shared host, what its latencies owe to other processes rather than to its own work."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def rss_mb(pid: int) -> float:
@@ -163,11 +175,12 @@ def busy_phase(gens: LoadGens, plan: Plan, args, sidecar: SidecarProcess, name: 
     if not any(per_gen):
         return {}
     before_m = sidecar.samples()
-    c0, t0 = cpu_s(sidecar.proc.pid), time.monotonic()
+    c0, t0, w0 = cpu_s(sidecar.proc.pid), time.monotonic(), wait_s(sidecar.proc.pid)
     spy = Spy(args, sidecar.proc.pid, name, args.busy_seconds)
     answers = gens.call(per_gen)
     spy.wait()
     seconds, cpu = time.monotonic() - t0, cpu_s(sidecar.proc.pid) - c0
+    waited = wait_s(sidecar.proc.pid) - w0
     after_m = sidecar.samples()
     lat = sorted(x for a in answers for x in a["fetch_ms"])
     records = sum(a["records"] for a in answers)
@@ -184,7 +197,7 @@ def busy_phase(gens: LoadGens, plan: Plan, args, sidecar: SidecarProcess, name: 
             "state_records_per_s": round(writes / seconds, 1), "state_bytes_per_s": round(wbytes / seconds),
             "state_records_per_fetch": round(writes / fetches, 3) if fetches else None,
             "state_bytes_per_record_written": round(wbytes / writes) if writes else None,
-            "seconds": round(seconds, 1)}
+            "sidecar_runnable_waiting_share": round(waited / seconds, 3), "seconds": round(seconds, 1)}
 
 
 def _r(x: float | None) -> float | None:
@@ -216,9 +229,12 @@ def heartbeat_window(gens: LoadGens, sidecar: SidecarProcess, seconds: float, ar
     before_m = sidecar.samples()  # scraped outside the window
     gens.all({"cmd": "stats"})  # reset
     spy = Spy(args, sidecar.proc.pid, name, seconds) if args is not None else None
-    c0, t0 = cpu_s(sidecar.proc.pid), time.monotonic()
+    c0, t0, w0 = cpu_s(sidecar.proc.pid), time.monotonic(), wait_s(sidecar.proc.pid)
+    gw0 = [wait_s(p.pid) for p in gens.procs]
     time.sleep(seconds)
     cpu, wall = cpu_s(sidecar.proc.pid) - c0, time.monotonic() - t0
+    waited = wait_s(sidecar.proc.pid) - w0
+    gen_waited = max((wait_s(p.pid) - w for p, w in zip(gens.procs, gw0)), default=0.0)
     stats = gens.all({"cmd": "stats"})
     if spy is not None:
         spy.wait()
@@ -234,7 +250,9 @@ def heartbeat_window(gens: LoadGens, sidecar: SidecarProcess, seconds: float, ar
             "p50_ms": _r(percentile(lat, 50)), "p99_ms": _r(percentile(lat, 99)), "max_ms": _r(lat[-1] if lat else None),
             "errors": errors, "sidecar_cpu_share": round(cpu / wall, 4),
             "sidecar_cpu_us_per_heartbeat": round(cpu / len(lat) * 1e6) if lat else None,
-            "state_records_per_s": round(writes / wall, 2), "seconds": round(wall, 1)}
+            "state_records_per_s": round(writes / wall, 2),
+            "sidecar_runnable_waiting_share": round(waited / wall, 3),
+            "loadgen_runnable_waiting_share": round(gen_waited / wall, 3), "seconds": round(wall, 1)}
 
 
 def make_topics(bootstrap: str, args, run: str) -> tuple[list[str], str]:

@@ -18,31 +18,41 @@ class UnitCosts:
 
     #: sidecar CPU seconds per million records delivered and acknowledged, at 100 B and at 1 KiB
     #: (interpolated linearly in between, extrapolated beyond)
-    cpu_s_per_1m_records_100b: float = 3.2
-    cpu_s_per_1m_records_1kib: float = 4.9
+    cpu_s_per_1m_records_100b: float = 1.12
+    cpu_s_per_1m_records_1kib: float = 4.58
+    #: the records' CPU grows by this share of itself for each sidecar of a cluster beyond the first
+    #: (measured: x1.31 with 2, x1.49 with 3 — more event-loop wake-ups for the same requests);
+    #: counted up to ``cluster_growth_measured_up_to`` sidecars and assumed flat beyond (not measured)
+    cluster_record_cost_growth: float = 0.25
+    cluster_growth_measured_up_to: int = 3
     #: CPU per ShareGroupHeartbeat answered (steady state: nothing changed)
-    cpu_us_per_heartbeat: float = 420.0
+    cpu_us_per_heartbeat: float = 430.0
     #: CPU of a sidecar doing nothing (timers, its backend probe, a cluster's membership and tail)
     idle_cpu_share: float = 0.003
     #: resident memory of a sidecar holding nothing
-    rss_base_mb: float = 65.0
+    rss_base_mb: float = 62.0
     #: per share-partition with state (initialized), held by every sidecar owning its state partition
-    bytes_per_share_partition: float = 600.0
+    bytes_per_share_partition: float = 1750.0
     #: more per share-partition loaded in memory (fetched from in the last share.partition.idle.eviction.ms)
-    bytes_per_loaded_share_partition: float = 1400.0
+    bytes_per_loaded_share_partition: float = 500.0
     #: per group member (coordinator state, its record, its connection)
-    kb_per_member: float = 4.0
+    kb_per_member: float = 21.0
     #: the read cache's bound (ShareLogReader): counted in full
     read_cache_mb: float = 64.0
     #: state-topic records written per share-partition acknowledged in one request, and their size
-    state_records_per_ack: float = 1.0
-    state_bytes_per_record: float = 120.0
+    state_records_per_ack: float = 1.03
+    state_bytes_per_record: float = 117.0
     #: start-up of a sidecar before its replay, and the replay per 10,000 share-partitions (their
     #: records in the state topic: an initialization and a claim each before compaction)
-    startup_s: float = 1.5
-    replay_s_per_10k_share_partitions: float = 0.35
+    startup_s: float = 0.9
+    replay_s_per_10k_share_partitions: float = 0.28
     #: where these figures come from
     source: str = "benchmarks/scale.py and benchmarks/cluster.py, 2 shared vCPUs (provisional; docs/capacity.md)"
+
+    def cluster_factor(self, sidecars: int) -> float:
+        """What a record costs in a cluster of ``sidecars`` over what it costs on one."""
+        beyond = min(max(sidecars, 1), self.cluster_growth_measured_up_to) - 1
+        return 1.0 + self.cluster_record_cost_growth * max(0, beyond)
 
     def cpu_s_per_1m_records(self, record_bytes: float) -> float:
         slope = (self.cpu_s_per_1m_records_1kib - self.cpu_s_per_1m_records_100b) / (1024 - 100)
@@ -91,7 +101,10 @@ def plan(w: Workload, costs: UnitCosts | None = None, *, target_utilization: flo
     heartbeats = w.members * 1000 / w.heartbeat_interval_ms if w.heartbeat_interval_ms > 0 else 0.0
     records_cpu = w.records_per_s * c.cpu_s_per_1m_records(w.record_bytes) / 1e6
     heartbeat_cpu = heartbeats * c.cpu_us_per_heartbeat / 1e6
-    work = records_cpu + heartbeat_cpu
+
+    def work(sidecars: int) -> float:  # cores, summed over ``sidecars`` serving the workload
+        return records_cpu * c.cluster_factor(sidecars) + heartbeat_cpu
+
     shared_mb = (w.share_partitions * c.bytes_per_share_partition + active * c.bytes_per_loaded_share_partition
                  + w.members * c.kb_per_member * 1024) / 2**20
 
@@ -101,7 +114,7 @@ def plan(w: Workload, costs: UnitCosts | None = None, *, target_utilization: flo
     n = 1
     while True:
         up = max(1, n - spare)
-        per_up = work / up + c.idle_cpu_share
+        per_up = work(up) / up + c.idle_cpu_share
         fits_cpu = per_up <= target_utilization
         fits_mem = memory_limit_mb is None or memory(up) <= memory_limit_mb
         if (fits_cpu and fits_mem and n > spare) or n >= 10_000:
@@ -111,15 +124,15 @@ def plan(w: Workload, costs: UnitCosts | None = None, *, target_utilization: flo
     state_records = fetches * w.partitions_per_fetch * c.state_records_per_ack
     replay_total = c.replay_s_per_10k_share_partitions * w.share_partitions / 10_000
     return Plan(
-        sidecars=n, cores=round(work + n * c.idle_cpu_share, 3),
-        cpu_share_per_sidecar=round(work / n + c.idle_cpu_share, 3),
-        cpu_share_after_failure=round(work / max(1, n - spare) + c.idle_cpu_share, 3),
+        sidecars=n, cores=round(work(n) + n * c.idle_cpu_share, 3),
+        cpu_share_per_sidecar=round(work(n) / n + c.idle_cpu_share, 3),
+        cpu_share_after_failure=round(work(max(1, n - spare)) / max(1, n - spare) + c.idle_cpu_share, 3),
         memory_mb_per_sidecar=round(memory(n), 1), memory_mb_total=round(memory(n) * n, 1),
         state_records_per_s=round(state_records, 1), state_bytes_per_s=round(state_records * c.state_bytes_per_record),
         heartbeats_per_s=round(heartbeats, 1),
         recovery_s_restart=round(c.startup_s + replay_total / n, 2),
         recovery_s_takeover=round(replay_total / n, 2),
-        breakdown={"records_cpu_cores": round(records_cpu, 3), "heartbeat_cpu_cores": round(heartbeat_cpu, 3),
+        breakdown={"records_cpu_cores": round(records_cpu * c.cluster_factor(n), 3), "heartbeat_cpu_cores": round(heartbeat_cpu, 3),
                    "idle_cpu_cores": round(n * c.idle_cpu_share, 3),
                    "share_partition_and_member_mb": round(shared_mb, 1), "costs": asdict(c)})
 

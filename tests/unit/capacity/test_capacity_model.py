@@ -7,10 +7,11 @@ from typer.testing import CliRunner
 
 from kshare_sidecar.capacity import UnitCosts, Workload, plan
 
-COSTS = UnitCosts(cpu_s_per_1m_records_100b=2.0, cpu_s_per_1m_records_1kib=4.0, cpu_us_per_heartbeat=500,
+COSTS = UnitCosts(cpu_s_per_1m_records_100b=2.0, cpu_s_per_1m_records_1kib=4.0, cluster_record_cost_growth=0.0,
+                  cpu_us_per_heartbeat=500,
                   idle_cpu_share=0.0, rss_base_mb=60, bytes_per_share_partition=1000,
                   bytes_per_loaded_share_partition=1000, kb_per_member=4, read_cache_mb=0,
-                  startup_s=2, replay_s_per_10k_share_partitions=0.5)
+                  state_records_per_ack=1.0, startup_s=2, replay_s_per_10k_share_partitions=0.5)
 
 
 def test_cpu_per_record_is_interpolated_by_size():
@@ -75,3 +76,15 @@ def test_the_cli_prints_a_plan_and_json():
     assert js.exit_code == 0 and '"sidecars"' in js.output
     bad = CliRunner().invoke(app, ["capacity", "--records-per-second", "-5"])
     assert bad.exit_code != 0
+
+
+def test_a_clusters_records_cost_more_per_sidecar_up_to_what_was_measured():
+    import dataclasses
+
+    growing = dataclasses.replace(COSTS, cluster_record_cost_growth=0.25, cluster_growth_measured_up_to=3)
+    assert [growing.cluster_factor(n) for n in (1, 2, 3, 4, 10)] == [1.0, 1.25, 1.5, 1.5, 1.5]
+    # 300k records/s of 1 KiB = 1.2 cores on one sidecar; on three 1.8, 0.6 each: just fits with no spare
+    p = plan(Workload(records_per_s=300_000), growing, target_utilization=0.6, spare=0)
+    assert p.sidecars == 3 and p.cores == pytest.approx(1.8)
+    # a workload no number of sidecars carries under the target still ends (at 10,000)
+    assert plan(Workload(records_per_s=1e12), growing, spare=0).sidecars == 10_000
