@@ -15,7 +15,12 @@ Everything — broker, sidecars, consumers — shares this machine: on 2 cores t
 with the broker and the consumers, so the throughput ratio measures that contention as much as
 kshare; the cost ratio does not.
 
-Usage: python benchmarks/cluster.py [--quick] [--records N] [--sidecars 1,2,3] [--out DIR]
+Each sidecar of a cluster tails the state topic for the group configs of groups other sidecars
+coordinate; that tail reads in batches (at most about one fetch a second) rather than once per
+state write of the whole cluster, which made the summed CPU per record grow with each sidecar
+(the figures before and after: docs/capacity.md).
+
+Usage: python benchmarks/cluster.py [--quick] [--records N] [--sidecars 1,2,3] [--record-bytes B] [--out DIR]
 """
 
 from __future__ import annotations
@@ -37,8 +42,9 @@ from common import (  # noqa: E402
     loadavg,
     machine,
     metric_sum,
+    produce_records,
 )
-from throughput import CONSUMERS, PARTITIONS, RECORD_BYTES, consume, prepare_topic  # noqa: E402
+from throughput import CONSUMERS, PARTITIONS, RECORD_BYTES, consume  # noqa: E402
 
 
 WARMUP_RECORDS = 200_000  # one unreported run through one sidecar first: the broker's JIT warms up there
@@ -171,6 +177,7 @@ def main() -> None:
     ap.add_argument("--sidecars", default="1,2,3", help="cluster sizes to run, e.g. 1,3")
     ap.add_argument("--timeout", type=float, default=None, help="per-run limit in seconds")
     ap.add_argument("--no-warmup", action="store_true", help="skip the unreported warm-up run")
+    ap.add_argument("--record-bytes", type=int, default=RECORD_BYTES, help="value size of the records (default 1 KiB)")
     args = ap.parse_args()
     n = args.records or (100_000 if args.quick else 1_000_000)
     timeout = args.timeout or (180 if args.quick else 1200)
@@ -185,10 +192,11 @@ def main() -> None:
         assert broker._proc is not None
         broker_pid = broker._proc.pid
         topic = unique("cl-tput")
-        prepare_topic(broker.bootstrap, topic, n)
+        produce_records(broker.bootstrap, topic, n, partitions=PARTITIONS, record_bytes=args.record_bytes)
         if not args.no_warmup:  # the broker's JIT warms up here, not in the first measured run
             warm = unique("cl-warm")
-            prepare_topic(broker.bootstrap, warm, WARMUP_RECORDS)
+            produce_records(broker.bootstrap, warm, WARMUP_RECORDS, partitions=PARTITIONS,
+                            record_bytes=args.record_bytes)
             run(broker.bootstrap, warm, WARMUP_RECORDS, 1, timeout, broker_pid, idle_s=0)
         for count in sizes:
             r = run(broker.bootstrap, topic, n, count, timeout, broker_pid)
@@ -212,7 +220,7 @@ def main() -> None:
             return None
         return round(a["cpu_s_per_1m_records"][key] / b["cpu_s_per_1m_records"][key], 3)
 
-    summary = {"scenario": "cluster", "records": n, "record_bytes": RECORD_BYTES, "partitions": PARTITIONS,
+    summary = {"scenario": "cluster", "records": n, "record_bytes": args.record_bytes, "partitions": PARTITIONS,
                "consumers": CONSUMERS, "machine": machine(), "results": results,
                "scaling": {f"{k}_to_1": ratio(k) for k in sizes if k != 1},
                "cost_scaling": {f"{k}_to_1": cost_ratio(k) for k in sizes if k != 1},

@@ -151,34 +151,42 @@ class SidecarProcess:
     """``kshare sidecar run`` as a subprocess on a free port, backed by ``bootstrap``.
 
     ``env``: extra ``KSHARE_*`` settings. ``metrics_port``: serve /metrics there (0 = off).
-    ``profile``: run under pyinstrument, text report to that file."""
+    ``profile``: run under pyinstrument, text report to that file. ``port``: listen there (a
+    restart on the same address); ``log``: the sidecar's output goes to that file (appended)."""
 
     def __init__(self, bootstrap: str, profile: str | None = None, metrics_port: int = 0,
-                 env: dict[str, str] | None = None) -> None:
-        self.port = free_port()
+                 env: dict[str, str] | None = None, *, port: int | None = None, log: Path | None = None,
+                 log_level: str = "WARNING", start_timeout_s: float = 60) -> None:
+        self.port = port or free_port()
         self.metrics_port = metrics_port
         full_env = dict(os.environ, KSHARE_SHARE_AUTO_OFFSET_RESET="earliest",
                         KSHARE_STATE_TOPIC_REPLICATION_FACTOR="1")
         full_env.update(env or {})
         if metrics_port:
             full_env["KSHARE_METRICS_PORT"] = str(metrics_port)
-        here = Path(sys.executable).with_name("kshare")  # the kshare of this interpreter's environment
-        cmd = [str(here) if here.exists() else "kshare", "sidecar", "run", "--bootstrap-server", bootstrap, "--listen", f"127.0.0.1:{self.port}",
-               "--log-level", "WARNING"]
+        # the kshare of the interpreter running the benchmark (its venv), else the one on PATH
+        local = Path(sys.executable).parent / "kshare"
+        kshare = str(local) if local.exists() else "kshare"
+        cmd = [kshare, "sidecar", "run", "--bootstrap-server", bootstrap, "--listen", f"127.0.0.1:{self.port}",
+               "--log-level", log_level]
         if profile:
             import shutil
             cmd = [sys.executable, "-m", "pyinstrument", "-r", "text", "-o", profile,
-                   cmd[0] if here.exists() else shutil.which("kshare") or "kshare"] + cmd[1:]
-        self.proc = subprocess.Popen(cmd, env=full_env)
-        deadline = time.monotonic() + 60
+                   kshare if local.exists() else shutil.which("kshare") or "kshare"] + cmd[1:]
+        self.started = time.monotonic()
+        with open(log if log is not None else os.devnull, "ab") as out:
+            self.proc = subprocess.Popen(cmd, env=full_env, stdout=out if log is not None else None,
+                                         stderr=subprocess.STDOUT if log is not None else None)
+        deadline = time.monotonic() + start_timeout_s
         while time.monotonic() < deadline:
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                self.listening_s = time.monotonic() - self.started  # start-up: recovery included
                 return
             except OSError:
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"kshare sidecar exited with {self.proc.returncode}")
-                time.sleep(0.2)
+                time.sleep(0.05)
         self.proc.kill()
         raise RuntimeError("kshare sidecar did not start listening")
 

@@ -263,7 +263,8 @@ class Sidecar:
             heartbeat_interval_ms=cfg.share.heartbeat_interval_ms,
             assignment_interval_ms=cfg.share.assignment_interval_ms)
         self.partitions = SharePartitionManager(persister=self.persister, backend=self.backend, clock=monotonic_ms,
-                                                group_config=self.group_config)
+                                                group_config=self.group_config,
+                                                idle_eviction_ms=cfg.server.partition_idle_eviction_ms)
         self.partitions.start()
         self.dlq_topics = DeadLetterTopics(cfg.deadletter.enabled_topic_set())
         self.deadletter = DeadLetterService(partitions=self.partitions, group_config=self.group_config,

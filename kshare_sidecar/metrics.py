@@ -223,6 +223,14 @@ class KshareCollector:
             for group, n in sorted(counts.items()):
                 c.add_metric([group], n)
             yield c
+        for name, doc, attr in (
+                ("kshare_state_records_written", ("Records committed to the state topic (snapshots, group and "
+                                                  "member records, tombstones)."), "records_written"),
+                ("kshare_state_bytes_written", "Key and value bytes of the records committed to the state topic.",
+                 "bytes_written")):
+            c = CounterMetricFamily(name, doc)
+            c.add_metric([], sum(getattr(getattr(sc, "persister", None), attr, 0) or 0 for sc in list(self.sidecars)))
+            yield c
         c = CounterMetricFamily("kshare_state_write_failures", "Share-state writes that failed (the change they "
                                 "carried was rolled back; clients retry).")
         c.add_metric([], s.state_write_failures)
@@ -272,16 +280,24 @@ class KshareCollector:
                     rebalances += max(0, group.group_epoch - 1)  # groups start at epoch 1, as Kafka's
             partitions = getattr(sc, "partitions", None)
             if partitions is not None:
+                hwms = s.high_watermarks
                 for key, slot in list(partitions.slots.items()):
                     loaded += 1
-                    labels = [key.group_id, slot.topic, str(key.partition)]
                     sp = slot.partition
-                    in_flight.add_metric(labels, sp.in_flight)
+                    n = sp.in_flight
+                    hwm = hwms.get(key)
+                    behind = sp.lag(hwm) if hwm is not None else 0
+                    if not n and not behind:
+                        # Idle (nothing in flight, no lag): no series, every value would be 0. A
+                        # sidecar holds up to 100,000s of idle share-partitions; three series each
+                        # made a scrape hold the event loop (the GIL) for seconds (docs/capacity.md).
+                        continue
+                    labels = [key.group_id, slot.topic, str(key.partition)]
+                    in_flight.add_metric(labels, n)
                     seen.add(key)
-                    age.add_metric(labels, IN_FLIGHT_AGE.observe(key, sp.spso, sp.in_flight > 0, now))
-                    hwm = s.high_watermarks.get(key)
+                    age.add_metric(labels, IN_FLIGHT_AGE.observe(key, sp.spso, n > 0, now))
                     if hwm is not None:
-                        lag.add_metric(labels, sp.lag(hwm))
+                        lag.add_metric(labels, behind)
         g = GaugeMetricFamily("kshare_group_count", "Groups served, by protocol.", labels=["protocol"])
         g.add_metric(["share"], sum(by_state.values()))
         yield g

@@ -40,6 +40,7 @@ from .health import BackendHealth, aiokafka_gate
 from .kio_bridge import KioRequest
 from .kio_bridge import send as kio_send
 from .metadata import CachedTopic, MetadataAnswer, TopicCache, metadata_request, parse_metadata
+from .name_refresh import NameRefresher
 from .reads import (
     EARLIEST,
     LATEST,
@@ -101,6 +102,8 @@ class Backend:
         self._fetch_conns: FetchConns | None = None
         self._cache = TopicCache()
         self._full_refresh: asyncio.Future[None] | None = None
+        #: aged entries re-read once however many heartbeats and fetches find them aged meanwhile
+        self._names = NameRefresher(self._cache, self._refresh_names, lambda: self._max_age)
         self.metadata_version: int | None = None  # the Metadata version last negotiated
         #: Up/down from a periodic probe, told in a handful of lines per outage (health.py).
         self.health = BackendHealth(gate=aiokafka_gate())
@@ -143,6 +146,7 @@ class Backend:
                 self.health.succeeded()
 
     async def close(self) -> None:
+        await self._names.close()
         if self._health_task is not None:
             self._health_task.cancel()
             await asyncio.gather(self._health_task, return_exceptions=True)
@@ -186,22 +190,29 @@ class Backend:
         finally:
             self._full_refresh = None
 
-    async def describe_topics(self, names: Iterable[str] | None = None) -> dict[str, TopicInfo]:
+    async def describe_topics(self, names: Iterable[str] | None = None, *,
+                              stale_ok: bool = False) -> dict[str, TopicInfo]:
         """Topics by name. ``None`` = all non-internal topics. Unknown names are simply absent.
 
         Served from the cache; refreshed when older than ``metadata_max_age_s`` or when a name is
-        not cached yet (a topic created a moment ago must show up at once).
+        not cached yet (a topic created a moment ago must show up at once). ``stale_ok``: an aged
+        entry is answered as cached and re-read in the background (heartbeats: the group
+        coordinator must not wait a backend round trip every ``metadata_max_age_s`` — at a few
+        hundred heartbeats a second over few topics, most of them waited for one; the change
+        reaches the group at its next heartbeat, as Kafka's coordinator sees its metadata image).
         """
+        if stale_ok and names is not None:
+            wanted = list(dict.fromkeys(names))
+            if self._names.stale_ok(wanted):
+                return {n: self._cache.by_name[n].info for n in wanted}
         if names is None:
             if self._cache.age() > self._max_age:
                 await self.refresh()
             return {n: c.info for n, c in self._cache.by_name.items() if not c.info.internal}
         wanted = list(dict.fromkeys(names))
-        now = time.monotonic()
-        by_name = self._cache.by_name
-        missing = [n for n in wanted if n not in by_name or by_name[n].age(now) > self._max_age]
+        missing = self._names.aged(wanted)
         if missing:
-            await self._refresh_names(tuple(missing))
+            await self._names.refresh(missing)
         return {n: self._cache.by_name[n].info for n in wanted if n in self._cache.by_name}
 
     async def refresh_topics(self, names: Iterable[str]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from . import capacity as capacity_cli
 from . import configs as configs_cli
 from . import consume as consume_cli
 from . import dev
@@ -28,6 +29,7 @@ app.add_typer(configs_cli.app, name="configs")
 app.add_typer(state_cli.app, name="state")
 app.add_typer(dlq_cli.app, name="dlq")
 app.command("consume", cls=groups_cli.OneLineCommand)(consume_cli.consume)
+app.command("capacity", cls=groups_cli.OneLineCommand)(capacity_cli.capacity)
 
 
 @app.command()

@@ -110,6 +110,7 @@ class ServerSettings:
     cluster_id: str = _key("cluster.id")
     metrics_port: int = _key("metrics.port")
     read_ahead_enable: bool = _key("read.ahead.enable")
+    partition_idle_eviction_ms: int = _key("share.partition.idle.eviction.ms")
 
 
 @dataclass(frozen=True)

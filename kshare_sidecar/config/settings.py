@@ -291,6 +291,9 @@ SETTINGS: tuple[Setting, ...] = (
     _S("backend.ssl.key.password", "", str, "Password of the key in backend.ssl.keystore.location.", secret=True),
     _S("backend.ssl.endpoint.identification.algorithm", "https", str, "https: verify the broker's host name "
        "against its certificate; '' : do not.", choices=("https", "")),
+    _S("share.partition.idle.eviction.ms", 600000, int, "kshare: a loaded share-partition with nothing acquired "
+       "that no request asked for in this long is dropped from memory; its next fetch or acknowledgement loads it "
+       "again from the state topic (0 = never; docs/capacity.md).", 0, 2**31 - 1),
     _S("read.ahead.enable", True, bool, "Read a share-partition's next window from the backend in the background "
        "before it is acknowledged, so a consumer that works between polls acquires from the cache (a poll after "
        "a 150 ms pause: ShareFetch p75 14 -> 2 ms; read amplification 1.10 on and off in the 1M throughput "

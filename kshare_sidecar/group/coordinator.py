@@ -62,6 +62,9 @@ class Member:
     assignment: Assignment = field(default_factory=dict)
     sent_assignment: Assignment | None = None
     deadline_ms: int = 0
+    #: the member's last record (group/persisted.py) and what it was built from, compared by
+    #: identity: a heartbeat that changed nothing reuses it instead of building one to compare
+    record_memo: tuple | None = field(default=None, repr=False, compare=False)
 
 
 #: Kafka's ModernGroup starts a group at epoch 1 (TargetAssignmentMetadata.INITIAL likewise).
@@ -85,6 +88,18 @@ class ShareGroup:
     last_assignment_ms: int = NEVER
     deleted: bool = False
     share_state: ShareStateMetadata = field(default_factory=ShareStateMetadata)
+    #: Derived from the members, the target and the subscribed topics, kept until one of them
+    #: changes (``touch``): a heartbeat must not walk every member or the whole target of its group
+    #: (at 2,000 members a group of 200 made each heartbeat O(members)).
+    version: int = field(default=0, repr=False, compare=False)
+    _subscribed: frozenset[str] | None = field(default=None, repr=False, compare=False)
+    _pending: tuple[tuple[int, int, bool], bool] | None = field(default=None, repr=False, compare=False)
+
+    def touch(self) -> None:
+        """A member joined, left or changed its subscription, or the target or the subscribed
+        topics' metadata changed: what is derived from them is computed again when next asked."""
+        self.version += 1
+        self._subscribed = None
 
     @property
     def exists(self) -> bool:
@@ -102,8 +117,10 @@ class ShareGroup:
             return GroupState.DEAD
         return GroupState.STABLE if self.members else GroupState.EMPTY
 
-    def subscribed_topics(self) -> set[str]:
-        return {t for m in self.members.values() for t in m.subscribed}
+    def subscribed_topics(self) -> frozenset[str]:
+        if self._subscribed is None:
+            self._subscribed = frozenset(t for m in self.members.values() for t in m.subscribed)
+        return self._subscribed
 
 
 @dataclass(frozen=True)
@@ -204,6 +221,7 @@ class ShareGroupCoordinator:
             subscribed = tuple(sorted(set(subscribed_topic_names or ())))
             if member is None:
                 member = group.members[member_id] = Member(member_id, subscribed, rack_id, client_id, client_host)
+                group.touch()
                 bump = True
             else:
                 # A rejoin of a known member (Kafka's shareGroupHeartbeat with epoch 0): the member
@@ -214,6 +232,7 @@ class ShareGroupCoordinator:
                 member.client_id, member.client_host = client_id, client_host
                 if subscribed != member.subscribed:
                     member.subscribed = subscribed
+                    group.touch()
                     bump = True
         elif member is None:
             return HeartbeatResult(ErrorCode.unknown_member_id, f"member {member_id} is not in group {group_id}",
@@ -226,6 +245,7 @@ class ShareGroupCoordinator:
                 subscribed = tuple(sorted(set(subscribed_topic_names)))
                 if subscribed != member.subscribed:
                     member.subscribed = subscribed
+                    group.touch()
                     bump = True
             if rack_id is not None and rack_id != member.rack_id:
                 # kshare's (rack-aware assignor plugins; Kafka's simple assignor ignores racks)
@@ -256,12 +276,17 @@ class ShareGroupCoordinator:
                                initialize=initialize)
 
     def _initialized_assignment_pending(self, group: ShareGroup) -> bool:
+        key = (group.version, group.share_state.version, bool(group.members))
+        if group._pending is not None and group._pending[0] == key:
+            return group._pending[1]
         union: dict[uuid.UUID, set[int]] = {}
         for assignment in group.target.values():
             for tid, ps in assignment.items():
                 union.setdefault(tid, set()).update(ps)
         subscribed = {tid: name for name, (tid, _n) in group.topics_seen.items()}
-        return group.share_state.assignment_pending(subscribed, union, bool(group.members))
+        pending = group.share_state.assignment_pending(subscribed, union, bool(group.members))
+        group._pending = (key, pending)
+        return pending
 
     @staticmethod
     def _subscribed_part(group: ShareGroup, member: Member) -> Assignment:
@@ -278,10 +303,11 @@ class ShareGroupCoordinator:
     def _observe_topics(self, group: ShareGroup, topics: Mapping[str, TopicInfo]) -> bool:
         """Whether a subscribed topic appeared, disappeared, grew or was recreated (Kafka's
         metadata hash of the subscribed topics changed): the group epoch must move."""
-        seen = {name: (info.topic_id, info.partitions) for name, info in topics.items()
-                if name in group.subscribed_topics()}
+        subscribed = group.subscribed_topics()
+        seen = {name: (info.topic_id, info.partitions) for name, info in topics.items() if name in subscribed}
         if seen != group.topics_seen:
             group.topics_seen = seen
+            group.touch()
             return True
         return False
 
@@ -328,6 +354,7 @@ class ShareGroupCoordinator:
         # isPartitionAssignable). A topic whose partitions were all taken away stays with an
         # empty set, as in Kafka's target assignment (ShareGroupDescribe shows it).
         group.target = {mid: _only_assignable(result.get(mid, {}), assignable) for mid in members}
+        group.touch()
         group.assignment_epoch = group.group_epoch
         group.assignor = name
         group.last_assignment_ms = now
@@ -337,6 +364,7 @@ class ShareGroupCoordinator:
         the member (so the next heartbeat does not bump again for them)."""
         del group.members[member_id]
         group.target.pop(member_id, None)
+        group.touch()
         still = group.subscribed_topics()
         group.topics_seen = {n: v for n, v in group.topics_seen.items() if n in still}
         group.group_epoch += 1
@@ -403,6 +431,7 @@ class ShareGroupCoordinator:
             member.deadline_ms, member.sent_assignment = deadline, None  # the next answer carries it
             group.members[member.member_id] = member
         group.target = {mid: dict(a) for mid, a in (targets or {}).items() if mid in group.members}
+        group.touch()
 
     def delete_group(self, group_id: str) -> ErrorCode:
         group = self.groups.get(group_id)

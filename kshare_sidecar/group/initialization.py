@@ -30,9 +30,19 @@ class ShareStateMetadata:
 
     initialized: Partitions = field(default_factory=dict)
     initializing: Partitions = field(default_factory=dict)
+    #: bumped whenever ``initialized`` changes (the coordinator caches what it derives from it)
+    version: int = field(default=0, compare=False)
+    #: topic id -> the partition count every partition of which is initialized: a heartbeat asks
+    #: :meth:`to_initialize` each time, and this answers it without building sets
+    _complete: dict[uuid.UUID, int] = field(default_factory=dict, compare=False, repr=False)
+
+    def _changed(self) -> None:
+        self.version += 1
+        self._complete.clear()
 
     def add_initialized(self, parts: Mapping[uuid.UUID, Iterable[int]]) -> None:
         """Kafka's initializeShareGroupState: the partitions move from initializing to initialized."""
+        self._changed()
         for tid, ps in parts.items():
             ps = frozenset(ps)
             if ps:
@@ -41,6 +51,7 @@ class ShareStateMetadata:
 
     def drop_initializing(self, parts: Mapping[uuid.UUID, Iterable[int]]) -> None:
         """Kafka's uninitializeShareGroupState: an initialization failed, ask again next time."""
+        self._changed()
         for tid, ps in parts.items():
             self._drop_initializing(tid, frozenset(ps))
 
@@ -53,6 +64,7 @@ class ShareStateMetadata:
 
     def forget(self, topic_id: uuid.UUID | None = None) -> None:
         """The state of a topic (or of every topic) was deleted: it must be initialized again."""
+        self._changed()
         if topic_id is None:
             self.initialized.clear()
             self.initializing.clear()
@@ -85,10 +97,15 @@ class ShareStateMetadata:
         here (addInitializingTopicsRecords); the caller initializes them and reports back with
         :meth:`add_initialized` or :meth:`drop_initializing`."""
         out: Partitions = {}
+        complete = self._complete
         for tid, count in subscribed.items():
+            if complete.get(tid) == count:
+                continue
             have = self.initialized.get(tid, frozenset()) | self.initializing.get(tid, frozenset())
             missing = frozenset(range(count)) - have
             if missing:
                 out[tid] = missing
                 self.initializing[tid] = self.initializing.get(tid, frozenset()) | missing
+            elif tid not in self.initializing:
+                complete[tid] = count
         return out

@@ -40,8 +40,26 @@ def group_record(coordinator: ShareGroupCoordinator, group: ShareGroup) -> Group
 
 
 def member_record(group: ShareGroup, member: Member) -> MemberRecord:
-    """One member's record: subscription, client, epochs, current and target assignment."""
+    """One member's record: subscription, client, epochs, current and target assignment.
+
+    Built again only when one of them changed (the coordinator replaces assignments, never
+    changes them in place, so they are compared by identity): the group service asks at every
+    heartbeat whether the stored record is still the member's."""
     target = group.target.get(member.member_id)
+    memo = member.record_memo
+    if memo is not None:
+        (subscribed, rack, client_id, host, epoch, previous, assignment, old_target), record = memo
+        if (assignment is member.assignment and old_target is target and epoch == member.member_epoch
+                and previous == member.previous_epoch and subscribed == member.subscribed and rack == member.rack_id
+                and client_id == member.client_id and host == member.client_host):
+            return record
+    record = _member_record(group, member, target)
+    member.record_memo = ((member.subscribed, member.rack_id, member.client_id, member.client_host,
+                           member.member_epoch, member.previous_epoch, member.assignment, target), record)
+    return record
+
+
+def _member_record(group: ShareGroup, member: Member, target: Assignment | None) -> MemberRecord:
     return MemberRecord(
         group.group_id, member.member_id, subscribed=member.subscribed, rack_id=member.rack_id,
         client_id=member.client_id, client_host=member.client_host, member_epoch=member.member_epoch,

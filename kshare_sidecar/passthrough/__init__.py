@@ -13,9 +13,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from ..api.registry import ApiRegistry
-from ..wire import codec
-from ..wire.errors import UnsupportedRequest
+from ..api.registry import ApiRegistry, kio_knows
 from . import routes
 from .forwarder import Forwarder
 from .pool import BackendPool, BackendUnavailable, Upstream
@@ -28,10 +26,7 @@ def kio_range(api_key: int, lo: int, hi: int) -> tuple[int, int] | None:
     """The longest run of versions from ``hi`` down within ``lo..hi`` that kio can encode."""
     top = None
     for version in range(hi, lo - 1, -1):
-        try:
-            codec.request_class(api_key, version)
-            codec.response_class(api_key, version)
-        except UnsupportedRequest:
+        if not kio_knows(api_key, version):  # kio's index: no schema module imported
             if top is not None:
                 return version + 1, top
             continue

@@ -81,6 +81,7 @@ class MemoryPersister(BasePersister):
         self.placement = placement  # "key": an older build's layout (tests of persist/layout.py)
         self.log = log
         self._tokens: dict[int, int] = {}
+        self._replayed_to: dict[int, int] = {}  # partition -> its length at the last replay
         #: tests: when set, resolving an unconfirmed commit waits for this event
         self.settle_gate: asyncio.Event | None = None
 
@@ -95,12 +96,19 @@ class MemoryPersister(BasePersister):
     async def _drop_producer(self, partition: int) -> None:
         self._tokens.pop(partition, None)
 
-    async def _replay(self, sink: ReplaySink, partitions=None) -> None:
+    async def _replay(self, sink: ReplaySink, partitions=None, *, start=None) -> None:
         for p, records in enumerate(self.log.partitions):
             if partitions is not None and p not in partitions:
                 continue
-            for offset, (key, value) in enumerate(list(records)):
+            first = start.get(p, 0) if start is not None else 0
+            records = list(records)
+            for offset in range(first, len(records)):
+                key, value = records[offset]
                 sink(p, offset, key, value)
+            self._replayed_to[p] = len(records)
+
+    def _replay_positions(self) -> dict[int, int]:
+        return dict(self._replayed_to)
 
     async def _settle(self, partition: int) -> bool:
         if self.settle_gate is not None:

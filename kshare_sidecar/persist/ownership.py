@@ -104,6 +104,15 @@ def replay_sink(entities: dict[EntityKey, Any], stats: RecoveryStats, owners: di
     to ``stats.layouts``."""
     if placement is not None and partitions < 1:
         raise ValueError("a placement-aware replay needs the partition count")
+    homes: dict[tuple[str, int], int] = {}  # user partition -> its state partition (LAYOUT: a crc32 each)
+
+    def home(ident: SharePartitionKey) -> int:
+        tp = (ident.topic_id, ident.partition)
+        h = homes.get(tp)
+        if h is None:
+            h = homes[tp] = share_partition_home(ident.topic_id, ident.partition, partitions)
+        return h
+
     def sink(partition: int, offset: int, raw_key: bytes | None, raw_value: bytes | None) -> None:
         stats.records += 1
         try:
@@ -122,7 +131,8 @@ def replay_sink(entities: dict[EntityKey, Any], stats: RecoveryStats, owners: di
                 stats.layouts[partition] = entity
             return
         if (kind == KIND_PARTITION and placement is not None
-                and state_partition_for(kind, ident, partitions, placement) != partition):
+                and (home(ident) if placement == LAYOUT else state_partition_for(kind, ident, partitions, placement))
+                != partition):
             if entity is None:
                 stats.misplaced.pop(ident, None)
             elif not (rule == "owner" and NO_EPOCH < entity.state.leader_epoch < owners.get(partition, NO_EPOCH)):
@@ -144,8 +154,9 @@ def replay_sink(entities: dict[EntityKey, Any], stats: RecoveryStats, owners: di
             return
         if kind in (KIND_GROUP, KIND_MEMBER):
             stats.stale_keys.discard((kind, ident))
+        k = (kind, ident)
         if kind == KIND_PARTITION:
-            seen = entities.get((kind, ident))
+            seen = entities.get(k)
             # an initialization record carries no writer epoch yet (NO_EPOCH): the key rule judges it
             if rule == "owner" and NO_EPOCH < entity.state.leader_epoch < owners.get(partition, NO_EPOCH):
                 stats.stale_ignored += 1
@@ -163,8 +174,9 @@ def replay_sink(entities: dict[EntityKey, Any], stats: RecoveryStats, owners: di
                             seen.state.leader_epoch)
                 return
             stats.owner_epoch = max(stats.owner_epoch, entity.state.leader_epoch)
-            stats.stale_keys.discard((kind, ident))
-        entities[(kind, ident)] = entity
+            if stats.stale_keys:
+                stats.stale_keys.discard(k)
+        entities[k] = entity
     return sink
 
 

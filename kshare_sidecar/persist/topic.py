@@ -245,7 +245,10 @@ class TopicPersister(StateWatchMixin, BasePersister):
             self._admin = None
 
     # ----------------------------------------------------------------------------- replay
-    async def _replay(self, sink: ReplaySink, partitions=None) -> None:
+    def _replay_positions(self) -> dict[int, int]:
+        return dict(self._replayed_to)
+
+    async def _replay(self, sink: ReplaySink, partitions=None, *, start=None) -> None:
         consumer = AIOKafkaConsumer(
             bootstrap_servers=self.bootstrap_servers,
             group_id=None,
@@ -263,7 +266,11 @@ class TopicPersister(StateWatchMixin, BasePersister):
             tps = [TopicPartition(self.topic, p)
                    for p in (range(self.partitions) if partitions is None else partitions)]
             consumer.assign(tps)
-            await consumer.seek_to_beginning(*tps)
+            if start is None:
+                await consumer.seek_to_beginning(*tps)
+            else:  # going on from an earlier replay (BasePersister.recover(resume=True))
+                for tp in tps:
+                    consumer.seek(tp, start.get(tp.partition, 0))
             ends = await consumer.end_offsets(tps)  # last stable offsets under read_committed
             for tp in tps:
                 self._replayed_to[tp.partition] = ends[tp]

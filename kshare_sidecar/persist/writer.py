@@ -47,6 +47,8 @@ class CoalescingWriter:
     placement: str
     blocked: dict[int, str]
     commits: int
+    records_written: int
+    bytes_written: int
     _entities: dict[EntityKey, Any]
     _ready: bool
     _closed: bool
@@ -57,6 +59,9 @@ class CoalescingWriter:
         def _blocked_error(self, p: int) -> PersistError: ...
 
     def _init_writers(self) -> None:
+        #: state records and their key + value bytes committed so far (kshare_state_*_written_total)
+        self.records_written = 0
+        self.bytes_written = 0
         self._queues: dict[int, list[_Op]] = {}
         self._wakeups: dict[int, asyncio.Event] = {}
         self._writers: dict[int, asyncio.Task[None]] = {}
@@ -168,6 +173,8 @@ class CoalescingWriter:
                 self._fail(accepted, failure)
                 return
             self.commits += 1
+            self.records_written += len(records)
+            self.bytes_written += sum(len(key) + len(value or b"") for key, value in records)
             for k, entity in overlay.items():
                 if entity is None:
                     self._entities.pop(k, None)

@@ -225,6 +225,11 @@ class ClusterMembership(ConsumerRebalanceListener):
 __all__ = ["ClusterMembership", "ClusterMap", "StickyOwnerAssignor"]
 
 
+#: How the state-topic tail of a cluster's sidecar batches its reads (GroupConfigTail.start).
+TAIL_MIN_BYTES = 1024 * 1024
+TAIL_MAX_WAIT_MS = 1000
+
+
 class GroupConfigTail:
     """Every share group's per-group configs, read-only, for a sidecar that leads share-partitions of
     groups another sidecar coordinates: the lock duration, delivery count limit, offset reset and
@@ -253,10 +258,15 @@ class GroupConfigTail:
     async def start(self) -> None:
         from aiokafka import TopicPartition
 
+        # Batched reads: the broker answers once a second (or at 1 MiB), not at each state write.
+        # Every sidecar tails every state write; answered one write at a time, each tail made a
+        # fetch round per acknowledgement batch of the whole cluster (~0.3 ms of CPU each), so
+        # the cluster's CPU per record grew with each sidecar (benchmarks/cluster.py). A changed
+        # group config reaches the other sidecars within about a second.
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=self.bootstrap_servers, group_id=None, enable_auto_commit=False,
             isolation_level="read_committed", auto_offset_reset="earliest", client_id="kshare-cluster-groups",
-            **self.client_options)
+            fetch_min_bytes=TAIL_MIN_BYTES, fetch_max_wait_ms=TAIL_MAX_WAIT_MS, **self.client_options)
         await self._consumer.start()
         tps = [TopicPartition(self.topic, p) for p in range(self.partitions)]
         self._consumer.assign(tps)

@@ -20,7 +20,6 @@ Kafka, and the epochs a member passes through are the same.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import uuid
 from collections.abc import Iterable, Mapping
@@ -150,7 +149,9 @@ class GroupService:
         if group is not None:
             names |= group.subscribed_topics()
         try:
-            topics = await self.backend.describe_topics(sorted(names)) if names else {}
+            # cached metadata, re-read in the background once aged: a heartbeat never waits for it
+            # unless a topic is new to the sidecar (Backend.describe_topics)
+            topics = await self.backend.describe_topics(sorted(names), stale_ok=True) if names else {}
         except BackendError as exc:
             # Heartbeat errors other than the coordinator ones are fatal to share clients: report
             # backend trouble as COORDINATOR_NOT_AVAILABLE, which they retry.
@@ -191,30 +192,39 @@ class GroupService:
         answer): the partitions are handed back, stay unassigned, and a later heartbeat asks
         again. Returns whether any was initialized."""
         names = {info.topic_id: name for name, info in topics.items()}
-        todo = [(tid, p) for tid, ps in parts.items() for p in sorted(ps)]
         done: dict[uuid.UUID, set[int]] = {}
         failed: dict[uuid.UUID, set[int]] = {}
+        mine: list[tuple[uuid.UUID, int]] = []
 
-        async def one(tid: uuid.UUID, p: int) -> None:
-            try:
+        def fail(tid: uuid.UUID, p: int, exc: Exception) -> None:
+            failed.setdefault(tid, set()).add(p)
+            _backend_failures.log(
+                "initialize", logging.WARNING, "group=%.100s: initializing share-partition %s-%d failed "
+                "(retried at a later heartbeat): %s", group_id, names.get(tid, tid), p, exc)
+
+        for tid, ps in parts.items():
+            for p in sorted(ps):
                 if tid not in names:
-                    raise BackendError(int(ErrorCode.unknown_topic_or_partition),
-                                       f"topic {tid} is not known to the backend any more")
-                if not self.partitions.leads(tid, p):
+                    fail(tid, p, BackendError(int(ErrorCode.unknown_topic_or_partition),
+                                              f"topic {tid} is not known to the backend any more"))
+                elif self.partitions.leads(tid, p):
+                    mine.append((tid, p))
+                else:
                     # a cluster of sidecars: another sidecar leads it and initializes it at its
                     # first fetch (its state partition is not ours to write)
                     done.setdefault(tid, set()).add(p)
-                    return
-                await self.partitions.initialize(group_id, tid, names[tid], p)
-                done.setdefault(tid, set()).add(p)
-            except (PersistError, BackendError) as exc:
-                failed.setdefault(tid, set()).add(p)
-                _backend_failures.log(
-                    "initialize", logging.WARNING, "group=%.100s: initializing share-partition %s-%d failed "
-                    "(retried at a later heartbeat): %s", group_id, names.get(tid, tid), p, exc)
-
         try:
-            await asyncio.gather(*(one(tid, p) for tid, p in todo))
+            if mine:
+                try:
+                    outcome: dict[tuple[uuid.UUID, int], PersistError | None] = \
+                        await self.partitions.initialize_many(group_id, mine)
+                except PersistError as exc:
+                    outcome = {tp: exc for tp in mine}
+                for (tid, p), err in outcome.items():
+                    if err is None:
+                        done.setdefault(tid, set()).add(p)
+                    else:
+                        fail(tid, p, err)
         finally:
             # Whatever happened (a cancelled heartbeat included), nothing stays "initializing".
             self.coordinator.initialized(group_id, done)

@@ -19,7 +19,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
@@ -30,7 +30,7 @@ from ..metrics import WRITE_LATENCY as _WRITE_LATENCY
 from ..persist.codec import KIND_PARTITION
 from ..persist.errors import PersistError, UnknownSharePartitionError
 from ..persist.model import SharePartitionKey
-from ..persist.records import UNSET_OFFSET
+from ..persist.records import UNSET_OFFSET, InitializeItem, WriteItem
 from ..protocol.errors import KafkaError
 from ..share.config import Extensions, ShareConfig
 from ..share.extended import ExtendedSharePartition
@@ -38,6 +38,7 @@ from ..share.holds import DEAD_LETTER, HOLDERS
 from ..share.keyorder import KeyIndex
 from ..share.partition import SharePartition
 from ..timeutil import parse_iso_duration_ms
+from .slot import IdleEviction, Slot
 
 log = logging.getLogger("kshare.partitions")
 
@@ -58,32 +59,11 @@ class PartitionError(KafkaError):
     """One share-partition cannot serve this request (its error code goes into that partition's answer)."""
 
 
-@dataclass
-class Slot:
-    """One loaded share-partition with its coordination primitives."""
-
-    key: SharePartitionKey
-    topic: str
-    partition: SharePartition
-    write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    dead: bool = False  # retired after its durable state was found to differ: never written again
-    fetch_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    waiters: set[asyncio.Future] = field(default_factory=set)
-    #: Log bytes per record seen in this partition's reads (sizes the next read).
-    bytes_per_record: float = 0.0
-
-    def wake(self) -> None:
-        for fut in self.waiters:
-            if not fut.done():
-                fut.set_result(None)
-        self.waiters.clear()
-
-
-class SharePartitionManager:
-    """Owns every `SharePartition` this sidecar serves."""
+class SharePartitionManager(IdleEviction):
+    """Owns every `SharePartition` this sidecar serves (idle ones are dropped: service/slot.py)."""
 
     def __init__(self, *, persister, backend, clock: Callable[[], int],
-                 group_config: Callable[[str], dict], epoch: int | None = None) -> None:
+                 group_config: Callable[[str], dict], epoch: int | None = None, idle_eviction_ms: int = 0) -> None:
         self.persister = persister
         self.backend = backend
         self.clock = clock
@@ -92,6 +72,15 @@ class SharePartitionManager:
         self.epoch = epoch if epoch is not None else backend_epoch if backend_epoch is not None else owner_epoch()
         self.slots: dict[SharePartitionKey, Slot] = {}
         self._loading: dict[SharePartitionKey, asyncio.Task] = {}
+        #: share.partition.idle.eviction.ms (0: never): idle share-partitions are dropped from
+        #: memory, so what a sidecar holds follows what is consumed, not everything ever fetched
+        self.idle_eviction_ms = idle_eviction_ms
+        #: share-partitions dropped while idle -> the SPSO they had if their durable start offset
+        #: was still unset (reloading must not resolve share.auto.offset.reset again: `latest`
+        #: would skip what was produced meanwhile), else None. An acknowledgement loads them again,
+        #: as one does a loaded share-partition (INVALID_RECORD_STATE, not UNKNOWN_TOPIC_OR_PARTITION).
+        self.evicted: dict[SharePartitionKey, int | None] = {}
+        self._sweeper: asyncio.Task | None = None
         # (deadline, tie-breaker, key): keys have no order, so equal deadlines must never compare them
         self._deadlines: list[tuple[int, int, SharePartitionKey]] = []
         self._seq = itertools.count()
@@ -140,6 +129,8 @@ class SharePartitionManager:
         """A state partition was taken over or given up: its loaded share-partitions are stale
         either way (they reload from the replayed state, or are led elsewhere now)."""
         gone = [key for key in self.slots if self.home(key) == p]
+        for key in [k for k in self.evicted if self.home(k) == p]:
+            del self.evicted[key]
         for key in gone:
             slot = self.slots.pop(key)
             slot.dead = True
@@ -150,6 +141,7 @@ class SharePartitionManager:
     def retire(self, keys: Iterable[SharePartitionKey]) -> None:
         """Drop the slots of ``keys`` (their durable state differs from memory); they reload on demand."""
         for key in keys:
+            self.evicted.pop(key, None)
             slot = self.slots.pop(key, None)
             if slot is not None:
                 slot.dead = True
@@ -160,11 +152,14 @@ class SharePartitionManager:
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
         self._timer = asyncio.create_task(self._expiry_loop(), name="kshare-lock-expiry")
+        if self.idle_eviction_ms > 0:
+            self._sweeper = asyncio.create_task(self._eviction_loop(), name="kshare-idle-eviction")
 
     async def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            await asyncio.gather(self._timer, return_exceptions=True)
+        for task in (self._timer, self._sweeper):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
 
@@ -173,6 +168,7 @@ class SharePartitionManager:
         key = SharePartitionKey(group_id, str(topic_id), partition)
         slot = self.slots.get(key)
         if slot is not None:
+            slot.last_used = self.clock()
             return slot
         if self.cluster and not self.persister.owns(self.home(key)):
             raise PartitionError(ErrorCode.not_leader_or_follower,
@@ -184,11 +180,16 @@ class SharePartitionManager:
         return await asyncio.shield(task)
 
     def loaded(self, group_id: str, topic_id: uuid.UUID, partition: int) -> Slot | None:
-        return self.slots.get(SharePartitionKey(group_id, str(topic_id), partition))
+        slot = self.slots.get(SharePartitionKey(group_id, str(topic_id), partition))
+        if slot is not None:
+            slot.last_used = self.clock()
+        return slot
 
     def loading(self, group_id: str, topic_id: uuid.UUID, partition: int) -> bool:
-        """Whether a load of this share-partition is under way (a fetch started it)."""
-        return SharePartitionKey(group_id, str(topic_id), partition) in self._loading
+        """Whether a load of this share-partition is under way (a fetch started it), or it was
+        loaded and dropped while idle (it loads again as if it had stayed)."""
+        key = SharePartitionKey(group_id, str(topic_id), partition)
+        return key in self._loading or key in self.evicted
 
     def share_config(self, group_id: str) -> ShareConfig:
         group = GroupConfig.of(self.group_config(group_id))
@@ -272,6 +273,28 @@ class SharePartitionManager:
             return
         await self.persister.initialize(key, 0, UNSET_OFFSET)
 
+    async def initialize_many(self, group_id: str, parts: Iterable[tuple[uuid.UUID, int]]
+                              ) -> dict[tuple[uuid.UUID, int], PersistError | None]:
+        """:meth:`initialize` for many share-partitions of a group at once: one read of what is
+        stored, one coalesced initialization of the rest (a group subscribing to a topic of 100
+        partitions ran 100 tasks, each a read and a write; 1,000 groups joining at once held
+        100,000 of them and their futures, half a gigabyte at the peak). Per share-partition,
+        None or the PersistError it failed with."""
+        keys = {SharePartitionKey(group_id, str(tid), p): (tid, p) for tid, p in parts}
+        out: dict[tuple[uuid.UUID, int], PersistError | None] = {}
+        todo: list[InitializeItem] = []
+        for key, found in (await self.persister.read([k for k in keys if k not in self.slots])).items():
+            if isinstance(found, UnknownSharePartitionError):
+                todo.append(InitializeItem(key, 0, UNSET_OFFSET))
+            else:
+                out[keys[key]] = found if isinstance(found, PersistError) else None
+        if todo:
+            for key, err in (await self.persister.initialize_many(todo)).items():
+                out[keys[key]] = err
+        for key in keys:
+            out.setdefault(keys[key], None)  # loaded: initialized long ago
+        return out
+
     async def _load(self, key: SharePartitionKey, topic: str) -> Slot:
         started = time.perf_counter()
         try:
@@ -284,12 +307,15 @@ class SharePartitionManager:
                 state = await self.persister.read_one(key, leader_epoch=epoch)
             config = self.share_config(key.group_id)
             ext = self.extensions(key.group_id)
+            remembered = self.evicted.get(key)
             if state.start_offset == UNSET_OFFSET:
                 # Resolved from share.auto.offset.reset now, and written with the first state
                 # change (an acknowledgement, a release, a lock expiry), not at load: until then
                 # DescribeShareGroupOffsets shows no start offset, as on Kafka 4.3.1 (found by the
-                # long differential run), and a reload before it resolves the offset again, as Kafka's.
-                start = await self.initial_offset(key.group_id, topic, key.partition)
+                # long differential run), and a reload before it resolves the offset again, as Kafka's
+                # — except after an idle eviction, which must not show: the offset it had.
+                start = remembered if remembered is not None else \
+                    await self.initial_offset(key.group_id, topic, key.partition)
                 sp: SharePartition
                 if ext.enabled:  # groups without extensions keep the plain engine (docs/extensions.md)
                     sp = ExtendedSharePartition(config, self.clock, ext=ext, wall=wall_ms, start_offset=start,
@@ -304,7 +330,9 @@ class SharePartitionManager:
         except PersistError as exc:
             code = ErrorCode.not_leader_or_follower if exc.error_code == ErrorCode.not_coordinator else exc.error_code
             raise PartitionError(code, f"share-partition {_name(key, topic)}: {exc}") from exc
-        slot = self.slots[key] = Slot(key, topic, sp)
+        slot = self.slots[key] = Slot(key, topic, sp, last_used=self.clock(),
+                                      start_unset=state.start_offset == UNSET_OFFSET)
+        self.evicted.pop(key, None)
         _LOAD_TIME.observe(time.perf_counter() - started)
         log.info("loaded share-partition %s: SPSO %d, state epoch %d", _name(key, topic), sp.spso, sp.state_epoch)
         self.track(slot)  # restored holds (release backoff) have deadlines
@@ -314,6 +342,8 @@ class SharePartitionManager:
     def unload_group(self, group_id: str) -> list[Slot]:
         """Forget a group's share-partitions (after an admin reset/delete); they reload on demand."""
         gone = [s for k, s in self.slots.items() if k.group_id == group_id]
+        for key in [k for k in self.evicted if k.group_id == group_id]:
+            del self.evicted[key]
         for slot in gone:
             del self.slots[slot.key]
             slot.wake()
@@ -344,6 +374,8 @@ class SharePartitionManager:
                 log.warning("state write for %s failed, acknowledgement rolled back: %s", _name(slot.key, slot.topic),
                             exc)
                 return slot.key, _ack_error(exc)
+            slot.start_unset = slot.dirty = False  # the snapshot written carries the resolved SPSO
+            # ... and, once committed, everything memory holds (a lock expiry whose write had failed)
             code = slot.partition.commit(plan)
             if code != ErrorCode.none:
                 # Memory changed between prepare and commit (e.g. the records' locks expired while
@@ -367,18 +399,24 @@ class SharePartitionManager:
 
     def persist_soon(self, slot: Slot) -> None:
         """Persist a change nobody waits for (lock expiry, release on session close)."""
+        slot.unsaved += 1  # not evicted before it is written
         self._spawn(self._write_current(slot))
 
     async def _write_current(self, slot: Slot) -> None:
-        async with slot.write_lock:
-            if slot.dead:
-                return
-            try:
-                with _WRITE_LATENCY.time():
-                    await self.persister.write(slot.key, slot.partition.snapshot(), self._writer_epoch(slot))
-            except PersistError as exc:
-                _METRICS.state_write_failures += 1  # the alert rules (compose/prometheus/)
-                log.warning("state write for %s failed: %s", _name(slot.key, slot.topic), exc)
+        try:
+            async with slot.write_lock:
+                if slot.dead:
+                    return
+                try:
+                    with _WRITE_LATENCY.time():
+                        await self.persister.write(slot.key, slot.partition.snapshot(), self._writer_epoch(slot))
+                    slot.start_unset = slot.dirty = False
+                except PersistError as exc:
+                    slot.dirty = True  # kept in memory (never evicted) until a write succeeds
+                    _METRICS.state_write_failures += 1  # the alert rules (compose/prometheus/)
+                    log.warning("state write for %s failed: %s", _name(slot.key, slot.topic), exc)
+        finally:
+            slot.unsaved -= 1
 
     def _spawn(self, coro) -> None:
         task = asyncio.create_task(coro)

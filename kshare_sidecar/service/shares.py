@@ -291,6 +291,13 @@ class ShareService:
             return []
         start = self._rotation.get(session.key, 0) % len(tps)
         self._rotation[session.key] = start + 1
+        unloaded = [tp for tp in tps if self.partitions.loaded(group_id, *tp) is None]
+        if len(unloaded) > 1:
+            # loaded side by side, not one after another: each load is a state read (a claim
+            # written) and an offset lookup at the backend, and a member's first fetch after a
+            # restart or takeover lists all its partitions (100 took seconds one by one). Errors
+            # are answered by the loop below, which asks again.
+            await asyncio.gather(*(self._slot(group_id, *tp) for tp in unloaded), return_exceptions=True)
         slots: list[Slot] = []
         for tp in tps[start:] + tps[:start]:
             try:

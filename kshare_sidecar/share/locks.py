@@ -87,6 +87,10 @@ class LockTable:
     def members(self) -> list[str]:
         return list(self._by_member)
 
+    def empty(self) -> bool:
+        """No live lock (of a member or of the sidecar's holds)."""
+        return not self._by_member
+
     def clear(self) -> None:
         for locks in self._by_member.values():
             for lock in locks:

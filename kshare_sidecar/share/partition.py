@@ -40,6 +40,11 @@ class SharePartition(Acquisition, Acknowledgement):
         """Members currently holding acquisition locks."""
         return self._locks.members()
 
+    def quiet(self) -> bool:
+        """Nothing acquired: no acquisition lock and no hold of the sidecar's (holds are locks of
+        pseudo-members), so its persisted snapshot rebuilds it (the caller may drop it while idle)."""
+        return self._locks.empty()
+
     def ranges(self) -> Iterator[tuple[int, int, RecordState, int, str | None, int | None]]:
         """The window as (first, last, state, delivery_count, member, lock_deadline) ranges."""
         for r in self._rs:

@@ -56,7 +56,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("backend",),
     ("config",),
     ("metrics",),
-    ("ratelog", "states", "timeutil"),
+    ("ratelog", "states", "timeutil", "capacity"),
     ("protocol",),
 )
 

@@ -27,7 +27,7 @@ T = TopicInfo("t", uuid.UUID(int=7), 2)
 
 
 class FakeBackend:
-    async def describe_topics(self, names=None):
+    async def describe_topics(self, names=None, stale_ok=False):
         return {n: T for n in (names or ["t"]) if n == "t"}
 
     def topic_by_id(self, topic_id):

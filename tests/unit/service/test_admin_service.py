@@ -30,7 +30,7 @@ class FakeBackend:
     def __init__(self):
         self.hw = {("t", 0): 10, ("t", 1): 4}
 
-    async def describe_topics(self, names=None):
+    async def describe_topics(self, names=None, stale_ok=False):
         return {n: T for n in (names or ["t"]) if n == "t"}
 
     def topic_by_id(self, topic_id):

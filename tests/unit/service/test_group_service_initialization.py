@@ -56,16 +56,19 @@ async def test_a_join_initializes_every_partition_and_the_next_heartbeat_assigns
 
 async def test_a_failed_initialization_answers_the_heartbeat_and_is_retried(persister, monkeypatch):
     groups = service(persister)
-    real = persister.initialize
+    real = persister.initialize_many
     failures = {"left": 1}
 
-    async def flaky(key, *a, **k):
-        if key.partition == 1 and failures["left"]:
-            failures["left"] -= 1
-            raise PersistError("state topic unavailable")
-        return await real(key, *a, **k)
+    async def flaky(items):
+        items = list(items)
+        out = await real([it for it in items if it.key.partition != 1 or not failures["left"]])
+        for it in items:
+            if it.key.partition == 1 and failures["left"]:
+                failures["left"] -= 1
+                out[it.key] = PersistError("state topic unavailable")
+        return out
 
-    monkeypatch.setattr(persister, "initialize", flaky)
+    monkeypatch.setattr(persister, "initialize_many", flaky)
     join = await hb(groups, 0, ["orders"])
     assert join.error == ErrorCode.none
     assert groups.coordinator.initialized_partitions("g") == {ORDERS.topic_id: frozenset({0, 2})}

@@ -52,7 +52,7 @@ class MemoryBackend:
     async def resolve_topic_id(self, topic_id):
         return self.by_id.get(topic_id)
 
-    async def describe_topics(self, names=None):
+    async def describe_topics(self, names=None, stale_ok=False):
         if names is None:
             return dict(self.by_name)
         return {n: self.by_name[n] for n in names if n in self.by_name}
@@ -95,7 +95,7 @@ class Stack:
                               group_config=group_config)
 
         class Catalog:
-            async def describe_topics(self, names):
+            async def describe_topics(self, names, stale_ok=False):
                 return await backend.describe_topics(list(names) if names is not None else None)
 
             async def topic_by_id(self, topic_id):
