@@ -35,7 +35,7 @@ import struct
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -104,6 +104,20 @@ class Records:
         return out
 
 
+class _Kept(NamedTuple):
+    """A batch whose records are read: where its records section lies, and its header fields."""
+
+    source: Any  # the buffer holding the section (the response, or the decompressed batch)
+    start: int
+    end: int
+    records: int
+    base: int  # base offset
+    base_ts: int
+    max_ts: int
+    append_time: bool
+    dense: bool  # offsets base .. base + count - 1 without a gap (not compacted): record i is base + i
+
+
 @dataclass
 class Decoded:
     records: Records
@@ -149,12 +163,33 @@ def decompress(codec: int, raw: Any) -> bytes:
 
 
 def varints(a: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The zigzag varints (Kafka's varint / varlong) at ``pos`` in ``a`` (uint8): (values, sizes)."""
+    """The zigzag varints (Kafka's varint / varlong) at ``pos`` in ``a`` (uint8): (values, sizes).
+
+    One byte position per round for all of them at once (``take`` with ``clip``: a byte read past
+    the buffer belongs to a varint that does not end inside its record, which the caller's
+    length check refuses); signed 64-bit arithmetic up to 9 bytes, the rare 10-byte varlong
+    in unsigned arithmetic (:func:`_long_varints`)."""
     b = a[pos]
-    more = np.flatnonzero(b >= 0x80)
-    if not more.size:  # all one byte: the common case for small fields
+    cont = b >= 0x80
+    if not cont.any():  # all one byte: the common case for small fields
         v = b.astype(np.int64)
         return (v >> 1) ^ -(v & 1), np.ones(len(pos), np.int64)
+    val = (b & 0x7F).astype(np.int64)
+    size = cont.astype(np.int64) + 1
+    for k in range(1, 9):
+        nb = np.take(a, pos + k, mode="clip")
+        val |= np.where(cont, (nb & 0x7F).astype(np.int64) << (7 * k), 0)
+        cont &= nb >= 0x80
+        if not cont.any():
+            return (val >> 1) ^ -(val & 1), size
+        size += cont
+    return _long_varints(a, pos)
+
+
+def _long_varints(a: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`varints` for columns with a varint of 10 bytes (a varlong beyond +-2**62)."""
+    b = a[pos]
+    more = np.flatnonzero(b >= 0x80)
     val = (b & 0x7F).astype(np.uint64)
     size = np.ones(len(pos), np.int64)
     shift = np.uint64(7)
@@ -200,8 +235,7 @@ def decode(buf: Any, *, first: int, last: int, read_committed: bool = False,
     pending = sorted((int(o), int(p)) for p, o in aborted) if read_committed else []
     heapq.heapify(pending)
     aborting: set[int] = set()
-    # kept batches: (source, start, end, count, base offset, base timestamp, max timestamp, log-append-time)
-    kept: list[tuple[Any, int, int, int, int, int, int, bool]] = []
+    kept: list[_Kept] = []
     dropped = largest = 0
     while size - pos >= HEADER_SIZE:
         (base, length, _epoch, magic, crc, attrs, last_delta, base_ts, max_ts, producer, _pepoch, _seq,
@@ -232,14 +266,14 @@ def decode(buf: Any, *, first: int, last: int, read_committed: bool = False,
                 dropped += count
             else:
                 codec = attrs & COMPRESSION_MASK
+                append_time, dense = bool(attrs & LOG_APPEND_TIME_BIT), count == last_delta + 1
                 if codec or check_crcs:
                     body = _body(view, pos, end, attrs, crc, check_crcs, base)
-                    kept.append((body, 0, len(body), count, base, base_ts, max_ts, bool(attrs & LOG_APPEND_TIME_BIT)))
+                    kept.append(_Kept(body, 0, len(body), count, base, base_ts, max_ts, append_time, dense))
                 else:
-                    kept.append((buf, pos + HEADER_SIZE, end, count, base, base_ts, max_ts,
-                                 bool(attrs & LOG_APPEND_TIME_BIT)))
+                    kept.append(_Kept(buf, pos + HEADER_SIZE, end, count, base, base_ts, max_ts, append_time, dense))
         pos = end
-    records = _columns(buf, kept, headers)
+    records = _columns(buf, kept, headers, first, last)
     if len(records):
         records = records.take((records.offset >= first) & (records.offset <= last))
     return Decoded(records, next_offset, dropped, largest)
@@ -256,36 +290,46 @@ def _body(view: memoryview, pos: int, end: int, attrs: int, crc: int, check_crcs
     return decompress(codec, section) if codec else section
 
 
-def _columns(buf: Any, kept: list[tuple[Any, int, int, int, int, int, int, bool]], headers: bool) -> Records:
-    """Walk and read the kept batches' records; one data buffer for all of them."""
+def _columns(buf: Any, kept: list[_Kept], headers: bool, first: int, last: int) -> Records:
+    """Walk the kept batches and read the fields of their records in [first, last] (of a batch
+    with gaps, all of them: which are inside is known only from their offset deltas); one data
+    buffer for all of them."""
     if not kept:
         empty = np.zeros(0, np.int64)
         return Records(b"", empty, empty, np.zeros(0, bool), empty, empty, empty, empty,
                        *((empty,) * 5 if headers else ()))
-    if all(source is buf for source, *_ in kept):  # uncompressed: the response's own bytes
+    if all(k.source is buf for k in kept):  # uncompressed: the response's own bytes
         data = buf
-        spans = [(start, end) for _, start, end, *_ in kept]
+        spans = [(k.start, k.end) for k in kept]
     else:  # compressed (or CRC-checked): join the sections into one buffer, in order
-        parts = [memoryview(source)[start:end] for source, start, end, *_ in kept]
+        parts = [memoryview(k.source)[k.start:k.end] for k in kept]
         data = b"".join(parts)
         spans, at = [], 0
         for part in parts:
             spans.append((at, at + len(part)))
             at += len(part)
-    counts = np.array([k[3] for k in kept], np.int64)
+    counts = [k.records for k in kept]
     try:
-        starts = _chain.record_starts(data, spans, [k[3] for k in kept])
+        starts = _chain.record_starts(data, spans, counts)
     except _chain.ChainError as exc:
         raise RecordFormatError(str(exc)) from None
+    # a batch partly outside [first, last] (a range ends inside it): only the records inside, when
+    # the batch has no gaps and record i is offset base + i
+    window = [(max(0, min(k.records, first - k.base)), max(0, min(k.records, last - k.base + 1))) if k.dense
+              else (0, k.records) for k in kept]
+    if any(lo > 0 or hi < k.records for (lo, hi), k in zip(window, kept)):
+        batch_first = np.cumsum(counts) - counts
+        starts = np.concatenate([starts[b + lo:b + hi] for b, (lo, hi) in zip(batch_first.tolist(), window)])
+        counts = [hi - lo for lo, hi in window]
     a = np.frombuffer(data, np.uint8)
     try:
-        return _fields(a, data, starts, counts, kept, headers)
+        return _fields(a, data, starts, np.array(counts, np.int64), kept, headers)
     except IndexError:
         raise RecordFormatError("a record runs past the end of its batch") from None
 
 
-def _fields(a: np.ndarray, data: Any, starts: np.ndarray, counts: np.ndarray,
-            kept: list[tuple[Any, int, int, int, int, int, int, bool]], headers: bool) -> Records:
+def _fields(a: np.ndarray, data: Any, starts: np.ndarray, counts: np.ndarray, kept: list[_Kept],
+            headers: bool) -> Records:
     length, s = varints(a, starts)
     if (length < 0).any():
         raise RecordFormatError("a record has a negative length")
@@ -305,16 +349,15 @@ def _fields(a: np.ndarray, data: Any, starts: np.ndarray, counts: np.ndarray,
     p += s
     if (header_count < 0).any():
         raise RecordFormatError("a record has a negative header count")
-    base = np.repeat(np.array([k[4] for k in kept], np.int64), counts)
-    append_time = np.repeat(np.array([k[7] for k in kept], bool), counts)
-    timestamp = np.where(append_time, np.repeat(np.array([k[6] for k in kept], np.int64), counts),
-                         np.repeat(np.array([k[5] for k in kept], np.int64), counts) + ts_delta)
+    base = np.repeat(np.array([k.base for k in kept], np.int64), counts)
+    append_time = np.repeat(np.array([k.append_time for k in kept], bool), counts)
+    timestamp = np.repeat(np.array([k.base_ts for k in kept], np.int64), counts) + ts_delta
+    if append_time.any():
+        timestamp = np.where(append_time, np.repeat(np.array([k.max_ts for k in kept], np.int64), counts), timestamp)
     out = Records(data, base + offset_delta, timestamp, append_time, key_pos, key_len, value_pos, value_len)
     if headers:
         _headers(a, p, header_count, out)
-    elif not header_count.any():
-        pass  # p is each record's end: checked below
-    else:
+    elif header_count.any():
         p = np.where(header_count > 0, ends, p)  # not read: trust the record's length for those
     if not np.array_equal(p, ends):
         raise RecordFormatError("a record's fields do not end where its length says")

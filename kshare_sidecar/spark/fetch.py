@@ -27,7 +27,7 @@ from kio.schema.errors import ErrorCode
 
 from ..log.brokerconn import BrokerAuthError, BrokerConn, BrokerConnError
 from ..log.metadata import metadata_request
-from ..log.reads import PartitionRead, fetch_request, list_offsets_request
+from ..log.reads import FETCH_API, PartitionRead, fetch_request, list_offsets_request
 from ..protocol.address import parse_bootstrap
 from ..protocol.constants import OffsetSpec
 from ..protocol.requests import decode_response, request_payload, response_class_of
@@ -76,6 +76,8 @@ class Fetcher:
         self.leaders: dict[tuple[str, int], int] = {}
         self._conns: dict[int, BrokerConn] = {}
         self._versions: dict[int, dict[int, tuple[int, int]]] = {}  # per node: the broker's api ranges
+        #: (topic, partition, Fetch range) -> (request bytes, offset / partition size / total size positions, version)
+        self._templates: dict[tuple[str, int, Any], tuple[bytes, int, int, int, int]] = {}
         self.fetches = 0
 
     # -- synchronous API (executors) ---------------------------------------------------------------
@@ -237,11 +239,19 @@ class Fetcher:
 
     async def _fetch_from(self, node: int, topic: str, partition: int, offset: int, max_bytes: int,
                           timeout_s: float) -> FetchAnswer:
-        request = fetch_request([PartitionRead(topic, partition, offset, max_bytes)], max_wait_ms=self.max_wait_ms,
-                                isolation_level=self.isolation, max_bytes=max_bytes)
-        conn, entity = await self._prepare(node, request, timeout_s)
-        frame = await self._send(conn, entity, timeout_s)
-        resp = read_fetch_response(memoryview(frame)[4:], entity.__version__)
+        conn = self._conn(node)
+        versions = self._versions.get(node)
+        if versions is None or not conn.connected:
+            versions = self._versions[node] = await self._api_versions(conn, timeout_s)
+        payload, version = self._fetch_payload(versions, topic, partition, offset, max_bytes)
+        answer = await conn.send(payload, framed=True)
+        timeout = min(timeout_s, self.request_timeout_s)
+        try:
+            frame: bytearray = await asyncio.wait_for(answer, timeout)
+        except TimeoutError:
+            conn.drop(f"request timed out after {timeout:.1f} s")
+            raise
+        resp = read_fetch_response(memoryview(frame)[4:], version)
         if resp.error:
             return FetchAnswer(memoryview(b""), -1, -1, -1, (), resp.error)
         for p in resp.partitions:
@@ -251,3 +261,40 @@ class Fetcher:
                 return FetchAnswer(p.records, p.high_watermark, p.last_stable_offset, p.log_start_offset, p.aborted,
                                    p.error)
         return FetchAnswer(memoryview(b""), -1, -1, -1, (), int(ErrorCode.unknown_topic_or_partition))
+
+    def _fetch_payload(self, versions: dict[int, tuple[int, int]], topic: str, partition: int, offset: int,
+                       max_bytes: int) -> tuple[bytes, int]:
+        """A Fetch request's bytes and version. kio encodes one request per partition and version
+        once, with marker values where the offset and the sizes go; each Fetch copies it and
+        writes them in (kio's encoding took about a tenth of a 10k-record read's CPU)."""
+        key = (topic, partition, versions.get(FETCH_API))
+        cached = self._templates.get(key)
+        if cached is None:
+            request = fetch_request([PartitionRead(topic, partition, _MARK_OFFSET, _MARK_PART)],
+                                    max_wait_ms=self.max_wait_ms, isolation_level=self.isolation, max_bytes=_MARK_TOTAL)
+            entity = request.prepare(versions).entity
+            template = request_payload(entity, 0, self.client_id)
+            at = {name: _find_once(template, mark) for name, mark in (
+                ("offset", _MARK_OFFSET.to_bytes(8, "big")), ("part", _MARK_PART.to_bytes(4, "big")),
+                ("total", _MARK_TOTAL.to_bytes(4, "big")))}
+            cached = self._templates[key] = (template, at["offset"], at["part"], at["total"], entity.__version__)
+        template, at_offset, at_part, at_total, version = cached
+        payload = bytearray(template)
+        payload[at_offset:at_offset + 8] = offset.to_bytes(8, "big")
+        payload[at_part:at_part + 4] = max_bytes.to_bytes(4, "big")
+        payload[at_total:at_total + 4] = max_bytes.to_bytes(4, "big")
+        return bytes(payload), version
+
+
+#: Marker values in a Fetch request template (``Fetcher._fetch_payload``): byte patterns that
+#: cannot occur elsewhere in a request (0xFE and a lone 0x98 are never part of UTF-8 text).
+_MARK_OFFSET = 0x7EDC_BA98_7654_3210
+_MARK_PART = 0x7ECA_FE01
+_MARK_TOTAL = 0x7ECA_FE02
+
+
+def _find_once(data: bytes, pattern: bytes) -> int:
+    at = data.find(pattern)
+    if at < 0 or data.find(pattern, at + 1) >= 0:
+        raise FetchError("cannot build a Fetch request template")  # a topic name holding a marker
+    return at

@@ -219,3 +219,25 @@ def test_without_the_compiled_walk_the_python_walk_decodes_the_same(monkeypatch)
     monkeypatch.setattr(_chain, "_compiled", None)
     assert not _chain.compiled()
     assert decoded_rows(buf, 0, 10_000, True) == with_compiled == model_rows(buf, 0, 10_000, True)
+
+
+def _zigzag(v: int) -> bytes:
+    z, out = (v << 1) ^ (v >> 63), bytearray()
+    while True:
+        b, z = z & 0x7F, z >> 7
+        if not z:
+            return bytes(out + bytes([b]))
+        out.append(b | 0x80)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-(2**63), 2**63 - 1) | st.integers(-300, 300) | st.integers(0, 2**21), min_size=1,
+                max_size=60))
+def test_varints_read_every_width_at_once(values):
+    """Kafka's zigzag varints/varlongs of 1 to 10 bytes, side by side, read column-wise."""
+    from kshare_sidecar.spark.decode import varints
+
+    parts = [_zigzag(v) for v in values]
+    pos = np.cumsum([0] + [len(p) for p in parts[:-1]]).astype(np.int64)
+    got, sizes = varints(np.frombuffer(b"".join(parts), np.uint8), pos)
+    assert got.tolist() == values and sizes.tolist() == [len(p) for p in parts]
