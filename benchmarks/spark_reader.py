@@ -77,11 +77,10 @@ def breakdown(bootstrap: str, topic: str, n: int) -> dict:
     import numpy as np
 
     from kshare_sidecar.spark import _chain
+    from kshare_sidecar.spark import read as RD
     from kshare_sidecar.spark.arrow import arrow_schema, record_batch
     from kshare_sidecar.spark.decode import decode
     from kshare_sidecar.spark.fetch import Fetcher
-
-    from kshare_sidecar.spark import read as RD
     from kshare_sidecar.spark.readclient import ReaderConfig
 
     f = Fetcher(bootstrap)
@@ -95,7 +94,7 @@ def breakdown(bootstrap: str, topic: str, n: int) -> dict:
         fetch_ms.append((T() - t) * 1000)
         answers.append((first, a))
         d = decode(a.records, first=first, last=first + RANGE - 1)
-        RD._learn_size(topic, 0, len(a.records), d.next_offset - first, d.largest_batch)
+        RD._learn_size(topic, 0, d.bytes_per_offset, d.largest_batch)
     decoded, decode_ms = [], []
     for first, a in answers:
         t = T()
@@ -114,7 +113,7 @@ def breakdown(bootstrap: str, topic: str, n: int) -> dict:
 
         spans, counts, pos, view = [], [], 0, a.records
         while len(view) - pos >= 61:
-            base, length, *_rest = HEADER.unpack_from(view, pos)
+            _base, length, *_rest = HEADER.unpack_from(view, pos)
             end = pos + 12 + length
             if end > len(view):
                 break

@@ -126,8 +126,10 @@ class Decoded:
     next_offset: int
     #: data records dropped: of aborted transactions (read_committed)
     aborted: int = 0
-    #: the largest complete batch in the buffer, in bytes (sizes the next Fetch)
+    #: the largest complete batch in the buffer, in bytes, and the bytes per offset of the
+    #: complete batches (size the next Fetch)
     largest_batch: int = 0
+    bytes_per_offset: float = 0.0
 
 
 def decompress(codec: int, raw: Any) -> bytes:
@@ -237,6 +239,7 @@ def decode(buf: Any, *, first: int, last: int, read_committed: bool = False,
     aborting: set[int] = set()
     kept: list[_Kept] = []
     dropped = largest = 0
+    first_base = -1
     while size - pos >= HEADER_SIZE:
         (base, length, _epoch, magic, crc, attrs, last_delta, base_ts, max_ts, producer, _pepoch, _seq,
          count) = HEADER.unpack_from(view, pos)
@@ -251,6 +254,7 @@ def decode(buf: Any, *, first: int, last: int, read_committed: bool = False,
         batch_last = base + last_delta
         next_offset = max(next_offset, batch_last + 1)
         largest = max(largest, end - pos)
+        first_base = base if first_base < 0 else first_base
         if read_committed and producer >= 0:
             while pending and pending[0][0] <= batch_last:
                 aborting.add(heapq.heappop(pending)[1])
@@ -276,7 +280,8 @@ def decode(buf: Any, *, first: int, last: int, read_committed: bool = False,
     records = _columns(buf, kept, headers, first, last)
     if len(records):
         records = records.take((records.offset >= first) & (records.offset <= last))
-    return Decoded(records, next_offset, dropped, largest)
+    covered = next_offset - first_base if first_base >= 0 else 0
+    return Decoded(records, next_offset, dropped, largest, pos / covered if covered > 0 else 0.0)
 
 
 def _body(view: memoryview, pos: int, end: int, attrs: int, crc: int, check_crcs: bool, base: int) -> Any:

@@ -145,7 +145,7 @@ def _read(opts: SourceOptions, config: ReaderConfig, topic: str, partition: int,
                 if answer.records:  # a transaction still open; the Fetch itself waited), or the batch is
                     _grow(topic, partition, size)  # larger than the Fetch (a backend not cutting at a batch)
                 continue
-            _learn_size(topic, partition, len(answer.records), got.next_offset - position, got.largest_batch)
+            _learn_size(topic, partition, got.bytes_per_offset, got.largest_batch)
             recs = got.records
             if len(recs):
                 # each record's range (ranges are disjoint and sorted); offsets between ranges are not ours
@@ -173,9 +173,9 @@ def _fetch_size(config: ReaderConfig, topic: str, partition: int, offsets: int) 
     return int(min(config.fetch_max_bytes, max(MIN_FETCH_BYTES, per_offset * offsets * 1.05 + batch)))
 
 
-def _learn_size(topic: str, partition: int, size: int, offsets: int, batch: int) -> None:
-    if offsets > 0 and size > 0:
-        _SIZES[(topic, partition)] = (size / offsets, batch)
+def _learn_size(topic: str, partition: int, per_offset: float, batch: int) -> None:
+    if per_offset > 0:
+        _SIZES[(topic, partition)] = (per_offset, batch)
 
 
 def _grow(topic: str, partition: int, size: int) -> None:
