@@ -241,3 +241,23 @@ def test_varints_read_every_width_at_once(values):
     pos = np.cumsum([0] + [len(p) for p in parts[:-1]]).astype(np.int64)
     got, sizes = varints(np.frombuffer(b"".join(parts), np.uint8), pos)
     assert got.tolist() == values and sizes.tolist() == [len(p) for p in parts]
+
+
+@pytest.mark.parametrize("codec", [5, 6, 7])
+def test_an_unknown_codec_is_refused_by_name(codec):
+    """Compression codecs 1-4 (gzip, snappy, lz4, zstd) are read; the attribute's other values
+    name no codec Kafka has: the batch is refused with its offset and codec, not skipped."""
+    raw = bytearray(build([(b"k", b"v", [], 0)] * 3, base_offset=40))
+    raw[22] = (raw[22] & ~7) | codec
+    with pytest.raises(RecordFormatError, match=f"unknown compression codec {codec}"):
+        decode(bytes(raw), first=40, last=42)
+
+
+@pytest.mark.parametrize("magic", [0, 1])
+def test_old_message_formats_are_refused_with_the_way_out(magic):
+    """Message formats v0 / v1 (logs written before Kafka 0.11 and never rewritten): the raw
+    reader reads only v2 batches and says that readClient=librdkafka reads the older ones."""
+    raw = bytearray(build([(b"k", b"v", [], 0)] * 3, base_offset=9))
+    raw[16] = magic
+    with pytest.raises(RecordFormatError, match=f"offset 9 has magic {magic}.*readClient=librdkafka"):
+        decode(bytes(raw), first=0, last=100)
