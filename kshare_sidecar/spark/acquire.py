@@ -251,7 +251,7 @@ class LibrdkafkaAcquirer(Acquirer):
     def _take(self, msgs) -> tuple[dict[str, list[R.Range]], int]:
         """The poll's records as ranges. Column-wise: each ``Message`` accessor runs over the whole
         poll in C (``map``) and the ranges come from numpy (``ranges.compress_columns``), not from
-        Python work per record (issue 19: ~40% of ``latestOffset`` on the driver was this loop)."""
+        Python work per record (~40% of ``latestOffset`` on the driver was this loop)."""
         from confluent_kafka import KafkaError, KafkaException, Message
 
         started = time.perf_counter()

@@ -1,6 +1,6 @@
 """The driver on the project's asyncio share consumer, offsets only (``shareClient=auto``/``kshare``).
 
-Why (issue 19): on librdkafka the driver's ``latestOffset`` was an acknowledgement round trip
+Why: on librdkafka the driver's ``latestOffset`` was an acknowledgement round trip
 (``commit_sync``) and then a poll whose 20k records librdkafka decoded into ``Message`` objects
 only for the driver to keep their offsets — 53-74 ms a batch where Spark's Kafka source needs
 6-7. Here a trigger is one ShareAcknowledge for the previous batch (sent by range: a few

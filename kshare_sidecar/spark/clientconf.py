@@ -7,7 +7,7 @@ closed at once. A failure names the option the user wrote and, where one prefix 
 worked, says which (``isolation.level`` exists for the readers but not for a share consumer).
 
 confluent-kafka is imported here too, so a driver without it fails at ``load()`` with the
-install hint instead of at the first trigger with ``ModuleNotFoundError`` (issue 19).
+install hint instead of at the first trigger with ``ModuleNotFoundError``.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ PySpark's worker daemon runs ``gc.collect()`` after **every task** of a reused P
 streaming-source process. Each full collection walks every tracked object: with PySpark, pyarrow,
 pandas and confluent-kafka imported that is ~80k objects, and it took 65–100 ms per call on the
 benchmark's loaded 2-core machine — half of an executor worker's CPU in a py-spy profile of a
-1M-record drain (issue 19), spent between tasks while the next micro-batch competes for the same
+1M-record drain, spent between tasks while the next micro-batch competes for the same
 cores. ``gc.freeze()`` moves every object alive at that moment to a permanent generation that
 collections skip (the pre-fork pattern of the ``gc`` docs); objects created later are collected
 as before, and reference counting frees everything as usual.

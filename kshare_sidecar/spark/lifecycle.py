@@ -4,7 +4,7 @@ On ``query.stop()`` PySpark 4.x stops the Python process that hosts the streamin
 destroying it (SIGTERM). Python's default action for SIGTERM ends the process at once, before
 PySpark's ``finally: reader.stop()`` runs, so the share session was never closed: the group
 only handed the stopped query's records (and partitions) to other members after the session
-timed out (~45 s), and the sidecar logged a session timeout for every graceful stop (issue 19).
+timed out (~45 s), and the sidecar logged a session timeout for every graceful stop.
 
 :func:`watch` installs a handler the first time a reader opens its share consumer (that is the
 driver's source process; executors and planner workers never open one). On SIGTERM:

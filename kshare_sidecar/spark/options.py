@@ -35,7 +35,7 @@ READ_CLIENTS = ("auto", "kshare", "librdkafka")
 #: the raw Fetch reader (``readclient.py``) takes ``fetch.wait.max.ms`` from here too.
 #: librdkafka's consumer prefetches until ``queued.min.messages`` (default 100,000) are queued:
 #: reading a 10k-record range, it fetched 4.2-4.8x the records kept (measured with its
-#: statistics, issue 19) — broker reads, network and decoding for nothing, on the cores the
+#: statistics) — broker reads, network and decoding for nothing, on the cores the
 #: batch runs on. 1000 keeps about one fetch (max.partition.fetch.bytes) ahead, like Kafka's Java
 #: consumer: 1.4-1.5x. ``fetch.queue.backoff.ms`` (default 1000) is how long a partition waits
 #: to be fetched again once that threshold was reached: at 1000 a read stalled for a second per

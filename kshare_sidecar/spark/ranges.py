@@ -42,7 +42,7 @@ def compress(records: Iterable[tuple[str, int, int, int]]) -> dict[str, list[Ran
 def compress_columns(topics: Sequence[str], partitions: Sequence[int] | np.ndarray,
                      offsets: Sequence[int] | np.ndarray, counts: Sequence[int] | np.ndarray) -> dict[str, list[Range]]:
     """:func:`compress` over columns, vectorised: the driver turns a 20k-record poll into ranges
-    without Python work per record (issue 19). Sorted by topic, partition, offset (and count, so
+    without Python work per record. Sorted by topic, partition, offset (and count, so
     that an offset seen twice keeps its lowest count); a range breaks where the topic-partition
     changes, an offset is missing or the delivery count changes. Keys come out in sorted order."""
     n = len(offsets)
@@ -109,7 +109,7 @@ def split(ranges: dict[str, list[Range]], pieces: int) -> list[Piece]:
     one), in key and offset order, cutting ranges where a slice ends; fewer slices when the batch
     has fewer records than ``pieces``, none when it is empty.
 
-    Why (issue 19): a share group decides how many records of a batch come from each partition,
+    Why: a share group decides how many records of a batch come from each partition,
     and it is far from even -- a 20k-record batch on two partitions came as 14-17k + 3-9k, and the
     last batches of a drain from one partition only -- so one Spark task per topic-partition left
     a core idle for most of every batch. Spark's Kafka source gets even batches by choosing the

@@ -5,7 +5,7 @@ one stays for settings only librdkafka has (GSSAPI, OAUTHBEARER setups, socket t
 ``readclient.py``). Executors never join the share group. The reader keeps only offsets inside
 the ranges and yields Arrow record batches.
 
-Speed (issue 19, profiled on a 2-core machine): building a librdkafka client, connecting and
+Speed (profiled on a 2-core machine): building a librdkafka client, connecting and
 fetching metadata cost more than reading a 10k-record range, once per task and batch. Spark
 reuses its Python workers (``spark.python.worker.reuse``, default true), so plain consumers are
 kept per worker process — one per configuration and topic-partition, at most ``MAX_READERS``, as
@@ -56,7 +56,7 @@ class _Columns:
     """The kept records of one topic-partition until the next Arrow batch, built column by column.
 
     Each ``Message`` accessor runs over the whole list in C (``map``) and the derived columns
-    come from numpy and Arrow, so there is no Python work per record (issue 19: the per-record
+    come from numpy and Arrow, so there is no Python work per record (the per-record
     loop was ~40% of an executor's Python time). Constant columns are Arrow ``repeat``s, the
     delivery counts one numpy ``repeat`` per range.
     """

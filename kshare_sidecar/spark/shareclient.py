@@ -3,7 +3,7 @@
 The default driver client is the project's asyncio share consumer in offsets-only mode
 (``acquire_ranges.py``): it never decodes the records the driver only needs the offsets of, and it
 sends the previous batch's acknowledgements on the ShareFetch that acquires the next batch —
-issue 19's profile put the driver's ``latestOffset`` (librdkafka: acknowledge, ``commit_sync``,
+a profile put the driver's ``latestOffset`` (librdkafka: acknowledge, ``commit_sync``,
 then a poll that decodes 20k records) at 53-74 ms a batch, the largest gap to Spark's own Kafka
 source. The user's settings are written in librdkafka's names (they are validated by librdkafka
 at ``load()``, ``clientconf.py``), so this module translates the ones the asyncio client has an

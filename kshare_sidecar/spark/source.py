@@ -63,7 +63,7 @@ MIN_SLICE = 1000
 #: The rows' columns (Spark SQL DDL): Spark's Kafka source's plus ``deliveryCount``; the
 #: ``headers`` column only with ``includeHeaders=true``, as in Spark's Kafka source: it costs every
 #: batch even when all null (a Python source's batch of 20k rows, 5-13 ms more in Spark's addBatch
-#: measured, issue 19). ``read.arrow_schema`` is the Arrow form of both.
+#: measured). ``read.arrow_schema`` is the Arrow form of both.
 _COLUMNS = (("key", "binary"), ("value", "binary"), ("topic", "string"), ("partition", "int"), ("offset", "long"),
             ("timestamp", "timestamp"), ("timestampType", "int"))
 _HEADERS = ("headers", "array<struct<key: string, value: binary>>")
