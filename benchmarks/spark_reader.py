@@ -109,17 +109,23 @@ def breakdown(bootstrap: str, topic: str, n: int) -> dict:
         arrow_ms.append((T() - t) * 1000 * RANGE / max(1, len(d.records)))
     walks: dict[str, list[float]] = {"c": [], "python": []}
     for (first, a), d in zip(answers, decoded):
-        from kshare_sidecar.spark.decode import HEADER
+        from kshare_sidecar.spark.decode import COMPRESSION_MASK, HEADER, decompress
 
-        spans, counts, pos, view = [], [], 0, a.records
-        while len(view) - pos >= 61:
-            _base, length, *_rest = HEADER.unpack_from(view, pos)
-            end = pos + 12 + length
-            if end > len(view):
+        # the walk reads records, so compressed batches are decompressed first (not timed)
+        parts, spans, counts, pos, at, answer = [], [], [], 0, 0, a.records
+        while len(answer) - pos >= 61:
+            fields = HEADER.unpack_from(answer, pos)
+            end = pos + 12 + fields[1]
+            if end > len(answer):
                 break
-            spans.append((pos + 61, end))
-            counts.append(HEADER.unpack_from(view, pos)[-1])
-            pos = end
+            body = answer[pos + 61:end]
+            if fields[5] & COMPRESSION_MASK:
+                body = decompress(fields[5] & COMPRESSION_MASK, body)
+            parts.append(bytes(body))
+            spans.append((at, at + len(body)))
+            counts.append(fields[-1])
+            at, pos = at + len(body), end
+        view = b"".join(parts)
         records = sum(counts)
         if _chain.compiled():
             t = T()
