@@ -7,6 +7,8 @@ Scenarios, each a fresh streaming query in one local[2] SparkSession writing to 
   (c) kshare-sidecar the kshare data source through a kshare sidecar on Kafka 3.9 (--no-sidecar skips it)
   (d) python-floor  with --floor: a Python streaming source whose reads cost nothing (spark_floor.py),
                     the ceiling of any source on PySpark's Python data source API
+  (e) kshare-native-rdkafka-reader  with --librdkafka-reader: (b) with the executors reading through
+                    librdkafka (readClient=librdkafka) instead of raw Fetch requests decoded into Arrow
 All use the same per-trigger cap (--per-trigger, maxOffsetsPerTrigger / maxRecordsPerTrigger) and
 the default trigger (next batch as soon as the previous ends). A kshare micro-batch is one poll,
 bounded by the group's in-flight window (share.partition.max.record.locks per partition, default
@@ -34,6 +36,7 @@ latestOffset / addBatch / walCommit / commitOffsets / queryPlanning / triggerExe
 table (records/s and ratio to Spark's Kafka source per round) with the load average at the start
 and the end, then one JSON object as the LAST line.
 Usage: python benchmarks/spark_source.py [--quick] [--records N] [--rounds R] [--no-sidecar] [--floor]
+                                         [--librdkafka-reader]
                                          [--baseline-python /tmp/spark40/bin/python]
 """
 
@@ -272,8 +275,10 @@ def bench_spark_kafka(spark, bootstrap: str, topic: str, jar_version: str, args,
     return {**out, "spark": pyspark.__version__, "spark_sql_kafka": jar_version}
 
 
-def bench_kshare(spark, share: str, backend: str, topic: str, args, n: int, warmup: int = 0) -> dict:
-    """The kshare source on a fresh group (from the earliest offset); a warm-up as above."""
+def bench_kshare(spark, share: str, backend: str, topic: str, args, n: int, warmup: int = 0,
+                 read_client: str = "auto") -> dict:
+    """The kshare source on a fresh group (from the earliest offset); a warm-up as above.
+    ``read_client``: the executors' reader (``readClient``; --librdkafka-reader runs ``librdkafka``)."""
     import pyspark
 
     def frame():
@@ -281,7 +286,7 @@ def bench_kshare(spark, share: str, backend: str, topic: str, args, n: int, warm
         configs = set_group(share, group, args.record_locks)
         df = (spark.readStream.format("kshare").option("kafka.bootstrap.servers", share)
               .option("kafka.backend.servers", backend)
-              .option("group", group).option("subscribe", topic)
+              .option("group", group).option("subscribe", topic).option("readClient", read_client)
               .option("maxRecordsPerTrigger", str(args.per_trigger)).option("lockDurationMs", "60000").load())
         return df, configs
 
@@ -361,6 +366,10 @@ def main() -> None:
     ap.add_argument("--floor", action="store_true",
                     help="also run python-floor, a Python streaming source whose reads cost nothing "
                          "(spark_floor.py): the ceiling of any source on PySpark's Python data source API")
+    ap.add_argument("--librdkafka-reader", action="store_true",
+                    help="also run kshare-native-rdkafka-reader: the native kshare source with the executors reading "
+                         "through librdkafka (readClient=librdkafka, the reader until 2026-11-29) for an A/B of the "
+                         "raw Fetch reader")
     ap.add_argument("--sidecar-config", action="append", default=[], metavar="KEY=VALUE",
                     help="a setting of the sidecar (docs/configuration.md), e.g. read.ahead.enable=true; repeatable")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -420,6 +429,11 @@ def main() -> None:
             if share is not None:
                 res["kshare-sidecar"] = bench_kshare(spark, share, k39.bootstrap, topic, args, n, warmup)
                 print(f"[round {r + 1}] kshare-sidecar {res['kshare-sidecar']}", flush=True)
+            if args.librdkafka_reader:
+                res["kshare-native-rdkafka-reader"] = bench_kshare(spark, k4.bootstrap, k4.bootstrap, topic, args, n,
+                                                                   warmup, read_client="librdkafka")
+                print(f"[round {r + 1}] kshare-native-rdkafka-reader {res['kshare-native-rdkafka-reader']}",
+                      flush=True)
             if args.floor:
                 res["python-floor"] = bench_floor(spark, args, n, warmup)
                 print(f"[round {r + 1}] python-floor   {res['python-floor']}", flush=True)

@@ -28,8 +28,11 @@ DEFAULT_POLL_TIMEOUT_MS = 1_000
 DEFAULT_READ_TIMEOUT_MS = 120_000
 #: ``shareClient``: the driver's share consumer (``shareclient.py``)
 SHARE_CLIENTS = ("auto", "kshare", "librdkafka")
+#: ``readClient``: the executors' readers (``readclient.py``)
+READ_CLIENTS = ("auto", "kshare", "librdkafka")
 
-#: The executors' readers' librdkafka defaults (a ``kafka.read.*`` or ``kafka.*`` setting wins).
+#: The executors' readers' librdkafka defaults (a ``kafka.read.*`` or ``kafka.*`` setting wins);
+#: the raw Fetch reader (``readclient.py``) takes ``fetch.wait.max.ms`` from here too.
 #: librdkafka's consumer prefetches until ``queued.min.messages`` (default 100,000) are queued:
 #: reading a 10k-record range, it fetched 4.2-4.8x the records kept (measured with its
 #: statistics) — broker reads, network and decoding for nothing, on the cores the
@@ -54,6 +57,8 @@ KNOWN_OPTIONS: dict[str, str] = {
     "triggerIntervalMs": "the query's trigger interval, to check it against the lock (optional)",
     "shareClient": "the driver's share consumer: auto (default: kshare's asyncio client, offsets only, unless a "
                    "kafka.share.* setting needs librdkafka), kshare, or librdkafka",
+    "readClient": "the executors' readers: auto (default: raw Fetch requests decoded straight into Arrow columns, "
+                  "unless a kafka.read.* setting needs librdkafka), kshare, or librdkafka (a plain consumer)",
     "readTimeoutMs": f"executor deadline to read one partition's ranges (default {DEFAULT_READ_TIMEOUT_MS})",
     "minPartitions": "input partitions (Spark tasks) per micro-batch at least, its records spread evenly over them "
                      "(default: one per topic-partition assigned to the query's share consumer)",
@@ -123,6 +128,8 @@ class SourceOptions:
     read_timeout_ms: int = DEFAULT_READ_TIMEOUT_MS
     #: the driver's share consumer: auto, kshare or librdkafka (``shareclient.py``)
     client_choice: str = "auto"
+    #: the executors' readers: auto, kshare or librdkafka (``readclient.py``)
+    read_choice: str = "auto"
     #: ``kafka.<setting>``: both clients; ``kafka.share.<setting>`` / ``kafka.read.<setting>``: one.
     client: tuple[ClientSetting, ...] = ()
     share_client: tuple[ClientSetting, ...] = ()
@@ -267,6 +274,9 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     choice = opts.get("shareclient", "").strip().lower() or "auto"
     if choice not in SHARE_CLIENTS:
         raise OptionError(f"option 'shareClient' must be one of {', '.join(SHARE_CLIENTS)}, got {opts['shareclient']!r}")
+    read_choice = opts.get("readclient", "").strip().lower() or "auto"
+    if read_choice not in READ_CLIENTS:
+        raise OptionError(f"option 'readClient' must be one of {', '.join(READ_CLIENTS)}, got {opts['readclient']!r}")
     parsed = SourceOptions(
         bootstrap=bootstrap,
         backend=backend or bootstrap,
@@ -278,6 +288,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         trigger_ms=_int(opts, "triggerIntervalMs", None, minimum=0),
         read_timeout_ms=_int(opts, "readTimeoutMs", DEFAULT_READ_TIMEOUT_MS, minimum=1),
         client_choice=choice,
+        read_choice=read_choice,
         include_headers=_bool(opts, "includeHeaders", False),
         min_partitions=_int(opts, "minPartitions", None, minimum=1),
         client=tuple(settings["both"]),

@@ -1,23 +1,24 @@
-"""Executor side: read exactly the acquired offsets from the backend with a plain consumer.
+"""Executor side: read exactly the acquired offsets from the backend, as Arrow record batches.
 
-Executors never join the share group. Each Spark input partition holds the ranges of one
-topic-partition; the reader keeps only offsets inside the ranges and yields Arrow record batches
-(much faster than Python rows).
+Executors never join the share group. A Spark input partition holds ranges
+``[first, last, deliveryCount]`` of one or more topic-partitions; each is read in turn. By
+default (``readClient=auto``, ``readclient.py``) the reader sends Kafka Fetch requests itself
+(``fetch.py``) and decodes the record batches of the answer straight into Arrow columns
+(``decode.py``, ``arrow.py``): no Python object per record, where librdkafka built a ``Message``
+per record that the executors then took apart again (docs/spark.md, "Executors"). With settings
+only librdkafka has, or ``readClient=librdkafka``, ``read_librdkafka.py`` reads instead.
 
-Speed (profiled on a 2-core machine): building a librdkafka client, connecting and
-fetching metadata cost more than reading a 10k-record range, once per task and batch. Spark
-reuses its Python workers (``spark.python.worker.reuse``, default true), so plain consumers are
-kept per worker process — one per configuration and topic-partition, at most ``MAX_READERS``, as
-Spark's own Kafka source caches one consumer per topic-partition and executor — and each stays
-**assigned** to its partition between tasks. A range is read through to its end without consuming
-past it, so the reader knows where its queue goes on (``next_offset``): librdkafka fetches ahead
-(about one fetch, ``queued.min.messages``) while Spark commits the batch and plans the next, and
-when this worker gets the next range of the same partition — it starts where the last one ended
-— it is read from that queue without a seek or a fetch round trip (a 10k-record range: 17.7 ms
-wall of which 8.1 ms the task's own CPU, measured alone). Any other range seeks, which drops the
-queue. The Arrow columns are built without Python work per record (``_Columns``), and the
-worker's objects from the imports are frozen out of the garbage collector that PySpark runs
-after every task (``gcfreeze.py``).
+Per topic-partition, from the first range's first offset: Fetch, keep the records inside the
+ranges (each with its range's delivery count), go on at the offset after the last complete
+batch of the answer, skip to the next range once a range is passed, and stop after the last.
+Offsets without a record inside a range (compaction, transaction markers, records of aborted
+transactions with read_committed) simply yield no row, as with librdkafka. A Fetch is sized from
+what the partition's records took before (bytes per offset), so a range is mostly one request.
+Records the backend already deleted (retention ran past an acquired range: OFFSET_OUT_OF_RANGE)
+are logged and skipped from the log start offset on; they cannot be read by anyone.
+
+The worker's :class:`~.fetch.Fetcher` (connections, leaders, an event loop) is kept per Python
+worker process and configuration, as Spark reuses its workers.
 """
 
 from __future__ import annotations
@@ -25,161 +26,58 @@ from __future__ import annotations
 import atexit
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Iterator
-from itertools import chain, compress
-from typing import TYPE_CHECKING
 
 from . import gcfreeze
+from .arrow import arrow_schema
 from .options import SourceOptions
-
-if TYPE_CHECKING:  # imported lazily at run time: executors load it only when reading
-    from confluent_kafka import Consumer
+from .readclient import ReaderConfig, reader_client, reader_config
 
 log = logging.getLogger("kshare.spark")
 
-ARROW_BATCH = 8192
-#: Records per consume() call.
-CONSUME_BATCH = 10_000
-
-#: One plain consumer per Python worker process, configuration and topic-partition, kept assigned
-#: (see the module docstring); at most MAX_READERS per worker, least recently used closed first
-#: (Spark's Kafka source caches 64 consumers per executor: spark.kafka.consumer.cache.capacity).
-_ReaderKey = tuple[tuple[tuple[str, str], ...], str, int]
-_READERS: OrderedDict[_ReaderKey, _Reader] = OrderedDict()
-MAX_READERS = 16
+_OFFSET_OUT_OF_RANGE = 1
+#: A Fetch's size: at least this, at most the reader's fetch.max.bytes.
+MIN_FETCH_BYTES = 64 * 1024
+#: One Fetcher per worker process and configuration (few: one per query's options).
+_FETCHERS: dict[ReaderConfig, object] = {}
+#: Bytes per offset last seen per (topic, partition), and the largest batch: sizes the next Fetch.
+_SIZES: dict[tuple[str, int], tuple[float, int]] = {}
 
 
-def arrow_schema(include_headers: bool = False):
-    """The Arrow form of ``source.SCHEMA`` (``SCHEMA_WITH_HEADERS`` with ``include_headers``)."""
-    import pyarrow as pa
+def read_ranges(opts: SourceOptions, topic: str, partition: int, ranges: list[list[int]]) -> Iterator:
+    """Yield Arrow batches with every record in ``ranges`` (``[first, last, deliveryCount]``)."""
+    if reader_client(opts)[0] == "librdkafka":
+        from .read_librdkafka import read_ranges as read_with_librdkafka
 
-    headers = [("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))]
-    return pa.schema([
-        ("key", pa.binary()),
-        ("value", pa.binary()),
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("timestamp", pa.timestamp("us", tz="UTC")),
-        ("timestampType", pa.int32()),
-        *(headers if include_headers else []),
-        ("deliveryCount", pa.int32()),
-    ])
+        yield from read_with_librdkafka(opts, topic, partition, ranges)
+        return
+    yield from _read(opts, reader_config(opts), topic, partition, ranges)
 
 
-class _Columns:
-    """The kept records of one topic-partition until the next Arrow batch, built column by column.
+def _fetcher(config: ReaderConfig):
+    from .fetch import Fetcher
 
-    Each ``Message`` accessor runs over the whole list in C (``map``) and the derived columns
-    come from numpy and Arrow, so there is no Python work per record (the per-record
-    loop was ~40% of an executor's Python time). Constant columns are Arrow ``repeat``s, the
-    delivery counts one numpy ``repeat`` per range.
-    """
-
-    def __init__(self, topic: str, partition: int) -> None:
-        self.topic = topic
-        self.partition = partition
-        self.msgs: list = []
-        #: the offsets of ``msgs`` as the read loop computed them (one array per add_many), or []
-        self.offsets: list = []
-        self.counts: list[tuple[int, int]] = []  # (first row, deliveryCount) per run
-
-    def __len__(self) -> int:
-        return len(self.msgs)
-
-    def add_many(self, msgs: list, count: int, offsets=None) -> None:
-        """Keep ``msgs`` (delivered ``count`` times); ``offsets``: their offsets as a numpy array
-        if the caller has it (the read loop does), so that flush need not ask every message again."""
-        if not self.counts or self.counts[-1][1] != count:
-            self.counts.append((len(self.msgs), count))
-        if offsets is None or (self.msgs and not self.offsets):
-            self.offsets = []  # not known for every kept message: flush asks the messages
-        else:
-            self.offsets.append(offsets)
-        self.msgs.extend(msgs)
-
-    def flush(self, schema):
-        import numpy as np
-        import pyarrow as pa
-        from confluent_kafka import Message
-
-        msgs, n = self.msgs, len(self.msgs)
-        f = {field.name: field.type for field in schema}
-        stamps = np.fromiter(chain.from_iterable(map(Message.timestamp, msgs)), np.int64, 2 * n).reshape(n, 2)
-        kinds, millis = stamps[:, 0], stamps[:, 1]
-        ts_types = np.full(n, -1, np.int32)  # librdkafka: 1 create time, 2 log-append time
-        ts_types[kinds == 1] = 0
-        ts_types[kinds == 2] = 1
-        starts = [start for start, _ in self.counts] + [n]
-        counts = np.repeat(np.array([count for _, count in self.counts], np.int32), np.diff(starts))
-        offsets = (np.concatenate(self.offsets) if self.offsets
-                   else np.fromiter(map(Message.offset, msgs), np.int64, n))
-        columns = {
-            "key": pa.array(list(map(Message.key, msgs)), type=f["key"]),
-            "value": pa.array(list(map(Message.value, msgs)), type=f["value"]),
-            "topic": pa.repeat(pa.scalar(self.topic, f["topic"]), n),
-            "partition": pa.repeat(pa.scalar(self.partition, f["partition"]), n),
-            "offset": pa.array(offsets, type=f["offset"]),
-            "timestamp": pa.array(millis * 1000, type=f["timestamp"], mask=(kinds == 0) | (millis < 0)),
-            "timestampType": pa.array(ts_types, type=f["timestampType"]),
-            "deliveryCount": pa.array(counts, type=f["deliveryCount"]),
-        }
-        if "headers" in f:  # includeHeaders=true
-            headers = list(map(Message.headers, msgs))
-            # librdkafka gives (key, value) tuples, which Arrow takes as structs; no headers -> null
-            columns["headers"] = (pa.array([h or None for h in headers], type=f["headers"]) if any(headers)
-                                  else pa.nulls(n, f["headers"]))
-        arrays = [columns[name] for name in schema.names]
-        last = self.counts[-1][1] if self.counts else None
-        self.msgs = []
-        self.offsets = []
-        self.counts = [(0, last)] if last is not None else []
-        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    fetcher = _FETCHERS.get(config)
+    if fetcher is None:
+        fetcher = _FETCHERS[config] = Fetcher(
+            config.servers, security=config.security(), client_id=config.client_id, isolation=config.isolation,
+            max_wait_ms=config.max_wait_ms, request_timeout_s=config.request_timeout_ms / 1000)
+    return fetcher
 
 
-class _Reader:
-    """One plain consumer assigned to one topic-partition for good, and where its queue goes on."""
-
-    __slots__ = ("consumer", "next_offset")
-
-    def __init__(self, consumer: Consumer, next_offset: int) -> None:
-        self.consumer = consumer
-        #: the offset of the next message the consumer's queue delivers (None: unknown, seek)
-        self.next_offset: int | None = next_offset
-
-
-def _reader(opts: SourceOptions, topic: str, partition: int, first: int) -> tuple[_ReaderKey, _Reader]:
-    """This worker's reader of ``topic[partition]``, created and assigned at ``first`` if new;
-    the least recently used one is closed beyond ``MAX_READERS``."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    config = opts.plain_consumer_config()
-    key = (tuple(sorted((k, str(v)) for k, v in config.items())), topic, partition)
-    reader = _READERS.pop(key, None)
-    if reader is None:
-        consumer = Consumer(config)
-        consumer.assign([TopicPartition(topic, partition, first)])
-        reader = _Reader(consumer, first)
-    _READERS[key] = reader  # most recently used last
-    while len(_READERS) > MAX_READERS:
-        _drop(next(iter(_READERS)))
-    return key, reader
-
-
-def _drop(key: _ReaderKey) -> None:
-    reader = _READERS.pop(key, None)
-    if reader is not None:
+def _drop(config: ReaderConfig) -> None:
+    fetcher = _FETCHERS.pop(config, None)
+    if fetcher is not None:
         try:
-            reader.consumer.close()
-        except Exception as exc:  # already broken: nothing more to release
+            fetcher.close()  # type: ignore[attr-defined]
+        except Exception as exc:  # noqa: BLE001 - already broken: nothing more to release
             log.debug("kshare source: closing a reader: %s", exc)
 
 
 @atexit.register
 def _close_all() -> None:
-    for key in list(_READERS):
-        _drop(key)
+    for config in list(_FETCHERS):
+        _drop(config)
 
 
 def _batch_id() -> str:
@@ -189,76 +87,97 @@ def _batch_id() -> str:
 
         ctx = TaskContext.get()
         return (ctx.getLocalProperty("streaming.sql.batchId") or "?") if ctx is not None else "?"
-    except Exception:
+    except Exception:  # noqa: BLE001 - only for a message: outside a Spark task there is none
         return "?"
 
 
-def read_ranges(opts: SourceOptions, topic: str, partition: int, ranges: list[list[int]]) -> Iterator:
-    """Yield Arrow batches with every record in ``ranges`` (``[first, last, deliveryCount]``)."""
+def _read(opts: SourceOptions, config: ReaderConfig, topic: str, partition: int, ranges: list[list[int]]) -> Iterator:
     import numpy as np
-    from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
+    from .arrow import record_batch
+    from .decode import decode
+
+    if not ranges:
+        return
     schema = arrow_schema(opts.include_headers)
-    ranges = sorted(ranges)
-    key, reader = _reader(opts, topic, partition, ranges[0][0] if ranges else 0)
-    consumer = reader.consumer
+    fetcher = _fetcher(config)
     gcfreeze.freeze_imports()  # after the imports above: see gcfreeze.py
-    cols = _Columns(topic, partition)
+    ranges = sorted(ranges)
+    firsts = np.array([r[0] for r in ranges], np.int64)
+    lasts = np.array([r[1] for r in ranges], np.int64)
+    counts = np.array([r[2] for r in ranges], np.int32)
+    end = int(lasts.max())
     deadline = time.monotonic() + opts.read_timeout_ms / 1000
+    position, k = int(firsts[0]), 0
     healthy = False
     try:
-        for first, last, count in ranges:
-            if reader.next_offset != first:  # else the queue already holds (the start of) this range
-                consumer.seek(TopicPartition(topic, partition, first))
-            reader.next_offset = None  # unknown until this range is read through
-            position = first
-            while position <= last:
+        while True:
+            while k < len(ranges) and position > lasts[k]:  # past this range: on to the next
+                k += 1
+            if k == len(ranges):
+                break
+            position = max(position, int(firsts[k]))
+            size = _fetch_size(config, topic, partition, end - position + 1)
+            try:
                 if time.monotonic() > deadline:
-                    raise TimeoutError(
-                        f"kshare source: batch {_batch_id()}: reading {topic}[{partition}] offsets {first}..{last} "
-                        f"from {opts.backend} took longer than readTimeoutMs={opts.read_timeout_ms}")
-                msgs = consumer.consume(min(CONSUME_BATCH, last - position + 1), 0.5)
-                if not msgs:
+                    raise TimeoutError("no records there")
+                answer = fetcher.fetch(topic, partition, position, size, deadline)
+            except TimeoutError as exc:
+                raise TimeoutError(
+                    f"kshare source: batch {_batch_id()}: reading {topic}[{partition}] offsets {position}..{end} from "
+                    f"{opts.backend} took longer than readTimeoutMs={opts.read_timeout_ms} ({exc})") from None
+            if answer.error == _OFFSET_OUT_OF_RANGE:
+                start = fetcher.log_start(topic, partition, deadline)
+                if start > position:
+                    log.warning("kshare source: batch %s: %s[%d] offsets %d..%d were deleted from the log before "
+                                "they were read (retention); reading on from %d", _batch_id(), topic, partition,
+                                position, start - 1, start)
+                    position = start
                     continue
-                ended = False
-                if any(map(Message.error, msgs)):  # rare: an end-of-partition event or an error
-                    good = []
-                    for msg in msgs:
-                        err = msg.error()
-                        if err is None:
-                            good.append(msg)
-                        elif err.code() == KafkaError._PARTITION_EOF:
-                            # The log ends at msg.offset(): past `last`, the rest of the range has no
-                            # data (control records, compaction). At or before it, the event is an old
-                            # one from this reader's fetch-ahead, queued before the range was written.
-                            ended = ended or (msg.offset() or 0) > last
-                        else:
-                            raise KafkaException(err)
-                    msgs = good
-                    if not msgs:
-                        if ended:
-                            break
-                        continue
-                offsets = np.fromiter(map(Message.offset, msgs), np.int64, len(msgs))
-                inside = (offsets >= position) & (offsets <= last)
-                if (offsets > last).any():
-                    ended = True
-                if inside.any():
-                    if inside.all():
-                        cols.add_many(msgs, count, offsets)
-                    else:
-                        cols.add_many(list(compress(msgs, inside.tolist())), count, offsets[inside])
-                    position = int(offsets[inside].max()) + 1
-                    if len(cols) >= ARROW_BATCH:
-                        yield cols.flush(schema)
-                if ended:
-                    break
-            # Read through to `last` without consuming past it: the queue goes on at last + 1 (an
-            # offset without data there is skipped by the fetch anyway).
-            reader.next_offset = last + 1 if position == last + 1 else None
-        if len(cols):
-            yield cols.flush(schema)
+            if answer.error:
+                from kio.schema.errors import ErrorCode
+
+                raise RuntimeError(f"kshare source: batch {_batch_id()}: Fetch {topic}[{partition}] at offset "
+                                   f"{position} from {opts.backend}: {ErrorCode(answer.error).name}")
+            got = decode(answer.records, first=position, last=end, read_committed=config.isolation == 1,
+                         aborted=answer.aborted, headers=opts.include_headers, check_crcs=config.check_crcs)
+            if got.next_offset <= position:  # no complete batch: nothing readable there yet (read_committed:
+                if answer.records:  # a transaction still open; the Fetch itself waited), or the batch is
+                    _grow(topic, partition, size)  # larger than the Fetch (a backend not cutting at a batch)
+                continue
+            _learn_size(topic, partition, got.bytes_per_offset, got.largest_batch)
+            recs = got.records
+            if len(recs):
+                # each record's range (ranges are disjoint and sorted); offsets between ranges are not ours
+                at = np.searchsorted(firsts, recs.offset, side="right") - 1
+                inside = (at >= 0) & (recs.offset <= lasts[np.maximum(at, 0)])
+                if not inside.all():
+                    recs, at = recs.take(inside), at[inside]
+                if len(recs):
+                    yield record_batch(recs, counts[at], topic, partition, schema)
+            position = got.next_offset
         healthy = True
     finally:
-        if not healthy:  # an error or an abandoned generator: do not reuse a client in an unknown state
-            _drop(key)
+        if not healthy:  # an error or an abandoned generator: do not reuse connections in an unknown state
+            _drop(config)
+
+
+def _fetch_size(config: ReaderConfig, topic: str, partition: int, offsets: int) -> int:
+    """Bytes to ask for ``offsets`` more offsets: what they took before, plus one batch (the range
+    usually ends inside one), within [MIN_FETCH_BYTES, fetch.max.bytes]; the reader's
+    max.partition.fetch.bytes before anything is known."""
+    known = _SIZES.get((topic, partition))
+    if known is None:
+        return min(config.partition_max_bytes, config.fetch_max_bytes)
+    per_offset, batch = known
+    return int(min(config.fetch_max_bytes, max(MIN_FETCH_BYTES, per_offset * offsets * 1.05 + batch)))
+
+
+def _learn_size(topic: str, partition: int, per_offset: float, batch: int) -> None:
+    if per_offset > 0:
+        _SIZES[(topic, partition)] = (per_offset, batch)
+
+
+def _grow(topic: str, partition: int, size: int) -> None:
+    per_offset, _ = _SIZES.get((topic, partition), (0.0, 0))
+    _SIZES[(topic, partition)] = (per_offset, 2 * size)

@@ -8,7 +8,8 @@ Design (see docs/spark.md):
 - An offset carries only the acquired ranges of its batch (``ranges.py``); never payloads.
 - ``partitions(start, end)`` cuts the ranges into even input partitions (``ranges.split``: the
   share group decides how a batch spreads over topic-partitions, and it spreads unevenly);
-  ``read`` on the **executors** fetches exactly those offsets from the backend (``read.py``).
+  ``read`` on the **executors** fetches exactly those offsets from the backend and decodes the
+  record batches straight into Arrow columns (``read.py``).
 - ``commit(end)`` acknowledges too (idempotent backup); ``stop()`` releases what is still
   acquired and closes the share session. Spark ends the source process with SIGTERM, which
   would skip ``stop()``; ``lifecycle.py`` runs it from a SIGTERM handler.
@@ -49,8 +50,9 @@ from .acquire import Acquirer, LibrdkafkaAcquirer
 from .acquire_ranges import RangeAcquirer
 from .clientconf import validate_clients
 from .options import SourceOptions, parse_options
-from .shareclient import driver_client
 from .read import read_ranges
+from .readclient import reader_client
+from .shareclient import driver_client
 
 log = logging.getLogger("kshare.spark")
 
@@ -84,6 +86,7 @@ class ShareGroupDataSource(DataSource):
         self.parsed: SourceOptions = parse_options(options)
         validate_clients(self.parsed)
         driver_client(self.parsed)  # shareClient=kshare with a setting only librdkafka has: fail here
+        reader_client(self.parsed)  # the same for readClient=kshare
 
     @classmethod
     def name(cls) -> str:
@@ -93,6 +96,8 @@ class ShareGroupDataSource(DataSource):
         return schema_for(self.parsed)
 
     def streamReader(self, schema) -> DataSourceStreamReader:
+        which, why = reader_client(self.parsed)
+        log.info("kshare source: the executors read with %s (%s)", which, why)
         return ShareGroupStreamReader(self.parsed)
 
 

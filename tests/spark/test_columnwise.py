@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from kshare_sidecar.spark import gcfreeze
 from kshare_sidecar.spark import ranges as R
 from kshare_sidecar.spark.acquire import _acknowledge_ranges
-from kshare_sidecar.spark.read import _Columns, arrow_schema
+from kshare_sidecar.spark.arrow import arrow_schema
+from kshare_sidecar.spark.read_librdkafka import _Columns
 
 
 def compress_model(records):

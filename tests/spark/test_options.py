@@ -246,3 +246,23 @@ def test_tls_settings_become_one_ssl_context():
     assert isinstance(ctx, ssl.SSLContext) and not ctx.check_hostname and ctx.verify_mode == ssl.CERT_REQUIRED
     lax = parse_options({**BASE, "kafka.security.protocol": "SSL", "kafka.enable.ssl.certificate.verification": "false"})
     assert asyncio_kwargs(lax)["ssl_context"].verify_mode == ssl.CERT_NONE
+
+
+def test_reader_is_the_raw_fetch_reader_unless_a_setting_needs_librdkafka():
+    from kshare_sidecar.spark.readclient import reader_client, reader_config
+
+    base = {"kafka.bootstrap.servers": "127.0.0.1:9092", "group": "g", "subscribe": "t"}
+    assert reader_client(parse_options(base))[0] == "kshare"
+    assert reader_client(parse_options({**base, "kafka.session.timeout.ms": "45000"}))[0] == "kshare"
+    which, why = reader_client(parse_options({**base, "kafka.read.socket.nagle.disable": "true"}))
+    assert which == "librdkafka" and "kafka.read.socket.nagle.disable" in why
+    assert reader_client(parse_options({**base, "kafka.security.protocol": "SASL_SSL"}))[0] == "librdkafka"  # GSSAPI
+    with pytest.raises(OptionError, match="readClient"):
+        reader_client(parse_options({**base, "kafka.read.socket.nagle.disable": "true", "readClient": "kshare"}))
+    cfg = reader_config(parse_options({**base, "kafka.read.isolation.level": "read_uncommitted",
+                                       "kafka.fetch.max.bytes": "1000000", "kafka.client.id": "etl"}))
+    assert (cfg.isolation, cfg.fetch_max_bytes, cfg.client_id, cfg.max_wait_ms) == (0, 1_000_000, "etl", 100)
+    with pytest.raises(OptionError, match="kafka.read.isolation.level"):
+        reader_config(parse_options({**base, "kafka.read.isolation.level": "snapshot"}))
+    with pytest.raises(OptionError, match="readClient"):
+        parse_options({**base, "readClient": "java"})

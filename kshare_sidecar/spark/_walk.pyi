@@ -1,0 +1,3 @@
+from typing import Any
+
+def record_starts(data: Any, out: Any, spans: Any, counts: Any, /) -> None: ...
