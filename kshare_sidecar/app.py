@@ -32,6 +32,7 @@ from .api import versions as versions_api
 from .api.sasl import ListenerHandler
 from .auth.authorizer import AuthorizerError, BackendAuthorizer, backend_authorizer
 from .auth.tls import server_ssl_context
+from .cluster.lease import Lease, safety_margin_ms
 from .cluster.view import ClusterView
 from .config import ConfigError, ListenerSpec, SidecarConfig
 from .group.assign import assign_with
@@ -147,6 +148,8 @@ class Sidecar:
                                internal_topics=hidden, client_options=self.security.aiokafka_options())
         await self.backend.start()
         restored = self._build_services()
+        if not cfg.cluster.name:  # a single sidecar's lease: its backend answering (cluster/lease.py)
+            self.backend.lease = self.partitions.lease = single_lease(cfg)
         first = specs[0]
         self.node = NodeIdentity(node_id=cfg.server.node_id, host=first.advertised_host,
                                  port=first.advertised_port or 0, cluster_id=cfg.server.cluster_id)
@@ -232,7 +235,7 @@ class Sidecar:
                                                                   **_persister_options(cfg, self.security))
         if cfg.cluster.name:  # a cluster of sidecars (issue 15): own only what the group assigns
             _check_cluster_config(cfg, specs, self.persister)
-            self.persister.enable_cluster()
+            self.persister.enable_cluster(cfg.server.node_id)
         await self.persister.start()
         log.info("share state recovered from persister %r: %s", cfg.plugins.persister, self.persister.recovery_stats)
         if hasattr(self.persister, "superseded_listeners"):  # fencing (issue 11)
@@ -370,14 +373,15 @@ class Sidecar:
         metadata_api.register(registry, BackendCatalog(self.backend, hidden), backend=pool, cluster=view,
                               backend_operations=self._backend_operations)
         coordinator_api.register(registry, check=pool.check_coordinator if pool is not None else None, cluster=view)
+        self.group_configs = GroupConfigTail(bootstrap_servers=cfg.backend.bootstrap_servers,
+                                             topic=self.persister.topic, partitions=self.persister.partitions,
+                                             client_options=self.security.aiokafka_options())
         self.membership = ClusterMembership(
             name=cfg.cluster.name, persister=self.persister, view=view,
             bootstrap_servers=cfg.backend.bootstrap_servers, client_options=self.security.aiokafka_options(),
             session_timeout_ms=cfg.cluster.session_timeout_ms,
-            heartbeat_interval_ms=cfg.cluster.heartbeat_interval_ms)
-        self.group_configs = GroupConfigTail(bootstrap_servers=cfg.backend.bootstrap_servers,
-                                             topic=self.persister.topic, partitions=self.persister.partitions,
-                                             client_options=self.security.aiokafka_options())
+            heartbeat_interval_ms=cfg.cluster.heartbeat_interval_ms, tail=self.group_configs)
+        self.partitions.lease = self.membership.lease
         await self.group_configs.start()
         self.admin.remote_group_configs = self.group_configs.configs
         self.admin.remote_state = self.group_configs
@@ -437,6 +441,16 @@ def _load_assignors(default: str) -> dict[str, Callable[..., Any]]:
             log.error("assignor %r could not be built and cannot be chosen by share.assignor: %s: %s",
                       name, type(exc).__name__, exc)
     return out
+
+
+def single_lease(cfg: SidecarConfig) -> Lease:
+    """A single sidecar serves while its backend answered within cluster.session.timeout.ms less
+    the safety margin (docs/deployment.md, "The lease"); renewed by the backend's health probe."""
+    cl = cfg.cluster
+    lease = Lease(cl.session_timeout_ms - safety_margin_ms(cl.session_timeout_ms, cl.heartbeat_interval_ms),
+                  time.monotonic)
+    lease.renew(time.monotonic())  # the backend just answered: it was started
+    return lease
 
 
 def _check_cluster_config(cfg: SidecarConfig, specs: list[ListenerSpec], persister: Any) -> None:

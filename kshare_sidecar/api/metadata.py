@@ -254,6 +254,10 @@ def _led_by(cluster: Any, topic: v13.MetadataResponseTopic) -> v13.MetadataRespo
             parts.append(p)
             continue
         leader = cluster.leader(str(topic.topic_id), p.partition_index)
+        if leader < 0:  # this sidecar's lease lapsed (cluster/view.py): as a broker names an offline partition
+            parts.append(dataclasses.replace(p, error_code=ErrorCode.leader_not_available, leader_id=BrokerId(-1),
+                                             replica_nodes=(), isr_nodes=()))
+            continue
         parts.append(dataclasses.replace(p, leader_id=leader, replica_nodes=(leader,), isr_nodes=(leader,)))
     return dataclasses.replace(topic, partitions=tuple(parts))
 

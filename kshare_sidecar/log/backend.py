@@ -90,6 +90,8 @@ class Backend:
         #: Up/down from a periodic probe, told in a handful of lines per outage (health.py).
         self.health = BackendHealth(gate=aiokafka_gate())
         self._health_task: asyncio.Task[None] | None = None
+        #: a single sidecar's lease (cluster/lease.py): renewed from each answered probe's send time
+        self.lease: Any = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -118,12 +120,15 @@ class Backend:
         """Probe the backend (Metadata for no topics: brokers only) and keep :attr:`health` current."""
         while True:
             await asyncio.sleep(up_every_s if self.health.up else down_every_s)
+            sent = time.monotonic()
             try:
                 await asyncio.wait_for(self._metadata(()), 5.0)
             except (BackendError, KafkaError, OSError, asyncio.TimeoutError) as exc:
                 self.health.failed(str(exc) or type(exc).__name__)
             else:
                 self.health.succeeded()
+                if self.lease is not None:
+                    self.lease.renew(sent)
 
     async def close(self) -> None:
         if self._health_task is not None:

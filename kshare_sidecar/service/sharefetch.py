@@ -142,8 +142,8 @@ class DelayedShareFetch:
             if offset is None:
                 return None
             result = await self.reader.read(slot, offset, self.isolation, budget)
-            if result is None:
-                return None
+            if result is None or slot.dead or not self.partitions.serving:
+                return None  # given up or past the lease while reading (service/partitions.py)
             batches = _within_bytes([b for b in result.batches if b.last_offset >= offset], budget.bytes,
                                     first=budget.bytes == params.max_bytes)
             if not batches:

@@ -242,7 +242,7 @@ class ShareService:
         does not load one: like Kafka's SharePartitionManager, which answers UNKNOWN_TOPIC_OR_PARTITION
         for a share-partition nothing was fetched from (not in its cache; found by the long parity
         run — kshare loaded it and answered INVALID_RECORD_STATE)."""
-        slot = self.partitions.loaded(group_id, topic_id, partition)
+        slot = self.partitions.serving_slot(group_id, topic_id, partition)
         if slot is not None:
             cached = getattr(self.backend, "topic_by_id", None)
             if cached is not None and cached(topic_id) is None:  # deleted (or recreated under a new id)

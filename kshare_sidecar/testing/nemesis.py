@@ -1,0 +1,307 @@
+"""The nemesis checker: what every client saw and what the state topic holds, judged (pure).
+
+A run of the nemesis (tests/e2e/nemesis_lab.py: a cluster of sidecars under a share-consume
+while the network is cut, split, slowed or flapped) yields a :class:`History`; :func:`check`
+reads it and names every violation of what a production queue promises:
+
+* **lost** — a produced record nobody had accepted at the end (unless its delivery count reached
+  the group's limit: archived, as Kafka does), or a share-partition whose final SPSO is not the
+  end of its partition;
+* **accepted twice** — two successful acknowledgements of one record;
+* **held twice** — a record delivered while another delivery of it still held its acquisition
+  lock: not acknowledged (either way) yet, its lock duration not passed, and no change of owner of
+  its state partition in between (a new owner voids the locks of the old, as a new leader does in
+  Kafka). Times are client times, the poll that returned the record: later than the sidecar's
+  handing it out by a network round trip, hence ``tolerance_s``;
+* **count went down** — a later delivery of a record with a smaller delivery count; and a
+  **count repeated** — two deliveries with one count with no *unplanned* change of owner in
+  between (Kafka's accepted imprecision after a crash: acquisitions are not persisted; a planned
+  handover writes them, persist/cluster.py);
+* **zombie** — a delivery by a sidecar (where the client names it) after its tenure of the
+  record's state partition ended;
+* **SPSO went back** — within a state epoch, the state topic's snapshots of a share-partition;
+* **unserved** — a partition with records left that nobody delivered from for more than
+  ``unserved_bound_s`` after a heal of the network or after an unplanned change of owner;
+* **died** — a sidecar process that exited during the run.
+
+Tenures come from the state topic's owner records (``["o", p]``: epoch, node, and the handover
+mark, persist/codec.py) and their timestamps, written by the sidecars on the same clock as the
+clients'.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Delivery:
+    consumer: str
+    p: int
+    o: int
+    dc: int
+    t: float
+    node: int | None = None
+
+
+@dataclass(frozen=True)
+class Ack:
+    consumer: str
+    p: int
+    o: int
+    dc: int
+    ok: bool
+    t: float
+
+
+@dataclass(frozen=True)
+class Tenure:
+    """One owner of a state partition, from its takeover record to the next one (or its mark)."""
+
+    epoch: int
+    node: int | None
+    start: float
+    end: float | None = None  # the next owner's takeover, or its own handover mark
+    planned: bool = False  # ended by its own handover mark
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    offset: int  # in the state topic
+    t: float
+    spso: int
+    state_epoch: int
+    leader_epoch: int
+
+
+@dataclass
+class History:
+    ends: dict[int, int]  # user partition -> end offset (records 0..end-1 produced)
+    deliveries: list[Delivery]
+    acks: list[Ack]
+    home: dict[int, int]  # user partition -> state partition
+    tenures: dict[int, list[Tenure]]  # state partition -> tenures in order
+    snapshots: dict[int, list[Snapshot]]  # user partition -> the group's snapshots in state-topic order
+    lock_s: float
+    limit: int
+    heals: list[tuple[str, float]] = field(default_factory=list)  # (what, when)
+    exits: dict[str, int | None] = field(default_factory=dict)  # sidecar -> exit code during the run
+    starts: dict[int, int] = field(default_factory=dict)  # user partition -> first offset consumed
+
+
+@dataclass
+class Report:
+    violations: list[str]
+    stats: dict
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def text(self, most: int = 12) -> str:
+        lines = [f"{len(self.violations)} violation(s)"] + [f"  - {v}" for v in self.violations[:most]]
+        if len(self.violations) > most:
+            lines.append(f"  ... {len(self.violations) - most} more")
+        lines.append("stats: " + ", ".join(f"{k}={v}" for k, v in self.stats.items()))
+        return "\n".join(lines)
+
+
+def tenures_from(marks: list[tuple[float, int, int | None, bool]]) -> list[Tenure]:
+    """A state partition's tenures from its owner records in log order: ``(timestamp, epoch,
+    node, released)``."""
+    out: list[Tenure] = []
+    for t, epoch, node, released in marks:
+        if released:
+            if out and out[-1].epoch == epoch and out[-1].end is None:
+                prev = out[-1]
+                out[-1] = Tenure(prev.epoch, prev.node, prev.start, t, planned=True)
+            continue
+        if out and out[-1].end is None:
+            prev = out[-1]
+            out[-1] = Tenure(prev.epoch, prev.node, prev.start, t)
+        out.append(Tenure(epoch, node, t))
+    return out
+
+
+class _Owners:
+    """Changes of owner per state partition, searchable by time."""
+
+    def __init__(self, tenures: dict[int, list[Tenure]]) -> None:
+        self.tenures = tenures
+        self.changes: dict[int, list[float]] = {}  # every takeover after the first
+        self.unplanned: dict[int, list[float]] = {}  # takeovers whose predecessor left no mark
+        for sp, ts in tenures.items():
+            self.changes[sp] = [t.start for t in ts[1:]]
+            self.unplanned[sp] = [b.start for a, b in zip(ts, ts[1:]) if not a.planned]
+
+    def next_change(self, sp: int, after: float) -> float:
+        """The first change of owner of ``sp`` after ``after`` (inf: none)."""
+        starts = self.changes.get(sp, [])
+        i = bisect.bisect_right(starts, after)
+        return starts[i] if i < len(starts) else float("inf")
+
+    def unplanned_between(self, sp: int, lo: float, hi: float) -> bool:
+        starts = self.unplanned.get(sp, [])
+        i = bisect.bisect_right(starts, lo)
+        return i < len(starts) and starts[i] <= hi
+
+    def tenure_at(self, sp: int, node: int, t: float) -> Tenure | None:
+        """``node``'s tenure of ``sp`` covering ``t`` (None: it owned no tenure then)."""
+        for ten in self.tenures.get(sp, []):
+            if ten.node == node and ten.start <= t and (ten.end is None or t <= ten.end):
+                return ten
+        return None
+
+
+def check(h: History, *, tolerance_s: float = 1.0, unserved_bound_s: float = 15.0) -> Report:
+    v: list[str] = []
+    owners = _Owners(h.tenures)
+    by_record: dict[tuple[int, int], list[Delivery]] = defaultdict(list)
+    for d in h.deliveries:
+        by_record[(d.p, d.o)].append(d)
+    ack_end: dict[tuple[str, int, int, int], float] = {}
+    accepted: Counter = Counter()
+    for a in h.acks:
+        k = (a.consumer, a.p, a.o, a.dc)
+        ack_end[k] = min(ack_end.get(k, a.t), a.t)
+        if a.ok:
+            accepted[(a.p, a.o)] += 1
+    stats: dict = {"deliveries": len(h.deliveries), "accepted": sum(accepted.values()),
+                   "records": sum(end - h.starts.get(p, 0) for p, end in h.ends.items())}
+
+    # lost, accepted twice
+    archived, lost = 0, []
+    for p, end in sorted(h.ends.items()):
+        for o in range(h.starts.get(p, 0), end):
+            if accepted[(p, o)]:
+                continue
+            seen = by_record.get((p, o), [])
+            if seen and max(d.dc for d in seen) >= h.limit:
+                archived += 1
+            else:
+                lost.append((p, o))
+    stats["archived_at_limit"] = archived
+    if lost:
+        v.append(f"lost: {len(lost)} records never accepted (and not at the delivery limit), e.g. {lost[:5]}")
+    twice = sorted(k for k, n in accepted.items() if n > 1)
+    if twice:
+        v.append(f"accepted twice: {len(twice)} records, e.g. {twice[:5]}")
+
+    # held twice, delivery counts, zombies
+    held, down, repeated, zombies, voided = [], [], [], [], 0
+    for (p, o), ds in by_record.items():
+        ds.sort(key=lambda d: d.t)
+        sp = h.home.get(p, -1)
+        for i, a in enumerate(ds):
+            end = min(a.t + h.lock_s, ack_end.get((a.consumer, p, o, a.dc), float("inf")))
+            change = owners.next_change(sp, a.t - tolerance_s)
+            for b in ds[i + 1:]:
+                if b.t + tolerance_s >= end:
+                    break
+                if change <= b.t + tolerance_s:
+                    voided += 1
+                    continue
+                held.append((p, o, a.consumer, a.t, a.dc, b.consumer, b.t, b.dc))
+            if a.node is not None and sp >= 0 and owners.tenures.get(sp) \
+                    and owners.tenure_at(sp, a.node, a.t - tolerance_s) is None \
+                    and owners.tenure_at(sp, a.node, a.t) is None:
+                zombies.append((p, o, a.node, a.t))
+        for a, b in zip(ds, ds[1:]):
+            if b.dc < a.dc and b.t - a.t > tolerance_s:
+                down.append((p, o, a.dc, a.t, b.dc, b.t))
+            elif b.dc == a.dc and not owners.unplanned_between(sp, a.t - tolerance_s, b.t + tolerance_s):
+                repeated.append((p, o, a.dc, a.consumer, a.t, b.consumer, b.t))
+    stats["voided_by_owner_change"] = voided
+    if held:
+        v.append(f"held twice: {len(held)} deliveries while another delivery's lock held, e.g. "
+                 f"{[_held(x) for x in held[:3]]}")
+    if down:
+        v.append(f"count went down: {len(down)} times, e.g. {down[:3]}")
+    if repeated:
+        v.append(f"count repeated without an unplanned owner change: {len(repeated)} times, e.g. {repeated[:3]}")
+    if zombies:
+        v.append(f"zombie: {len(zombies)} records handed out by a sidecar outside its tenure, e.g. {zombies[:3]}")
+
+    # SPSO
+    for p, snaps in h.snapshots.items():
+        for s1, s2 in zip(snaps, snaps[1:]):
+            if s1.state_epoch == s2.state_epoch and s2.spso < s1.spso:
+                v.append(f"SPSO went back: partition {p} from {s1.spso} to {s2.spso} at state-topic offset "
+                         f"{s2.offset}")
+                break
+        if snaps and p in h.ends and snaps[-1].spso != h.ends[p] and archived == 0:
+            v.append(f"lost: partition {p} ends with SPSO {snaps[-1].spso}, its end is {h.ends[p]}")
+    # unserved after heals and unplanned takeovers
+    firsts = _delivery_times(h.deliveries)
+    finished = _finish_times(h, accepted_times(h.acks))
+    worst_heal, worst_takeover = 0.0, 0.0
+    for what, t in h.heals:
+        for p in h.ends:
+            gap = _gap(firsts.get(p, []), t, finished.get(p))
+            if gap is None:
+                continue
+            worst_heal = max(worst_heal, gap)
+            if gap > unserved_bound_s:
+                v.append(f"unserved: partition {p} delivered nothing for {gap:.1f} s after the heal of {what}")
+    for sp, starts in owners.unplanned.items():
+        for t in starts:
+            for p in (p for p, s in h.home.items() if s == sp and p in h.ends):
+                gap = _gap(firsts.get(p, []), t, finished.get(p))
+                if gap is None:
+                    continue
+                worst_takeover = max(worst_takeover, gap)
+                if gap > unserved_bound_s:
+                    v.append(f"unserved: partition {p} delivered nothing for {gap:.1f} s after the takeover of "
+                             f"state partition {sp}")
+    stats["worst_unserved_after_heal_s"] = round(worst_heal, 2)
+    stats["worst_unserved_after_takeover_s"] = round(worst_takeover, 2)
+    stats["unplanned_takeovers"] = sum(len(s) for s in owners.unplanned.values())
+    stats["takeovers"] = sum(len(s) for s in owners.changes.values())
+    died = {n: rc for n, rc in h.exits.items() if rc is not None}
+    if died:
+        v.append(f"died: sidecars exited during the run: {died}")
+    return Report(v, stats)
+
+
+def accepted_times(acks: list[Ack]) -> dict[tuple[int, int], float]:
+    out: dict[tuple[int, int], float] = {}
+    for a in acks:
+        if a.ok:
+            out[(a.p, a.o)] = min(out.get((a.p, a.o), a.t), a.t)
+    return out
+
+
+def _held(x: tuple) -> str:
+    p, o, ca, ta, dca, cb, tb, dcb = x
+    return f"{p}:{o} to {ca} at {ta:.3f} (count {dca}), to {cb} at {tb:.3f} (count {dcb})"
+
+
+def _delivery_times(deliveries: list[Delivery]) -> dict[int, list[float]]:
+    out: dict[int, list[float]] = defaultdict(list)
+    for d in deliveries:
+        out[d.p].append(d.t)
+    for ts in out.values():
+        ts.sort()
+    return out
+
+
+def _finish_times(h: History, accepted: dict[tuple[int, int], float]) -> dict[int, float]:
+    """Per partition: when its last record was accepted (nothing left to serve after it)."""
+    out: dict[int, float] = {}
+    for p, end in h.ends.items():
+        times = [accepted.get((p, o)) for o in range(h.starts.get(p, 0), end)]
+        out[p] = max(t for t in times if t is not None) if all(t is not None for t in times) and times \
+            else float("inf")
+    return out
+
+
+def _gap(times: list[float], t: float, finished: float | None) -> float | None:
+    """Seconds from ``t`` to the partition's next delivery (None: it had nothing left by then)."""
+    if finished is not None and finished <= t:
+        return None
+    i = bisect.bisect_left(times, t)
+    if i < len(times):
+        return times[i] - t
+    return float("inf")
