@@ -382,6 +382,8 @@ class Sidecar:
             session_timeout_ms=cfg.cluster.session_timeout_ms,
             heartbeat_interval_ms=cfg.cluster.heartbeat_interval_ms, tail=self.group_configs)
         self.partitions.lease = self.membership.lease
+        self.membership.on_lapse.append(lambda: self.backend.suspend("this sidecar's cluster lease lapsed"))
+        self.membership.on_renew.append(self.backend.resume)
         await self.group_configs.start()
         self.admin.remote_group_configs = self.group_configs.configs
         self.admin.remote_state = self.group_configs

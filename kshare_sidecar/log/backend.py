@@ -30,7 +30,7 @@ from ..metrics import STATS
 from ..protocol.types import TopicPartition
 from . import errors as E
 from .errors import BackendError, BackendUnavailableError, UnknownTopicError, error_for
-from .health import BackendHealth, aiokafka_gate
+from .health import BackendHealth, aiokafka_gate, drop_connections
 from .kio_bridge import KioRequest
 from .kio_bridge import send as kio_send
 from .metadata import CachedTopic, MetadataAnswer, TopicCache, metadata_request, parse_metadata
@@ -92,6 +92,9 @@ class Backend:
         self._health_task: asyncio.Task[None] | None = None
         #: a single sidecar's lease (cluster/lease.py): renewed from each answered probe's send time
         self.lease: Any = None
+        #: how long a lookup waits for a refresh of topics it has cached (describe_topics)
+        self.stale_wait_s = 2.0
+        self._suspended: str | None = None  # why every request fails at once (suspend)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -129,6 +132,18 @@ class Backend:
                 self.health.succeeded()
                 if self.lease is not None:
                     self.lease.renew(sent)
+
+    def suspend(self, reason: str) -> int:
+        """Fail every request at once until :meth:`resume` (``reason`` says why), and close every
+        backend connection (requests in flight fail now; log/health.py says why): a cluster member
+        whose lease lapsed serves nothing, and must not keep its clients waiting out backend
+        timeouts — a share fetch held its client's next requests for 30 s on a reconnect attempt
+        to a backend cut off by a silent firewall."""
+        self._suspended = reason
+        return drop_connections(self._client)
+
+    def resume(self) -> None:
+        self._suspended = None
 
     async def close(self) -> None:
         if self._health_task is not None:
@@ -180,15 +195,30 @@ class Backend:
         """
         if names is None:
             if self._cache.age() > self._max_age:
-                await self.refresh()
+                await self._refreshed(self.refresh(), stale_ok=bool(self._cache.by_name))
             return {n: c.info for n, c in self._cache.by_name.items() if not c.info.internal}
         wanted = list(dict.fromkeys(names))
         now = time.monotonic()
         by_name = self._cache.by_name
         missing = [n for n in wanted if n not in by_name or by_name[n].age(now) > self._max_age]
         if missing:
-            await self._refresh_names(tuple(missing))
+            await self._refreshed(self._refresh_names(tuple(missing)), stale_ok=all(n in by_name for n in missing))
         return {n: self._cache.by_name[n].info for n in wanted if n in self._cache.by_name}
+
+    async def _refreshed(self, refresh: Any, *, stale_ok: bool) -> None:
+        """Await a refresh; with ``stale_ok`` (what is asked for is cached, only old) give up waiting
+        after ``stale_wait_s`` or at once while the backend is unreachable (health probe), and let it
+        finish in the background: an old entry beats a backend timeout (a client's Metadata request
+        answered in 30-40 s kept it from asking any other broker — a sidecar cut off from its backend,
+        its partitions already led by others)."""
+        if not stale_ok:
+            await refresh
+            return
+        task = asyncio.ensure_future(refresh)
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        done, _ = await asyncio.wait({task}, timeout=self.stale_wait_s if self.health.up else 0)
+        if done:
+            task.result()
 
     async def refresh_topics(self, names: Iterable[str]) -> None:
         """Re-read ``names`` from the backend now, whatever their cache age (Metadata saw a newer
@@ -441,6 +471,8 @@ class Backend:
     def _require_client(self) -> AIOKafkaClient:
         if self._client is None:
             raise BackendError(E.UNKNOWN_SERVER_ERROR, "Backend is not started")
+        if self._suspended is not None:
+            raise BackendUnavailableError(E.NETWORK_EXCEPTION, self._suspended)
         return self._client
 
     async def _send(self, node: int, request: KioRequest, *, group: ConnectionGroup = ConnectionGroup.DEFAULT) -> Any:

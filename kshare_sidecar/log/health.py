@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 from collections.abc import Callable
 
 log = logging.getLogger("kshare.backend")
@@ -128,3 +129,25 @@ class BackendHealth:
             self.gate.outage(False)
         log.warning("backend reachable again after %.0f s (%d aiokafka log lines suppressed during the outage)",
                     down_for, suppressed)
+
+
+def drop_connections(client: Any) -> int:
+    """Close every connection of an aiokafka client (``AIOKafkaClient``; None: nothing): requests in
+    flight fail at once instead of at their timeout, and the next request connects afresh.
+
+    Why: a cut link leaves TCP connections that neither end closes; requests on them wait out
+    ``request.timeout.ms`` (30 s: a share fetch reading from the backend held the client's
+    acknowledgements behind it that long), and once the link is back the stalled connection
+    recovers only at TCP's next retransmission, seconds to a minute away. A cluster member whose
+    lease lapsed (cluster/lease.py) drops them all."""
+    conns = getattr(client, "_conns", None)
+    if not conns:
+        return 0
+    closed = 0
+    for conn in list(conns.values()):
+        try:
+            conn.close()
+            closed += 1
+        except Exception:  # noqa: BLE001 - closing is best effort; the next request reconnects
+            log.debug("closing a backend connection failed", exc_info=True)
+    return closed

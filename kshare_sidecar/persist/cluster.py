@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from kshare_sidecar.persist import codec
 from kshare_sidecar.persist.codec import KIND_LAYOUT
-from kshare_sidecar.persist.errors import WriterFencedError
+from kshare_sidecar.persist.errors import CommitOutcomeUnknownError, WriterFencedError
 from kshare_sidecar.persist.records import NO_EPOCH, RecoveryStats
 
 if TYPE_CHECKING:  # ownership.py and writer.py are imported where used (see _home)
@@ -73,6 +73,7 @@ class ClusterOwnershipMixin:
     _entities: dict[EntityKey, Any]
     _owner_epochs: dict[int, int]
     _queues: dict[int, list[_Op]]
+    _flushing: dict[int, list[_Op]]
     _resolvers: dict[int, asyncio.Task[None]]
     if TYPE_CHECKING:  # the backend hooks (BasePersister) and the ownership mixin's methods
         async def _commit(self, partition: int, records: list[Record]) -> None: ...
@@ -138,6 +139,8 @@ class ClusterOwnershipMixin:
             await self._replay(self._sink(entities, stats, owners), [p])
             self._misplaced_on(p, stats)  # another layout's records: refused, never served without them
             epoch = max(stats.owner_epoch, owners.get(p, NO_EPOCH), self._own_epochs.get(p, NO_EPOCH), 0) + 1
+            if self.blocked.get(p) != "acquiring":  # abandoned (no longer assigned): claim nothing
+                raise WriterFencedError(f"state partition {p} was released while being taken over")
             records: list[Record] = [codec.owner_record(p, epoch, self.node_id)]
             if self.layout_known and stats.layouts.get(p) != self.placement:  # persist/layout.py
                 records.append(codec.encode(KIND_LAYOUT, p, self.placement))
@@ -214,9 +217,16 @@ class ClusterOwnershipMixin:
                         "over without it, as after a crash", p, exc)
 
     def drop_all(self, reason: str) -> list[int]:
-        """Forget every partition owned or being taken over, writing nothing (the lease lapsed)."""
+        """Forget every partition owned or being taken over, writing nothing (the lease lapsed).
+        A batch being committed is answered at once, its outcome unknown (the backend is what we
+        cannot reach; waiting for the commit's timeout held clients' acknowledgements for 30 s)."""
         gone = sorted(self.owned | {p for p, r in self.blocked.items() if r == "acquiring"})
         for p in gone:
+            for op in self._flushing.get(p, []):
+                if not op.future.done():
+                    op.future.set_exception(CommitOutcomeUnknownError(
+                        f"state partition {p}: this sidecar's lease lapsed while the write was in flight; its "
+                        f"outcome is unknown"))
             self._forget(p)
             task = asyncio.get_running_loop().create_task(self._release_writer(p), name=f"kshare-persist-drop-{p}")
             task.add_done_callback(lambda t: t.cancelled() or t.exception())

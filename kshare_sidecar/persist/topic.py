@@ -40,6 +40,7 @@ from aiokafka.errors import (
     TransactionalIdAuthorizationFailed,
 )
 
+from kshare_sidecar.log.health import drop_connections
 from kshare_sidecar.persist.base import BasePersister, Record, ReplaySink
 from kshare_sidecar.persist.codec import KIND_OWNER
 from kshare_sidecar.persist import codec, topicsetup
@@ -468,6 +469,14 @@ class TopicPersister(StateWatchMixin, BasePersister):
             await asyncio.gather(producer.stop(), return_exceptions=True)
             raise
         self._producers[partition] = producer
+
+    def drop_connections(self) -> int:
+        """Close the state writers' backend connections (log/health.py): a lapsed cluster member's
+        writes in flight fail now, and its next takeover connects afresh."""
+        closed = drop_connections(self._client)
+        for producer in self._producers.values():
+            closed += drop_connections(getattr(producer, "client", None))
+        return closed
 
     async def _drop_producer(self, partition: int) -> None:
         producer = self._producers.pop(partition, None)

@@ -59,13 +59,15 @@ from ..cluster.assign import (
 )
 from ..cluster.lease import Lease, safety_margin_ms
 from ..cluster.view import ClusterView
+from ..log.health import drop_connections
 from .statetail import GroupConfigTail, OwnerMark
 
 log = logging.getLogger("kshare.cluster")
 
 ASSIGNOR_NAME = "kshare-sticky"
 #: group requests whose NONE answer renews the lease (JoinGroup, Heartbeat, SyncGroup)
-RENEWING = frozenset({11, 12, 14})
+HEARTBEAT = 12
+RENEWING = frozenset({11, HEARTBEAT, 14})
 
 
 class StickyOwnerAssignor(AbstractPartitionAssignor):
@@ -141,6 +143,14 @@ class ClusterMembership(ConsumerRebalanceListener):
         #: the state tail (handover marks, newer owners); set before start()
         self.tail = tail
         self._lease_changed = asyncio.Event()
+        #: the target is this generation's assignment: false from a lapse until a Heartbeat answered
+        #: NONE (same generation: still ours) or a new assignment (a JoinGroup alone proves neither)
+        self._confirmed = False
+        persister.released_listeners.append(self._released)
+        #: called when the lease lapses and when a renewal ends the lapse (app.py: the backend
+        #: reader fails fast while lapsed)
+        self.on_lapse: list = []
+        self.on_renew: list = []
 
     def info(self) -> MemberInfo:
         return MemberInfo(self.view.node_id, self.view.endpoints,
@@ -157,6 +167,10 @@ class ClusterMembership(ConsumerRebalanceListener):
         if assigned:
             self._consumer.pause(*assigned)  # membership only: never fetch the state topic here
         self.target = {tp.partition for tp in assigned if tp.topic == self.topic}
+        self._confirmed = True
+        for p, reason in list(self.persister.blocked.items()):
+            if reason == "acquiring" and p not in self.target:
+                self.persister.blocked[p] = "unowned"  # its takeover stops before it writes its owner record
         self.assignments += 1
         log.info("cluster %s: this sidecar (node %d) is assigned state partitions %s", self.name,
                  self.view.node_id, sorted(self.target))
@@ -173,19 +187,26 @@ class ClusterMembership(ConsumerRebalanceListener):
         async def send_req(request):
             sent = self.clock()
             response = await send(request)
-            if getattr(request, "API_KEY", None) in RENEWING and getattr(response, "error_code", None) == 0:
-                self.renewed(sent)
+            key = getattr(request, "API_KEY", None)
+            if key in RENEWING and getattr(response, "error_code", None) == 0:
+                self.renewed(sent, same_generation=key == HEARTBEAT)
             return response
 
         coordinator._send_req = send_req
 
-    def renewed(self, sent_at: float) -> None:
-        if self.lease.renew(sent_at):
-            if self.view.lapsed:
-                log.warning("cluster %s: lease renewed; taking the assignment %s back", self.name,
-                            sorted(self.target))
-            self.view.lapsed = False
+    def renewed(self, sent_at: float, same_generation: bool = True) -> None:
+        """A renewal; ``same_generation`` (a Heartbeat's): the assignment held is still ours."""
+        if self.lease.renew(sent_at) and self.view.lapsed:
+            log.warning("cluster %s: lease renewed; %s", self.name,
+                        f"taking the assignment {sorted(self.target)} back" if same_generation
+                        else "waiting for the group's new assignment")
+            for resume in self.on_renew:
+                resume()
+        if same_generation and not self.lease.lapsed and not self._confirmed:
+            self._confirmed = True
             self._changed.set()
+        if not self.lease.lapsed:
+            self.view.lapsed = False
         self._lease_changed.set()
 
     async def _watch_lease(self) -> None:
@@ -203,6 +224,7 @@ class ClusterMembership(ConsumerRebalanceListener):
     def _lapse(self) -> None:
         silent = self.clock() - self.lease.renewed_at
         self.view.lapsed = True
+        self._confirmed = False
         self._settled.clear()
         dropped = self.persister.drop_all(f"cluster {self.name}: lease lapsed (no answer from the group coordinator "
                                           f"for {silent:.1f} s; session timeout {self.session_timeout_ms} ms, "
@@ -210,6 +232,26 @@ class ClusterMembership(ConsumerRebalanceListener):
         log.error("cluster %s: node %d stopped serving state partitions %s: it cannot know whether the group gave "
                   "them away; they are taken back once the group coordinator answers", self.name, self.view.node_id,
                   dropped)
+        # Stalled connections to the backend: requests on them fail now rather than at their
+        # timeout, and a healed link is used at once rather than at TCP's next retransmission.
+        clients = [getattr(self._consumer, "_client", None), getattr(getattr(self.tail, "_consumer", None), "_client", None)]
+        closed = sum(drop_connections(c) for c in clients)
+        for drop in [getattr(self.persister, "drop_connections", None), *self.on_lapse]:
+            if drop is not None:
+                try:
+                    closed += drop()
+                except Exception:  # noqa: BLE001 - best effort
+                    log.exception("cluster %s: dropping backend connections failed", self.name)
+        log.info("cluster %s: %d backend connections closed", self.name, closed)
+
+    def _released(self, p: int, _keys) -> None:
+        """A partition still assigned to us was lost (fenced, or a newer owner read from the state
+        topic): take it back once whoever took it lets go (``_take_over`` waits) — never leave a
+        partition with no one serving it."""
+        if p in self.target and self._confirmed and not self._stopping and not self.lease.lapsed:
+            log.warning("cluster %s: state partition %d, still assigned to node %d, was lost; taking it back",
+                        self.name, p, self.view.node_id)
+            self._changed.set()
 
     def _newer_owner(self, p: int, mark: OwnerMark) -> None:
         """The state tail read an owner record: a newer owner of a partition we serve wins now."""
@@ -259,8 +301,8 @@ class ClusterMembership(ConsumerRebalanceListener):
         while True:
             await self._changed.wait()
             self._changed.clear()
-            if self.lease.lapsed:
-                continue  # renewed() wakes this again
+            if self.lease.lapsed or not self._confirmed:
+                continue  # renewed() or the next assignment wakes this again
             target = set(self.target)
             held = set(self.persister.owned) | {p for p, r in self.persister.blocked.items() if r == "acquiring"}
             gone, new = held - target, target - set(self.persister.owned)
@@ -288,9 +330,9 @@ class ClusterMembership(ConsumerRebalanceListener):
         """A planned move (its holder is a member of this generation): wait for the holder's
         handover mark first — at most a session timeout, by when the holder's lease has run out
         whatever became of it."""
-        claim = self.view.map.claims.get(p)
-        if claim is not None and claim[0] != self.view.node_id and self.tail is not None:
-            node, epoch = claim
+        holder = self._holder(p)
+        if holder is not None and self.tail is not None:
+            node, epoch = holder
             started = time.monotonic()
             if await self.tail.wait_released(p, epoch, self.session_timeout_ms / 1000):
                 log.info("cluster %s: state partition %d handed over by node %d (owner epoch %d) after %.2f s",
@@ -298,9 +340,23 @@ class ClusterMembership(ConsumerRebalanceListener):
             else:
                 log.warning("cluster %s: no handover of state partition %d from node %d within %d ms; taking it "
                             "over without one", self.name, p, node, self.session_timeout_ms)
-        if self.lease.lapsed:
-            raise RuntimeError(f"lease lapsed before state partition {p} was taken over")
+        if self.lease.lapsed or p not in self.target:
+            raise RuntimeError(f"state partition {p}: lease lapsed or assignment changed before its takeover")
         return await self.persister.acquire(p)
+
+    def _holder(self, p: int) -> tuple[int, int] | None:
+        """Who of this generation's members holds ``p`` now (node, owner epoch): what its members
+        claimed when they joined, else the newest owner record read, if it is a member's and not
+        released (a member that took ``p`` on a stale assignment lets go once it learns)."""
+        claim = self.view.map.claims.get(p)
+        if claim is not None and claim[0] != self.view.node_id:
+            return claim
+        mark = self.tail.owners.get(p) if self.tail is not None else None
+        if mark is not None:
+            epoch, node, released = mark
+            if not released and node is not None and node != self.view.node_id and node in self.view.map.nodes:
+                return node, epoch
+        return None
 
     def owned_and_ready(self) -> bool:
         """Readiness (docs/deployment.md): assigned, and everything assigned is taken over."""

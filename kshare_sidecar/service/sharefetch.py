@@ -134,7 +134,7 @@ class DelayedShareFetch:
         """Acquire whole batches of one share-partition from its next fetch offset; the bytes of
         exactly the acquired batches, unchanged, with the acquired ranges."""
         sp = slot.partition
-        if not sp.can_acquire():
+        if not sp.can_acquire() or not self.partitions.serving:
             return None
         params, budget = self.params, self.budget
         async with slot.fetch_lock:  # members of one share-partition read the log one at a time

@@ -248,6 +248,8 @@ class ShareService:
             if cached is not None and cached(topic_id) is None:  # deleted (or recreated under a new id)
                 raise PartitionError(ErrorCode.unknown_topic_id, f"topic id {topic_id} no longer exists")
             return slot
+        if not self.partitions.serving:  # past the lease: no backend lookup (it may be what is cut off)
+            raise PartitionError(ErrorCode.not_leader_or_follower, "this sidecar's lease lapsed: it serves nothing")
         info = await self.backend.resolve_topic_id(topic_id)
         if info is None:
             raise PartitionError(ErrorCode.unknown_topic_id, f"unknown topic id {topic_id}")

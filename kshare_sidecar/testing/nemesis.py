@@ -5,7 +5,9 @@ while the network is cut, split, slowed or flapped) yields a :class:`History`; :
 reads it and names every violation of what a production queue promises:
 
 * **lost** — a produced record nobody had accepted at the end (unless its delivery count reached
-  the group's limit: archived, as Kafka does), or a share-partition whose final SPSO is not the
+  the group's limit: archived, as Kafka does; or its last acknowledgement's outcome was unknown to
+  the client — a timeout, an unreachable sidecar — it was never delivered again and the state
+  topic has it done: counted, not a violation), or a share-partition whose final SPSO is not the
   end of its partition;
 * **accepted twice** — two successful acknowledgements of one record;
 * **held twice** — a record delivered while another delivery of it still held its acquisition
@@ -54,6 +56,16 @@ class Ack:
     dc: int
     ok: bool
     t: float
+    error: str | None = None  # the error the client got, by Kafka's name
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return self.p, self.o
+
+
+#: acknowledgement errors after which the client cannot know whether its acknowledgement was written
+INDETERMINATE = frozenset({"COORDINATOR_NOT_AVAILABLE", "REQUEST_TIMED_OUT", "NETWORK_EXCEPTION", "_TIMED_OUT",
+                           "_TRANSPORT", "UNKNOWN_SERVER_ERROR", "UNKNOWN"})
 
 
 @dataclass(frozen=True)
@@ -156,64 +168,103 @@ class _Owners:
 
 
 def check(h: History, *, tolerance_s: float = 1.0, unserved_bound_s: float = 15.0) -> Report:
-    v: list[str] = []
     owners = _Owners(h.tenures)
     by_record: dict[tuple[int, int], list[Delivery]] = defaultdict(list)
     for d in h.deliveries:
         by_record[(d.p, d.o)].append(d)
-    ack_end: dict[tuple[str, int, int, int], float] = {}
-    accepted: Counter = Counter()
-    for a in h.acks:
-        k = (a.consumer, a.p, a.o, a.dc)
-        ack_end[k] = min(ack_end.get(k, a.t), a.t)
-        if a.ok:
-            accepted[(a.p, a.o)] += 1
+    for ds in by_record.values():
+        ds.sort(key=lambda d: d.t)
+    accepted: Counter = Counter(a.key for a in h.acks if a.ok)
     stats: dict = {"deliveries": len(h.deliveries), "accepted": sum(accepted.values()),
                    "records": sum(end - h.starts.get(p, 0) for p, end in h.ends.items())}
+    v: list[str] = []
+    settled: dict[tuple[int, int], float] = {}  # record -> when it was done (accepted, archived, ...)
+    v += _lost_or_twice(h, by_record, accepted, stats, settled)
+    v += _holds_and_counts(h, owners, by_record, tolerance_s, stats)
+    v += _spso(h)
+    v += _unserved(h, owners, unserved_bound_s, stats, settled)
+    died = {n: rc for n, rc in h.exits.items() if rc is not None}
+    if died:
+        v.append(f"died: sidecars exited during the run: {died}")
+    return Report(v, stats)
 
-    # lost, accepted twice
-    archived, lost = 0, []
+
+def _lost_or_twice(h: History, by_record: dict, accepted: Counter, stats: dict,
+                   settled: dict[tuple[int, int], float]) -> list[str]:
+    """Every record accepted exactly once, archived at the delivery limit, or — its last
+    acknowledgement's outcome unknown to the client (a timeout, an unreachable sidecar) and never
+    redelivered — done as the state topic says (its partition's final SPSO is past it)."""
+    v: list[str] = []
+    last_ack: dict[tuple[int, int], Ack] = {}
+    for a in h.acks:
+        if a.key not in last_ack or a.t >= last_ack[a.key].t:
+            last_ack[a.key] = a
+    final = {p: snaps[-1].spso for p, snaps in h.snapshots.items() if snaps}
+    archived, unknown, lost = 0, 0, []
+    ok_times = accepted_times(h.acks)
     for p, end in sorted(h.ends.items()):
         for o in range(h.starts.get(p, 0), end):
             if accepted[(p, o)]:
+                settled[(p, o)] = ok_times[(p, o)]
                 continue
             seen = by_record.get((p, o), [])
+            last = last_ack.get((p, o))
             if seen and max(d.dc for d in seen) >= h.limit:
                 archived += 1
+                settled[(p, o)] = seen[-1].t
+            elif last is not None and seen and last.error in INDETERMINATE and last.t >= seen[-1].t \
+                    and final.get(p, -1) > o:
+                unknown += 1
+                settled[(p, o)] = last.t
             else:
                 lost.append((p, o))
     stats["archived_at_limit"] = archived
+    stats["ack_outcome_unknown_but_done"] = unknown
     if lost:
-        v.append(f"lost: {len(lost)} records never accepted (and not at the delivery limit), e.g. {lost[:5]}")
+        v.append(f"lost: {len(lost)} records never accepted (nor archived at the delivery limit), e.g. {lost[:5]}")
+    for p, end in sorted(h.ends.items()):
+        if p in final and final[p] != end:
+            v.append(f"lost: partition {p} ends with SPSO {final[p]}, its end is {end}")
     twice = sorted(k for k, n in accepted.items() if n > 1)
     if twice:
         v.append(f"accepted twice: {len(twice)} records, e.g. {twice[:5]}")
+    return v
 
-    # held twice, delivery counts, zombies
-    held, down, repeated, zombies, voided = [], [], [], [], 0
+
+def _holds_and_counts(h: History, owners: _Owners, by_record: dict, tolerance_s: float, stats: dict) -> list[str]:
+    ack_end: dict[tuple[str, int, int, int], float] = {}
+    for a in h.acks:
+        k = (a.consumer, a.p, a.o, a.dc)
+        ack_end[k] = min(ack_end.get(k, a.t), a.t)
+    held: list[tuple] = []
+    down: list[tuple] = []
+    repeated: list[tuple] = []
+    zombies: list[tuple] = []
+    voided = 0
     for (p, o), ds in by_record.items():
-        ds.sort(key=lambda d: d.t)
         sp = h.home.get(p, -1)
-        for i, a in enumerate(ds):
-            end = min(a.t + h.lock_s, ack_end.get((a.consumer, p, o, a.dc), float("inf")))
-            change = owners.next_change(sp, a.t - tolerance_s)
-            for b in ds[i + 1:]:
-                if b.t + tolerance_s >= end:
+        for i, first in enumerate(ds):
+            end = min(first.t + h.lock_s, ack_end.get((first.consumer, p, o, first.dc), float("inf")))
+            change = owners.next_change(sp, first.t - tolerance_s)
+            for later in ds[i + 1:]:
+                if later.t + tolerance_s >= end:
                     break
-                if change <= b.t + tolerance_s:
+                if change <= later.t + tolerance_s:
                     voided += 1
                     continue
-                held.append((p, o, a.consumer, a.t, a.dc, b.consumer, b.t, b.dc))
-            if a.node is not None and sp >= 0 and owners.tenures.get(sp) \
-                    and owners.tenure_at(sp, a.node, a.t - tolerance_s) is None \
-                    and owners.tenure_at(sp, a.node, a.t) is None:
-                zombies.append((p, o, a.node, a.t))
+                held.append((p, o, first.consumer, first.t, first.dc, later.consumer, later.t, later.dc))
+            if first.node is not None and owners.tenures.get(sp) \
+                    and owners.tenure_at(sp, first.node, first.t - tolerance_s) is None \
+                    and owners.tenure_at(sp, first.node, first.t) is None:
+                zombies.append((p, o, first.node, first.t))
         for a, b in zip(ds, ds[1:]):
             if b.dc < a.dc and b.t - a.t > tolerance_s:
                 down.append((p, o, a.dc, a.t, b.dc, b.t))
             elif b.dc == a.dc and not owners.unplanned_between(sp, a.t - tolerance_s, b.t + tolerance_s):
                 repeated.append((p, o, a.dc, a.consumer, a.t, b.consumer, b.t))
     stats["voided_by_owner_change"] = voided
+    stats["redeliveries"] = sum(len(ds) - 1 for ds in by_record.values())
+    v: list[str] = []
     if held:
         v.append(f"held twice: {len(held)} deliveries while another delivery's lock held, e.g. "
                  f"{[_held(x) for x in held[:3]]}")
@@ -223,53 +274,57 @@ def check(h: History, *, tolerance_s: float = 1.0, unserved_bound_s: float = 15.
         v.append(f"count repeated without an unplanned owner change: {len(repeated)} times, e.g. {repeated[:3]}")
     if zombies:
         v.append(f"zombie: {len(zombies)} records handed out by a sidecar outside its tenure, e.g. {zombies[:3]}")
+    return v
 
-    # SPSO
+
+def _spso(h: History) -> list[str]:
     for p, snaps in h.snapshots.items():
         for s1, s2 in zip(snaps, snaps[1:]):
             if s1.state_epoch == s2.state_epoch and s2.spso < s1.spso:
-                v.append(f"SPSO went back: partition {p} from {s1.spso} to {s2.spso} at state-topic offset "
-                         f"{s2.offset}")
-                break
-        if snaps and p in h.ends and snaps[-1].spso != h.ends[p] and archived == 0:
-            v.append(f"lost: partition {p} ends with SPSO {snaps[-1].spso}, its end is {h.ends[p]}")
-    # unserved after heals and unplanned takeovers
+                return [f"SPSO went back: partition {p} from {s1.spso} to {s2.spso} at state-topic offset {s2.offset}"]
+    return []
+
+
+def _unserved(h: History, owners: _Owners, bound_s: float, stats: dict,
+              settled: dict[tuple[int, int], float]) -> list[str]:
+    """After every heal and every unplanned change of owner: each partition with records left is
+    delivered from again within ``bound_s``."""
+    v: list[str] = []
     firsts = _delivery_times(h.deliveries)
-    finished = _finish_times(h, accepted_times(h.acks))
-    worst_heal, worst_takeover = 0.0, 0.0
+    finished = _finish_times(h, settled)
+    worst_heal = worst_takeover = 0.0
     for what, t in h.heals:
         for p in h.ends:
+            if not firsts.get(p) or firsts[p][0] > t:
+                continue  # not consumed yet: nothing to judge
             gap = _gap(firsts.get(p, []), t, finished.get(p))
-            if gap is None:
-                continue
-            worst_heal = max(worst_heal, gap)
-            if gap > unserved_bound_s:
-                v.append(f"unserved: partition {p} delivered nothing for {gap:.1f} s after the heal of {what}")
+            if gap is not None:
+                worst_heal = max(worst_heal, gap)
+                if gap > bound_s:
+                    v.append(f"unserved: partition {p} delivered nothing for {gap:.1f} s after the heal of {what}")
     for sp, starts in owners.unplanned.items():
         for t in starts:
-            for p in (p for p, s in h.home.items() if s == sp and p in h.ends):
+            for p in (p for p, home in h.home.items() if home == sp and p in h.ends):
+                if not firsts.get(p) or firsts[p][0] > t:
+                    continue  # a takeover before consumption started
                 gap = _gap(firsts.get(p, []), t, finished.get(p))
-                if gap is None:
-                    continue
-                worst_takeover = max(worst_takeover, gap)
-                if gap > unserved_bound_s:
-                    v.append(f"unserved: partition {p} delivered nothing for {gap:.1f} s after the takeover of "
-                             f"state partition {sp}")
+                if gap is not None:
+                    worst_takeover = max(worst_takeover, gap)
+                    if gap > bound_s:
+                        v.append(f"unserved: partition {p} delivered nothing for {gap:.1f} s after the takeover "
+                                 f"of state partition {sp}")
     stats["worst_unserved_after_heal_s"] = round(worst_heal, 2)
     stats["worst_unserved_after_takeover_s"] = round(worst_takeover, 2)
     stats["unplanned_takeovers"] = sum(len(s) for s in owners.unplanned.values())
     stats["takeovers"] = sum(len(s) for s in owners.changes.values())
-    died = {n: rc for n, rc in h.exits.items() if rc is not None}
-    if died:
-        v.append(f"died: sidecars exited during the run: {died}")
-    return Report(v, stats)
+    return v
 
 
 def accepted_times(acks: list[Ack]) -> dict[tuple[int, int], float]:
     out: dict[tuple[int, int], float] = {}
     for a in acks:
         if a.ok:
-            out[(a.p, a.o)] = min(out.get((a.p, a.o), a.t), a.t)
+            out[a.key] = min(out.get(a.key, a.t), a.t)
     return out
 
 
@@ -287,11 +342,11 @@ def _delivery_times(deliveries: list[Delivery]) -> dict[int, list[float]]:
     return out
 
 
-def _finish_times(h: History, accepted: dict[tuple[int, int], float]) -> dict[int, float]:
-    """Per partition: when its last record was accepted (nothing left to serve after it)."""
+def _finish_times(h: History, settled: dict[tuple[int, int], float]) -> dict[int, float]:
+    """Per partition: when its last record was done (nothing left to serve after it)."""
     out: dict[int, float] = {}
     for p, end in h.ends.items():
-        times = [accepted.get((p, o)) for o in range(h.starts.get(p, 0), end)]
+        times = [settled.get((p, o)) for o in range(h.starts.get(p, 0), end)]
         out[p] = max(t for t in times if t is not None) if all(t is not None for t in times) and times \
             else float("inf")
     return out

@@ -208,6 +208,7 @@ class Run:
     name: str
     env: dict[str, str] = field(default_factory=dict)  # extra KSHARE_* settings for the sidecars
     sidecar_argv: list[str] | None = None  # how a sidecar is started (a deliberately broken build)
+    debug: bool = False  # the clients' debug logs (c*.log)
 
     def __post_init__(self) -> None:
         s = self.nl.settings
@@ -294,7 +295,8 @@ class Run:
             self.clients.append(self.nl.lab.popen(
                 host, [sys.executable, str(HERE / "nemesis_worker.py"), "--kind", kind, "--bootstrap", bootstrap,
                        "--group", self.group, "--topic", self.topic, "--out", str(out),
-                       "--max-poll-records", str(s.max_poll_records), "--work-ms", str(s.work_ms)],
+                       "--max-poll-records", str(s.max_poll_records), "--work-ms", str(s.work_ms),
+                       *(["--debug"] if self.debug else [])],
                 env=client_env(), log=f"{self.dir.name}/{host}-{kind}.log"))
         if not wait_until(lambda: self.accepted_count() >= s.backlog // 4, 180):
             raise RuntimeError(f"consumption did not get going: {self.accepted_count()} accepted")
@@ -317,7 +319,17 @@ class Run:
             self.producer.send_signal(signal.SIGTERM)
             self.producer.wait(180)
         total = sum(self.produced().values())
-        return wait_until(lambda: self._distinct_accepted() >= total, timeout, step=2)
+        deadline, last, stalled_since = time.monotonic() + timeout, -1, time.monotonic()
+        while time.monotonic() < deadline:
+            done = self._distinct_accepted()
+            if done >= total:
+                return True
+            if done != last:
+                last, stalled_since = done, time.monotonic()
+            elif time.monotonic() - stalled_since > 45:
+                return False  # nothing accepted for longer than three lock durations: the checker says why
+            time.sleep(2)
+        return False
 
     def _distinct_accepted(self) -> int:
         seen = set()
@@ -434,7 +446,7 @@ class Run:
                 if e["ev"] == "rec":
                     deliveries.append(Delivery(host, e["p"], e["o"], e["dc"], e["t"], e.get("n")))
                 elif e["ev"] == "ack":
-                    acks.append(Ack(host, e["p"], e["o"], e["dc"], e["ok"], e["t"]))
+                    acks.append(Ack(host, e["p"], e["o"], e["dc"], e["ok"], e["t"], e.get("e")))
         marks: dict[int, list] = {}
         snaps: dict[int, list[Snapshot]] = {}
         topic_id = None

@@ -29,8 +29,11 @@ def confluent(args: argparse.Namespace, out) -> None:
         stop = True
 
     signal.signal(signal.SIGTERM, on_term)
-    consumer = ShareConsumer({"bootstrap.servers": args.bootstrap, "group.id": args.group, "log_level": 3,
-                              "share.acknowledgement.mode": "explicit", "max.poll.records": args.max_poll_records})
+    conf = {"bootstrap.servers": args.bootstrap, "group.id": args.group, "log_level": 3,
+            "share.acknowledgement.mode": "explicit", "max.poll.records": args.max_poll_records}
+    if args.debug:  # librdkafka's own log, with its timestamps, on stderr (the worker's log file)
+        conf.update({"debug": "cgrp,broker,metadata,protocol", "log_level": 7})
+    consumer = ShareConsumer(conf)
     consumer.subscribe([args.topic])
     try:
         while not stop:
@@ -49,12 +52,16 @@ def confluent(args: argparse.Namespace, out) -> None:
             time.sleep(args.work_ms * len(batch) / 1000)
             for m in batch:
                 consumer.acknowledge(m, AcknowledgeType.ACCEPT)
-            results = consumer.commit_sync(30)
-            failed = {tp.partition for tp, exc in results.items() if exc is not None}
+            try:
+                results = consumer.commit_sync(30)
+                failed = {tp.partition: _confluent_error(exc) for tp, exc in results.items() if exc is not None}
+            except Exception as exc:  # noqa: BLE001 - the whole commit failed: every ack's outcome is unknown
+                failed = {m.partition(): _confluent_error(exc) for m in batch}
             t = round(time.time(), 3)
             for m in batch:
                 out.write(json.dumps({"ev": "ack", "p": m.partition(), "o": m.offset(), "dc": m.delivery_count(),
-                                      "ok": m.partition() not in failed, "t": t}) + "\n")
+                                      "ok": m.partition() not in failed, "e": failed.get(m.partition()),
+                                      "t": t}) + "\n")
     finally:
         consumer.close()
 
@@ -84,11 +91,22 @@ async def asyncio_kind(args: argparse.Namespace, out) -> None:
             for r in batch:
                 consumer.acknowledge(r, AcknowledgeType.ACCEPT)
             results = await consumer.commit()
-            failed = {tp.partition for tp, exc in results.items() if exc is not None}
+            failed = {tp.partition: _asyncio_error(exc) for tp, exc in results.items() if exc is not None}
             t = round(time.time(), 3)
             for r in batch:
                 out.write(json.dumps({"ev": "ack", "p": r.partition, "o": r.offset, "dc": r.delivery_count,
-                                      "ok": r.partition not in failed, "t": t}) + "\n")
+                                      "ok": r.partition not in failed, "e": failed.get(r.partition), "t": t}) + "\n")
+
+
+def _confluent_error(exc: BaseException) -> str:
+    err = exc.args[0] if exc.args else None
+    name = getattr(err, "name", None)
+    return name() if callable(name) else type(exc).__name__
+
+
+def _asyncio_error(exc: BaseException) -> str:
+    code = getattr(exc, "code", None)
+    return getattr(code, "name", "UNKNOWN").upper() if code is not None else "NETWORK_EXCEPTION"
 
 
 def main() -> int:
@@ -100,7 +118,11 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--max-poll-records", type=int, default=100)
     ap.add_argument("--work-ms", type=float, default=0.5, help="simulated processing per record")
+    ap.add_argument("--debug", action="store_true", help="the client's debug log on stderr")
     args = ap.parse_args()
+    if args.debug and args.kind == "asyncio":
+        import logging
+        logging.basicConfig(level=logging.DEBUG, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with open(args.out, "a", buffering=1) as out:
         if args.kind == "confluent":
             confluent(args, out)
