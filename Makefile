@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-fast typecheck test-spark bench fuzz test-fencing test-parity test-cluster-faults test-sidecar-cluster test-franz test-kafka-apps test-topology test-tansu test-tokens clean
+.PHONY: demo test test-fast typecheck test-spark bench fuzz test-fencing test-parity test-cluster-faults test-sidecar-cluster test-franz test-kafka-apps test-topology test-tansu test-tokens test-nemesis nemesis-schedule clean
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "java not found: install a Java 17+ runtime"; exit 2; }
@@ -91,6 +91,25 @@ test-tansu: $(STAMP)
 test-tokens: $(STAMP)
 	KSHARE_TOKEN_REAUTH=1 $(PY) -m pytest -q -rfEs -s tests/e2e/test_acl_parity.py tests/e2e/test_backend_oauth_endpoint.py \
 		-k "tokens_are_replaced or without_create_tokens or tokens_refresh_and_sessions_reauthenticate"
+
+# The nemesis (docs/testing.md, "The nemesis"): a cluster of sidecars on network namespaces under a
+# share-consume while links are cut, split, slowed, flapped; each fault class NEMESIS_REPEAT times,
+# the checker over every run; root, iproute2, iptables; opt-in (about two hours on a quiet machine).
+NEMESIS_REPEAT ?= 5
+test-nemesis: $(STAMP)
+	$(PY) -m pytest -q -rfEs -s -p tests.e2e.nemesis_options --run nemesis --timeout 1800 \
+		--nemesis-repeat $(NEMESIS_REPEAT) tests/e2e/test_nemesis.py
+
+# A seeded random schedule of the nemesis' faults (one or two at a time) for MINUTES; a failure
+# prints the seed: `make nemesis-schedule MINUTES=30 SEED=1234` replays it. NEMESIS_BROKERS=3: a
+# 3-broker backend (broker isolation in the mix).
+MINUTES ?= 30
+SEED ?=
+NEMESIS_BROKERS ?= 1
+nemesis-schedule: $(STAMP)
+	$(PY) -m pytest -q -rfEs -s -p tests.e2e.nemesis_options --run nemesis \
+		--timeout $$(( $(MINUTES) * 60 + 1800 )) --nemesis-minutes $(MINUTES) --nemesis-brokers $(NEMESIS_BROKERS) \
+		$(if $(SEED),--nemesis-seed $(SEED)) tests/e2e/test_nemesis.py -k test_seeded_schedule
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache

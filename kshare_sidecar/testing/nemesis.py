@@ -343,18 +343,21 @@ def _delivery_times(deliveries: list[Delivery]) -> dict[int, list[float]]:
 
 
 def _finish_times(h: History, settled: dict[tuple[int, int], float]) -> dict[int, float]:
-    """Per partition: when its last record was done (nothing left to serve after it)."""
+    """Per partition: when its last record was last delivered, once every record of it is done
+    (nothing left to serve after that); inf when one never was."""
+    last: dict[int, float] = {}
+    for d in h.deliveries:
+        last[d.p] = max(last.get(d.p, d.t), d.t)
     out: dict[int, float] = {}
     for p, end in h.ends.items():
-        times = [settled.get((p, o)) for o in range(h.starts.get(p, 0), end)]
-        out[p] = max(t for t in times if t is not None) if all(t is not None for t in times) and times \
-            else float("inf")
+        done = all((p, o) in settled for o in range(h.starts.get(p, 0), end))
+        out[p] = last.get(p, float("inf")) if done else float("inf")
     return out
 
 
 def _gap(times: list[float], t: float, finished: float | None) -> float | None:
     """Seconds from ``t`` to the partition's next delivery (None: it had nothing left by then)."""
-    if finished is not None and finished <= t:
+    if finished is not None and finished < t:
         return None
     i = bisect.bisect_left(times, t)
     if i < len(times):

@@ -18,6 +18,7 @@ times, the sidecars' exits) goes to the checker, :mod:`kshare_sidecar.testing.ne
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import signal
@@ -113,6 +114,7 @@ class NemesisLab:
     """The hosts and the backend, for many runs (each with its own cluster of sidecars and topic)."""
 
     def __init__(self, logs: Path, settings: Settings = Settings()) -> None:
+        logs.mkdir(parents=True, exist_ok=True)
         self.logs, self.settings = logs, settings
         self.lab = Lab(logs, name="neme")
         self.brokers: list[NetBroker] = []
@@ -209,6 +211,7 @@ class Run:
     env: dict[str, str] = field(default_factory=dict)  # extra KSHARE_* settings for the sidecars
     sidecar_argv: list[str] | None = None  # how a sidecar is started (a deliberately broken build)
     debug: bool = False  # the clients' debug logs (c*.log)
+    hold_every: int = 0  # poison records for the consumers (nemesis_worker.py --hold-every)
 
     def __post_init__(self) -> None:
         s = self.nl.settings
@@ -296,7 +299,7 @@ class Run:
                 host, [sys.executable, str(HERE / "nemesis_worker.py"), "--kind", kind, "--bootstrap", bootstrap,
                        "--group", self.group, "--topic", self.topic, "--out", str(out),
                        "--max-poll-records", str(s.max_poll_records), "--work-ms", str(s.work_ms),
-                       *(["--debug"] if self.debug else [])],
+                       "--hold-every", str(self.hold_every), *(["--debug"] if self.debug else [])],
                 env=client_env(), log=f"{self.dir.name}/{host}-{kind}.log"))
         if not wait_until(lambda: self.accepted_count() >= s.backlog // 4, 180):
             raise RuntimeError(f"consumption did not get going: {self.accepted_count()} accepted")
@@ -332,10 +335,13 @@ class Run:
         return False
 
     def _distinct_accepted(self) -> int:
+        """Records done: accepted, or delivered at the delivery limit (archived: poison)."""
         seen = set()
+        limit = self.settings.limit
         for _h, path in self.client_paths:
             for line in _lines(path):
-                if '"ev": "ack"' in line and '"ok": true' in line:
+                if ('"ev": "ack"' in line and '"ok": true' in line) or \
+                        ('"ev": "rec"' in line and f'"dc": {limit},' in line):
                     e = json.loads(line)
                     seen.add((e["p"], e["o"]))
         return len(seen)
@@ -435,46 +441,64 @@ class Run:
                                         str(s.partitions), "--out", str(dump)], env=client_env(), timeout=300)
         if done.returncode != 0:
             raise RuntimeError(f"dumping the state topic failed: {done.stderr[-2000:]}")
+        (self.dir / "run.json").write_text(json.dumps({
+            "group": self.group, "settings": dataclasses.asdict(self.settings), "exits": self.exits,
+            "faults": [dataclasses.asdict(f) for f in self.faults],
+            "clients": [[h, str(p)] for h, p in self.client_paths]}))
         return self.history(dump)
 
     def history(self, dump: Path) -> History:
-        s = self.settings
-        deliveries, acks = [], []
-        for host, path in self.client_paths:
-            for line in _lines(path):
-                e = json.loads(line)
-                if e["ev"] == "rec":
-                    deliveries.append(Delivery(host, e["p"], e["o"], e["dc"], e["t"], e.get("n")))
-                elif e["ev"] == "ack":
-                    acks.append(Ack(host, e["p"], e["o"], e["dc"], e["ok"], e["t"], e.get("e")))
-        marks: dict[int, list] = {}
-        snaps: dict[int, list[Snapshot]] = {}
-        topic_id = None
-        ends: dict[int, int] = {}
-        starts: dict[int, int] = {}
-        for line in _lines(dump):
-            r = json.loads(line)
-            if "ends" in r:
-                ends = {int(p): e for p, e in r["ends"].items()}
-                starts = {int(p): e for p, e in r["starts"].items()}
-                continue
-            if r["k"] is None or r["v"] is None:
-                continue
-            kind, ident = codec.decode_key(r["k"].encode())
-            if kind == KIND_OWNER:
-                epoch, node, released = codec.decode_owner_mark(r["v"].encode())
-                marks.setdefault(ident, []).append((r["ts"], epoch, node, released))
-            elif kind == KIND_PARTITION and ident.group_id == self.group:
-                topic_id = ident.topic_id
-                st = codec.decode_partition(r["v"].encode()).state
-                snaps.setdefault(ident.partition, []).append(
-                    Snapshot(r["o"], r["ts"], st.start_offset, st.state_epoch, st.leader_epoch))
-        home = {p: share_partition_home(topic_id, p, s.state_partitions) for p in range(s.partitions)} \
-            if topic_id else {}
-        heals = [(f.what, f.healed) for f in self.faults if f.healed is not None]
-        return History(ends=ends, deliveries=deliveries, acks=acks, home=home,
-                       tenures={sp: tenures_from(m) for sp, m in marks.items()}, snapshots=snaps,
-                       lock_s=s.lock_ms / 1000, limit=s.limit, heals=heals, exits=self.exits, starts=starts)
+        return history_of(self.dir)
+
+
+def history_of(run_dir: Path) -> History:
+    """A finished run's history, from what it left in its directory (``run.json``, the clients'
+    events, ``state.jsonl``): ``python -m tests.e2e.nemesis_lab RUN_DIR`` checks it again."""
+    meta = json.loads((run_dir / "run.json").read_text())
+    s, group = Settings(**{**meta["settings"], "clients": tuple(meta["settings"]["clients"])}), meta["group"]
+    dump = run_dir / "state.jsonl"
+    deliveries, acks = [], []
+    for host, path in ((h, Path(p)) for h, p in meta["clients"]):
+        for line in _lines(path):
+            e = json.loads(line)
+            if e["ev"] == "rec":
+                deliveries.append(Delivery(host, e["p"], e["o"], e["dc"], e["t"], e.get("n")))
+            elif e["ev"] == "ack":
+                acks.append(Ack(host, e["p"], e["o"], e["dc"], e["ok"], e["t"], e.get("e")))
+    marks: dict[int, list] = {}
+    snaps: dict[int, list[Snapshot]] = {}
+    topic_id = None
+    ends: dict[int, int] = {}
+    starts: dict[int, int] = {}
+    for line in _lines(dump):
+        r = json.loads(line)
+        if "ends" in r:
+            ends = {int(p): e for p, e in r["ends"].items()}
+            starts = {int(p): e for p, e in r["starts"].items()}
+            continue
+        if r["k"] is None or r["v"] is None:
+            continue
+        kind, ident = codec.decode_key(r["k"].encode())
+        if kind == KIND_OWNER:
+            epoch, node, released = codec.decode_owner_mark(r["v"].encode())
+            marks.setdefault(ident, []).append((r["ts"], epoch, node, released))
+        elif kind == KIND_PARTITION and ident.group_id == group:
+            topic_id = ident.topic_id
+            st = codec.decode_partition(r["v"].encode()).state
+            snaps.setdefault(ident.partition, []).append(
+                Snapshot(r["o"], r["ts"], st.start_offset, st.state_epoch, st.leader_epoch))
+    home = {p: share_partition_home(topic_id, p, s.state_partitions) for p in range(s.partitions)} \
+        if topic_id else {}
+    heals = [(f["what"], f["healed"]) for f in meta["faults"] if f["healed"] is not None]
+    return History(ends=ends, deliveries=deliveries, acks=acks, home=home,
+                   tenures={sp: tenures_from(m) for sp, m in marks.items()}, snapshots=snaps,
+                   lock_s=s.lock_ms / 1000, limit=s.limit, heals=heals, exits=meta["exits"], starts=starts)
+
+
+if __name__ == "__main__":
+    for arg in sys.argv[1:]:
+        print(arg, check(history_of(Path(arg)), unserved_bound_s=float(json.loads(
+            (Path(arg) / "run.json").read_text())["settings"]["unserved_bound_s"])).text())
 
     def check(self, history: History):
         return check(history, unserved_bound_s=self.settings.unserved_bound_s)
@@ -494,3 +518,53 @@ def wait_until(predicate, timeout: float, step: float = 0.5) -> bool:
             return True
         time.sleep(step)
     return predicate()
+
+
+# -- the seeded schedule ----------------------------------------------------------------------------
+#: fault classes a schedule chooses from (and how their unserved bound is read: "client" faults cut
+#: client links, which clients notice only at their own request timeouts)
+KINDS = ("cut-backend", "cut-clients", "split", "slow", "flap", "isolate-broker")
+
+
+def apply(run: Run, kind: str, rng: random.Random) -> str:
+    """Start one fault of ``kind`` on a target chosen by ``rng``; what it did, for the log."""
+    s = run.settings
+    n = rng.randint(1, s.sidecars)
+    if kind == "cut-backend":
+        return run.cut_from_backend(n).what
+    if kind == "cut-clients":
+        return run.cut_from_clients_and_peers(n).what
+    if kind == "split":
+        side = rng.sample(run.nl.sidecar_hosts, max(1, s.sidecars // 2)) + \
+            rng.sample(run.nl.client_hosts, max(1, len(s.clients) // 4))
+        return run.split(side).what
+    if kind == "slow":
+        return run.slow_backend(n, rng.choice((200, 400, 800))).what
+    if kind == "flap":
+        return run.flap(n, rng.uniform(3, 10), rng.uniform(2, 5), seed=rng.randrange(1 << 30)).what
+    if kind == "isolate-broker":
+        return run.isolate_broker(rng.randint(1, s.brokers)).what
+    raise ValueError(f"unknown fault kind {kind!r} (one of {', '.join(KINDS)})")
+
+
+def schedule(run: Run, seed: int, minutes: float, log) -> list[tuple[float, str]]:
+    """Faults chosen by ``random.Random(seed)`` for ``minutes``: one or two at a time (a
+    combination), each 10-40 s, then everything healed and 10-30 s of quiet; returns what was done
+    when (seconds from the start). Replay: the same seed on the same settings."""
+    rng = random.Random(seed)
+    kinds = [k for k in KINDS if k != "isolate-broker" or run.settings.brokers >= 3]
+    started, timeline = time.monotonic(), []
+    while time.monotonic() - started < minutes * 60:
+        chosen = [rng.choice(kinds)]
+        if rng.random() < 0.3:
+            chosen.append(rng.choice(kinds))
+        for kind in chosen:
+            what = apply(run, kind, rng)
+            timeline.append((round(time.monotonic() - started, 1), what))
+            log(f"[nemesis seed={seed}] +{timeline[-1][0]:.0f} s: {what}")
+        time.sleep(rng.uniform(10, 40))
+        run.heal()
+        timeline.append((round(time.monotonic() - started, 1), "heal"))
+        log(f"[nemesis seed={seed}] +{timeline[-1][0]:.0f} s: heal")
+        time.sleep(rng.uniform(10, 30))
+    return timeline

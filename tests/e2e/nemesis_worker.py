@@ -6,7 +6,9 @@ One JSON line per event in --out, what the checker (kshare_sidecar.testing.nemes
 ``{"ev": "rec", "p", "o", "dc", "t"}`` per record delivered — ``t`` is when the poll that returned
 it did (wall clock: every lab host shares the machine's clock), the closest a client gets to the
 moment the sidecar handed it out; the asyncio client also says which sidecar (``"n"``) —
-``{"ev": "ack", "p", "o", "dc", "ok", "t"}`` per acknowledgement's outcome, ``{"ev": "closed"}``.
+``{"ev": "ack", "p", "o", "dc", "ok", "e", "t"}`` per acknowledgement's outcome (``e``: the error's
+Kafka name), ``{"ev": "closed"}``. ``--hold-every K`` never acknowledges records whose key is a
+multiple of K (poison: their locks expire until the delivery limit archives them).
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ def confluent(args: argparse.Namespace, out) -> None:
             if not batch:
                 continue
             time.sleep(args.work_ms * len(batch) / 1000)
+            batch = [m for m in batch if not _held(args, m.key())]
+            if not batch:
+                continue
             for m in batch:
                 consumer.acknowledge(m, AcknowledgeType.ACCEPT)
             try:
@@ -88,6 +93,9 @@ async def asyncio_kind(args: argparse.Namespace, out) -> None:
             if not batch:
                 continue
             await asyncio.sleep(args.work_ms * len(batch) / 1000)
+            batch = [r for r in batch if not _held(args, r.key)]
+            if not batch:
+                continue
             for r in batch:
                 consumer.acknowledge(r, AcknowledgeType.ACCEPT)
             results = await consumer.commit()
@@ -96,6 +104,12 @@ async def asyncio_kind(args: argparse.Namespace, out) -> None:
             for r in batch:
                 out.write(json.dumps({"ev": "ack", "p": r.partition, "o": r.offset, "dc": r.delivery_count,
                                       "ok": r.partition not in failed, "e": failed.get(r.partition), "t": t}) + "\n")
+
+
+def _held(args: argparse.Namespace, key: bytes | None) -> bool:
+    """A poison record (``--hold-every K``: keys divisible by K): never acknowledged, so its lock
+    expires and it comes back with its delivery count up, until the group's limit archives it."""
+    return bool(args.hold_every) and key is not None and int(key) % args.hold_every == 0
 
 
 def _confluent_error(exc: BaseException) -> str:
@@ -119,6 +133,7 @@ def main() -> int:
     ap.add_argument("--max-poll-records", type=int, default=100)
     ap.add_argument("--work-ms", type=float, default=0.5, help="simulated processing per record")
     ap.add_argument("--debug", action="store_true", help="the client's debug log on stderr")
+    ap.add_argument("--hold-every", type=int, default=0, help="never acknowledge records whose key is a multiple")
     args = ap.parse_args()
     if args.debug and args.kind == "asyncio":
         import logging
