@@ -232,7 +232,7 @@ class Run:
     # -- processes ------------------------------------------------------------------------------
     def start_sidecar(self, n: int, *, wait: bool = True) -> None:
         s, host = self.settings, f"s{n}"
-        env = client_env(
+        env = client_env(**{**dict(
             KSHARE_BOOTSTRAP_SERVERS=self.nl.bootstrap, KSHARE_CLUSTER_NAME=self.cluster, KSHARE_NODE_ID=str(n),
             KSHARE_LISTEN="", KSHARE_LISTENERS=f"PLAINTEXT://0.0.0.0:{PORT}",
             KSHARE_ADVERTISED_LISTENERS=f"PLAINTEXT://{host}:{PORT}", KSHARE_STATE_TOPIC=self.state_topic,
@@ -241,7 +241,7 @@ class Run:
             KSHARE_CLUSTER_SESSION_TIMEOUT_MS=str(s.session_ms),
             KSHARE_CLUSTER_HEARTBEAT_INTERVAL_MS=str(s.heartbeat_ms),
             KSHARE_SHARE_AUTO_OFFSET_RESET="earliest", KSHARE_GROUP_SHARE_RECORD_LOCK_DURATION_MS=str(s.lock_ms),
-            KSHARE_GROUP_SHARE_DELIVERY_COUNT_LIMIT=str(s.limit), **self.env)
+            KSHARE_GROUP_SHARE_DELIVERY_COUNT_LIMIT=str(s.limit)), **self.env})
         argv = self.sidecar_argv or [sys.executable, "-m", "kshare_sidecar.cli"]
         self.sidecars[n] = self.nl.lab.popen(host, [*argv, "sidecar", "run", "--log-level", "INFO"], env=env,
                                              log=f"{self.dir.name}/sidecar{n}.log")

@@ -52,6 +52,8 @@ def confluent(args: argparse.Namespace, out) -> None:
             if not batch:
                 continue
             time.sleep(args.work_ms * len(batch) / 1000)
+            _drop(out, [m for m in batch if _held(args, m.key())], lambda m: (m.partition(), m.offset(),
+                                                                            m.delivery_count()))
             batch = [m for m in batch if not _held(args, m.key())]
             if not batch:
                 continue
@@ -93,6 +95,7 @@ async def asyncio_kind(args: argparse.Namespace, out) -> None:
             if not batch:
                 continue
             await asyncio.sleep(args.work_ms * len(batch) / 1000)
+            _drop(out, [r for r in batch if _held(args, r.key)], lambda r: (r.partition, r.offset, r.delivery_count))
             batch = [r for r in batch if not _held(args, r.key)]
             if not batch:
                 continue
@@ -110,6 +113,16 @@ def _held(args: argparse.Namespace, key: bytes | None) -> bool:
     """A poison record (``--hold-every K``: keys divisible by K): never acknowledged, so its lock
     expires and it comes back with its delivery count up, until the group's limit archives it."""
     return bool(args.hold_every) and key is not None and int(key) % args.hold_every == 0
+
+
+def _drop(out, records: list, fields) -> None:
+    """Poison records the application gives up without acknowledging (``"e": "HELD"``): its hold
+    ends here as far as the checker is concerned — the client may release them (librdkafka does
+    when their partition is revoked), or their lock runs out."""
+    t = round(time.time(), 3)
+    for r in records:
+        p, o, dc = fields(r)
+        out.write(json.dumps({"ev": "ack", "p": p, "o": o, "dc": dc, "ok": False, "e": "HELD", "t": t}) + "\n")
 
 
 def _confluent_error(exc: BaseException) -> str:
