@@ -95,6 +95,7 @@ class Backend:
         #: how long a lookup waits for a refresh of topics it has cached (describe_topics)
         self.stale_wait_s = 2.0
         self._suspended: str | None = None  # why every request fails at once (suspend)
+        self._inflight: set[asyncio.Future[Any]] = set()  # requests suspend() fails at once
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -140,10 +141,28 @@ class Backend:
         timeouts — a share fetch held its client's next requests for 30 s on a reconnect attempt
         to a backend cut off by a silent firewall."""
         self._suspended = reason
+        for task in list(self._inflight):
+            task.cancel()
         return drop_connections(self._client)
 
     def resume(self) -> None:
         self._suspended = None
+
+    async def _abortable(self, request: Any) -> Any:
+        """``request`` (a coroutine), failed at once by :meth:`suspend`: closing the connections
+        does not stop a request waiting to connect (aiokafka waits up to its request timeout, and
+        a silent firewall answers no SYN) — a read held that long kept a client's next requests
+        waiting behind it."""
+        task = asyncio.ensure_future(request)
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+        try:
+            return await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if self._suspended is not None and task.cancelled() and not (current and current.cancelling()):
+                raise BackendUnavailableError(E.NETWORK_EXCEPTION, self._suspended) from None
+            raise
 
     async def close(self) -> None:
         if self._health_task is not None:
@@ -478,7 +497,7 @@ class Backend:
     async def _send(self, node: int, request: KioRequest, *, group: ConnectionGroup = ConnectionGroup.DEFAULT) -> Any:
         client = self._require_client()
         try:
-            return await kio_send(client, node, request, group=group)
+            return await self._abortable(kio_send(client, node, request, group=group))
         except (RequestTimedOutError, asyncio.TimeoutError):
             raise BackendUnavailableError(E.REQUEST_TIMED_OUT, f"request to broker {node} timed out") from None
         except (KafkaError, OSError) as exc:

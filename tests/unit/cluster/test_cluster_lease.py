@@ -22,7 +22,8 @@ from kshare_sidecar.cluster.lease import Lease, safety_margin_ms
 from kshare_sidecar.cluster.view import ClusterView
 from kshare_sidecar.config import load_config
 from kshare_sidecar.log.types import TopicInfo
-from kshare_sidecar.persist import MemoryLog, MemoryPersister, SharePartitionKey, codec
+from kshare_sidecar.persist import MemoryLog, MemoryPersister, PartitionState, SharePartitionKey, codec
+from kshare_sidecar.persist.errors import CommitOutcomeUnknownError
 from kshare_sidecar.persist.codec import KIND_OWNER
 from kshare_sidecar.persist.ownership import share_partition_home
 from kshare_sidecar.service.cluster import ClusterMembership
@@ -175,10 +176,7 @@ async def test_a_lapsed_sidecar_serves_and_claims_nothing_until_renewed(pair):
     m._lapse()
     assert slot.dead and a.partitions.loaded("g", T.topic_id, 0) is None and not a.persister.owned
     assert a.view.leader(str(T.topic_id), 0) == -1  # no longer naming itself
-    other = next(p for p in range(2) if share_partition_home(str(T.topic_id), p, PARTS) != HOME) \
-        if share_partition_home(str(T.topic_id), 1, PARTS) != HOME else None
-    if other is not None:  # what others own is still named
-        assert a.view.leader(str(T.topic_id), other) in (2, -1)
+    assert a.view.owner((HOME + 1) % PARTS) == 2  # what others own is still named
     with pytest.raises(PartitionError) as err:
         await a.partitions.get("g", T.topic_id, 0, "t")
     assert err.value.code == ErrorCode.not_leader_or_follower
@@ -286,3 +284,94 @@ def test_codec_owner_marks_are_read_by_older_readers_as_the_epoch():
     assert codec.decode_owner(raw) == 9 and codec.decode_owner_mark(raw) == (9, 3, True)
     assert codec.decode_owner_mark(codec.encode_owner(4)) == (4, None, False)
     assert SharePartitionKey("g", "t", 0)  # keys unchanged
+
+
+async def test_only_a_heartbeat_takes_the_old_assignment_back_after_a_lapse(pair):
+    a, _b, _log, clock = pair
+    m = a.membership
+    m.renewed(clock.now)
+    m.target, m._confirmed = {HOME}, True
+    clock.now += 8.0
+    assert m.lease.check()
+    m._lapse()
+    assert not m._confirmed
+    m._changed.clear()
+    m.renewed(clock.now - 0.5, same_generation=False)  # a JoinGroup: a new generation, assignment unknown
+    assert not a.view.lapsed and not m._changed.is_set() and not m._confirmed
+    m.renewed(clock.now - 0.2, same_generation=True)  # a Heartbeat of the same generation: still ours
+    assert m._confirmed and m._changed.is_set()
+
+
+async def test_a_partition_lost_while_assigned_is_taken_back_after_its_holder_lets_go(pair):
+    a, _b, _log, clock = pair
+    m = a.membership
+    m.renewed(clock.now)
+    m.target, m._confirmed = {HOME}, True
+    a.view.update(ClusterMap(2, {1: a.view.endpoints, 2: {"PLAINTEXT": ("127.0.0.1", 9002)}}, {HOME: 1}))
+    epoch = await a.persister.acquire(HOME)
+    m._changed.clear()
+    a.persister._lose(HOME, epoch + 1)  # fenced by a sidecar that took it on a stale assignment
+    assert m._changed.is_set()  # the reconcile takes it back ...
+    m.tail = GroupConfigTail(bootstrap_servers="x:1", topic="s", partitions=PARTS, client_options={})
+    m.tail._read(HOME, codec.owner_key(HOME), codec.encode_owner(epoch + 1, 2))
+    assert m._holder(HOME) == (2, epoch + 1)  # ... once node 2, a member, has let go
+    m.tail._read(HOME, codec.owner_key(HOME), codec.encode_owner(epoch + 1, 2, released=True))
+    assert m._holder(HOME) is None
+    m.tail._read(HOME, codec.owner_key(HOME), codec.encode_owner(epoch + 2, 7))  # not a member: crashed
+    assert m._holder(HOME) is None
+
+
+async def test_a_lapse_answers_the_write_in_flight_at_once(pair):
+    a, _b, log, clock = pair
+    a.membership.renewed(clock.now)
+    epoch = await a.persister.acquire(HOME)
+    key = SharePartitionKey("g", str(T.topic_id), 0)
+    await a.persister.initialize(key, 0, 0)
+    gate = asyncio.Event()
+    commit = a.persister._commit
+
+    async def stuck(p, records):  # the backend is cut off: the commit hangs
+        await gate.wait()
+        await commit(p, records)
+
+    a.persister._commit = stuck
+    write = asyncio.create_task(a.persister.write(key, PartitionState(0, epoch, 5), epoch))
+    await asyncio.sleep(0.05)
+    a.persister.drop_all("the lease lapsed")
+    with pytest.raises(CommitOutcomeUnknownError):
+        await asyncio.wait_for(write, 1)
+    gate.set()
+
+
+def test_a_suspended_backend_fails_at_once_and_closes_its_connections():
+    from kshare_sidecar.log.backend import Backend
+    from kshare_sidecar.log.errors import BackendUnavailableError
+
+    class Conn:
+        closed = 0
+
+        def close(self):
+            Conn.closed += 1
+
+    backend = Backend("x:1")
+    backend._client = type("Client", (), {"_conns": {(1, 0): Conn(), (2, 0): Conn()}})()
+    assert backend.suspend("the lease lapsed") == 2 and Conn.closed == 2
+    with pytest.raises(BackendUnavailableError, match="the lease lapsed"):
+        backend._require_client()
+    backend.resume()
+    assert backend._require_client() is backend._client
+
+
+async def test_suspending_the_backend_fails_a_request_stuck_connecting():
+    from kshare_sidecar.log.backend import Backend
+    from kshare_sidecar.log.errors import BackendUnavailableError
+
+    backend = Backend("x:1")
+    backend._client = type("Client", (), {"_conns": {}})()
+    stuck = asyncio.create_task(backend._abortable(asyncio.sleep(3600)))  # a SYN nobody answers
+    await asyncio.sleep(0)
+    backend.suspend("the lease lapsed")
+    with pytest.raises(BackendUnavailableError, match="the lease lapsed"):
+        await asyncio.wait_for(stuck, 1)
+    backend.resume()
+    assert await backend._abortable(asyncio.sleep(0, "answered")) == "answered"
