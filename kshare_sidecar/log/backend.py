@@ -30,7 +30,7 @@ from ..metrics import STATS
 from ..protocol.types import TopicPartition
 from . import errors as E
 from .errors import BackendError, BackendUnavailableError, UnknownTopicError, error_for
-from .health import BackendHealth, aiokafka_gate, drop_connections
+from .health import BackendHealth, Suspension, aiokafka_gate
 from .kio_bridge import KioRequest
 from .kio_bridge import send as kio_send
 from .metadata import CachedTopic, MetadataAnswer, TopicCache, metadata_request, parse_metadata
@@ -94,8 +94,7 @@ class Backend:
         self.lease: Any = None
         #: how long a lookup waits for a refresh of topics it has cached (describe_topics)
         self.stale_wait_s = 2.0
-        self._suspended: str | None = None  # why every request fails at once (suspend)
-        self._inflight: set[asyncio.Future[Any]] = set()  # requests suspend() fails at once
+        self.suspension = Suspension()  # a lapsed cluster member's backend: every request fails at once
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -135,34 +134,11 @@ class Backend:
                     self.lease.renew(sent)
 
     def suspend(self, reason: str) -> int:
-        """Fail every request at once until :meth:`resume` (``reason`` says why), and close every
-        backend connection (requests in flight fail now; log/health.py says why): a cluster member
-        whose lease lapsed serves nothing, and must not keep its clients waiting out backend
-        timeouts — a share fetch held its client's next requests for 30 s on a reconnect attempt
-        to a backend cut off by a silent firewall."""
-        self._suspended = reason
-        for task in list(self._inflight):
-            task.cancel()
-        return drop_connections(self._client)
+        """Every request fails at once until :meth:`resume` (log/health.py, ``Suspension``)."""
+        return self.suspension.suspend(reason, self._client)
 
     def resume(self) -> None:
-        self._suspended = None
-
-    async def _abortable(self, request: Any) -> Any:
-        """``request`` (a coroutine), failed at once by :meth:`suspend`: closing the connections
-        does not stop a request waiting to connect (aiokafka waits up to its request timeout, and
-        a silent firewall answers no SYN) — a read held that long kept a client's next requests
-        waiting behind it."""
-        task = asyncio.ensure_future(request)
-        self._inflight.add(task)
-        task.add_done_callback(self._inflight.discard)
-        try:
-            return await task
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if self._suspended is not None and task.cancelled() and not (current and current.cancelling()):
-                raise BackendUnavailableError(E.NETWORK_EXCEPTION, self._suspended) from None
-            raise
+        self.suspension.resume()
 
     async def close(self) -> None:
         if self._health_task is not None:
@@ -225,11 +201,9 @@ class Backend:
         return {n: self._cache.by_name[n].info for n in wanted if n in self._cache.by_name}
 
     async def _refreshed(self, refresh: Any, *, stale_ok: bool) -> None:
-        """Await a refresh; with ``stale_ok`` (what is asked for is cached, only old) give up waiting
-        after ``stale_wait_s`` or at once while the backend is unreachable (health probe), and let it
-        finish in the background: an old entry beats a backend timeout (a client's Metadata request
-        answered in 30-40 s kept it from asking any other broker — a sidecar cut off from its backend,
-        its partitions already led by others)."""
+        """Await a refresh; with ``stale_ok`` (all cached, only old) at most ``stale_wait_s``, not at
+        all while the health probe finds the backend down, the rest in the background: an old entry
+        beats a timeout (a Metadata answer after 30-40 s kept a client from asking another broker)."""
         if not stale_ok:
             await refresh
             return
@@ -490,14 +464,14 @@ class Backend:
     def _require_client(self) -> AIOKafkaClient:
         if self._client is None:
             raise BackendError(E.UNKNOWN_SERVER_ERROR, "Backend is not started")
-        if self._suspended is not None:
-            raise BackendUnavailableError(E.NETWORK_EXCEPTION, self._suspended)
+        if self.suspension.reason is not None:
+            raise BackendUnavailableError(E.NETWORK_EXCEPTION, self.suspension.reason)
         return self._client
 
     async def _send(self, node: int, request: KioRequest, *, group: ConnectionGroup = ConnectionGroup.DEFAULT) -> Any:
         client = self._require_client()
         try:
-            return await self._abortable(kio_send(client, node, request, group=group))
+            return await self.suspension.abortable(kio_send(client, node, request, group=group))
         except (RequestTimedOutError, asyncio.TimeoutError):
             raise BackendUnavailableError(E.REQUEST_TIMED_OUT, f"request to broker {node} timed out") from None
         except (KafkaError, OSError) as exc:

@@ -17,6 +17,7 @@ the one line an operator needs. So:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
@@ -151,3 +152,39 @@ def drop_connections(client: Any) -> int:
         except Exception:  # noqa: BLE001 - closing is best effort; the next request reconnects
             log.debug("closing a backend connection failed", exc_info=True)
     return closed
+
+
+class Suspension:
+    """A backend that must not be waited for: every request fails at once until resumed.
+
+    A cluster member whose lease lapsed (cluster/lease.py) serves nothing, and must not keep its
+    clients waiting out backend timeouts. Closing the connections fails the requests on them, but
+    not a request waiting to connect (aiokafka waits up to its request timeout, and a silent
+    firewall answers no SYN): a share fetch's read held that long kept the client's next requests
+    waiting behind it. So requests run as tasks this cancels."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+        self._inflight: set[asyncio.Future[Any]] = set()
+
+    def suspend(self, reason: str, client: Any) -> int:
+        self.reason = reason
+        for task in list(self._inflight):
+            task.cancel()
+        return drop_connections(client)
+
+    def resume(self) -> None:
+        self.reason = None
+
+    async def abortable(self, request: Any) -> Any:
+        """Await ``request`` (a coroutine); :class:`ConnectionAbortedError` when a suspension ends it."""
+        task = asyncio.ensure_future(request)
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+        try:
+            return await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if self.reason is not None and task.cancelled() and not (current and current.cancelling()):
+                raise ConnectionAbortedError(self.reason) from None
+            raise

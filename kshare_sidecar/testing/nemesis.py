@@ -18,7 +18,8 @@ reads it and names every violation of what a production queue promises:
 * **count went down** — a later delivery of a record with a smaller delivery count; and a
   **count repeated** — two deliveries with one count with no *unplanned* change of owner in
   between (Kafka's accepted imprecision after a crash: acquisitions are not persisted; a planned
-  handover writes them, persist/cluster.py);
+  handover writes them, persist/cluster.py). A sidecar reloading a share-partition from the state
+  topic after a write whose outcome it could not know counts as unplanned too (``reloads``);
 * **zombie** — a delivery by a sidecar (where the client names it) after its tenure of the
   record's state partition ended;
 * **SPSO went back** — within a state epoch, the state topic's snapshots of a share-partition;
@@ -101,6 +102,10 @@ class History:
     heals: list[tuple[str, float]] = field(default_factory=list)  # (what, when)
     exits: dict[str, int | None] = field(default_factory=dict)  # sidecar -> exit code during the run
     starts: dict[int, int] = field(default_factory=dict)  # user partition -> first offset consumed
+    #: user partition -> when a sidecar reloaded its share-partition from the state topic (its log:
+    #: after a state write whose outcome it could not know); records in flight come back with the
+    #: counts last written, as after an unplanned change of owner
+    reloads: dict[int, list[float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -138,26 +143,23 @@ def tenures_from(marks: list[tuple[float, int, int | None, bool]]) -> list[Tenur
 
 
 class _Owners:
-    """Changes of owner per state partition, searchable by time."""
+    """Changes of owner per state partition (and reloads per user partition), searchable by time."""
 
-    def __init__(self, tenures: dict[int, list[Tenure]]) -> None:
+    def __init__(self, tenures: dict[int, list[Tenure]], reloads: dict[int, list[float]]) -> None:
         self.tenures = tenures
+        self.reloads = {p: sorted(ts) for p, ts in reloads.items()}
         self.changes: dict[int, list[float]] = {}  # every takeover after the first
         self.unplanned: dict[int, list[float]] = {}  # takeovers whose predecessor left no mark
         for sp, ts in tenures.items():
             self.changes[sp] = [t.start for t in ts[1:]]
             self.unplanned[sp] = [b.start for a, b in zip(ts, ts[1:]) if not a.planned]
 
-    def next_change(self, sp: int, after: float) -> float:
-        """The first change of owner of ``sp`` after ``after`` (inf: none)."""
-        starts = self.changes.get(sp, [])
-        i = bisect.bisect_right(starts, after)
-        return starts[i] if i < len(starts) else float("inf")
+    def next_change(self, sp: int, after: float, p: int = -1) -> float:
+        """The first change of owner of ``sp`` (or reload of ``p``) after ``after`` (inf: none)."""
+        return min(_next(self.changes.get(sp, []), after), _next(self.reloads.get(p, []), after))
 
-    def unplanned_between(self, sp: int, lo: float, hi: float) -> bool:
-        starts = self.unplanned.get(sp, [])
-        i = bisect.bisect_right(starts, lo)
-        return i < len(starts) and starts[i] <= hi
+    def unplanned_between(self, sp: int, lo: float, hi: float, p: int = -1) -> bool:
+        return min(_next(self.unplanned.get(sp, []), lo), _next(self.reloads.get(p, []), lo)) <= hi
 
     def tenure_at(self, sp: int, node: int, t: float) -> Tenure | None:
         """``node``'s tenure of ``sp`` covering ``t`` (None: it owned no tenure then)."""
@@ -168,7 +170,7 @@ class _Owners:
 
 
 def check(h: History, *, tolerance_s: float = 1.0, unserved_bound_s: float = 15.0) -> Report:
-    owners = _Owners(h.tenures)
+    owners = _Owners(h.tenures, h.reloads)
     by_record: dict[tuple[int, int], list[Delivery]] = defaultdict(list)
     for d in h.deliveries:
         by_record[(d.p, d.o)].append(d)
@@ -245,7 +247,7 @@ def _holds_and_counts(h: History, owners: _Owners, by_record: dict, tolerance_s:
         sp = h.home.get(p, -1)
         for i, first in enumerate(ds):
             end = min(first.t + h.lock_s, ack_end.get((first.consumer, p, o, first.dc), float("inf")))
-            change = owners.next_change(sp, first.t - tolerance_s)
+            change = owners.next_change(sp, first.t - tolerance_s, p)
             for later in ds[i + 1:]:
                 if later.t + tolerance_s >= end:
                     break
@@ -253,16 +255,17 @@ def _holds_and_counts(h: History, owners: _Owners, by_record: dict, tolerance_s:
                     voided += 1
                     continue
                 held.append((p, o, first.consumer, first.t, first.dc, later.consumer, later.t, later.dc))
-            if first.node is not None and owners.tenures.get(sp) \
+            if first.node is not None and any(t.node is not None for t in owners.tenures.get(sp, [])) \
                     and owners.tenure_at(sp, first.node, first.t - tolerance_s) is None \
                     and owners.tenure_at(sp, first.node, first.t) is None:
                 zombies.append((p, o, first.node, first.t))
         for a, b in zip(ds, ds[1:]):
             if b.dc < a.dc and b.t - a.t > tolerance_s:
                 down.append((p, o, a.dc, a.t, b.dc, b.t))
-            elif b.dc == a.dc and not owners.unplanned_between(sp, a.t - tolerance_s, b.t + tolerance_s):
+            elif b.dc == a.dc and not owners.unplanned_between(sp, a.t - tolerance_s, b.t + tolerance_s, p):
                 repeated.append((p, o, a.dc, a.consumer, a.t, b.consumer, b.t))
     stats["voided_by_owner_change"] = voided
+    stats["reloads"] = sum(len(ts) for ts in h.reloads.values())
     stats["redeliveries"] = sum(len(ds) - 1 for ds in by_record.values())
     v: list[str] = []
     if held:
@@ -318,6 +321,11 @@ def _unserved(h: History, owners: _Owners, bound_s: float, stats: dict,
     stats["unplanned_takeovers"] = sum(len(s) for s in owners.unplanned.values())
     stats["takeovers"] = sum(len(s) for s in owners.changes.values())
     return v
+
+
+def _next(times: list[float], after: float) -> float:
+    i = bisect.bisect_right(times, after)
+    return times[i] if i < len(times) else float("inf")
 
 
 def accepted_times(acks: list[Ack]) -> dict[tuple[int, int], float]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -442,13 +443,27 @@ class Run:
         if done.returncode != 0:
             raise RuntimeError(f"dumping the state topic failed: {done.stderr[-2000:]}")
         (self.dir / "run.json").write_text(json.dumps({
-            "group": self.group, "settings": dataclasses.asdict(self.settings), "exits": self.exits,
+            "group": self.group, "topic": self.topic, "settings": dataclasses.asdict(self.settings),
+            "exits": self.exits, "reloads": self.reloads(),
             "faults": [dataclasses.asdict(f) for f in self.faults],
             "clients": [[h, str(p)] for h, p in self.client_paths]}))
         return self.history(dump)
 
     def history(self, dump: Path) -> History:
         return history_of(self.dir)
+
+    def reloads(self) -> dict[int, list[float]]:
+        """Per user partition, when a sidecar reloaded its share-partition from the state topic
+        (its log, persist/ and service/partitions.py: after a write whose outcome was unknown)."""
+        pattern = re.compile(rf"(\S+ \S+) WARNING kshare.partitions: share-partition group={re.escape(self.group)} "
+                             rf"partition={re.escape(self.topic)}-(\d+) reloads from the state topic")
+        out: dict[int, list[float]] = {}
+        for n in self.sidecars:
+            for line in self.sidecar_log(n).splitlines():
+                m = pattern.match(line)
+                if m:
+                    out.setdefault(int(m.group(2)), []).append(log_time(m.group(1)))
+        return out
 
 
 def history_of(run_dir: Path) -> History:
@@ -492,16 +507,15 @@ def history_of(run_dir: Path) -> History:
     heals = [(f["what"], f["healed"]) for f in meta["faults"] if f["healed"] is not None]
     return History(ends=ends, deliveries=deliveries, acks=acks, home=home,
                    tenures={sp: tenures_from(m) for sp, m in marks.items()}, snapshots=snaps,
-                   lock_s=s.lock_ms / 1000, limit=s.limit, heals=heals, exits=meta["exits"], starts=starts)
+                   lock_s=s.lock_ms / 1000, limit=s.limit, heals=heals, exits=meta["exits"], starts=starts,
+                   reloads={int(p): ts for p, ts in meta.get("reloads", {}).items()})
 
 
-if __name__ == "__main__":
-    for arg in sys.argv[1:]:
-        print(arg, check(history_of(Path(arg)), unserved_bound_s=float(json.loads(
-            (Path(arg) / "run.json").read_text())["settings"]["unserved_bound_s"])).text())
-
-    def check(self, history: History):
-        return check(history, unserved_bound_s=self.settings.unserved_bound_s)
+def log_time(stamp: str) -> float:
+    """A sidecar log line's time ("2026-11-29 06:25:23,198", the machine's local time)."""
+    day, rest = stamp.split(" ")
+    clock, ms = rest.split(",")
+    return time.mktime(time.strptime(f"{day} {clock}", "%Y-%m-%d %H:%M:%S")) + int(ms) / 1000
 
 
 def _lines(path: Path) -> list[str]:
@@ -520,51 +534,7 @@ def wait_until(predicate, timeout: float, step: float = 0.5) -> bool:
     return predicate()
 
 
-# -- the seeded schedule ----------------------------------------------------------------------------
-#: fault classes a schedule chooses from (and how their unserved bound is read: "client" faults cut
-#: client links, which clients notice only at their own request timeouts)
-KINDS = ("cut-backend", "cut-clients", "split", "slow", "flap", "isolate-broker")
-
-
-def apply(run: Run, kind: str, rng: random.Random) -> str:
-    """Start one fault of ``kind`` on a target chosen by ``rng``; what it did, for the log."""
-    s = run.settings
-    n = rng.randint(1, s.sidecars)
-    if kind == "cut-backend":
-        return run.cut_from_backend(n).what
-    if kind == "cut-clients":
-        return run.cut_from_clients_and_peers(n).what
-    if kind == "split":
-        side = rng.sample(run.nl.sidecar_hosts, max(1, s.sidecars // 2)) + \
-            rng.sample(run.nl.client_hosts, max(1, len(s.clients) // 4))
-        return run.split(side).what
-    if kind == "slow":
-        return run.slow_backend(n, rng.choice((200, 400, 800))).what
-    if kind == "flap":
-        return run.flap(n, rng.uniform(3, 10), rng.uniform(2, 5), seed=rng.randrange(1 << 30)).what
-    if kind == "isolate-broker":
-        return run.isolate_broker(rng.randint(1, s.brokers)).what
-    raise ValueError(f"unknown fault kind {kind!r} (one of {', '.join(KINDS)})")
-
-
-def schedule(run: Run, seed: int, minutes: float, log) -> list[tuple[float, str]]:
-    """Faults chosen by ``random.Random(seed)`` for ``minutes``: one or two at a time (a
-    combination), each 10-40 s, then everything healed and 10-30 s of quiet; returns what was done
-    when (seconds from the start). Replay: the same seed on the same settings."""
-    rng = random.Random(seed)
-    kinds = [k for k in KINDS if k != "isolate-broker" or run.settings.brokers >= 3]
-    started, timeline = time.monotonic(), []
-    while time.monotonic() - started < minutes * 60:
-        chosen = [rng.choice(kinds)]
-        if rng.random() < 0.3:
-            chosen.append(rng.choice(kinds))
-        for kind in chosen:
-            what = apply(run, kind, rng)
-            timeline.append((round(time.monotonic() - started, 1), what))
-            log(f"[nemesis seed={seed}] +{timeline[-1][0]:.0f} s: {what}")
-        time.sleep(rng.uniform(10, 40))
-        run.heal()
-        timeline.append((round(time.monotonic() - started, 1), "heal"))
-        log(f"[nemesis seed={seed}] +{timeline[-1][0]:.0f} s: heal")
-        time.sleep(rng.uniform(10, 30))
-    return timeline
+if __name__ == "__main__":
+    for arg in sys.argv[1:]:
+        bound = json.loads((Path(arg) / "run.json").read_text())["settings"]["unserved_bound_s"]
+        print(arg, check(history_of(Path(arg)), unserved_bound_s=float(bound)).text())

@@ -38,7 +38,8 @@ from pathlib import Path
 import pytest
 
 from kshare_sidecar.testing.nemesis import History, check
-from tests.e2e.nemesis_lab import NemesisLab, Run, Settings, schedule
+from tests.e2e.nemesis_lab import NemesisLab, Run, Settings, log_time
+from tests.e2e.nemesis_schedule import schedule
 from tests.e2e.netlab import available
 
 WHY = available() or (None if shutil.which("iptables") else "needs iptables")
@@ -105,15 +106,8 @@ def lapse_times(run: Run, n: int) -> list[float]:
     for line in run.sidecar_log(n).splitlines():
         m = re.match(r"(\S+ \S+) ERROR kshare.cluster: cluster \S+: node \d+ stopped serving", line)
         if m:
-            out.append(_stamp(m.group(1)))
+            out.append(log_time(m.group(1)))
     return out
-
-
-def _stamp(text: str) -> float:
-    import datetime
-    return datetime.datetime.strptime(text, "%Y-%m-%d %H:%M:%S,%f").replace(
-        tzinfo=datetime.timezone.utc).timestamp() if time.timezone == 0 else \
-        time.mktime(time.strptime(text.split(",")[0], "%Y-%m-%d %H:%M:%S")) + int(text.split(",")[1]) / 1000
 
 
 def takeovers_from(history: History, node: int, after: float) -> dict[int, float]:

@@ -363,15 +363,18 @@ def test_a_suspended_backend_fails_at_once_and_closes_its_connections():
 
 
 async def test_suspending_the_backend_fails_a_request_stuck_connecting():
-    from kshare_sidecar.log.backend import Backend
-    from kshare_sidecar.log.errors import BackendUnavailableError
+    from kshare_sidecar.log.health import Suspension
 
-    backend = Backend("x:1")
-    backend._client = type("Client", (), {"_conns": {}})()
-    stuck = asyncio.create_task(backend._abortable(asyncio.sleep(3600)))  # a SYN nobody answers
+    suspension = Suspension()
+    stuck = asyncio.create_task(suspension.abortable(asyncio.sleep(3600)))  # a SYN nobody answers
     await asyncio.sleep(0)
-    backend.suspend("the lease lapsed")
-    with pytest.raises(BackendUnavailableError, match="the lease lapsed"):
+    assert suspension.suspend("the lease lapsed", None) == 0
+    with pytest.raises(ConnectionAbortedError, match="the lease lapsed"):
         await asyncio.wait_for(stuck, 1)
-    backend.resume()
-    assert await backend._abortable(asyncio.sleep(0, "answered")) == "answered"
+    suspension.resume()
+    assert await suspension.abortable(asyncio.sleep(0, "answered")) == "answered"
+    outer = asyncio.create_task(suspension.abortable(asyncio.sleep(3600)))
+    await asyncio.sleep(0)
+    outer.cancel()  # the caller's own cancellation stays a cancellation
+    with pytest.raises(asyncio.CancelledError):
+        await outer

@@ -95,3 +95,13 @@ def test_spso_back_unserved_and_died():
 def test_tenures_come_from_owner_records_in_log_order():
     assert tenures_from([(1.0, 1, 1, False), (2.0, 1, 1, True), (3.0, 2, 2, False), (5.0, 3, 1, False)]) == [
         Tenure(1, 1, 1.0, 2.0, planned=True), Tenure(2, 2, 3.0, 5.0), Tenure(3, 1, 5.0)]
+
+
+def test_a_reload_from_the_state_topic_counts_as_unplanned_and_a_single_sidecar_has_no_tenures_by_node():
+    acks = [Ack("b", 0, 0, 1, True, T0 + 40)]
+    same = [Delivery("a", 0, 0, 1, T0), Delivery("a", 0, 0, 1, T0 + 5)]
+    assert not check(history(same, acks, ends={0: 1}, snapshots={})).ok
+    assert check(history(same, acks, ends={0: 1}, snapshots={}, reloads={0: [T0 + 2]})).ok
+    single = {3: [Tenure(1, None, T0 - 100)]}  # a single sidecar's owner records name no node
+    ds = [Delivery("a", 0, 0, 1, T0, node=1)]
+    assert check(history(ds, [Ack("a", 0, 0, 1, True, T0 + 1)], ends={0: 1}, snapshots={}, tenures=single)).ok
