@@ -248,6 +248,15 @@ class ClusterOwnershipMixin:
             del self._entities[k]
         self._notify(self.released_listeners, p, gone)
 
+    def abandon(self, p: int) -> None:
+        """A takeover of ``p`` no longer assigned: it stops before it writes its owner record."""
+        if self.blocked.get(p) == "acquiring":
+            self.blocked[p] = "unowned"
+
+    def lose(self, p: int, newer: int) -> None:
+        """A newer owner of ``p`` was seen (the state topic's tail): drop ``p`` now."""
+        self._lose(p, newer)
+
     def _lose(self, p: int, newer: int) -> None:
         """Fenced by a newer owner of ``p`` without the group having told us yet: drop ``p`` only."""
         if p not in self.owned and self.blocked.get(p) == "unowned":

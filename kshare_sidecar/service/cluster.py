@@ -168,9 +168,8 @@ class ClusterMembership(ConsumerRebalanceListener):
             self._consumer.pause(*assigned)  # membership only: never fetch the state topic here
         self.target = {tp.partition for tp in assigned if tp.topic == self.topic}
         self._confirmed = True
-        for p, reason in list(self.persister.blocked.items()):
-            if reason == "acquiring" and p not in self.target:
-                self.persister.blocked[p] = "unowned"  # its takeover stops before it writes its owner record
+        for p in [p for p, reason in self.persister.blocked.items() if reason == "acquiring" and p not in self.target]:
+            self.persister.abandon(p)
         self.assignments += 1
         log.info("cluster %s: this sidecar (node %d) is assigned state partitions %s", self.name,
                  self.view.node_id, sorted(self.target))
@@ -258,7 +257,7 @@ class ClusterMembership(ConsumerRebalanceListener):
         epoch, node, _released = mark
         ours = self.persister.epoch_of(p) if p in self.persister.owned else None
         if ours is not None and epoch > ours and node != self.view.node_id:
-            self.persister._lose(p, epoch)
+            self.persister.lose(p, epoch)
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self, wait_s: float) -> None:
