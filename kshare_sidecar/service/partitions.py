@@ -220,14 +220,14 @@ class SharePartitionManager:
     # -- loading -----------------------------------------------------------------------------
     async def get(self, group_id: str, topic_id: uuid.UUID, partition: int, topic: str) -> Slot:
         key = SharePartitionKey(group_id, str(topic_id), partition)
-        slot = self.slots.get(key)
-        if slot is not None:
-            return slot
-        if not self.leads(topic_id, partition):
+        if not self.leads(topic_id, partition):  # a loaded slot too: past the lease it serves nothing
             raise PartitionError(ErrorCode.not_leader_or_follower,
                                  f"partition {topic}-{partition} is led by another sidecar" if self.cluster
                                  else f"partition {topic}-{partition}: the backend has not answered for longer "
                                       f"than this sidecar's lease")
+        slot = self.slots.get(key)
+        if slot is not None:
+            return slot
         task = self._loading.get(key)
         if task is None:
             task = self._loading[key] = asyncio.create_task(self._load(key, topic))
