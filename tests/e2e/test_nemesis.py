@@ -38,7 +38,8 @@ from pathlib import Path
 import pytest
 
 from kshare_sidecar.testing.nemesis import History, check
-from tests.e2e.nemesis_lab import NemesisLab, Run, Settings, log_time
+from tests.e2e.nemesis_history import log_time
+from tests.e2e.nemesis_lab import NemesisLab, Run, Settings
 from tests.e2e.nemesis_schedule import schedule
 from tests.e2e.netlab import available
 
