@@ -203,14 +203,20 @@ class Backend:
     async def _refreshed(self, refresh: Any, *, stale_ok: bool) -> None:
         """Await a refresh; with ``stale_ok`` (all cached, only old) at most ``stale_wait_s``, not at
         all while the health probe finds the backend down, the rest in the background: an old entry
-        beats a timeout (a Metadata answer after 30-40 s kept a client from asking another broker)."""
+        beats a timeout (a Metadata answer after 30-40 s kept a client from asking another broker).
+        Nor is a suspended backend asked (log/health.py): a lapsed cluster member answers Metadata
+        from what it has — an error there kept a librdkafka consumer asking that sidecar, which
+        named no leader, for a minute instead of the sidecars that did."""
         if not stale_ok:
             await refresh
+            return
+        if self.suspension.reason is not None:
+            refresh.close()  # never started: the outage is told by the health lines
             return
         task = asyncio.ensure_future(refresh)
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
         done, _ = await asyncio.wait({task}, timeout=self.stale_wait_s if self.health.up else 0)
-        if done:
+        if done and self.suspension.reason is None:  # suspended meanwhile: its failure says nothing new
             task.result()
 
     async def refresh_topics(self, names: Iterable[str]) -> None:
