@@ -23,8 +23,8 @@ def history_of(run_dir: Path) -> History:
     s, group = meta["settings"], meta["group"]  # the lab's Settings, as a dict
     dump = run_dir / "state.jsonl"
     deliveries, acks = [], []
-    for host, path in ((h, Path(p)) for h, p in meta["clients"]):
-        for line in _lines(path):
+    for host, path in ((h, run_dir / Path(p).name) for h, p in meta["clients"]):  # the run dir may have moved
+        for line in event_lines(path):
             e = json.loads(line)
             if e["ev"] == "rec":
                 deliveries.append(Delivery(host, e["p"], e["o"], e["dc"], e["t"], e.get("n")))
@@ -35,7 +35,7 @@ def history_of(run_dir: Path) -> History:
     topic_id = None
     ends: dict[int, int] = {}
     starts: dict[int, int] = {}
-    for line in _lines(dump):
+    for line in event_lines(dump):
         r = json.loads(line)
         if "ends" in r:
             ends = {int(p): e for p, e in r["ends"].items()}
@@ -68,7 +68,7 @@ def log_time(stamp: str) -> float:
     return time.mktime(time.strptime(f"{day} {clock}", "%Y-%m-%d %H:%M:%S")) + int(ms) / 1000
 
 
-def _lines(path: Path) -> list[str]:
+def event_lines(path: Path) -> list[str]:
     if not path.exists():
         return []
     return [line for line in path.read_text().splitlines() if line.strip() and

@@ -35,7 +35,7 @@ from kshare_sidecar.testing.kafka import KafkaBroker, _cluster_id
 from kshare_sidecar.testing.maven import kafka_libs, require_tool
 from kshare_sidecar.testing.process import die_with_parent
 from kshare_sidecar.testing.nemesis import History
-from tests.e2e.nemesis_history import history_of, log_time
+from tests.e2e.nemesis_history import event_lines, history_of, log_time
 from tests.e2e.netlab import Lab, client_env
 
 HERE = Path(__file__).parent
@@ -305,12 +305,12 @@ class Run:
 
     # -- progress -------------------------------------------------------------------------------
     def accepted_count(self) -> int:
-        return sum(sum(1 for line in _lines(path) if '"ev": "ack"' in line and '"ok": true' in line)
+        return sum(sum(1 for line in event_lines(path) if '"ev": "ack"' in line and '"ok": true' in line)
                    for _h, path in self.client_paths)
 
     def produced(self) -> dict[int, int]:
         ends: dict[int, int] = {}
-        for line in _lines(self.produced_path):
+        for line in event_lines(self.produced_path):
             p, o = map(int, line.split())
             ends[p] = max(ends.get(p, 0), o + 1)
         return ends
@@ -338,7 +338,7 @@ class Run:
         seen = set()
         limit = self.settings.limit
         for _h, path in self.client_paths:
-            for line in _lines(path):
+            for line in event_lines(path):
                 if ('"ev": "ack"' in line and '"ok": true' in line) or \
                         ('"ev": "rec"' in line and f'"dc": {limit},' in line):
                     e = json.loads(line)
