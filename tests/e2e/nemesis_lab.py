@@ -277,6 +277,12 @@ class Run:
     def start(self) -> None:
         """The cluster, the producer (backlog, then the steady rate) and the consumers."""
         s = self.settings
+        made = self.nl.lab.run("prod", [sys.executable, str(HERE / "nemesis_tools.py"), "state-topic", "--bootstrap",
+                                        self.nl.bootstrap, "--topic", self.state_topic, "--partitions",
+                                        str(s.state_partitions), "--replication", str(min(3, s.brokers))],
+                               env=client_env(), timeout=120)
+        if made.returncode != 0:  # the checker needs every owner record: no compaction during the run
+            raise RuntimeError(f"creating the state topic failed: {made.stderr[-2000:]}")
         for n in range(1, s.sidecars + 1):
             self.start_sidecar(n, wait=False)
         for n in range(1, s.sidecars + 1):

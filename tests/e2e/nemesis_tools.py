@@ -2,6 +2,8 @@
 
 * ``produce`` — create the topic, produce a backlog, then a steady rate until SIGTERM, straight to
   the backend; one ``"partition offset"`` line per record the backend confirmed;
+* ``state-topic`` — the run's state topic, compacted but never compacted *during* the run (the
+  checker reads its whole history);
 * ``dump`` — the state topic, every record with its partition, offset and timestamp (JSON lines),
   then one ``{"ends": ..., "starts": ...}`` line: the topic's end and start offsets.
 """
@@ -104,6 +106,22 @@ async def _dump(args: argparse.Namespace) -> None:
     out.close()
 
 
+def state_topic(args: argparse.Namespace) -> int:
+    """The run's state topic, made before the sidecars start: compacted (as kshare requires) but
+    with segments that never roll during a run. The checker reads every owner record and snapshot
+    from it afterwards; kshare's own settings (10-minute segments) let the log cleaner remove
+    superseded ones in a long run, and the history would then show tenures missing (deliveries
+    "outside any tenure", owner changes unseen)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": args.bootstrap})
+    configs = {"cleanup.policy": "compact", "segment.ms": str(7 * 24 * 3600 * 1000),
+               "segment.bytes": str(1 << 30), "min.cleanable.dirty.ratio": "0.99"}
+    futures = admin.create_topics([NewTopic(args.topic, args.partitions, args.replication, config=configs)])
+    futures[args.topic].result(60)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -115,6 +133,11 @@ def main() -> int:
     p.add_argument("--backlog", type=int, default=0)
     p.add_argument("--rate", type=float, default=100.0)
     p.add_argument("--out", required=True)
+    st = sub.add_parser("state-topic")
+    st.add_argument("--bootstrap", required=True)
+    st.add_argument("--topic", required=True)
+    st.add_argument("--partitions", type=int, required=True)
+    st.add_argument("--replication", type=int, default=1)
     d = sub.add_parser("dump")
     d.add_argument("--bootstrap", required=True)
     d.add_argument("--state-topic", required=True)
@@ -125,6 +148,8 @@ def main() -> int:
     args = ap.parse_args()
     if args.cmd == "produce":
         return produce(args)
+    if args.cmd == "state-topic":
+        return state_topic(args)
     asyncio.run(_dump(args))
     return 0
 
