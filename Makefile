@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: jvm demo test test-fast typecheck test-spark bench fuzz test-fencing test-parity test-parity-debts test-cluster-faults test-sidecar-cluster test-franz test-kafka-apps test-topology test-tansu test-tokens test-console test-containers test-migration test-backends test-dlq soak test-soak test-hostile clean
+.PHONY: jvm demo test test-fast typecheck test-spark bench fuzz test-fencing test-parity test-parity-debts test-cluster-faults test-sidecar-cluster test-franz test-kafka-apps test-topology test-tansu test-tokens test-console test-containers test-migration test-backends test-dlq soak test-soak test-hostile test-nemesis nemesis-schedule clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -132,6 +132,25 @@ test-migration: $(STAMP) jvm
 test-backends: $(STAMP) jvm
 	$(PY) -m pytest -q -rfEs --run backends tests/e2e/backends; rc=$$?; \
 		$(PY) -m kshare_sidecar.testing.matrix; exit $$rc
+
+# The nemesis (docs/testing.md, "The nemesis"): a cluster of sidecars on network namespaces under a
+# share-consume while links are cut, split, slowed, flapped; each fault class NEMESIS_REPEAT times,
+# the checker over every run; root, iproute2, iptables; opt-in (about two hours on a quiet machine).
+NEMESIS_REPEAT ?= 5
+test-nemesis: $(STAMP) jvm
+	$(PY) -m pytest -q -rfEs -s -p tests.e2e.nemesis_options --run nemesis --timeout 1800 \
+		--nemesis-repeat $(NEMESIS_REPEAT) tests/e2e/test_nemesis.py
+
+# A seeded random schedule of the nemesis' faults (one or two at a time) for MINUTES; a failure
+# prints the seed: `make nemesis-schedule MINUTES=30 SEED=1234` replays it. NEMESIS_BROKERS=3: a
+# 3-broker backend (broker isolation in the mix).
+MINUTES ?= 30
+SEED ?=
+NEMESIS_BROKERS ?= 1
+nemesis-schedule: $(STAMP) jvm
+	$(PY) -m pytest -q -rfEs -s -p tests.e2e.nemesis_options --run nemesis \
+		--timeout $$(( $(MINUTES) * 60 + 1800 )) --nemesis-minutes $(MINUTES) --nemesis-brokers $(NEMESIS_BROKERS) \
+		$(if $(SEED),--nemesis-seed $(SEED)) tests/e2e/test_nemesis.py -k test_seeded_schedule
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache

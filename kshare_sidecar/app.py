@@ -34,6 +34,7 @@ from .auth.authorizer import AuthorizerError, BackendAuthorizer, backend_authori
 from .protocol.constants import SCRAM_MECHANISMS
 from .quota.client_quotas import ClientQuotas, client_quotas
 from .auth.tls import server_ssl_context
+from .cluster.lease import single_lease
 from .cluster.view import ClusterView
 from .config import ConfigError, ListenerSpec, SidecarConfig
 from .config.checks import check_cluster_config
@@ -132,6 +133,8 @@ class Sidecar:
                                security=self.security)
         await self.backend.start()
         restored = self._build_services()
+        if not cfg.cluster.name:  # a single sidecar's lease: its backend answering (cluster/lease.py)
+            self.backend.lease = self.partitions.lease = single_lease(cfg)
         first = specs[0]
         self.node = NodeIdentity(node_id=cfg.server.node_id, host=first.advertised_host,
                                  port=first.advertised_port or 0, cluster_id=cfg.server.cluster_id)
@@ -247,7 +250,7 @@ class Sidecar:
                                                                   **persister_options(cfg, self.security))
         if cfg.cluster.name:  # a cluster of sidecars: own only what the group assigns
             check_cluster_config(cfg, specs, self.persister)
-            self.persister.enable_cluster()
+            self.persister.enable_cluster(cfg.server.node_id)
         await self.persister.start()
         log.info("share state recovered from persister %r: %s", cfg.plugins.persister, self.persister.recovery_stats)
         if hasattr(self.persister, "superseded_listeners"):  # fencing
@@ -421,14 +424,17 @@ class Sidecar:
         metadata_api.register(registry, BackendCatalog(self.backend, hidden), backend=pool, cluster=view,
                               backend_operations=self._backend_operations)
         coordinator_api.register(registry, check=pool.check_coordinator if pool is not None else None, cluster=view)
+        self.group_configs = GroupConfigTail(bootstrap_servers=cfg.backend.bootstrap_servers,
+                                             topic=self.persister.topic, partitions=self.persister.partitions,
+                                             client_options=self.security.aiokafka_options())
         self.membership = ClusterMembership(
             name=cfg.cluster.name, persister=self.persister, view=view,
             bootstrap_servers=cfg.backend.bootstrap_servers, client_options=self.security.aiokafka_options(),
             session_timeout_ms=cfg.cluster.session_timeout_ms,
-            heartbeat_interval_ms=cfg.cluster.heartbeat_interval_ms)
-        self.group_configs = GroupConfigTail(bootstrap_servers=cfg.backend.bootstrap_servers,
-                                             topic=self.persister.topic, partitions=self.persister.partitions,
-                                             client_options=self.security.aiokafka_options())
+            heartbeat_interval_ms=cfg.cluster.heartbeat_interval_ms, tail=self.group_configs)
+        self.partitions.lease = self.membership.lease
+        self.membership.on_lapse.append(lambda: self.backend.suspend("this sidecar's cluster lease lapsed"))
+        self.membership.on_renew.append(self.backend.resume)
         self.group_configs.listeners.append(self.partitions.reconfigure_group)
         await self.group_configs.start()
         self.admin.remote_group_configs = self.group_configs.configs
@@ -489,3 +495,4 @@ def _load_assignors(default: str) -> dict[str, Callable[..., Any]]:
             log.error("assignor %r could not be built and cannot be chosen by share.assignor: %s: %s",
                       name, type(exc).__name__, exc)
     return out
+

@@ -123,7 +123,10 @@ def forwarding(check, cluster: Any = None):
             if denied is not None:
                 out.append(denied)
                 continue
-            problem = await check(key_type, key) if key_type in (GROUP, TRANSACTION) else None
+            # a sidecar whose lease lapsed (cluster/view.py) answers from its view at once: its
+            # backend may be what is cut off, and the client must go on to another sidecar
+            lapsed = cluster is not None and cluster.lapsed and key_type == GROUP
+            problem = await check(key_type, key) if key_type in (GROUP, TRANSACTION) and not lapsed else None
             out.append(_failed(key, *problem) if problem else _coordinator(ctx, key, key_type, transactions=True,
                                                                            cluster=cluster))
         return _shape(ctx, out)

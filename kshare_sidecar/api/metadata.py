@@ -8,6 +8,7 @@ ID* (v12+, name null). Topics are never auto-created.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
 import uuid
@@ -30,6 +31,12 @@ MIN_VERSION, MAX_VERSION = 0, 13
 _FIRST_ID_LOOKUP_VERSION = 12
 _ZERO_UUID = uuid.UUID(int=0)
 _NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
+
+
+#: in a cluster of sidecars, how long Metadata waits for the backend's own answer (epochs,
+#: auto-creation) before answering from what it has: clients of a sidecar cut off from its backend
+#: must learn of the other sidecars' leadership promptly
+BACKEND_WAIT_S = 3.0
 
 
 class MetadataHandler:
@@ -58,7 +65,7 @@ class MetadataHandler:
                 await acl.confirm(*((Op.DESCRIBE, Res.TOPIC, t.name) for t in topics if t.name is not None))
             topics = _authorized(acl, ctx, request, topics)
         source = operations_source(ctx, self._backend, self._backend_operations)
-        if self._backend is not None:
+        if self._backend is not None and not self._lapsed:
             topics = await self._from_backend(ctx, request, topics, operations=source == "backend")
         if getattr(request, "include_topic_authorized_operations", False) and source == "acl":
             topics = [_with_operations(acl, t) for t in topics]
@@ -70,6 +77,13 @@ class MetadataHandler:
                              brokers=self._cluster.nodes(ctx.listener), cluster_ops=cluster_ops)
         return _response(ctx, topics, cluster_ops=cluster_ops)
 
+    @property
+    def _lapsed(self) -> bool:
+        """This sidecar's lease lapsed (cluster/view.py): answer from what it has, at once — its
+        backend may be what is cut off, and the client must learn to go elsewhere now, not after
+        a backend timeout (measured: 40 s, during which the client asked nobody else)."""
+        return self._cluster is not None and self._cluster.lapsed
+
     async def _from_backend(self, ctx: RequestContext, request: Any, topics: list[v13.MetadataResponseTopic], *,
                             operations: bool) -> list[v13.MetadataResponseTopic]:
         """Epochs, leaderless partitions and auto-creation from the backend's own answer (and, with
@@ -80,7 +94,12 @@ class MetadataHandler:
             t.error_code == ErrorCode.none or (auto and t.error_code == ErrorCode.unknown_topic_or_partition))]
         if not names:
             return topics
-        answer = await self._backend.metadata(names, auto_create=auto, authorized_operations=operations)
+        try:
+            answer = await asyncio.wait_for(self._backend.metadata(names, auto_create=auto,
+                                                                   authorized_operations=operations),
+                                            BACKEND_WAIT_S if self._cluster is not None else None)
+        except TimeoutError:  # a sidecar of a cluster answers without the backend's epochs then (see _lapsed)
+            return topics
         by_name = {t.name: t for t in answer.topics}
         node = ctx.node.node_id
         # The catalog is a cache (up to metadata.max.age): a topic whose partitions were added a
@@ -119,7 +138,7 @@ class MetadataHandler:
         requested = request.topics
         # v0: an empty list means "all topics"; v1+: null means all, empty means none.
         if requested is None or (ctx.api_version == 0 and not requested):
-            if self._backend is not None:  # the backend's list is current; the catalog may lag
+            if self._backend is not None and not self._lapsed:  # the backend's list is current; the catalog may lag
                 answer = await self._backend.metadata(None)
                 names = [t.name for t in answer.topics if t.name is not None]
                 found = await self._catalog.describe_topics(names)
@@ -256,6 +275,10 @@ def _led_by(cluster: Any, topic: v13.MetadataResponseTopic) -> v13.MetadataRespo
             parts.append(p)
             continue
         leader = cluster.leader(str(topic.topic_id), p.partition_index)
+        if leader < 0:  # this sidecar's lease lapsed (cluster/view.py): as a broker names an offline partition
+            parts.append(dataclasses.replace(p, error_code=ErrorCode.leader_not_available, leader_id=BrokerId(-1),
+                                             replica_nodes=(), isr_nodes=()))
+            continue
         parts.append(dataclasses.replace(p, leader_id=leader, replica_nodes=(leader,), isr_nodes=(leader,)))
     return dataclasses.replace(topic, partitions=tuple(parts))
 
@@ -320,8 +343,10 @@ def _response(ctx: RequestContext, topics: list[v13.MetadataResponseTopic],
     return {**fields, "cluster_authorized_operations": cluster_ops}
 
 
-def metadata_error_response(ctx: RequestContext, request: Any, code: ErrorCode, message: str | None) -> Any:
-    """Kafka's Metadata error form: every requested topic carries the error.
+def metadata_error_response(ctx: RequestContext, request: Any, code: ErrorCode, message: str | None,
+                            cluster: Any = None) -> Any:
+    """Kafka's Metadata error form: every requested topic carries the error; in a cluster of
+    sidecars every live sidecar is still listed (a client told of one broker forgets the others).
 
     A failed "all topics" request has nothing to mirror, so it closes the connection (``None``)
     instead of claiming the cluster is empty. Catalog failures should raise ``KafkaError`` with a
@@ -339,12 +364,15 @@ def metadata_error_response(ctx: RequestContext, request: Any, code: ErrorCode, 
             if ctx.api_version < _FIRST_ID_LOOKUP_VERSION:
                 entry = dataclasses.replace(entry, name=TopicName(""))
             topics.append(entry)
-    return _response(ctx, topics)
+    return _response(ctx, topics, brokers=cluster.nodes(ctx.listener) if cluster is not None else None)
 
 
 def register(registry: ApiRegistry, catalog: TopicCatalog, backend: Any = None, cluster: Any = None,
              backend_operations: bool = True) -> None:
+    def error_response(ctx: RequestContext, request: Any, code: ErrorCode, message: str | None) -> Any:
+        return metadata_error_response(ctx, request, code, message, cluster)
+
     registry.register(
         API_KEY, MIN_VERSION, MAX_VERSION, MetadataHandler(catalog, backend, cluster, backend_operations),
-        error_response=metadata_error_response, replace=backend is not None or cluster is not None,
+        error_response=error_response, replace=backend is not None or cluster is not None,
     )

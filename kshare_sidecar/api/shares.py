@@ -78,7 +78,8 @@ def _leader(ctx: RequestContext, mod, cluster=None, topic_id=None, partition: in
     """The partition's leader: this sidecar, or in a cluster the sidecar leading it —
     a NOT_LEADER_OR_FOLLOWER answer then names where to go, as a broker's does (KIP-951)."""
     if cluster is not None and topic_id is not None:
-        return mod.LeaderIdAndEpoch(leader_id=cluster.leader(str(topic_id), partition), leader_epoch=0)
+        leader = cluster.leader(str(topic_id), partition)
+        return mod.LeaderIdAndEpoch(leader_id=leader, leader_epoch=0 if leader >= 0 else -1)
     return mod.LeaderIdAndEpoch(leader_id=ctx.node.node_id, leader_epoch=0)
 
 

@@ -36,7 +36,7 @@ from ..protocol.types import TopicPartition
 from . import errors as E
 from .errors import BackendError, BackendUnavailableError, UnknownTopicError, error_for
 from .fetchconn import FetchConns
-from .health import BackendHealth, aiokafka_gate
+from .health import BackendHealth, Suspension, aiokafka_gate
 from .kio_bridge import KioRequest
 from .kio_bridge import send as kio_send
 from .metadata import CachedTopic, MetadataAnswer, TopicCache, metadata_request, parse_metadata
@@ -103,11 +103,18 @@ class Backend:
         self._cache = TopicCache()
         self._full_refresh: asyncio.Future[None] | None = None
         #: aged entries re-read once however many heartbeats and fetches find them aged meanwhile
-        self._names = NameRefresher(self._cache, self._refresh_names, lambda: self._max_age)
+        # looked up at each call: tests replace _refresh_names
+        self._names = NameRefresher(self._cache, lambda names: self._refresh_names(names),
+                                    lambda: self._max_age)
         self.metadata_version: int | None = None  # the Metadata version last negotiated
         #: Up/down from a periodic probe, told in a handful of lines per outage (health.py).
         self.health = BackendHealth(gate=aiokafka_gate())
         self._health_task: asyncio.Task[None] | None = None
+        #: a single sidecar's lease (cluster/lease.py): renewed from each answered probe's send time
+        self.lease: Any = None
+        #: how long a lookup waits for a refresh of topics it has cached (describe_topics)
+        self.stale_wait_s = 2.0
+        self.suspension = Suspension()  # a lapsed cluster member's backend: every request fails at once
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -138,12 +145,22 @@ class Backend:
         """Probe the backend (Metadata for no topics: brokers only) and keep :attr:`health` current."""
         while True:
             await asyncio.sleep(up_every_s if self.health.up else down_every_s)
+            sent = time.monotonic()
             try:
                 await asyncio.wait_for(self._metadata(()), 5.0)
             except (BackendError, KafkaError, OSError, asyncio.TimeoutError) as exc:
                 self.health.failed(str(exc) or type(exc).__name__)
             else:
                 self.health.succeeded()
+                if self.lease is not None:
+                    self.lease.renew(sent)
+
+    def suspend(self, reason: str) -> int:
+        """Every request fails at once until :meth:`resume` (backend/health.py, ``Suspension``)."""
+        return self.suspension.suspend(reason, self._client)
+
+    def resume(self) -> None:
+        self.suspension.resume()
 
     async def close(self) -> None:
         await self._names.close()
@@ -207,13 +224,33 @@ class Backend:
                 return {n: self._cache.by_name[n].info for n in wanted}
         if names is None:
             if self._cache.age() > self._max_age:
-                await self.refresh()
+                await self._refreshed(self.refresh(), stale_ok=bool(self._cache.by_name))
             return {n: c.info for n, c in self._cache.by_name.items() if not c.info.internal}
         wanted = list(dict.fromkeys(names))
         missing = self._names.aged(wanted)
         if missing:
-            await self._names.refresh(missing)
+            await self._refreshed(self._names.refresh(missing),
+                                  stale_ok=all(n in self._cache.by_name for n in missing))
         return {n: self._cache.by_name[n].info for n in wanted if n in self._cache.by_name}
+
+    async def _refreshed(self, refresh: Any, *, stale_ok: bool) -> None:
+        """Await a refresh; with ``stale_ok`` (all cached, only old) at most ``stale_wait_s``, not at
+        all while the health probe finds the backend down, the rest in the background: an old entry
+        beats a timeout (a Metadata answer after 30-40 s kept a client from asking another broker).
+        Nor is a suspended backend asked (backend/health.py): a lapsed cluster member answers Metadata
+        from what it has — an error there kept a librdkafka consumer asking that sidecar, which
+        named no leader, for a minute instead of the sidecars that did."""
+        if not stale_ok:
+            await refresh
+            return
+        if self.suspension.reason is not None:
+            refresh.close()  # never started: the outage is told by the health lines
+            return
+        task = asyncio.ensure_future(refresh)
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        done, _ = await asyncio.wait({task}, timeout=self.stale_wait_s if self.health.up else 0)
+        if done and self.suspension.reason is None:  # suspended meanwhile: its failure says nothing new
+            task.result()
 
     async def refresh_topics(self, names: Iterable[str]) -> None:
         """Re-read ``names`` from the backend now, whatever their cache age (Metadata saw a newer
@@ -470,12 +507,14 @@ class Backend:
     def _require_client(self) -> AIOKafkaClient:
         if self._client is None:
             raise BackendError(E.UNKNOWN_SERVER_ERROR, "Backend is not started")
+        if self.suspension.reason is not None:
+            raise BackendUnavailableError(E.NETWORK_EXCEPTION, self.suspension.reason)
         return self._client
 
     async def _send(self, node: int, request: KioRequest, *, group: ConnectionGroup = ConnectionGroup.DEFAULT) -> Any:
         client = self._require_client()
         try:
-            return await kio_send(client, node, request, group=group)
+            return await self.suspension.abortable(kio_send(client, node, request, group=group))
         except (RequestTimedOutError, asyncio.TimeoutError):
             raise BackendUnavailableError(E.REQUEST_TIMED_OUT, f"request to broker {node} timed out") from None
         except (KafkaError, OSError) as exc:

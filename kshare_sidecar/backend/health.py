@@ -17,8 +17,10 @@ the one line an operator needs. So:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from typing import Any
 from collections.abc import Callable
 
 log = logging.getLogger("kshare.backend")
@@ -128,3 +130,61 @@ class BackendHealth:
             self.gate.outage(False)
         log.warning("backend reachable again after %.0f s (%d aiokafka log lines suppressed during the outage)",
                     down_for, suppressed)
+
+
+def drop_connections(client: Any) -> int:
+    """Close every connection of an aiokafka client (``AIOKafkaClient``; None: nothing): requests in
+    flight fail at once instead of at their timeout, and the next request connects afresh.
+
+    Why: a cut link leaves TCP connections that neither end closes; requests on them wait out
+    ``request.timeout.ms`` (30 s: a share fetch reading from the backend held the client's
+    acknowledgements behind it that long), and once the link is back the stalled connection
+    recovers only at TCP's next retransmission, seconds to a minute away. A cluster member whose
+    lease lapsed (cluster/lease.py) drops them all."""
+    conns = getattr(client, "_conns", None)
+    if not conns:
+        return 0
+    closed = 0
+    for conn in list(conns.values()):
+        try:
+            conn.close()
+            closed += 1
+        except Exception:  # noqa: BLE001 - closing is best effort; the next request reconnects
+            log.debug("closing a backend connection failed", exc_info=True)
+    return closed
+
+
+class Suspension:
+    """A backend that must not be waited for: every request fails at once until resumed.
+
+    A cluster member whose lease lapsed (cluster/lease.py) serves nothing, and must not keep its
+    clients waiting out backend timeouts. Closing the connections fails the requests on them, but
+    not a request waiting to connect (aiokafka waits up to its request timeout, and a silent
+    firewall answers no SYN): a share fetch's read held that long kept the client's next requests
+    waiting behind it. So requests run as tasks this cancels."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+        self._inflight: set[asyncio.Future[Any]] = set()
+
+    def suspend(self, reason: str, client: Any) -> int:
+        self.reason = reason
+        for task in list(self._inflight):
+            task.cancel()
+        return drop_connections(client)
+
+    def resume(self) -> None:
+        self.reason = None
+
+    async def abortable(self, request: Any) -> Any:
+        """Await ``request`` (a coroutine); :class:`ConnectionAbortedError` when a suspension ends it."""
+        task = asyncio.ensure_future(request)
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+        try:
+            return await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if self.reason is not None and task.cancelled() and not (current and current.cancelling()):
+                raise ConnectionAbortedError(self.reason) from None
+            raise

@@ -42,6 +42,7 @@ class Cluster:
         self.ids: dict[str, uuid.UUID] = {}
         self.leaders: dict[Tp, int] = {}
         self.stale = True  # refresh Metadata before the next fetch
+        self._next = -1  # where any_call starts among the known nodes
 
     def _new(self, node: int, host: str, port: int) -> NodeConn:
         return NodeConn(node, host, port, self._client_id, timeout_s=self._timeout_s, max_share_version=self._cap,
@@ -65,9 +66,13 @@ class Cluster:
             self.stale = True
 
     async def any_call(self, request: Any) -> Any:
-        """Ask any reachable node (known nodes first, then the bootstrap servers)."""
+        """Ask any reachable node (known nodes first, each call starting at the next one, then the
+        bootstrap servers). Rotating matters: a broker that answers but knows less — a sidecar cut
+        off from its backend names no leader for its partitions — must not be the only one asked."""
         errors = []
-        for conn in [self.conn(n) for n in list(self.nodes)]:
+        known = list(self.nodes)
+        self._next = (self._next + 1) % max(len(known), 1)
+        for conn in [self.conn(n) for n in known[self._next:] + known[:self._next]]:
             try:
                 return await conn.call(request)
             except (*TRANSPORT_ERRORS, LookupError) as exc:

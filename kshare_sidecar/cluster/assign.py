@@ -47,6 +47,10 @@ class ClusterMap:
     generation: int
     nodes: dict[int, Endpoints]
     owners: dict[int, int]  # state partition -> node id
+    #: state partition -> (node id, owner epoch): who of this generation's members held it when it
+    #: was assigned. A partition given to another member is a planned move: its new owner waits
+    #: for the holder's handover (service/cluster.py) before fencing it. Empty from older builds.
+    claims: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
 def encode_member(info: MemberInfo) -> bytes:
@@ -71,7 +75,8 @@ def decode_member(raw: bytes) -> MemberInfo:
 def encode_map(m: ClusterMap) -> bytes:
     return orjson.dumps({"v": VERSION, "gen": m.generation,
                          "nodes": {str(n): {k: [h, p] for k, (h, p) in ep.items()} for n, ep in m.nodes.items()},
-                         "owners": {str(p): n for p, n in m.owners.items()}})
+                         "owners": {str(p): n for p, n in m.owners.items()},
+                         "claims": {str(p): [n, e] for p, (n, e) in m.claims.items()}})
 
 
 def decode_map(raw: bytes) -> ClusterMap:
@@ -82,7 +87,8 @@ def decode_map(raw: bytes) -> ClusterMap:
         return ClusterMap(int(data["gen"]),
                           {int(n): {str(k): (str(h), int(p)) for k, (h, p) in ep.items()}
                            for n, ep in data["nodes"].items()},
-                          {int(p): int(n) for p, n in data["owners"].items()})
+                          {int(p): int(n) for p, n in data["owners"].items()},
+                          {int(p): (int(n), int(e)) for p, (n, e) in data.get("claims", {}).items()})
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
         if isinstance(exc, CodecError):
             raise
@@ -130,10 +136,16 @@ def sticky_assign(members: Mapping[str, MemberInfo], partitions: Sequence[int]) 
 
 def cluster_map(generation: int, members: Mapping[str, MemberInfo],
                 assignment: Mapping[str, Sequence[int]]) -> ClusterMap:
-    """The map every member gets: live nodes' endpoints and each partition's new owner."""
+    """The map every member gets: live nodes' endpoints, each partition's new owner, and who holds
+    it now (the highest owner epoch claimed, as :func:`sticky_assign` decides stale claims)."""
     nodes = {info.node_id: dict(info.endpoints) for info in members.values()}
     owners = {p: members[mem].node_id for mem, ps in assignment.items() for p in ps}
-    return ClusterMap(generation, nodes, owners)
+    claims: dict[int, tuple[int, int]] = {}
+    for mem in sorted(members):
+        for p, epoch in members[mem].owned.items():
+            if p in owners and (p not in claims or epoch > claims[p][1]):
+                claims[p] = (members[mem].node_id, epoch)
+    return ClusterMap(generation, nodes, owners, claims)
 
 
 def duplicate_node_ids(members: Mapping[str, MemberInfo]) -> dict[int, list[str]]:

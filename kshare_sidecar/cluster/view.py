@@ -5,6 +5,11 @@ Updated from each assignment of the sidecars' group (service/cluster.py); read b
 FindCoordinator and the share APIs' leader hints. A partition without a known owner (between
 a sidecar's death and the rebalance that follows) is named with this sidecar, which answers
 NOT_LEADER_OR_FOLLOWER / NOT_COORDINATOR until the group has moved it: clients retry.
+
+While this sidecar's lease is lapsed (cluster/lease.py: it cannot know whether the group gave its
+partitions away) it names no leader for the partitions it owned or whose owner it does not know
+(leader -1: clients refresh their metadata, at another sidecar sooner or later) and no
+coordinator for the groups on them: it must not send clients back to itself.
 """
 
 from __future__ import annotations
@@ -28,19 +33,26 @@ class ClusterView:
         self.endpoints = dict(endpoints)  # this sidecar's, per listener name
         self.state_partitions = state_partitions
         self.map = ClusterMap(0, {node_id: dict(endpoints)}, {})
+        #: the lease lapsed (service/cluster.py): claim nothing until it is renewed
+        self.lapsed = False
 
     def update(self, new: ClusterMap) -> None:
         nodes = dict(new.nodes)
         nodes[self.node_id] = dict(self.endpoints)  # always list ourselves (we answer, after all)
-        self.map = ClusterMap(new.generation, nodes, dict(new.owners))
+        self.map = ClusterMap(new.generation, nodes, dict(new.owners), dict(new.claims))
 
     def owner(self, state_partition: int) -> int | None:
-        return self.map.owners.get(state_partition)
+        owner = self.map.owners.get(state_partition)
+        if self.lapsed and owner == self.node_id:
+            return None
+        return owner
 
     def leader(self, topic_id: str, partition: int) -> int:
-        """The sidecar leading every share-partition of this user partition."""
+        """The sidecar leading every share-partition of this user partition (-1: none known)."""
         owner = self.owner(share_partition_home(str(topic_id), partition, self.state_partitions))
-        return self.node_id if owner is None else owner
+        if owner is None:
+            return -1 if self.lapsed else self.node_id
+        return owner
 
     def coordinator(self, group_id: str) -> int | None:
         return self.owner(group_home(group_id, self.state_partitions))

@@ -255,7 +255,9 @@ SETTINGS: tuple[Setting, ...] = (
        "an older build's layout is moved once, docs/persistence.md)."),
     _S("cluster.session.timeout.ms", 10000, int, "How long a sidecar of the cluster may go silent before the backend "
        "gives its state partitions to the others (the failover gap after a crash; a clean stop hands over at "
-       "once).", 1000, 1800000),
+       "once). Also the length of the lease a sidecar serves by, less a safety margin of a fifth (at least two "
+       "heartbeat intervals): one that cannot renew its membership stops serving before its partitions can be "
+       "given away; a single sidecar's lease is its backend answering (docs/deployment.md).", 1000, 1800000),
     _S("cluster.heartbeat.interval.ms", 1000, int, "Heartbeat interval of the sidecars' group (how soon the others "
        "notice a rebalance).", 100, 600000),
     _S("socket.request.max.bytes", 100 * 1024 * 1024, int, "Largest request frame accepted.", 1024, 2**31 - 1),

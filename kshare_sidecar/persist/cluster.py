@@ -12,10 +12,19 @@ commit it as ``p``'s owner record. Only then does ``p`` take writes. Share-parti
 afterwards use that epoch; seed 004's rule (``assignment epoch <= writer epoch <= current
 epoch``) then refuses the previous owner's writes while our own in-flight ones stay valid.
 
-``release(p)``: refuse new writes (NOT_COORDINATOR / NOT_LEADER_OR_FOLLOWER: clients look the
-new owner up), let the batch in flight finish, drop the writer and forget ``p``'s entities.
-Records the old owner had handed out were persisted as AVAILABLE with their delivery counts
-(ACQUIRED is never persisted), so the new owner redelivers them.
+``release(p)``: a planned handover (the group moved ``p``, or this sidecar stops). First the
+handover hooks run while ``p`` is still owned — the share-partitions stop serving and write the
+records they had handed out as AVAILABLE *with* the delivery attempt counted
+(service/partitions.py, ``hand_over``), so the next owner's delivery counts up and a poison
+record reaches its delivery limit however often the cluster rebalances — then an owner record
+marked released (``"r"``) ends our tenure: the next owner waits for it before fencing our writer
+(service/cluster.py). Then new writes are refused (NOT_COORDINATOR / NOT_LEADER_OR_FOLLOWER:
+clients look the new owner up), the batch in flight finishes, the writer is dropped and ``p``'s
+entities forgotten. A handover that cannot be written (backend unreachable) still lets go; the
+next owner then redelivers with the counts last written, as after a crash.
+
+``drop_all()``: the lease lapsed (cluster/lease.py): forget everything at once, writing nothing
+(the backend is what we cannot reach), before the group can have given it to anyone else.
 
 A partition lost without a release (fenced, and a newer owner record is on it: the group gave
 it away while this sidecar was paused) is dropped the same way (``_lose``); the rest keep
@@ -26,12 +35,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kshare_sidecar.persist import codec
-from kshare_sidecar.persist.codec import KIND_LAYOUT, KIND_OWNER
-from kshare_sidecar.persist.errors import WriterFencedError
+from kshare_sidecar.persist.codec import KIND_LAYOUT
+from kshare_sidecar.persist.errors import CommitOutcomeUnknownError, WriterFencedError
 from kshare_sidecar.persist.records import NO_EPOCH, RecoveryStats
 
 if TYPE_CHECKING:  # ownership.py and writer.py are imported where used (see _home)
@@ -44,6 +53,11 @@ log = logging.getLogger("kshare_sidecar.persist")
 
 #: Told which entities a state partition's acquisition or release changed: ``(partition, keys)``.
 OwnershipListener = Callable[[int, set["EntityKey"]], None]
+#: Runs before a planned release, while the partition is still owned (writes its handover).
+HandoverHook = Callable[[int], Awaitable[None]]
+
+#: how long a planned release may spend writing its handover before letting go anyway
+HANDOVER_TIMEOUT_S = 10.0
 
 
 class ClusterOwnershipMixin:
@@ -59,6 +73,7 @@ class ClusterOwnershipMixin:
     _entities: dict[EntityKey, Any]
     _owner_epochs: dict[int, int]
     _queues: dict[int, list[_Op]]
+    _flushing: dict[int, list[_Op]]
     _resolvers: dict[int, asyncio.Task[None]]
     if TYPE_CHECKING:  # the backend hooks (BasePersister) and the ownership mixin's methods
         async def _commit(self, partition: int, records: list[Record]) -> None: ...
@@ -83,16 +98,26 @@ class ClusterOwnershipMixin:
         self._idle: dict[int, asyncio.Event] = {}  # per partition: set while no batch is in flight
         self.acquired_listeners: list[OwnershipListener] = []
         self.released_listeners: list[OwnershipListener] = []
+        self.handover_hooks: list[HandoverHook] = []
+        #: the node id written into owner records (None: not in a cluster)
+        self.node_id: int | None = None
+        #: the membership's lease (cluster/lease.py): nothing is owned while it is lapsed
+        self.lease: Any = None
+        self.handovers = 0  # planned releases whose handover mark was written (tests, metrics)
 
-    def enable_cluster(self) -> None:
+    def enable_cluster(self, node_id: int | None = None) -> None:
         """Before ``start()``: own nothing until assigned (share-partitions are placed by
         topic-partition, as by a single sidecar; persist/layout.py)."""
         if self.placement != "topic-partition":
             raise ValueError(f"a cluster of sidecars places share-partitions by topic-partition, not {self.placement!r}")
         self.cluster = True
+        self.node_id = node_id
 
     def owns(self, p: int) -> bool:
-        return not self.cluster or p in self.owned
+        """Whether this sidecar serves ``p`` now: assigned, taken over, and within its lease."""
+        if not self.cluster:
+            return True
+        return p in self.owned and (self.lease is None or self.lease.valid())
 
     def epoch_of(self, p: int) -> int | None:
         """The owner epoch this instance holds state partition ``p`` at (None: not owned)."""
@@ -114,7 +139,9 @@ class ClusterOwnershipMixin:
             await self._replay(self._sink(entities, stats, owners), [p])
             self._misplaced_on(p, stats)  # another layout's records: refused, never served without them
             epoch = max(stats.owner_epoch, owners.get(p, NO_EPOCH), self._own_epochs.get(p, NO_EPOCH), 0) + 1
-            records = [codec.encode(KIND_OWNER, p, epoch)]
+            if self.blocked.get(p) != "acquiring":  # abandoned (no longer assigned): claim nothing
+                raise WriterFencedError(f"state partition {p} was released while being taken over")
+            records: list[Record] = [codec.owner_record(p, epoch, self.node_id)]
             if self.layout_known and stats.layouts.get(p) != self.placement:  # persist/layout.py
                 records.append(codec.encode(KIND_LAYOUT, p, self.placement))
             await self._commit(p, records)
@@ -148,8 +175,11 @@ class ClusterOwnershipMixin:
         return epoch
 
     async def release(self, p: int) -> None:
-        """Give state partition ``p`` up (the group moved it, or this sidecar stops)."""
+        """Give state partition ``p`` up (the group moved it, or this sidecar stops): its handover
+        first (see the module docstring), then let go."""
         was_owned = p in self.owned
+        if was_owned and self.owns(p):
+            await self._hand_over(p)
         self._forget(p)
         resolver = self._resolvers.pop(p, None)
         if resolver is not None:
@@ -165,6 +195,45 @@ class ClusterOwnershipMixin:
         if was_owned:
             log.info("state partition %d released", p)
 
+    async def _hand_over(self, p: int) -> None:
+        """The hooks' writes, then the released mark; bounded, and never raising: letting go must
+        not depend on the backend."""
+        epoch = self._own_epochs[p]
+        try:
+            async with asyncio.timeout(HANDOVER_TIMEOUT_S):
+                for hook in self.handover_hooks:
+                    await hook(p)
+                if p not in self.owned or self.blocked.get(p):
+                    return  # lost meanwhile (fenced, the lease lapsed): the mark is not ours to write
+                self.blocked[p] = "releasing"  # later writes fail; the mark is the tenure's last record
+                idle = self._idle.get(p)
+                if idle is not None:
+                    await idle.wait()
+                await self._commit(p, [codec.owner_record(p, epoch, self.node_id, released=True)])
+            self.handovers += 1
+            log.info("state partition %d handed over (owner epoch %d): marked released", p, epoch)
+        except Exception as exc:  # noqa: BLE001 - a handover is best effort; the release goes on
+            log.warning("state partition %d: its handover could not be written (%r); the next owner takes it "
+                        "over without it, as after a crash", p, exc)
+
+    def drop_all(self, reason: str) -> list[int]:
+        """Forget every partition owned or being taken over, writing nothing (the lease lapsed).
+        A batch being committed is answered at once, its outcome unknown (the backend is what we
+        cannot reach; waiting for the commit's timeout held clients' acknowledgements for 30 s)."""
+        gone = sorted(self.owned | {p for p, r in self.blocked.items() if r == "acquiring"})
+        for p in gone:
+            for op in self._flushing.get(p, []):
+                if not op.future.done():
+                    op.future.set_exception(CommitOutcomeUnknownError(
+                        f"state partition {p}: this sidecar's lease lapsed while the write was in flight; its "
+                        f"outcome is unknown"))
+            self._forget(p)
+            task = asyncio.get_running_loop().create_task(self._release_writer(p), name=f"kshare-persist-drop-{p}")
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        if gone:
+            log.error("state partitions %s dropped without a handover: %s", gone, reason)
+        return gone
+
     def _forget(self, p: int) -> None:
         self.owned.discard(p)
         self._own_epochs.pop(p, None)
@@ -178,6 +247,15 @@ class ClusterOwnershipMixin:
         for k in gone:
             del self._entities[k]
         self._notify(self.released_listeners, p, gone)
+
+    def abandon(self, p: int) -> None:
+        """A takeover of ``p`` no longer assigned: it stops before it writes its owner record."""
+        if self.blocked.get(p) == "acquiring":
+            self.blocked[p] = "unowned"
+
+    def lose(self, p: int, newer: int) -> None:
+        """A newer owner of ``p`` was seen (the state topic's tail): drop ``p`` now."""
+        self._lose(p, newer)
 
     def _lose(self, p: int, newer: int) -> None:
         """Fenced by a newer owner of ``p`` without the group having told us yet: drop ``p`` only."""

@@ -10,7 +10,10 @@ record per entity:
   target assignment), placed on its group record's state partition;
 * ``["t", topic_name]`` — the topic-id map entry for one topic (value: its stable UUID);
 * ``["o", state_partition]`` — the owner epoch of the sidecar that last took over that state
-  partition (value ``{"v": 1, "e": epoch}``): the backend-derived source of owner epochs;
+  partition (value ``{"v": 1, "e": epoch}``): the backend-derived source of owner epochs. In a
+  cluster of sidecars also ``"n"``, the node id of that sidecar, and ``"r": true`` once it handed
+  the partition over (its in-flight delivery counts written first: the next owner waits for it);
+  older builds read the epoch only;
 * ``["l", state_partition]`` — the topic's layout (value ``{"v": 1, "layout": name}``): how
   share-partitions are placed on the state partitions (persist/layout.py). One per partition, so
   whichever partition a sidecar replays tells it; written only once the whole topic is in it.
@@ -174,8 +177,18 @@ def encode_topic_id(topic_id: str) -> bytes:
     return orjson.dumps({"v": VALUE_VERSION, "id": topic_id})
 
 
-def encode_owner(epoch: int) -> bytes:
-    return orjson.dumps({"v": VALUE_VERSION, "e": epoch})
+def encode_owner(epoch: int, node: int | None = None, released: bool = False) -> bytes:
+    value: dict[str, Any] = {"v": VALUE_VERSION, "e": epoch}
+    if node is not None:
+        value["n"] = node
+    if released:
+        value["r"] = True
+    return orjson.dumps(value)
+
+
+def owner_record(state_partition: int, epoch: int, node: int | None, released: bool = False) -> tuple[bytes, bytes]:
+    """An owner record naming its sidecar (``released``: the handover mark)."""
+    return owner_key(state_partition), encode_owner(epoch, node, released)
 
 
 def encode_layout(layout: str) -> bytes:
@@ -303,6 +316,13 @@ def decode_topic_id(raw: bytes) -> str:
 
 def decode_owner(raw: bytes) -> int:
     return _int(_load_value(raw), "e")
+
+
+def decode_owner_mark(raw: bytes) -> tuple[int, int | None, bool]:
+    """An owner record's ``(epoch, node id or None, released)``."""
+    value = _load_value(raw)
+    node = value.get("n")
+    return _int(value, "e"), node if type(node) is int else None, value.get("r") is True
 
 
 def decode_layout(raw: bytes) -> str:

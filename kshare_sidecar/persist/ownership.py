@@ -260,6 +260,8 @@ class OwnershipMixin:
             return NotReadyError(f"state partition {p}: taking it over (replaying its state)")
         if reason == "unknown":
             return NotReadyError(f"state partition {p}: re-reading the state after an unconfirmed commit")
+        if reason == "releasing":
+            return WriterFencedError(f"state partition {p} is being handed over to another sidecar of the cluster")
         if reason == "superseded":
             return WriterFencedError(f"state partition {p} is owned by a newer sidecar; this one stopped serving")
         return WriterFencedError(f"state partition {p}: writer fenced, re-reading ownership from the backend")

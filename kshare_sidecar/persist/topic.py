@@ -34,6 +34,7 @@ from aiokafka.client import AIOKafkaClient
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.producer.transaction_manager import TransactionState
 
+from kshare_sidecar.backend.health import drop_connections
 from kshare_sidecar.persist.base import BasePersister, Record, ReplaySink
 from kshare_sidecar.persist.codec import KIND_OWNER
 from kshare_sidecar.persist import codec, topicsetup
@@ -450,6 +451,14 @@ class TopicPersister(StateWatchMixin, BasePersister):
             await asyncio.gather(producer.stop(), return_exceptions=True)
             raise
         self._producers[partition] = producer
+
+    def drop_connections(self) -> int:
+        """Close the state writers' backend connections (backend/health.py): a lapsed cluster member's
+        writes in flight fail now, and its next takeover connects afresh."""
+        closed = drop_connections(self._client)
+        for producer in self._producers.values():
+            closed += drop_connections(getattr(producer, "client", None))
+        return closed
 
     async def _drop_producer(self, partition: int) -> None:
         producer = self._producers.pop(partition, None)

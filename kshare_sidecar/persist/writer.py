@@ -65,6 +65,8 @@ class CoalescingWriter:
         self._queues: dict[int, list[_Op]] = {}
         self._wakeups: dict[int, asyncio.Event] = {}
         self._writers: dict[int, asyncio.Task[None]] = {}
+        #: per partition, the batch being committed (a lapsed lease answers it at once: persist/cluster.py)
+        self._flushing: dict[int, list[_Op]] = {}
 
     def _start_writers(self, blocked: str | None = None) -> None:
         """One writer task per state partition (``blocked``: every partition starts blocked for
@@ -128,6 +130,7 @@ class CoalescingWriter:
             idle = self._idle.get(p)
             if idle is not None:
                 idle.clear()  # a release waits for the batch in flight (persist/cluster.py)
+            self._flushing[p] = batch
             try:
                 await self._flush(p, batch)
             except Exception as exc:  # never let one batch kill the writer
@@ -136,6 +139,7 @@ class CoalescingWriter:
                     if not op.future.done():
                         op.future.set_exception(BackendWriteError(f"internal error: {exc!r}"))
             finally:
+                self._flushing.pop(p, None)
                 if idle is not None:
                     idle.set()
 

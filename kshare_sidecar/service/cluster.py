@@ -10,14 +10,28 @@ they hold, so only what the balance needs moves) and hands everyone the whole ma
 
 Liveness is the backend's: a sidecar that stops heartbeating is dropped after
 ``cluster.session.timeout.ms``; one that stops cleanly leaves the group at once (aiokafka sends
-LeaveGroup), after giving its partitions up. No consensus of our own: the backend's group
+LeaveGroup), after handing its partitions over. No consensus of our own: the backend's group
 coordinator decides who is in, the state topic's transactional writers fence whoever is out
 (persist/cluster.py).
+
+Ownership is a **lease** (cluster/lease.py): every group request the coordinator answers as from
+a member in good standing (Heartbeat, JoinGroup, SyncGroup answered NONE) renews it from the
+request's send time; it lasts the session timeout less a safety margin. A sidecar whose lease
+runs out — cut off from the backend, or its coordinator silent — drops everything it owns at
+once, writing nothing, names no leader or coordinator for it (cluster/view.py), and takes its
+assignment back only once a renewal comes: all before the coordinator can have dropped it and
+given its partitions to others. Measured without it: a sidecar cut off from the backend served
+its partitions for 12 s after the others had them (and, cut off for good, forever).
 
 aiokafka implements the eager protocol (every member revokes at each rebalance); revocation
 is ignored here and only the difference between what is held and the new assignment is acted
 on, which with a sticky assignment is the cooperative behaviour: partitions that stay do not
-pause. A partition given to B while A still serves it is safe: B's takeover fences A's writer.
+pause. A partition that moves between two members of the same generation is a planned
+handover: the old owner stops serving it, writes its in-flight delivery counts and a released
+mark (persist/cluster.py), and the new owner waits for that mark (read by the state tail,
+service/statetail.py) before fencing it — at most a session timeout, after which the old owner's
+lease has run out whatever happened to it. A partition whose holder left the group (crashed,
+expired, stopped) is taken over at once.
 """
 
 from __future__ import annotations
@@ -43,12 +57,17 @@ from ..cluster.assign import (
     encode_member,
     sticky_assign,
 )
+from ..cluster.lease import Lease, safety_margin_ms
 from ..cluster.view import ClusterView
-from ..persist.ownership import share_partition_home
+from ..backend.health import drop_connections
+from .statetail import GroupConfigTail, OwnerMark
 
 log = logging.getLogger("kshare.cluster")
 
 ASSIGNOR_NAME = "kshare-sticky"
+#: group requests whose NONE answer renews the lease (JoinGroup, Heartbeat, SyncGroup)
+HEARTBEAT = 12
+RENEWING = frozenset({11, HEARTBEAT, 14})
 
 
 class StickyOwnerAssignor(AbstractPartitionAssignor):
@@ -99,12 +118,13 @@ class ClusterMembership(ConsumerRebalanceListener):
     """Joins the sidecars' group and takes over / gives up state partitions as it assigns them."""
 
     def __init__(self, *, name: str, persister, view: ClusterView, bootstrap_servers, client_options: dict,
-                 session_timeout_ms: int, heartbeat_interval_ms: int) -> None:
+                 session_timeout_ms: int, heartbeat_interval_ms: int, tail: GroupConfigTail | None = None,
+                 clock=time.monotonic) -> None:
         self.name = name
         self.group_id = f"kshare-cluster-{name}"
         self.persister = persister
         self.view = view
-        self.topic = persister.topic
+        self.topic = getattr(persister, "topic", "__kshare_state")  # the memory persister (tests) has none
         self.bootstrap_servers = bootstrap_servers
         self.client_options = client_options
         self.session_timeout_ms = session_timeout_ms
@@ -116,6 +136,21 @@ class ClusterMembership(ConsumerRebalanceListener):
         self._consumer: AIOKafkaConsumer | None = None
         self._tasks: list[asyncio.Task] = []
         self._stopping = False
+        self.clock = clock
+        self.margin_ms = safety_margin_ms(session_timeout_ms, heartbeat_interval_ms)
+        self.lease = Lease(session_timeout_ms - self.margin_ms, clock)
+        persister.lease = self.lease
+        #: the state tail (handover marks, newer owners); set before start()
+        self.tail = tail
+        self._lease_changed = asyncio.Event()
+        #: the target is this generation's assignment: false from a lapse until a Heartbeat answered
+        #: NONE (same generation: still ours) or a new assignment (a JoinGroup alone proves neither)
+        self._confirmed = False
+        persister.released_listeners.append(self._released)
+        #: called when the lease lapses and when a renewal ends the lapse (app.py: the backend
+        #: reader fails fast while lapsed)
+        self.on_lapse: list = []
+        self.on_renew: list = []
 
     def info(self) -> MemberInfo:
         return MemberInfo(self.view.node_id, self.view.endpoints,
@@ -132,11 +167,97 @@ class ClusterMembership(ConsumerRebalanceListener):
         if assigned:
             self._consumer.pause(*assigned)  # membership only: never fetch the state topic here
         self.target = {tp.partition for tp in assigned if tp.topic == self.topic}
+        self._confirmed = True
+        for p in [p for p, reason in self.persister.blocked.items() if reason == "acquiring" and p not in self.target]:
+            self.persister.abandon(p)
         self.assignments += 1
         log.info("cluster %s: this sidecar (node %d) is assigned state partitions %s", self.name,
                  self.view.node_id, sorted(self.target))
         self._settled.clear()
         self._changed.set()
+
+    # -- the lease ---------------------------------------------------------------------------
+    def _watch_requests(self, coordinator) -> None:
+        """Renew the lease from the coordinator's answers: wraps aiokafka's one entry for group
+        requests (``GroupCoordinator._send_req``, used by the heartbeat task and the join/sync
+        steps alike; aiokafka 0.14)."""
+        send = coordinator._send_req
+
+        async def send_req(request):
+            sent = self.clock()
+            response = await send(request)
+            key = getattr(request, "API_KEY", None)
+            if key in RENEWING and getattr(response, "error_code", None) == 0:
+                self.renewed(sent, same_generation=key == HEARTBEAT)
+            return response
+
+        coordinator._send_req = send_req
+
+    def renewed(self, sent_at: float, same_generation: bool = True) -> None:
+        """A renewal; ``same_generation`` (a Heartbeat's): the assignment held is still ours."""
+        if self.lease.renew(sent_at) and self.view.lapsed:
+            log.warning("cluster %s: lease renewed; %s", self.name,
+                        f"taking the assignment {sorted(self.target)} back" if same_generation
+                        else "waiting for the group's new assignment")
+            for resume in self.on_renew:
+                resume()
+        if same_generation and not self.lease.lapsed and not self._confirmed:
+            self._confirmed = True
+            self._changed.set()
+        if not self.lease.lapsed:
+            self.view.lapsed = False
+        self._lease_changed.set()
+
+    async def _watch_lease(self) -> None:
+        """Stop serving when the lease runs out (the persister also checks it on every use)."""
+        while True:
+            self._lease_changed.clear()
+            if self.lease.check():
+                self._lapse()
+            remaining = self.lease.remaining_s()
+            try:
+                await asyncio.wait_for(self._lease_changed.wait(), remaining if remaining > 0 else None)
+            except TimeoutError:
+                pass
+
+    def _lapse(self) -> None:
+        silent = self.clock() - self.lease.renewed_at
+        self.view.lapsed = True
+        self._confirmed = False
+        self._settled.clear()
+        dropped = self.persister.drop_all(f"cluster {self.name}: lease lapsed (no answer from the group coordinator "
+                                          f"for {silent:.1f} s; session timeout {self.session_timeout_ms} ms, "
+                                          f"safety margin {self.margin_ms} ms)")
+        log.error("cluster %s: node %d stopped serving state partitions %s: it cannot know whether the group gave "
+                  "them away; they are taken back once the group coordinator answers", self.name, self.view.node_id,
+                  dropped)
+        # Stalled connections to the backend: requests on them fail now rather than at their
+        # timeout, and a healed link is used at once rather than at TCP's next retransmission.
+        clients = [getattr(self._consumer, "_client", None), getattr(getattr(self.tail, "_consumer", None), "_client", None)]
+        closed = sum(drop_connections(c) for c in clients)
+        for drop in [getattr(self.persister, "drop_connections", None), *self.on_lapse]:
+            if drop is not None:
+                try:
+                    closed += drop()
+                except Exception:  # noqa: BLE001 - best effort
+                    log.exception("cluster %s: dropping backend connections failed", self.name)
+        log.info("cluster %s: %d backend connections closed", self.name, closed)
+
+    def _released(self, p: int, _keys) -> None:
+        """A partition still assigned to us was lost (fenced, or a newer owner read from the state
+        topic): take it back once whoever took it lets go (``_take_over`` waits) — never leave a
+        partition with no one serving it."""
+        if p in self.target and self._confirmed and not self._stopping and not self.lease.lapsed:
+            log.warning("cluster %s: state partition %d, still assigned to node %d, was lost; taking it back",
+                        self.name, p, self.view.node_id)
+            self._changed.set()
+
+    def _newer_owner(self, p: int, mark: OwnerMark) -> None:
+        """The state tail read an owner record: a newer owner of a partition we serve wins now."""
+        epoch, node, _released = mark
+        ours = self.persister.epoch_of(p) if p in self.persister.owned else None
+        if ours is not None and epoch > ours and node != self.view.node_id:
+            self.persister.lose(p, epoch)
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self, wait_s: float) -> None:
@@ -148,9 +269,13 @@ class ClusterMembership(ConsumerRebalanceListener):
             max_poll_interval_ms=2**31 - 1, partition_assignment_strategy=(StickyOwnerAssignor(self),),
             **self.client_options)
         await self._consumer.start()
+        self._watch_requests(self._consumer._coordinator)
+        if self.tail is not None:
+            self.tail.on_owner = self._newer_owner
         self._consumer.subscribe([self.topic], listener=self)
         self._tasks = [asyncio.create_task(self._poll(), name="kshare-cluster-poll"),
-                       asyncio.create_task(self._reconcile(), name="kshare-cluster-reconcile")]
+                       asyncio.create_task(self._reconcile(), name="kshare-cluster-reconcile"),
+                       asyncio.create_task(self._watch_lease(), name="kshare-cluster-lease")]
         try:
             await asyncio.wait_for(self._settled.wait(), wait_s)
         except TimeoutError:
@@ -170,10 +295,13 @@ class ClusterMembership(ConsumerRebalanceListener):
                 await asyncio.sleep(1)
 
     async def _reconcile(self) -> None:
-        """Release what is no longer assigned, then take over what is newly assigned."""
+        """Release what is no longer assigned, then take over what is newly assigned (while the
+        lease holds: a lapsed sidecar takes nothing until it is renewed)."""
         while True:
             await self._changed.wait()
             self._changed.clear()
+            if self.lease.lapsed or not self._confirmed:
+                continue  # renewed() or the next assignment wakes this again
             target = set(self.target)
             held = set(self.persister.owned) | {p for p, r in self.persister.blocked.items() if r == "acquiring"}
             gone, new = held - target, target - set(self.persister.owned)
@@ -181,7 +309,7 @@ class ClusterMembership(ConsumerRebalanceListener):
                 await asyncio.gather(*(self.persister.release(p) for p in sorted(gone)))
             if new:
                 started = time.monotonic()
-                results = await asyncio.gather(*(self.persister.acquire(p) for p in sorted(new)),
+                results = await asyncio.gather(*(self._take_over(p) for p in sorted(new)),
                                                return_exceptions=True)
                 failed = [p for p, r in zip(sorted(new), results) if isinstance(r, BaseException)]
                 for p, r in zip(sorted(new), results):
@@ -196,6 +324,38 @@ class ClusterMembership(ConsumerRebalanceListener):
                     continue
             if not self._changed.is_set():
                 self._settled.set()
+
+    async def _take_over(self, p: int) -> int:
+        """A planned move (its holder is a member of this generation): wait for the holder's
+        handover mark first — at most a session timeout, by when the holder's lease has run out
+        whatever became of it."""
+        holder = self._holder(p)
+        if holder is not None and self.tail is not None:
+            node, epoch = holder
+            started = time.monotonic()
+            if await self.tail.wait_released(p, epoch, self.session_timeout_ms / 1000):
+                log.info("cluster %s: state partition %d handed over by node %d (owner epoch %d) after %.2f s",
+                         self.name, p, node, epoch, time.monotonic() - started)
+            else:
+                log.warning("cluster %s: no handover of state partition %d from node %d within %d ms; taking it "
+                            "over without one", self.name, p, node, self.session_timeout_ms)
+        if self.lease.lapsed or p not in self.target:
+            raise RuntimeError(f"state partition {p}: lease lapsed or assignment changed before its takeover")
+        return await self.persister.acquire(p)
+
+    def _holder(self, p: int) -> tuple[int, int] | None:
+        """Who of this generation's members holds ``p`` now (node, owner epoch): what its members
+        claimed when they joined, else the newest owner record read, if it is a member's and not
+        released (a member that took ``p`` on a stale assignment lets go once it learns)."""
+        claim = self.view.map.claims.get(p)
+        if claim is not None and claim[0] != self.view.node_id:
+            return claim
+        mark = self.tail.owners.get(p) if self.tail is not None else None
+        if mark is not None:
+            epoch, node, released = mark
+            if not released and node is not None and node != self.view.node_id and node in self.view.map.nodes:
+                return node, epoch
+        return None
 
     def owned_and_ready(self) -> bool:
         """Readiness (docs/deployment.md): assigned, and everything assigned is taken over."""
@@ -222,123 +382,7 @@ class ClusterMembership(ConsumerRebalanceListener):
         await self.stop()
 
 
-__all__ = ["ClusterMembership", "ClusterMap", "StickyOwnerAssignor"]
-
-
-#: How the state-topic tail of a cluster's sidecar batches its reads (GroupConfigTail.start).
-TAIL_MIN_BYTES = 1024 * 1024
-TAIL_MAX_WAIT_MS = 1000
-
-
-class GroupConfigTail:
-    """Every share group's per-group configs, read-only, for a sidecar that leads share-partitions of
-    groups another sidecar coordinates: the lock duration, delivery count limit, offset reset and
-    isolation level of a group apply on every sidecar, not only at its coordinator.
-
-    Tails the group records (``["g", ...]`` keys) of every state partition, read_committed, and
-    keeps the newest share-partition snapshot of every key undecoded (``snapshots``), so the group's
-    coordinator can describe the offsets of share-partitions other sidecars lead."""
-
-    PREFIX = b'["g",'
-    SNAPSHOT_PREFIX = b'["p",'
-
-    def __init__(self, *, bootstrap_servers, topic: str, partitions: int, client_options: dict) -> None:
-        self.bootstrap_servers = bootstrap_servers
-        self.topic = topic
-        self.partitions = partitions
-        self.client_options = client_options
-        self.configs: dict[str, dict[str, str]] = {}
-        self.snapshots: dict[str, dict] = {}  # group id -> {SharePartitionKey: raw value}
-        #: called with a group id when its configs change: the share-partitions this sidecar leads
-        #: take them (SharePartitionManager.reconfigure_group), as every broker's do on Kafka
-        self.listeners: list[Callable[[str], object]] = []
-        self._consumer: AIOKafkaConsumer | None = None
-        self._task: asyncio.Task | None = None
-
-    async def start(self) -> None:
-        from aiokafka import TopicPartition
-
-        # Batched reads: the broker answers once a second (or at 1 MiB), not at each state write.
-        # Every sidecar tails every state write; answered one write at a time, each tail made a
-        # fetch round per acknowledgement batch of the whole cluster (~0.3 ms of CPU each), so
-        # the cluster's CPU per record grew with each sidecar (benchmarks/cluster.py). A changed
-        # group config reaches the other sidecars within about a second.
-        self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap_servers, group_id=None, enable_auto_commit=False,
-            isolation_level="read_committed", auto_offset_reset="earliest", client_id="kshare-cluster-groups",
-            fetch_min_bytes=TAIL_MIN_BYTES, fetch_max_wait_ms=TAIL_MAX_WAIT_MS, **self.client_options)
-        await self._consumer.start()
-        tps = [TopicPartition(self.topic, p) for p in range(self.partitions)]
-        self._consumer.assign(tps)
-        await self._consumer.seek_to_beginning(*tps)
-        self._task = asyncio.create_task(self._tail(), name="kshare-cluster-group-configs")
-
-    async def _tail(self) -> None:
-        from ..persist import codec
-
-        assert self._consumer is not None
-        while True:
-            try:
-                batches = await self._consumer.getmany(timeout_ms=1000, max_records=10_000)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - keep tailing through backend trouble
-                log.warning("cluster: reading group records failed: %r", exc)
-                await asyncio.sleep(1)
-                continue
-            for messages in batches.values():
-                for m in messages:
-                    if m.key is not None and m.key.startswith(self.SNAPSHOT_PREFIX):
-                        try:
-                            _kind, key = codec.decode_key(m.key)
-                        except codec.CodecError:
-                            continue
-                        if m.partition != share_partition_home(key.topic_id, key.partition, self.partitions):
-                            continue  # an older layout's record, or its tombstone once moved home (persist/layout.py)
-                        if m.value is None:
-                            self.snapshots.get(key.group_id, {}).pop(key, None)
-                        else:
-                            self.snapshots.setdefault(key.group_id, {})[key] = m.value
-                        continue
-                    if m.key is None or not m.key.startswith(self.PREFIX):
-                        continue
-                    try:
-                        _kind, group_id, record = codec.decode(m.key, m.value)
-                    except codec.CodecError:
-                        continue  # logged by the owner's replay
-                    before = self.configs.get(group_id)
-                    if record is None:
-                        self.configs.pop(group_id, None)
-                    else:
-                        self.configs[group_id] = dict(record.configs)
-                    if self.configs.get(group_id) != before:
-                        self._changed(group_id)
-
-    def _changed(self, group_id: str) -> None:
-        for listener in self.listeners:
-            try:
-                listener(group_id)
-            except Exception:  # noqa: BLE001 - one listener must not stop the tail
-                log.exception("cluster: applying group %s's changed configs failed", group_id)
-
-    def summary(self, key):
-        """The newest snapshot of ``key`` as a StateSummary (None: none read)."""
-        from ..persist.codec import CodecError, decode_partition
-        from ..persist.records import summarize
-
-        raw = self.snapshots.get(key.group_id, {}).get(key)
-        try:
-            return summarize(decode_partition(raw).state) if raw is not None else None
-        except CodecError:
-            return None
-
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-        if self._consumer is not None:
-            await self._consumer.stop()
-            self._consumer = None
+__all__ = ["ClusterMembership", "ClusterMap", "GroupConfigTail", "PeerConfigs", "StickyOwnerAssignor"]
 
 
 #: client.id of one sidecar's requests to another (a forwarded request is never forwarded again)

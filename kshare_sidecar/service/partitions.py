@@ -8,6 +8,12 @@ After a commit whose outcome was unknown (or a fencing), the persister re-reads 
 names the share-partitions whose durable state differs from what this sidecar believed: their
 slots are retired (``dead``; no further write from them) and reload from the durable state on
 the next request, so a snapshot built from non-durable state is never written.
+
+Serving is bounded by a lease (cluster/lease.py; ``serving``): a cluster member's membership of
+the sidecars' group, a single sidecar's backend answering it. Past it nothing is loaded, fetched
+or acknowledged here (NOT_LEADER_OR_FOLLOWER). A planned move of a state partition
+(``hand_over``) writes the records its share-partitions had handed out as AVAILABLE with the
+attempt counted, so the next owner's delivery counts up.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -99,6 +106,16 @@ class SharePartitionManager(IdleEviction):
         if self.cluster:
             persister.acquired_listeners.append(self._ownership_changed)
             persister.released_listeners.append(self._ownership_changed)
+            persister.handover_hooks.append(self.hand_over)
+        #: the lease service is bounded by (cluster/lease.py); None: always serving (tests, embedders)
+        self.lease: Any = None
+        self._handing_over: set[int] = set()  # state partitions whose handover is being written
+        self.handed_over = 0  # records released by planned handovers (tests, metrics)
+
+    @property
+    def serving(self) -> bool:
+        """Within the lease: records may be handed out and acknowledged here."""
+        return self.lease is None or self.lease.valid()
 
     def home(self, key: SharePartitionKey) -> int:
         """The state partition holding ``key`` (its owner leads the share-partition)."""
@@ -116,10 +133,12 @@ class SharePartitionManager(IdleEviction):
         return epoch
 
     def leads(self, topic_id: uuid.UUID, partition: int) -> bool:
-        """Does this sidecar lead the share-partitions of this user partition (always, alone)?"""
+        """Does this sidecar lead the share-partitions of this user partition (always, alone, while
+        its lease holds)?"""
         if not self.cluster:
-            return True
-        return self.persister.owns(self.home(SharePartitionKey("", str(topic_id), partition)))
+            return self.serving
+        home = self.home(SharePartitionKey("", str(topic_id), partition))
+        return home not in self._handing_over and self.persister.owns(home)
 
     def _writer_epoch(self, slot: Slot) -> int:
         """The epoch a slot writes with: the one it was claimed at (a cluster's per-partition epoch)."""
@@ -137,6 +156,36 @@ class SharePartitionManager(IdleEviction):
             slot.wake()
         if gone:
             log.info("state partition %d changed owner: %d loaded share-partitions dropped", p, len(gone))
+
+    async def hand_over(self, p: int) -> None:
+        """A planned release of state partition ``p`` (persister hook, while ``p`` is still owned):
+        stop serving its share-partitions, then write each one with the records its members hold
+        released — AVAILABLE with the attempt counted, ARCHIVED at the delivery limit (a member's
+        release, Kafka 4.2+'s rule) — so the next owner's delivery counts up."""
+        self._handing_over.add(p)
+        try:
+            slots = [self.slots.pop(key) for key in [k for k in self.slots if self.home(k) == p]]
+            for slot in slots:
+                slot.dead = True  # no acquisition from here on (checked before each one), no other write
+                slot.wake()
+            await asyncio.gather(*(self._write_handover(slot) for slot in slots))
+        finally:
+            self._handing_over.discard(p)
+
+    async def _write_handover(self, slot: Slot) -> None:
+        async with slot.write_lock:  # an acknowledgement being written finishes first
+            sp = slot.partition
+            released = sum(sp.release_member(m) for m in sp.members() if m not in HOLDERS)
+            try:
+                await self.persister.write(slot.key, sp.snapshot(), self._writer_epoch(slot))
+            except PersistError as exc:
+                log.warning("handover of %s not written (%s): its next owner redelivers with the counts last "
+                            "written", _name(slot.key, slot.topic), exc)
+                return
+            self.handed_over += released
+            if released:
+                log.info("handover of %s: %d records in flight written back with their delivery counts",
+                         _name(slot.key, slot.topic), released)
 
     def retire(self, keys: Iterable[SharePartitionKey]) -> None:
         """Drop the slots of ``keys`` (their durable state differs from memory); they reload on demand."""
@@ -166,13 +215,15 @@ class SharePartitionManager(IdleEviction):
     # -- loading -----------------------------------------------------------------------------
     async def get(self, group_id: str, topic_id: uuid.UUID, partition: int, topic: str) -> Slot:
         key = SharePartitionKey(group_id, str(topic_id), partition)
+        if not self.leads(topic_id, partition):  # a loaded slot too: past the lease it serves nothing
+            raise PartitionError(ErrorCode.not_leader_or_follower,
+                                 f"partition {topic}-{partition} is led by another sidecar" if self.cluster
+                                 else f"partition {topic}-{partition}: the backend has not answered for longer "
+                                      f"than this sidecar's lease")
         slot = self.slots.get(key)
         if slot is not None:
             slot.last_used = self.clock()
             return slot
-        if self.cluster and not self.persister.owns(self.home(key)):
-            raise PartitionError(ErrorCode.not_leader_or_follower,
-                                 f"partition {topic}-{partition} is led by another sidecar")
         task = self._loading.get(key)
         if task is None:
             task = self._loading[key] = asyncio.create_task(self._load(key, topic))
@@ -184,6 +235,13 @@ class SharePartitionManager(IdleEviction):
         if slot is not None:
             slot.last_used = self.clock()
         return slot
+
+    def serving_slot(self, group_id: str, topic_id: uuid.UUID, partition: int) -> Slot | None:
+        """The loaded share-partition a fetch or acknowledgement may use now (None past the lease:
+        the caller then finds out why, through :meth:`leads`)."""
+        if not self.serving:
+            return None
+        return self.slots.get(SharePartitionKey(group_id, str(topic_id), partition))
 
     def loading(self, group_id: str, topic_id: uuid.UUID, partition: int) -> bool:
         """Whether a load of this share-partition is under way (a fetch started it), or it was
@@ -330,6 +388,10 @@ class SharePartitionManager(IdleEviction):
         except PersistError as exc:
             code = ErrorCode.not_leader_or_follower if exc.error_code == ErrorCode.not_coordinator else exc.error_code
             raise PartitionError(code, f"share-partition {_name(key, topic)}: {exc}") from exc
+        if self.cluster and not self.leads(uuid.UUID(key.topic_id), key.partition):
+            # given up while it loaded (a handover, a lapsed lease): never serve what was read
+            raise PartitionError(ErrorCode.not_leader_or_follower, f"share-partition {_name(key, topic)} is led by "
+                                                                   f"another sidecar now")
         slot = self.slots[key] = Slot(key, topic, sp, last_used=self.clock(),
                                       start_unset=state.start_offset == UNSET_OFFSET)
         self.evicted.pop(key, None)

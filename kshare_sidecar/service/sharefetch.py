@@ -136,7 +136,7 @@ class DelayedShareFetch:
         """Acquire whole batches of one share-partition from its next fetch offset; the views of
         exactly the acquired batches, unchanged, with the acquired ranges."""
         sp = slot.partition
-        if not sp.can_acquire():
+        if not sp.can_acquire() or not self.partitions.serving:
             return None
         params, budget = self.params, self.budget
         async with slot.fetch_lock:  # members of one share-partition read the log one at a time
@@ -144,8 +144,8 @@ class DelayedShareFetch:
             if offset is None:
                 return None
             result = await self.reader.read(slot, offset, self.isolation, budget)
-            if result is None:
-                return None
+            if result is None or slot.dead or not self.partitions.serving:
+                return None  # given up or past the lease while reading (service/partitions.py)
             batches = _within_bytes(_acquirable(result.batches, offset, sp.speo + sp.free_locks), budget.bytes,
                                     first=budget.bytes == params.max_bytes)
             if not batches:

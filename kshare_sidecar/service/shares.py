@@ -262,12 +262,14 @@ class ShareService:
         does not load one: like Kafka's SharePartitionManager, which answers UNKNOWN_TOPIC_OR_PARTITION
         for a share-partition nothing was fetched from (not in its cache; found by the long parity
         run — kshare loaded it and answered INVALID_RECORD_STATE)."""
-        slot = self.partitions.loaded(group_id, topic_id, partition)
+        slot = self.partitions.serving_slot(group_id, topic_id, partition)
         if slot is not None:
             cached = getattr(self.backend, "topic_by_id", None)
             if cached is not None and cached(topic_id) is None:  # deleted (or recreated under a new id)
                 raise PartitionError(ErrorCode.unknown_topic_id, f"topic id {topic_id} no longer exists")
             return slot
+        if not self.partitions.serving:  # past the lease: no backend lookup (it may be what is cut off)
+            raise PartitionError(ErrorCode.not_leader_or_follower, "this sidecar's lease lapsed: it serves nothing")
         info = await self.backend.resolve_topic_id(topic_id)
         if info is None:
             raise PartitionError(ErrorCode.unknown_topic_id, f"unknown topic id {topic_id}")

@@ -6,9 +6,12 @@ bind-mounts ``/etc/netns/<ns>/hosts`` over it — so a process there resolves th
 names a compose file or a Kubernetes StatefulSet gives them. Processes started in a host are its
 only processes; killing one is a crashed container.
 
-Used by tests/e2e/test_topology.py (``make test-topology``): needs root (CAP_NET_ADMIN and
-``/etc/netns``) and iproute2. Every namespace, veth and ``/etc/netns`` entry carries the lab's
-unique tag and is removed by :meth:`Lab.close`, also after a failure (and at interpreter exit).
+Used by tests/e2e/test_topology.py (``make test-topology``) and the nemesis
+(tests/e2e/nemesis_lab.py, ``make test-nemesis``): needs root (CAP_NET_ADMIN and ``/etc/netns``)
+and iproute2 (iptables for faults). Every namespace, veth and ``/etc/netns`` entry carries the
+lab's unique tag (its ``name`` first, so labs of different suites never collide) and is removed
+by :meth:`Lab.close`, also after a failure (and at interpreter exit). Faults are iptables rules
+in a host's own namespace, in one chain of its own (:meth:`Lab.block`), gone with the namespace.
 
 Also here: reading a compose file's services and a Kubernetes manifest's container the way Docker
 Compose and the kubelet do (merge keys, ``${VAR:-default}``, ``$(VAR)``), and an Apache Kafka from
@@ -57,14 +60,20 @@ class Host:
 class Lab:
     """Network namespaces on one LAN; :meth:`close` removes everything it made."""
 
-    def __init__(self, logs: Path) -> None:
-        self.tag = f"ks{os.getpid() % 100000}{secrets.token_hex(2)}"
+    def __init__(self, logs: Path, name: str = "ks") -> None:
+        self.name = name
+        self.tag = f"{name}{os.getpid() % 100000}{secrets.token_hex(2)}"
         self.lan = f"{self.tag}-lan"
         self.logs = logs
         self.hosts: dict[str, Host] = {}
+        #: the hosts' LAN interface; a lab named otherwise names its links after itself
+        self.link = "eth0" if name == "ks" else f"{name}0"
+        self.chain = f"{name}-f"  # each host's fault rules (block)
         self._namespaces: list[str] = []
         self._procs: list[subprocess.Popen] = []
         self._closed = False
+        self._overrides: dict[str, dict[str, str]] = {}
+        self._firewalled: set[str] = set()
 
     # -- set-up ------------------------------------------------------------------------------
     def __enter__(self) -> Lab:
@@ -84,11 +93,11 @@ class Lab:
         index = len(self.hosts) + 2
         host = Host(name, f"{self.tag}-h{index}", f"{SUBNET}.{index}", list(aliases), hostname or name)
         self._ns_add(host.ns)
-        port = f"p{index}"
-        _ip("-n", self.lan, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", host.ns)
+        port = f"p{index}" if self.name == "ks" else f"{self.name}p{index}"
+        _ip("-n", self.lan, "link", "add", port, "type", "veth", "peer", "name", self.link, "netns", host.ns)
         _ip("-n", self.lan, "link", "set", port, "master", "br0", "up")
-        _ip("-n", host.ns, "addr", "add", f"{host.ip}/24", "dev", "eth0")
-        _ip("-n", host.ns, "link", "set", "eth0", "up")
+        _ip("-n", host.ns, "addr", "add", f"{host.ip}/24", "dev", self.link)
+        _ip("-n", host.ns, "link", "set", self.link, "up")
         _ip("-n", host.ns, "link", "set", "lo", "up")
         self.hosts[name] = host
         self.write_hosts()
@@ -96,7 +105,8 @@ class Lab:
 
     def write_hosts(self, extra: dict[str, list[str]] | None = None) -> None:
         """Every host's /etc/hosts: localhost, every host by name and aliases, and ``extra``
-        (a name -> the hosts it resolves to, e.g. a headless service)."""
+        (a name -> the hosts it resolves to, e.g. a headless service); a host with
+        :meth:`resolve_as` overrides sees those names at the addresses it was given."""
         lines = ["127.0.0.1\tlocalhost"]
         for h in self.hosts.values():
             lines.append("\t".join([h.ip, h.name, *h.aliases]))
@@ -106,7 +116,47 @@ class Lab:
         for h in self.hosts.values():
             d = NETNS_ETC / h.ns
             d.mkdir(parents=True, exist_ok=True)
-            (d / "hosts").write_text("\n".join(lines) + "\n")
+            own = self._overrides.get(h.name, {})
+            mine = [line for line in lines if not own or not set(line.split("\t")[1:]) & set(own)]
+            mine += [f"{ip}\t{name}" for name, ip in own.items()]
+            (d / "hosts").write_text("\n".join(mine) + "\n")
+
+    def resolve_as(self, host: str, names: dict[str, str]) -> None:
+        """On ``host`` only, ``names`` resolve to the given addresses (e.g. the brokers to a
+        delaying proxy's addresses: its connections to them then go through the proxy)."""
+        self._overrides.setdefault(host, {}).update(names)
+        self.write_hosts()
+
+    def add_address(self, host: str, ip: str) -> None:
+        """One more address on ``host``'s LAN link (a proxy standing in for several hosts)."""
+        _ip("-n", self.hosts[host].ns, "addr", "add", f"{ip}/24", "dev", self.link)
+
+    # -- faults -------------------------------------------------------------------------------
+    def block(self, host: str, peers: list[str]) -> None:
+        """Drop every packet between ``host`` and the addresses ``peers`` (both directions, in
+        ``host``'s own namespace: a silent partition, as a cut cable or a firewall makes)."""
+        ns = self.hosts[host].ns
+        if host not in self._firewalled:
+            _iptables(ns, "-N", self.chain)
+            _iptables(ns, "-I", "INPUT", "-j", self.chain)
+            _iptables(ns, "-I", "OUTPUT", "-j", self.chain)
+            self._firewalled.add(host)
+        for ip in peers:
+            _iptables(ns, "-A", self.chain, "-s", ip, "-j", "DROP")
+            _iptables(ns, "-A", self.chain, "-d", ip, "-j", "DROP")
+
+    def unblock(self, host: str) -> None:
+        """Remove every rule :meth:`block` put on ``host``."""
+        if host in self._firewalled:
+            _iptables(self.hosts[host].ns, "-F", self.chain)
+
+    def rules(self, host: str) -> str:
+        """``host``'s fault rules as iptables lists them (a check of :meth:`unblock`)."""
+        if host not in self._firewalled:
+            return ""
+        listed = subprocess.run(["ip", "netns", "exec", self.hosts[host].ns, "iptables", "-S", self.chain],
+                                capture_output=True, text=True).stdout
+        return "\n".join(line for line in listed.splitlines() if not line.startswith("-N"))
 
     _extra: dict[str, list[str]] = {}
 
@@ -172,6 +222,12 @@ def _ip(*args: str) -> None:
     proc = subprocess.run(["ip", *args], capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"ip {' '.join(args)}: {proc.stderr.strip()}")
+
+
+def _iptables(ns: str, *args: str) -> None:
+    proc = subprocess.run(["ip", "netns", "exec", ns, "iptables", "-w", *args], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"iptables {' '.join(args)} in {ns}: {proc.stderr.strip()}")
 
 
 def client_env(**extra: str) -> dict[str, str]:

@@ -128,3 +128,27 @@ def test_coordinator_errors_and_fatal_errors():
 def test_leave_uses_epoch_minus_one():
     m = Membership("fixed")
     assert m.leave_request().member_epoch == -1 and m.leave_request().member_id == "fixed"
+
+
+async def test_metadata_requests_rotate_over_the_known_brokers():
+    """A broker that answers but knows less (a sidecar cut off from its backend names no leader
+    for its partitions) must not be the only one ever asked."""
+    from kshare_sidecar.client.cluster import Cluster
+
+    cluster = Cluster([("boot", 1)], "c", 5.0, None)
+    for n in (1, 2, 3):
+        cluster.learn_node(n, f"h{n}", 9000 + n)
+    asked = []
+
+    class Conn:
+        def __init__(self, node):
+            self.node, self.host, self.port = node, "h", 1
+
+        async def call(self, request):
+            asked.append(self.node)
+            return "answer"
+
+    cluster.conn = Conn  # type: ignore[method-assign]
+    for _ in range(3):
+        assert await cluster.any_call(object()) == "answer"
+    assert sorted(asked) == [1, 2, 3]

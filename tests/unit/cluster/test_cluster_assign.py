@@ -4,6 +4,8 @@ does not need — checked over random memberships and over join / leave sequence
 
 from __future__ import annotations
 
+import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,8 +21,6 @@ from kshare_sidecar.cluster.assign import (
     encode_member,
     sticky_assign,
 )
-
-import pytest
 
 
 def _member(node: int, owned: dict[int, int] | None = None) -> MemberInfo:
@@ -136,8 +136,20 @@ def test_codecs_round_trip_and_reject_garbage():
     info = _member(7, {1: 3, 4: 9})
     assert decode_member(encode_member(info)) == info
     m = cluster_map(3, {"a": info, "b": _member(8)}, {"a": [1, 4], "b": [0]})
-    assert m == ClusterMap(3, {7: info.endpoints, 8: _member(8).endpoints}, {1: 7, 4: 7, 0: 8})
+    assert m == ClusterMap(3, {7: info.endpoints, 8: _member(8).endpoints}, {1: 7, 4: 7, 0: 8},
+                           claims={1: (7, 3), 4: (7, 9)})
     assert decode_map(encode_map(m)) == m
+    # a map from an older build has no claims: every takeover is then immediate, as before
+    older = orjson.loads(encode_map(m))
+    del older["claims"]
+    assert decode_map(orjson.dumps(older)).claims == {}
+
+
+def test_claims_name_the_holder_at_the_highest_epoch_so_a_planned_move_waits_for_it():
+    # b lost partition 2 without noticing (stale claim at epoch 4); a holds it at epoch 6
+    m = cluster_map(5, {"a": _member(1, {2: 6}), "b": _member(2, {2: 4, 3: 1}), "c": _member(3)},
+                    {"a": [], "b": [3], "c": [2]})
+    assert m.claims == {2: (1, 6), 3: (2, 1)}
     for raw in (b"", b"[]", b'{"v": 2}', b'{"v": 1, "node": "x"}', b"\xff"):
         with pytest.raises(CodecError):
             decode_member(raw)

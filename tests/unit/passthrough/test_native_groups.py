@@ -122,7 +122,7 @@ def test_only_marked_groups_are_diverted():
 
 def test_share_fetches_of_a_marked_group_are_split_on_a_backend_of_several_brokers():
     passage, _ = _passage(Pool(brokers={1: ("a", 1), 2: ("b", 1)}))
-    passage.split = object()  # type: ignore[assignment]  # passthrough/sessions.py, tests/unit/forward/test_split_sessions.py
+    passage.split = object()  # type: ignore[assignment]  # passthrough/sessions.py, tests/unit/passthrough/test_split_sessions.py
     assert passage.divert(ApiKey.SHARE_FETCH)(_fetch("moved")) is passage.split
     assert passage.divert(ApiKey.SHARE_GROUP_HEARTBEAT)(_fetch("moved")) is passage.forwarder  # to the coordinator
 

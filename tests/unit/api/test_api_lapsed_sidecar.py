@@ -1,0 +1,101 @@
+"""A cluster member whose lease lapsed (cluster/lease.py) stops claiming leadership at once:
+Metadata names no leader for what it owned (LEADER_NOT_AVAILABLE, still listing every sidecar)
+without asking the backend, FindCoordinator names no coordinator for its groups without asking the
+backend, and a Metadata error answer still lists every sidecar (a client told of one broker
+forgets the others)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from kio.schema.errors import ErrorCode
+
+from kshare_sidecar.api import Dispatcher, KafkaError, build_registry
+from kshare_sidecar.api import coordinator as coordinator_api
+from kshare_sidecar.api import metadata as metadata_api
+from kshare_sidecar.cluster.assign import ClusterMap
+from kshare_sidecar.cluster.view import ClusterView
+from kshare_sidecar.persist.ownership import group_home, share_partition_home
+
+from .conftest import NODE, ORDERS, FakeConnection, request_frame
+from .test_api_coordinator import find
+from .test_api_metadata import by_name, metadata_request
+
+PARTS = 8
+
+
+class StuckBackend:
+    """The pass-through pool of a sidecar cut off from its backend: every lookup hangs."""
+
+    calls = 0
+
+    async def metadata(self, *args, **kwargs):
+        StuckBackend.calls += 1
+        await asyncio.sleep(3600)
+
+    async def check(self, key_type, key):
+        StuckBackend.calls += 1
+        await asyncio.sleep(3600)
+
+
+def cluster_dispatcher(catalog, view: ClusterView) -> Dispatcher:
+    registry = build_registry(catalog)
+    backend = StuckBackend()
+    metadata_api.register(registry, catalog, backend=backend, cluster=view)
+    coordinator_api.register(registry, check=backend.check, cluster=view)
+    return Dispatcher(registry, NODE)
+
+
+def two_node_view() -> ClusterView:
+    view = ClusterView(NODE.node_id, {"PLAINTEXT": (NODE.host, NODE.port)}, PARTS)
+    mine = {share_partition_home(str(ORDERS.topic_id), p, PARTS) for p in (0, 1)}
+    theirs = {share_partition_home(str(ORDERS.topic_id), 2, PARTS)} - mine
+    owners = {p: NODE.node_id for p in mine} | {p: 9 for p in theirs} | {group_home("g", PARTS): NODE.node_id}
+    view.update(ClusterMap(3, {9: {"PLAINTEXT": ("other", 9092)}}, owners))
+    return view
+
+
+async def handle(dispatcher: Dispatcher, request):
+    from kio.index import load_response_from_request
+
+    from kshare_sidecar.wire import codec
+
+    out = await asyncio.wait_for(dispatcher.handle(request_frame(request), FakeConnection()), 5)
+    return codec.decode_response(out[4:], load_response_from_request(type(request)))[1]
+
+
+async def test_a_lapsed_sidecar_names_no_leader_for_what_it_owned_and_asks_no_backend(catalog):
+    view = two_node_view()
+    view.lapsed = True
+    StuckBackend.calls = 0
+    body = await handle(cluster_dispatcher(catalog, view), metadata_request(12, by_name("orders")))
+    (topic,) = body.topics
+    leaders = {p.partition_index: (p.leader_id, p.error_code) for p in topic.partitions}
+    mine = share_partition_home(str(ORDERS.topic_id), 0, PARTS)
+    assert leaders[0] == (-1, ErrorCode.leader_not_available)
+    if share_partition_home(str(ORDERS.topic_id), 2, PARTS) != mine:
+        assert leaders[2] == (9, ErrorCode.none)  # another sidecar's: still named
+    assert sorted(b.node_id for b in body.brokers) == [NODE.node_id, 9]
+    assert StuckBackend.calls == 0
+
+    found = await handle(cluster_dispatcher(catalog, view), find(2, ["g"]))
+    assert found.error_code == ErrorCode.coordinator_not_available and StuckBackend.calls == 0
+
+
+async def test_a_metadata_error_still_lists_every_sidecar(catalog, monkeypatch):
+    view = two_node_view()
+
+    async def broken(names):
+        raise KafkaError(ErrorCode.leader_not_available, "backend down")
+
+    monkeypatch.setattr(catalog, "describe_topics", broken)
+    body = await handle(cluster_dispatcher(catalog, view), metadata_request(12, by_name("orders")))
+    assert [(t.name, t.error_code) for t in body.topics] == [("orders", ErrorCode.leader_not_available)]
+    assert sorted(b.node_id for b in body.brokers) == [NODE.node_id, 9]
+
+
+async def test_metadata_answers_without_the_backends_epochs_when_it_is_slow(catalog, monkeypatch):
+    monkeypatch.setattr(metadata_api, "BACKEND_WAIT_S", 0.05)
+    body = await handle(cluster_dispatcher(catalog, two_node_view()), metadata_request(12, by_name("orders")))
+    (topic,) = body.topics
+    assert topic.error_code == ErrorCode.none and len(topic.partitions) == ORDERS.partitions
