@@ -5,7 +5,8 @@ Public surface: :class:`Backend`, the value types, the error types, the batch he
 :class:`TopicIdStore` protocol. See docs/backend.md.
 """
 
-from .backend import Backend, OffsetSpec
+from .backend import Backend
+from .offsets import OffsetSpec
 from .batches import RecordFormatError, overlapping, parse_batches, slice_batches
 from .errors import BackendError, BackendUnavailableError, UnknownTopicError
 from .reads import PartitionRead

@@ -26,7 +26,7 @@ import random
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from aiokafka.client import AIOKafkaClient, ConnectionGroup
 from aiokafka.errors import KafkaError, RequestTimedOutError
@@ -41,14 +41,11 @@ from .kio_bridge import KioRequest
 from .kio_bridge import send as kio_send
 from .metadata import CachedTopic, MetadataAnswer, TopicCache, metadata_request, parse_metadata
 from .name_refresh import NameRefresher
+from .offsets import OffsetLookups
 from .reads import (
-    EARLIEST,
-    LATEST,
     PartitionRead,
     empty_result,
     fetch_request,
-    list_offsets_request,
-    list_offsets_timestamp,
     route,
     to_result,
 )
@@ -60,11 +57,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-OffsetSpec = Literal["earliest", "latest"] | int
 """``"earliest"``, ``"latest"``, or a timestamp in ms (first offset with timestamp ≥ it)."""
 
 
-class Backend:
+class Backend(OffsetLookups):
     """Asyncio access to the backend cluster's user topics.
 
     ``topic_id_store`` mints IDs when the backend has none (defaults to an in-memory store, fine
@@ -443,65 +439,6 @@ class Backend:
     def _broker_address(self, node: int) -> tuple[str, int] | None:
         broker = self._client.cluster.broker_metadata(node) if self._client is not None else None
         return (broker.host, broker.port) if broker is not None else None
-
-    async def _fill_out_of_range(self, results: dict[TopicPartition, FetchResult], isolation_level: int) -> None:
-        keys = [k for k, v in results.items() if v.error_code == E.OFFSET_OUT_OF_RANGE]
-        if not keys:
-            return
-
-        async def offsets(key: TopicPartition) -> None:
-            try:
-                start, end, stable = await asyncio.gather(
-                    self._list_offset(*key, EARLIEST, 0),
-                    self._list_offset(*key, LATEST, 0),
-                    self._list_offset(*key, LATEST, 1),
-                )
-            except BackendError:
-                return  # keep the bare OFFSET_OUT_OF_RANGE result
-            results[key] = empty_result(E.OFFSET_OUT_OF_RANGE, hwm=end, lso=stable, log_start=start)
-
-        await asyncio.gather(*(offsets(k) for k in keys))
-
-    # ------------------------------------------------------------------ offsets
-    async def list_offsets(
-        self, topic: str, partition: int, spec: OffsetSpec, *, isolation_level: int = 0
-    ) -> int | None:
-        """The offset for ``spec``: ``"earliest"`` = log start, ``"latest"`` = high watermark (or
-        LSO with ``isolation_level=1``), an int = first offset whose timestamp ≥ it in ms; ``None``
-        when no record is that recent (callers then use ``"latest"``)."""
-        offset = await self._list_offset(topic, partition, list_offsets_timestamp(spec), isolation_level)
-        return None if offset < 0 else offset
-
-    async def high_watermark(self, topic: str, partition: int) -> int:
-        return await self._list_offset(topic, partition, LATEST, 0)
-
-    async def last_stable_offset(self, topic: str, partition: int) -> int:
-        return await self._list_offset(topic, partition, LATEST, 1)
-
-    async def log_start_offset(self, topic: str, partition: int) -> int:
-        return await self._list_offset(topic, partition, EARLIEST, 0)
-
-    async def _list_offset(self, topic: str, partition: int, timestamp: int, isolation_level: int) -> int:
-        for attempt in (0, 1):
-            await self._ensure_known({topic})
-            node = self._leader(topic, partition)  # raises UnknownTopicError
-            code = E.LEADER_NOT_AVAILABLE
-            offset = -1
-            if node >= 0:
-                try:
-                    response = await self._send(node, list_offsets_request(topic, partition, timestamp, isolation_level))
-                    p = response.topics[0].partitions[0]
-                    code, offset = int(p.error_code), int(getattr(p, "offset", -1))
-                except BackendUnavailableError as exc:
-                    code = exc.code
-            if code == 0:
-                return offset
-            if attempt == 0 and code in E.REFRESH_AND_RETRY:
-                await self._refresh_after_error({topic})
-                continue
-            raise error_for(code, f"list offsets {topic}[{partition}] ts={timestamp} failed: error {code}",
-                            topic=topic, partition=partition)
-        raise AssertionError("unreachable")
 
     # ------------------------------------------------------------------ plumbing
     def _require_client(self) -> AIOKafkaClient:
