@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import HarnessError
-from .kafka import resolve_version
+from .kafka import _LOG4J1, _LOG4J2, resolve_version  # the harness brokers' logging, in the image too
 from .maven import kafka_libs
 
 BASE_IMAGE = "kshare-local/debian:bookworm"
@@ -36,23 +36,6 @@ KSHARE_IMAGE = "kshare-sidecar:dev"
 PROMETHEUS_IMAGE = "kshare-local/prometheus:2.42"
 SUITE = "bookworm"
 HOST_CA_DIR = Path("/usr/local/share/ca-certificates")
-
-_LOG4J1 = """log4j.rootLogger=INFO, stdout
-log4j.appender.stdout=org.apache.log4j.ConsoleAppender
-log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
-log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
-log4j.logger.org.apache.kafka.clients=WARN
-"""
-_LOG4J2 = """status = warn
-appender.console.type = Console
-appender.console.name = STDOUT
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = INFO
-rootLogger.appenderRef.stdout.ref = STDOUT
-logger.clients.name = org.apache.kafka.clients
-logger.clients.level = WARN
-"""
 
 
 def kafka_image(version: str = "3.9") -> str:
