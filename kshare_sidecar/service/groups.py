@@ -159,6 +159,14 @@ class GroupService:
                                   "metadata unavailable: %s", group_id, member_id, exc)
             return HeartbeatResult(ErrorCode.coordinator_not_available, f"backend unavailable: {exc}",
                                    member_id, member_epoch)
+        # Asked again after the wait: the group's state partition may have been given up meanwhile
+        # (a handover, a lapsed lease), which drops the group here; the coordinator would then
+        # answer GROUP_ID_NOT_FOUND, fatal to share clients, where NOT_COORDINATOR sends them on.
+        code = self.coordinates(group_id)
+        if code != ErrorCode.none:
+            return HeartbeatResult(code, "this sidecar does not coordinate the group (cluster of sidecars)",
+                                   member_id, member_epoch)
+        group = self.coordinator.groups.get(group_id)
         before = (group.group_epoch, group.assignment_epoch) if group is not None else None
         result = self.coordinator.heartbeat(group_id, member_id, member_epoch, rack_id=rack_id,
                                             subscribed_topic_names=subscribed_topic_names, topics=topics,

@@ -303,6 +303,11 @@ class SharePartitionManager(Leadership, IdleEviction):
                 sp.leader_epoch = epoch
         except PersistError as exc:
             code = ErrorCode.not_leader_or_follower if exc.error_code == ErrorCode.not_coordinator else exc.error_code
+            if not self.leads(uuid.UUID(key.topic_id), key.partition):
+                # it failed because this sidecar let go meanwhile (a lapsed lease fails the write in
+                # flight as COORDINATOR_NOT_AVAILABLE): answer what a lapsed sidecar answers, which
+                # clients follow to the new leader; librdkafka hands any other code to the application
+                code = ErrorCode.not_leader_or_follower
             raise PartitionError(code, f"share-partition {_name(key, topic)}: {exc}") from exc
         if self.cluster and not self.leads(uuid.UUID(key.topic_id), key.partition):
             # given up while it loaded (a handover, a lapsed lease): never serve what was read

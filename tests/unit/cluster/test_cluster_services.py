@@ -153,3 +153,56 @@ async def test_group_administration_happens_at_the_coordinator_and_config_change
     a.admin.remote_group_configs = {group: {"share.record.lock.duration.ms": "7000"}}
     described = {c.name: c.value for c in a.admin.describe_configs(group, ["share.record.lock.duration.ms"])}
     assert described == {"share.record.lock.duration.ms": "7000"}
+
+
+async def test_a_heartbeat_that_outlives_the_coordinators_state_partition_answers_not_coordinator(pair):
+    """A heartbeat waits for topic metadata after it checked that this sidecar coordinates the
+    group; if the group's state partition is given up meanwhile (a handover, a lapsed lease), the
+    answer is NOT_COORDINATOR, which clients retry at the new coordinator — never
+    GROUP_ID_NOT_FOUND, which librdkafka and kshare's client treat as fatal (the nemesis schedule
+    lost two of four consumers to it)."""
+    import asyncio
+
+    a, _b = pair
+    group = "grp"
+    home = group_home(group, PARTS)
+    await a.persister.acquire(home)
+    joined = await a.heartbeat(group)
+    assert joined.error == ErrorCode.none
+    waiting, go = asyncio.Event(), asyncio.Event()
+    plain = a.groups.backend.describe_topics
+
+    async def slow_metadata(names=None, stale_ok=False):
+        waiting.set()
+        await go.wait()
+        return await plain(names, stale_ok)
+
+    a.groups.backend.describe_topics = slow_metadata
+    beat = asyncio.create_task(a.heartbeat(group, joined.member_id, joined.member_epoch))
+    await waiting.wait()
+    await a.persister.release(home)  # the group moves away while the heartbeat waits
+    go.set()
+    result = await beat
+    assert result.error == ErrorCode.not_coordinator, result
+
+
+async def test_a_load_that_fails_because_the_lease_lapsed_answers_not_leader(pair):
+    """A share-partition load whose state write or read fails because this sidecar's lease lapsed
+    meanwhile is refused with NOT_LEADER_OR_FOLLOWER, as everything a lapsed sidecar no longer
+    leads — not with the write's COORDINATOR_NOT_AVAILABLE, which librdkafka reports to the
+    application as an unexpected fetch error (a nemesis consumer died of it)."""
+    from kshare_sidecar.persist.errors import CommitOutcomeUnknownError
+
+    a, _b = pair
+    home = share_partition_home(str(T.topic_id), 0, PARTS)
+    await a.persister.acquire(home)
+
+    async def lapsing_read(key, leader_epoch=None):
+        a.persister.drop_all("lease lapsed")  # what the lease's expiry does, while the read waits
+        raise CommitOutcomeUnknownError(f"state partition {home}: this sidecar's lease lapsed while the write was "
+                                        f"in flight; its outcome is unknown")
+
+    a.persister.read_one = lapsing_read
+    with pytest.raises(PartitionError) as err:
+        await a.partitions.get("grp", T.topic_id, 0, "t")
+    assert err.value.code == ErrorCode.not_leader_or_follower, err.value
