@@ -275,7 +275,7 @@ def _led_by(cluster: Any, topic: v13.MetadataResponseTopic) -> v13.MetadataRespo
             parts.append(p)
             continue
         leader = cluster.leader(str(topic.topic_id), p.partition_index)
-        if leader < 0:  # this sidecar's lease lapsed (cluster/view.py): as a broker names an offline partition
+        if leader < 0:  # lapsed and knowing no other sidecar (cluster/view.py): as a broker names an offline partition
             parts.append(dataclasses.replace(p, error_code=ErrorCode.leader_not_available, leader_id=BrokerId(-1),
                                              replica_nodes=(), isr_nodes=()))
             continue

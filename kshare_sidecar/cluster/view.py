@@ -7,9 +7,14 @@ a sidecar's death and the rebalance that follows) is named with this sidecar, wh
 NOT_LEADER_OR_FOLLOWER / NOT_COORDINATOR until the group has moved it: clients retry.
 
 While this sidecar's lease is lapsed (cluster/lease.py: it cannot know whether the group gave its
-partitions away) it names no leader for the partitions it owned or whose owner it does not know
-(leader -1: clients refresh their metadata, at another sidecar sooner or later) and no
-coordinator for the groups on them: it must not send clients back to itself.
+partitions away) it must not send clients back to itself: for the partitions it owned or whose
+owner it does not know it names *another* live sidecar as leader, and as coordinator of the
+groups on them. Naming none (leader -1) is not enough: librdkafka asks its most recently used
+connection for metadata, which for a client whose partitions were all here is this sidecar
+again, so it never learned the new owner (the nemesis's "cut for good" stalled that way). The
+sidecar named answers with the real owner, or NOT_LEADER_OR_FOLLOWER / NOT_COORDINATOR, after
+which the client's next metadata request goes to it. Only a sidecar that knows no other names
+none (-1).
 """
 
 from __future__ import annotations
@@ -49,13 +54,24 @@ class ClusterView:
 
     def leader(self, topic_id: str, partition: int) -> int:
         """The sidecar leading every share-partition of this user partition (-1: none known)."""
-        owner = self.owner(share_partition_home(str(topic_id), partition, self.state_partitions))
+        home = share_partition_home(str(topic_id), partition, self.state_partitions)
+        owner = self.owner(home)
         if owner is None:
-            return -1 if self.lapsed else self.node_id
+            return self._elsewhere(home) if self.lapsed else self.node_id
         return owner
 
     def coordinator(self, group_id: str) -> int | None:
-        return self.owner(group_home(group_id, self.state_partitions))
+        home = group_home(group_id, self.state_partitions)
+        owner = self.owner(home)
+        if owner is None and self.lapsed:
+            found = self._elsewhere(home)
+            return found if found >= 0 else None
+        return owner
+
+    def _elsewhere(self, state_partition: int) -> int:
+        """Lapsed: another live sidecar to send clients to (spread by state partition), -1 if none."""
+        others = sorted(n for n in self.map.nodes if n != self.node_id)
+        return others[state_partition % len(others)] if others else -1
 
     def node(self, node_id: int, listener: str | None) -> Node | None:
         """``node_id``'s address on ``listener`` (the listener the client is connected on; the

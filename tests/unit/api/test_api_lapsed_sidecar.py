@@ -1,8 +1,8 @@
 """A cluster member whose lease lapsed (cluster/lease.py) stops claiming leadership at once:
-Metadata names no leader for what it owned (LEADER_NOT_AVAILABLE, still listing every sidecar)
-without asking the backend, FindCoordinator names no coordinator for its groups without asking the
-backend, and a Metadata error answer still lists every sidecar (a client told of one broker
-forgets the others)."""
+Metadata names another sidecar as leader of what it owned (still listing every sidecar), and
+FindCoordinator another sidecar as coordinator of its groups, both without asking the backend;
+alone, it names none (LEADER_NOT_AVAILABLE, COORDINATOR_NOT_AVAILABLE); and a Metadata error
+answer still lists every sidecar (a client told of one broker forgets the others)."""
 
 from __future__ import annotations
 
@@ -64,20 +64,34 @@ async def handle(dispatcher: Dispatcher, request):
     return codec.decode_response(out[4:], load_response_from_request(type(request)))[1]
 
 
-async def test_a_lapsed_sidecar_names_no_leader_for_what_it_owned_and_asks_no_backend(catalog):
+async def test_a_lapsed_sidecar_sends_clients_elsewhere_and_asks_no_backend(catalog):
+    """Not to itself, and not to nobody: librdkafka asks its most recently used connection for
+    metadata, which for a client whose partitions were all here is this sidecar again — naming no
+    leader kept such a client asking here for good."""
     view = two_node_view()
     view.lapsed = True
     StuckBackend.calls = 0
     body = await handle(cluster_dispatcher(catalog, view), metadata_request(12, by_name("orders")))
     (topic,) = body.topics
     leaders = {p.partition_index: (p.leader_id, p.error_code) for p in topic.partitions}
-    mine = share_partition_home(str(ORDERS.topic_id), 0, PARTS)
-    assert leaders[0] == (-1, ErrorCode.leader_not_available)
-    if share_partition_home(str(ORDERS.topic_id), 2, PARTS) != mine:
-        assert leaders[2] == (9, ErrorCode.none)  # another sidecar's: still named
+    assert leaders[0] == (9, ErrorCode.none)  # owned here: the other sidecar is named
+    assert leaders[2] == (9, ErrorCode.none)  # another sidecar's: still named
     assert sorted(b.node_id for b in body.brokers) == [NODE.node_id, 9]
     assert StuckBackend.calls == 0
 
+    found = await handle(cluster_dispatcher(catalog, view), find(2, ["g"]))
+    assert (found.error_code, found.node_id) == (ErrorCode.none, 9) and StuckBackend.calls == 0
+
+
+async def test_a_lapsed_sidecar_alone_names_no_leader_and_no_coordinator(catalog):
+    view = ClusterView(NODE.node_id, {"PLAINTEXT": (NODE.host, NODE.port)}, PARTS)
+    mine = {share_partition_home(str(ORDERS.topic_id), p, PARTS) for p in range(3)}
+    view.update(ClusterMap(3, {}, {p: NODE.node_id for p in mine} | {group_home("g", PARTS): NODE.node_id}))
+    view.lapsed = True
+    StuckBackend.calls = 0
+    body = await handle(cluster_dispatcher(catalog, view), metadata_request(12, by_name("orders")))
+    (topic,) = body.topics
+    assert {(p.leader_id, p.error_code) for p in topic.partitions} == {(-1, ErrorCode.leader_not_available)}
     found = await handle(cluster_dispatcher(catalog, view), find(2, ["g"]))
     assert found.error_code == ErrorCode.coordinator_not_available and StuckBackend.calls == 0
 

@@ -175,7 +175,7 @@ async def test_a_lapsed_sidecar_serves_and_claims_nothing_until_renewed(pair):
     assert m.lease.check()
     m._lapse()
     assert slot.dead and a.partitions.loaded("g", T.topic_id, 0) is None and not a.persister.owned
-    assert a.view.leader(str(T.topic_id), 0) == -1  # no longer naming itself
+    assert a.view.leader(str(T.topic_id), 0) == 2  # no longer naming itself: the other sidecar
     assert a.view.owner((HOME + 1) % PARTS) == 2  # what others own is still named
     with pytest.raises(PartitionError) as err:
         await a.partitions.get("g", T.topic_id, 0, "t")
