@@ -6,9 +6,9 @@ reads it and names every violation of what a production queue promises:
 
 * **lost** — a produced record nobody had accepted at the end (unless its delivery count reached
   the group's limit: archived, as Kafka does; or its last acknowledgement's outcome was unknown to
-  the client — a timeout, an unreachable sidecar — it was never delivered again and the state
-  topic has it done: counted, not a violation), or a share-partition whose final SPSO is not the
-  end of its partition;
+  the client — a timeout, an unreachable sidecar, or a client that died holding it before it
+  could log the outcome — it was never delivered again and the state topic has it done: counted,
+  not a violation), or a share-partition whose final SPSO is not the end of its partition;
 * **accepted twice** — two successful acknowledgements of one record;
 * **held twice** — a record delivered while another delivery of it still held its acquisition
   lock: not acknowledged (either way) yet, its lock duration not passed, and no change of owner of
@@ -25,7 +25,9 @@ reads it and names every violation of what a production queue promises:
 * **SPSO went back** — within a state epoch, the state topic's snapshots of a share-partition;
 * **unserved** — a partition with records left that nobody delivered from for more than
   ``unserved_bound_s`` after a heal of the network or after an unplanned change of owner;
-* **died** — a sidecar process that exited during the run.
+* **died** — a sidecar process that exited during the run; a **client died** — a consumer that
+  stopped before the end of the run (its events end without ``closed``): its partitions go
+  unserved until its session times out, and it is the first thing to read about a run.
 
 Tenures come from the state topic's owner records (``["o", p]``: epoch, node, and the handover
 mark, persist/codec.py) and their timestamps, written by the sidecars on the same clock as the
@@ -101,6 +103,8 @@ class History:
     limit: int
     heals: list[tuple[str, float]] = field(default_factory=list)  # (what, when)
     exits: dict[str, int | None] = field(default_factory=dict)  # sidecar -> exit code during the run
+    #: consumer -> its last event's time, for consumers that stopped before the end of the run
+    gone: dict[str, float] = field(default_factory=dict)
     starts: dict[int, int] = field(default_factory=dict)  # user partition -> first offset consumed
     #: user partition -> when a sidecar reloaded its share-partition from the state topic (its log:
     #: after a state write whose outcome it could not know); records in flight come back with the
@@ -188,6 +192,9 @@ def check(h: History, *, tolerance_s: float = 1.0, unserved_bound_s: float = 15.
     died = {n: rc for n, rc in h.exits.items() if rc is not None}
     if died:
         v.append(f"died: sidecars exited during the run: {died}")
+    if h.gone:
+        v.append(f"client died: consumers stopped before the end of the run (last event): "
+                 f"{ {c: round(t, 3) for c, t in sorted(h.gone.items())} }")
     return Report(v, stats)
 
 
@@ -218,6 +225,10 @@ def _lost_or_twice(h: History, by_record: dict, accepted: Counter, stats: dict,
                     and final.get(p, -1) > o:
                 unknown += 1
                 settled[(p, o)] = last.t
+            elif seen and seen[-1].consumer in h.gone and (last is None or last.t < seen[-1].t) \
+                    and final.get(p, -1) > o:  # its consumer died holding it: it may have sent the ack
+                unknown += 1
+                settled[(p, o)] = seen[-1].t
             else:
                 lost.append((p, o))
     stats["archived_at_limit"] = archived

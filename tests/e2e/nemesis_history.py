@@ -23,13 +23,17 @@ def history_of(run_dir: Path) -> History:
     s, group = meta["settings"], meta["group"]  # the lab's Settings, as a dict
     dump = run_dir / "state.jsonl"
     deliveries, acks = [], []
+    gone: dict[str, float] = {}  # consumers whose events end without "closed": they died
     for host, path in ((h, run_dir / Path(p).name) for h, p in meta["clients"]):  # the run dir may have moved
+        last: dict | None = None
         for line in event_lines(path):
-            e = json.loads(line)
+            e = last = json.loads(line)
             if e["ev"] == "rec":
                 deliveries.append(Delivery(host, e["p"], e["o"], e["dc"], e["t"], e.get("n")))
             elif e["ev"] == "ack":
                 acks.append(Ack(host, e["p"], e["o"], e["dc"], e["ok"], e["t"], e.get("e")))
+        if last is None or last["ev"] != "closed":
+            gone[host] = last["t"] if last is not None else 0.0
     marks: dict[int, list] = {}
     snaps: dict[int, list[Snapshot]] = {}
     topic_id = None
@@ -57,7 +61,8 @@ def history_of(run_dir: Path) -> History:
     heals = [(f["what"], f["healed"]) for f in meta["faults"] if f["healed"] is not None]
     return History(ends=ends, deliveries=deliveries, acks=acks, home=home,
                    tenures={sp: tenures_from(m) for sp, m in marks.items()}, snapshots=snaps,
-                   lock_s=s["lock_ms"] / 1000, limit=s["limit"], heals=heals, exits=meta["exits"], starts=starts,
+                   lock_s=s["lock_ms"] / 1000, limit=s["limit"], heals=heals, exits=meta["exits"], gone=gone,
+                   starts=starts,
                    reloads={int(p): ts for p, ts in meta.get("reloads", {}).items()})
 
 

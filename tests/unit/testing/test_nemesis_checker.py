@@ -105,3 +105,18 @@ def test_a_reload_from_the_state_topic_counts_as_unplanned_and_a_single_sidecar_
     single = {3: [Tenure(1, None, T0 - 100)]}  # a single sidecar's owner records name no node
     ds = [Delivery("a", 0, 0, 1, T0, node=1)]
     assert check(history(ds, [Ack("a", 0, 0, 1, True, T0 + 1)], ends={0: 1}, snapshots={}, tenures=single)).ok
+
+
+def test_a_client_that_died_is_reported_and_what_it_held_is_judged_by_the_state_topic():
+    """A consumer that stopped before the end of the run is a violation of its own; the records it
+    was handed last and never logged an outcome for (it may have sent the acknowledgement before it
+    died) count as done when the state topic has them done and nobody got them again."""
+    ds, acks = good()
+    died = {"b": T0 + 1}
+    report = check(history(ds, acks[:1], gone=died))
+    assert rules(report) == {"client died"} and report.stats["ack_outcome_unknown_but_done"] == 1
+    # ... lost when the state topic does not have it done
+    not_done = {0: [Snapshot(1, T0 + 50, 1, 0, 1)]}
+    assert rules(check(history(ds, acks[:1], gone=died, snapshots=not_done))) >= {"client died", "lost"}
+    # ... and a live client's missing acknowledgement is still a lost record
+    assert rules(check(history(ds, acks[:1]))) == {"lost"}
