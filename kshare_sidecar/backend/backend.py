@@ -153,7 +153,10 @@ class Backend(OffsetLookups):
 
     def suspend(self, reason: str) -> int:
         """Every request fails at once until :meth:`resume` (backend/health.py, ``Suspension``)."""
-        return self.suspension.suspend(reason, self._client)
+        dropped = self.suspension.suspend(reason, self._client)
+        if self._fetch_conns is not None:
+            self._fetch_conns.drop_all(reason)
+        return dropped
 
     def resume(self) -> None:
         self.suspension.resume()
@@ -428,9 +431,16 @@ class Backend(OffsetLookups):
 
     async def _fetch_raw(self, conns: FetchConns, node: int, reads: list[PartitionRead], wait: int,
                          isolation_level: int, max_bytes: int | None) -> dict[TopicPartition, FetchResult]:
+        # Fetches go over connections of their own, so a suspension (a lapsed lease) must end them
+        # too: a read left waiting on a cut backend held every share fetch of this sidecar for a
+        # minute, past librdkafka's socket timeout.
+        if self.suspension.reason is not None:
+            return {(r.topic, r.partition): empty_result(E.NETWORK_EXCEPTION) for r in reads}
         try:
-            return await conns.fetch(node, reads, max_wait_ms=wait, isolation_level=isolation_level,
-                                     max_bytes=max_bytes)
+            return await self.suspension.abortable(conns.fetch(node, reads, max_wait_ms=wait,
+                                                               isolation_level=isolation_level, max_bytes=max_bytes))
+        except ConnectionAbortedError:
+            return {(r.topic, r.partition): empty_result(E.NETWORK_EXCEPTION) for r in reads}
         except BackendUnavailableError as exc:
             if self._client is not None:
                 self._client.force_metadata_update()

@@ -123,6 +123,11 @@ class FetchConns:
             self._versions.pop(conn, None)
             conn.drop(reason)
 
+    def drop_all(self, reason: str) -> None:
+        """Drop every connection (a suspended backend: the next fetch connects anew)."""
+        for node, long_poll in list(self._conns):
+            self._drop(node, long_poll, reason)
+
     async def close(self) -> None:
         conns, self._conns = list(self._conns.values()), {}
         self._versions.clear()
