@@ -15,7 +15,7 @@ receives to the moment the last of the N records is received (group join time is
 every scenario alike). Everything (brokers, sidecar, consumers) shares one machine.
 
 The cost of a record: CPU seconds per million records of the sidecar process and of the backend
-broker's JVM (every scenario: the Kafka 3.9 broker behind kshare, the native 4.x broker), from
+broker's JVM (every scenario: the backend broker behind kshare, the native 4.x broker), from
 /proc over the whole consume (group join included, the same for every scenario), and "total
 server CPU per record" = (sidecar + its backend) ÷ native broker. The sidecar's read path from
 its /metrics: read amplification, record bytes copied in the sidecar per byte delivered
@@ -400,7 +400,7 @@ def main() -> None:
     for size, s in sizes_out.items():
         line = f"{size:>5} B: kshare on {backend} ÷ native {native} {s['ratio_kshare_to_native']}"
         if "server_cpu_per_1m_a_s" in s:
-            line += (f"; server CPU per 1M records: kshare + 3.9 broker {s['server_cpu_per_1m_a_s']} s, native "
+            line += (f"; server CPU per 1M records: kshare + {backend} broker {s['server_cpu_per_1m_a_s']} s, native "
                      f"{s['server_cpu_per_1m_native_s']} s, ratio {s['ratio_server_cpu_a_to_native']}")
         print(line, flush=True)
     summary = {"scenario": "throughput", "records": n, "record_sizes": sizes, "partitions": PARTITIONS,
