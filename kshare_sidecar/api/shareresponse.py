@@ -29,6 +29,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 
 from ..metrics import STATS as _METRICS
+from ..protocol.varint import uvarint
 from .registry import EncodedBody
 
 _I16 = struct.Struct(">h").pack
@@ -44,15 +45,6 @@ _INLINE_BYTES = 8192
 
 #: ``leader(topic_id, partition) -> (leader_id, leader_epoch)``
 Leader = Callable[[uuid.UUID, int], tuple[int, int]]
-
-
-def uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def _string(value: str | None) -> bytes:

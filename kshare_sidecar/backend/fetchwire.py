@@ -1,4 +1,5 @@
-"""Fetch responses (v4-v12) read by hand: the headers the share path needs, records left in place.
+"""Fetch responses (v4-v12) read by hand: the headers the share path and the Spark source need,
+records left in place.
 
 Why not kio's decoder (the rest of the backend bridge uses kio): a Fetch answer is mostly record
 bytes the sidecar only forwards. kio (and aiokafka's connection under it) copied every record
@@ -26,7 +27,9 @@ after every struct; v4-v11 classic int32/int16 lengths)::
 from __future__ import annotations
 
 import struct
+from typing import NamedTuple
 
+from ..protocol.varint import VarintError, read_uvarint, skip_tagged_fields
 from .batches import parse_batches
 from .types import FetchResult
 
@@ -43,56 +46,58 @@ class FetchWireError(ValueError):
     """The answer does not parse as the Fetch version it was asked at."""
 
 
-def _uvarint(buf: memoryview, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
-        if shift > 28:
-            raise FetchWireError("varint longer than 5 bytes")
+class FetchedPartition(NamedTuple):
+    """One partition of a Fetch answer as the wire has it; ``records`` is a view of the frame,
+    uncut (a partial batch at the end is still there)."""
+
+    topic: str
+    partition: int
+    error: int
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int  # -1 before v5
+    aborted: tuple[tuple[int, int], ...]  # (producer id, first offset)
+    records: memoryview
 
 
-def _skip_tags(buf: memoryview, pos: int) -> int:
-    count, pos = _uvarint(buf, pos)
-    for _ in range(count):
-        _, pos = _uvarint(buf, pos)
-        size, pos = _uvarint(buf, pos)
-        pos += size
-    return pos
+def read_fetch(frame: bytes | bytearray | memoryview, version: int, start: int = 0
+               ) -> tuple[int, int, list[FetchedPartition]]:
+    """``(correlation_id, top-level error, partitions)`` of one Fetch answer (``frame`` from
+    ``start``: the correlation id, after the size prefix). Raises :class:`FetchWireError`."""
+    if not 4 <= version <= FLEXIBLE_FROM:
+        raise FetchWireError(f"Fetch v{version} is not read here (v4..v{FLEXIBLE_FROM})")
+    buf = memoryview(frame).toreadonly()
+    try:
+        return _read(buf, version, start)
+    except (IndexError, struct.error, VarintError, UnicodeDecodeError) as exc:
+        raise FetchWireError(f"a malformed or truncated Fetch v{version} answer: {exc}") from None
 
 
 def parse_fetch(frame: bytes | bytearray | memoryview, version: int, start: int = 0
                 ) -> tuple[int, int, dict[tuple[str, int], FetchResult]]:
-    """``(correlation_id, top-level error, {(topic, partition): FetchResult})`` of one Fetch answer
-    (``frame`` from ``start``: the correlation id, after the size prefix). Records are views of
-    ``frame`` (read-only), cut after the last whole batch. Raises :class:`FetchWireError`."""
-    buf = memoryview(frame).toreadonly()
-    try:
-        return _parse(buf, version, start)
-    except (IndexError, struct.error) as exc:
-        raise FetchWireError(f"Fetch v{version} answer ends early: {exc}") from None
+    """``(correlation_id, top-level error, {(topic, partition): FetchResult})`` of one Fetch
+    answer, as the share path reads it: records cut after the last whole batch, their batch
+    headers read. Raises :class:`FetchWireError`."""
+    cid, error, partitions = read_fetch(frame, version, start)
+    return cid, error, {(p.topic, p.partition): _result(p) for p in partitions}
 
 
-def _parse(buf: memoryview, version: int, pos: int) -> tuple[int, int, dict[tuple[str, int], FetchResult]]:
+def _read(buf: memoryview, version: int, pos: int) -> tuple[int, int, list[FetchedPartition]]:
     flexible = version >= FLEXIBLE_FROM
     (cid,) = _I32(buf, pos)
     pos += 4
     if flexible:
-        pos = _skip_tags(buf, pos)
+        pos = skip_tagged_fields(buf, pos)
     pos += 4  # throttle_time_ms
     error = 0
     if version >= 7:
         (error,) = _I16(buf, pos)
         pos += 6  # error_code, session_id
-    out: dict[tuple[str, int], FetchResult] = {}
+    out: list[FetchedPartition] = []
     topics, pos = _count(buf, pos, flexible)
     for _ in range(topics):
         if flexible:
-            n, pos = _uvarint(buf, pos)
+            n, pos = read_uvarint(buf, pos)
             n -= 1
         else:
             (n,) = _I16(buf, pos)
@@ -115,11 +120,11 @@ def _parse(buf: memoryview, version: int, pos: int) -> tuple[int, int, dict[tupl
                 aborted.append(_ABORTED(buf, pos))
                 pos += 16
                 if flexible:
-                    pos = _skip_tags(buf, pos)
+                    pos = skip_tagged_fields(buf, pos)
             if version >= 11:
                 pos += 4  # preferred_read_replica
             if flexible:
-                size, pos = _uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
                 size -= 1
             else:
                 (size,) = _I32(buf, pos)
@@ -129,17 +134,17 @@ def _parse(buf: memoryview, version: int, pos: int) -> tuple[int, int, dict[tupl
                 raise FetchWireError(f"records of {topic}[{partition}] run past the answer's end")
             pos += max(size, 0)
             if flexible:
-                pos = _skip_tags(buf, pos)
-            out[(topic, partition)] = _result(code, hwm, lso, log_start, aborted, records)
+                pos = skip_tagged_fields(buf, pos)
+            out.append(FetchedPartition(topic, partition, code, hwm, lso, log_start, tuple(aborted), records))
         if flexible:
-            pos = _skip_tags(buf, pos)
+            pos = skip_tagged_fields(buf, pos)
     return cid, error, out
 
 
 def _count(buf: memoryview, pos: int, flexible: bool) -> tuple[int, int]:
     """An array's length (-1: null)."""
     if flexible:
-        n, pos = _uvarint(buf, pos)
+        n, pos = read_uvarint(buf, pos)
         return n - 1, pos
     (n,) = _I32(buf, pos)
     return n, pos + 4
@@ -148,10 +153,10 @@ def _count(buf: memoryview, pos: int, flexible: bool) -> tuple[int, int]:
 _EMPTY = memoryview(b"")
 
 
-def _result(code: int, hwm: int, lso: int, log_start: int, aborted: list[tuple[int, int]],
-            records: memoryview) -> FetchResult:
-    if code:
-        return FetchResult(_EMPTY, (), hwm, lso, log_start, (), code)
-    batches = parse_batches(records)
+def _result(p: FetchedPartition) -> FetchResult:
+    if p.error:
+        return FetchResult(_EMPTY, (), p.high_watermark, p.last_stable_offset, p.log_start_offset, (), p.error)
+    batches = parse_batches(p.records)
     end = batches[-1].end if batches else 0
-    return FetchResult(records[:end], batches, hwm, lso, log_start, tuple(aborted), 0)
+    return FetchResult(p.records[:end], batches, p.high_watermark, p.last_stable_offset, p.log_start_offset,
+                       p.aborted, 0)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import uuid
 
+from ..protocol.varint import read_uvarint, skip_tagged_fields
+
 _FIRST_FLEXIBLE = 9
 _FIRST_TOPIC_ID = 13
 
@@ -34,7 +36,7 @@ def topic_keys(frame: bytes, version: int) -> list[str | uuid.UUID]:
             pos += 16
         else:
             if flexible:
-                length, pos = uvarint(frame, pos)
+                length, pos = read_uvarint(frame, pos)
                 length -= 1
             else:
                 length = int.from_bytes(frame[pos:pos + 2], "big", signed=True)
@@ -45,13 +47,13 @@ def topic_keys(frame: bytes, version: int) -> list[str | uuid.UUID]:
         for _ in range(parts):
             pos += 4  # partition index
             if flexible:
-                size, pos = uvarint(frame, pos)
-                pos = skip_tags(frame, pos + max(size - 1, 0))
+                size, pos = read_uvarint(frame, pos)
+                pos = skip_tagged_fields(frame, pos + max(size - 1, 0))
             else:
                 size = int.from_bytes(frame[pos:pos + 4], "big", signed=True)
                 pos += 4 + max(size, 0)
         if flexible:
-            pos = skip_tags(frame, pos)
+            pos = skip_tagged_fields(frame, pos)
     return names
 
 
@@ -61,10 +63,10 @@ def _after_transactional_id(frame: bytes, version: int) -> tuple[int, bool]:
     pos += 2 + max(n, 0)
     flexible = version >= _FIRST_FLEXIBLE
     if flexible:
-        pos = skip_tags(frame, pos)
+        pos = skip_tagged_fields(frame, pos)
     if version >= 3:  # transactional_id
         if flexible:
-            length, pos = uvarint(frame, pos)
+            length, pos = read_uvarint(frame, pos)
             pos += max(length - 1, 0)
         else:
             n = int.from_bytes(frame[pos:pos + 2], "big", signed=True)
@@ -74,26 +76,6 @@ def _after_transactional_id(frame: bytes, version: int) -> tuple[int, bool]:
 
 def _count(frame: bytes, pos: int, flexible: bool) -> tuple[int, int]:
     if flexible:
-        n, pos = uvarint(frame, pos)
+        n, pos = read_uvarint(frame, pos)
         return max(n - 1, 0), pos
     return max(int.from_bytes(frame[pos:pos + 4], "big", signed=True), 0), pos + 4
-
-
-def uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-
-
-def skip_tags(buf: bytes, pos: int) -> int:
-    count, pos = uvarint(buf, pos)
-    for _ in range(count):
-        _, pos = uvarint(buf, pos)
-        size, pos = uvarint(buf, pos)
-        pos += size
-    return pos

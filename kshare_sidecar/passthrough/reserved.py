@@ -29,8 +29,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..protocol.constants import ApiKey, ConfigResourceType
+from ..protocol.varint import read_uvarint, skip_tagged_fields, uvarint
 from . import routes
-from .produce import skip_tags, uvarint
 
 #: Admin requests naming topics: (request list, item name attribute or None, response list, name).
 TOPIC_KEYED: dict[int, routes.KeySpec] = {
@@ -106,21 +106,12 @@ def join_described(backend: bytes | bytearray, hidden: bytes) -> bytes:
         raise ValueError("a DescribeTransactions answer with tagged fields")
     head, count, start = _states(backend)
     _, extra, extra_start = _states(hidden)
-    body = backend[4:head] + _uvarint(count + extra + 1) + backend[start:-1] + hidden[extra_start:]
+    body = backend[4:head] + uvarint(count + extra + 1) + backend[start:-1] + hidden[extra_start:]
     return len(body).to_bytes(4, "big") + body
 
 
 def _states(frame: bytes) -> tuple[int, int, int]:
     """(where the array's length is, how many entries, where they start) in a framed answer."""
-    pos = skip_tags(frame, 8) + 4  # size and correlation id, header tags; ThrottleTimeMs
-    n, start = uvarint(frame, pos)
+    pos = skip_tagged_fields(frame, 8) + 4  # size and correlation id, header tags; ThrottleTimeMs
+    n, start = read_uvarint(frame, pos)
     return pos, n - 1, start
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)

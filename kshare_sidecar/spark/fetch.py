@@ -26,12 +26,12 @@ from kio.schema.api_versions.v3 import request as api_versions_req
 from kio.schema.errors import ErrorCode
 
 from ..backend.brokerconn import BrokerAuthError, BrokerConn, BrokerConnError
+from ..backend.fetchwire import read_fetch
 from ..backend.metadata import metadata_request
 from ..backend.reads import FETCH_API, PartitionRead, fetch_request, list_offsets_request
 from ..protocol.address import parse_bootstrap
 from ..protocol.constants import OffsetSpec
 from ..protocol.requests import decode_response, request_payload, response_class_of
-from .fetchresponse import read_fetch_response
 
 log = logging.getLogger("kshare.spark")
 
@@ -251,10 +251,10 @@ class Fetcher:
         except TimeoutError:
             conn.drop(f"request timed out after {timeout:.1f} s")
             raise
-        resp = read_fetch_response(memoryview(frame)[4:], version)
-        if resp.error:
-            return FetchAnswer(memoryview(b""), -1, -1, -1, (), resp.error)
-        for p in resp.partitions:
+        _, error, partitions = read_fetch(frame, version, 4)
+        if error:
+            return FetchAnswer(memoryview(b""), -1, -1, -1, (), error)
+        for p in partitions:
             if p.topic == topic and p.partition == partition:
                 if p.error == int(ErrorCode.topic_authorization_failed):
                     raise FetchError(f"not authorized to read topic {topic!r} (TOPIC_AUTHORIZATION_FAILED)")

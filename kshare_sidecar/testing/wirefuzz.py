@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from kio.static.protocol import RequestPayload
 
+from ..protocol.varint import uvarint
 from ..wire import codec
 from ..wire.prescan import _K_BYTES, _K_ENTITY, _K_FIXED, _K_STRING, _Field, _Plan, plan_for
 
@@ -31,18 +32,6 @@ _INTS = {1: (0, 1, -1, 127, -128), 2: (0, 1, -1, 32767, -32768), 4: (0, 1, -1, 2
          8: (0, 1, -1, 2**63 - 1, -2**63, 10, 1000), 16: ()}
 _FMT = {1: ">b", 2: ">h", 4: ">i", 8: ">q"}
 _STRINGS = ("", "g", "grp", "orders", "events", "m" * 36, "m" * 37, "\u00e9t\u00e9", "x" * 300)
-
-
-def uvarint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
 
 
 class FrameFactory:

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from kshare_sidecar.spark import _chain
 from kshare_sidecar.spark.arrow import arrow_schema, record_batch
 from kshare_sidecar.spark.decode import RecordFormatError, decode
-from kshare_sidecar.spark.fetchresponse import read_fetch_response
+from kshare_sidecar.backend.fetchwire import read_fetch
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -202,11 +202,10 @@ def test_a_fetch_response_is_read_in_place():
         writer(type(header))(out, header)
         writer(mod.FetchResponse)(out, resp)
         frame = memoryview(out.getvalue())
-        got = read_fetch_response(frame, version)
-        (p,) = got.partitions
+        _, _, (p,) = read_fetch(frame, version)
         assert (p.topic, p.partition, p.high_watermark, p.last_stable_offset, p.log_start_offset, p.aborted) == (
             "orders", 3, 99, 98, 5, ((7, 11),))
-        assert bytes(p.records) == records and p.records.obj is frame.obj
+        assert bytes(p.records) == records and p.records.obj is frame.obj  # a view of the frame, not a copy
 
 
 def test_without_the_compiled_walk_the_python_walk_decodes_the_same(monkeypatch):

@@ -12,7 +12,7 @@ from kio.schema.share_fetch.v1 import response as r1
 from kio.schema.share_fetch.v2 import response as r2
 from kio.static.primitive import i32Timedelta
 
-from kshare_sidecar.api.shareresponse import share_fetch_body, uvarint
+from kshare_sidecar.api.shareresponse import share_fetch_body
 from kshare_sidecar.service.sharefetch import PartitionOut
 from kshare_sidecar.share.types import AcquiredRecords
 from kshare_sidecar.wire import codec
@@ -81,7 +81,3 @@ def test_record_views_are_written_as_they_are():
     assert any(p is view for p in frame)
     assert int.from_bytes(frame[0][:4], "big") == sum(len(p) for p in frame) - 4
 
-
-def test_uvarint():
-    assert [uvarint(n) for n in (0, 1, 127, 128, 300, 2**31)] == [
-        b"\x00", b"\x01", b"\x7f", b"\x80\x01", b"\xac\x02", b"\x80\x80\x80\x80\x08"]
