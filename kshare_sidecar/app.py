@@ -52,7 +52,7 @@ from .service.dlqtopics import DeadLetterTopics
 from .service.groups import GroupService
 from .service.partitions import SharePartitionManager
 from .service.shares import ShareService
-from .share.sessions import ShareSessionCache
+from .share.engine.sessions import ShareSessionCache
 from .protocol.address import parse_count_overrides
 from .wire.limits import RequestMemoryPool
 from .wire.server import Listener

@@ -26,7 +26,7 @@ from ..auth.acls import Op, Res
 from ..metrics import REQUEST_TIME
 from ..protocol.constants import ApiKey
 from ..service.shares import FetchParams, ShareOut
-from ..share.types import AckBatch
+from ..share.engine.types import AckBatch
 from .context import KafkaError, RequestContext, acl_of
 from .shareresponse import share_fetch_body
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..metrics import IN_FLIGHT_AGE, STATS
 from ..service.admin_model import AdminError
-from ..share.holds import BACKOFF, DEAD_LETTER, HOLDERS, KEY_ORDER
+from ..share.engine.holds import BACKOFF, DEAD_LETTER, HOLDERS, KEY_ORDER
 from ..states import RecordState
 
 #: Records listed as nearest their delivery limit, per share-partition.

@@ -1,7 +1,7 @@
 """Dead-letter writes as Kafka 4.4 makes them (KIP-1191; docs/extensions.md), on any backend.
 
 A share-partition of a group with ``errors.deadletterqueue.topic.name`` holds every record that
-was rejected or reached the delivery count limit (share/extended.py): kshare's form of Kafka's
+was rejected or reached the delivery count limit (share/engine/extended.py): kshare's form of Kafka's
 ARCHIVING state. This service drains those holds: it checks the topic as Kafka's
 ``ShareGroupDLQStateManager`` does (not ``__``-prefixed, the broker prefix, the topic exists or
 may be created, the topic opted in with ``errors.deadletterqueue.group.enable=true``), produces
@@ -35,7 +35,7 @@ from ..client.records import RecordDecodeError, decode_batches
 from ..config.sections import GroupConfig
 from ..metrics import STATS
 from ..ratelog import RateLimitedLog
-from ..share.holds import CAUSE_LIMIT, DEAD_LETTER
+from ..share.engine.holds import CAUSE_LIMIT, DEAD_LETTER
 from .dlqtopics import GROUP_ENABLE, DeadLetterTopics, parse_bool
 
 log = logging.getLogger("kshare.deadletter")

@@ -1,4 +1,4 @@
-"""Key-ordered acquisition in the fetch path (share.key.ordering; share/keyorder.py has the rule).
+"""Key-ordered acquisition in the fetch path (share.key.ordering; share/engine/keyorder.py has the rule).
 
 The sidecar passes record batches through as bytes; ordering by key needs each acquired record's
 key, so this module decodes — only for share-partitions of groups with ``share.key.ordering`` (the
@@ -17,7 +17,7 @@ import logging
 from ..client.records import RecordDecodeError, decode_batches
 from ..backend.types import BatchInfo, FetchResult
 from ..ratelog import RateLimitedLog
-from ..share.types import AcquiredRecords
+from ..share.engine.types import AcquiredRecords
 
 log = logging.getLogger("kshare.keyorder")
 _undecodable = RateLimitedLog(log)

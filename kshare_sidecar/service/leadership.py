@@ -21,7 +21,7 @@ from ..persist.codec import KIND_PARTITION
 from ..persist.errors import PersistError
 from ..persist.model import SharePartitionKey
 from ..protocol.errors import KafkaError
-from ..share.holds import HOLDERS
+from ..share.engine.holds import HOLDERS
 from .slot import Slot
 
 log = logging.getLogger("kshare.partitions")

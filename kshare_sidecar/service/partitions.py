@@ -33,11 +33,11 @@ from ..metrics import WRITE_LATENCY as _WRITE_LATENCY
 from ..persist.errors import PersistError, UnknownSharePartitionError
 from ..persist.model import SharePartitionKey
 from ..persist.records import UNSET_OFFSET, InitializeItem, WriteItem
-from ..share.config import Extensions, ShareConfig
-from ..share.extended import ExtendedSharePartition
-from ..share.holds import DEAD_LETTER, HOLDERS
-from ..share.keyorder import KeyIndex
-from ..share.partition import SharePartition
+from ..share.engine.config import Extensions, ShareConfig
+from ..share.engine.extended import ExtendedSharePartition
+from ..share.engine.holds import DEAD_LETTER, HOLDERS
+from ..share.engine.keyorder import KeyIndex
+from ..share.engine.partition import SharePartition
 from ..timeutil import parse_iso_duration_ms
 from .leadership import Leadership, PartitionError, _name
 from .slot import IdleEviction, Slot

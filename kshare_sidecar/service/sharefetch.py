@@ -25,8 +25,8 @@ from ..backend.batches import batch_views
 from ..backend.types import BatchInfo
 from ..metrics import STATS as _METRICS
 from ..protocol.types import TopicIdPartition
-from ..share.sessions import ShareSession, ShareSessionCache
-from ..share.types import AcquiredRecords, AcquireMode
+from ..share.engine.sessions import ShareSession, ShareSessionCache
+from ..share.engine.types import AcquiredRecords, AcquireMode
 from . import keyorder
 from .logreader import ShareLogReader, _Budget
 from .partitions import PartitionError, SharePartitionManager, Slot

@@ -8,7 +8,7 @@ and would spin.
 
 Where the pieces are (Kafka's names where our classes play its roles): this module is the entry
 of both requests (KafkaApis' handlers and SharePartitionManager's fetchMessages/acknowledge);
-the share sessions are :class:`~kshare_sidecar.share.sessions.ShareSessionCache`; one request's
+the share sessions are :class:`~kshare_sidecar.share.engine.sessions.ShareSessionCache`; one request's
 acquisition and parking is :class:`.sharefetch.DelayedShareFetch`; backend reads, the batch
 cache and read-ahead are :class:`.logreader.ShareLogReader`; the loaded share-partitions and
 their durable writes are :class:`.partitions.SharePartitionManager`.
@@ -31,9 +31,9 @@ from ..config.sections import GroupConfig
 from ..metrics import STATS as _METRICS
 from ..protocol.types import TopicIdPartition
 from ..ratelog import RateLimitedLog
-from ..share.acks import parse_ack_batches
-from ..share.sessions import SessionError, ShareSession, ShareSessionCache
-from ..share.types import AckBatch
+from ..share.engine.acks import parse_ack_batches
+from ..share.engine.sessions import SessionError, ShareSession, ShareSessionCache
+from ..share.engine.types import AckBatch
 from ..states import RENEW
 from .logreader import ShareLogReader
 from .partitions import PartitionError, PendingAcks, SharePartitionManager, Slot

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..persist.model import SharePartitionKey
-from ..share.partition import SharePartition
+from ..share.engine.partition import SharePartition
 
 log = logging.getLogger("kshare.partitions")
 

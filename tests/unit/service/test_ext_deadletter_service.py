@@ -30,8 +30,8 @@ from kshare_sidecar.service.deadletter import (
 )
 from kshare_sidecar.service.partitions import SharePartitionManager
 from kshare_sidecar.service.shares import ShareService
-from kshare_sidecar.share.sessions import ShareSessionCache
-from kshare_sidecar.share.types import AckBatch
+from kshare_sidecar.share.engine.sessions import ShareSessionCache
+from kshare_sidecar.share.engine.types import AckBatch
 from tests.unit.service.test_share_service import CONFIG, MemoryLog, fetch
 
 DLQ_CONFIG = {**CONFIG, "errors.deadletterqueue.topic.name": "dlq.t",

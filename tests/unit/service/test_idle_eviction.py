@@ -14,8 +14,8 @@ from kshare_sidecar.persist.memory import MemoryPersister
 from kshare_sidecar.persist.model import SharePartitionKey
 from kshare_sidecar.service.partitions import SharePartitionManager
 from kshare_sidecar.service.shares import FetchParams, ShareService
-from kshare_sidecar.share.sessions import ShareSessionCache
-from kshare_sidecar.share.types import AckBatch
+from kshare_sidecar.share.engine.sessions import ShareSessionCache
+from kshare_sidecar.share.engine.types import AckBatch
 
 TOPIC = TopicInfo("jobs", uuid.UUID(int=7), 1)
 CONFIG = {"share.record.lock.duration.ms": 30000, "share.delivery.count.limit": 5,
@@ -168,8 +168,8 @@ async def test_eviction_off_keeps_everything(env):
 
 def test_an_idle_slot_makes_no_locks_or_waiter_set():
     from kshare_sidecar.service.slot import Slot
-    from kshare_sidecar.share.config import ShareConfig
-    from kshare_sidecar.share.partition import SharePartition
+    from kshare_sidecar.share.engine.config import ShareConfig
+    from kshare_sidecar.share.engine.partition import SharePartition
 
     slot = Slot(KEY, "jobs", SharePartition(ShareConfig(), lambda: 0))
     slot.wake()

@@ -7,8 +7,8 @@ import uuid
 
 from kshare_sidecar.persist.model import SharePartitionKey
 from kshare_sidecar.service.partitions import SharePartitionManager, Slot
-from kshare_sidecar.share.config import ShareConfig
-from kshare_sidecar.share.partition import SharePartition
+from kshare_sidecar.share.engine.config import ShareConfig
+from kshare_sidecar.share.engine.partition import SharePartition
 
 
 class Clock:

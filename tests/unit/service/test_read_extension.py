@@ -20,10 +20,10 @@ from kshare_sidecar.persist.model import SharePartitionKey
 from kshare_sidecar.service.logreader import ShareLogReader, _Budget, _join
 from kshare_sidecar.service.partitions import SharePartitionManager, Slot
 from kshare_sidecar.service.shares import FetchParams, ShareService
-from kshare_sidecar.share.config import ShareConfig
-from kshare_sidecar.share.partition import SharePartition
-from kshare_sidecar.share.sessions import ShareSessionCache
-from kshare_sidecar.share.types import AckBatch
+from kshare_sidecar.share.engine.config import ShareConfig
+from kshare_sidecar.share.engine.partition import SharePartition
+from kshare_sidecar.share.engine.sessions import ShareSessionCache
+from kshare_sidecar.share.engine.types import AckBatch
 
 RECORD = 1000  # bytes per record
 PER_BATCH = 10  # records per log batch

@@ -9,8 +9,8 @@ import uuid
 from kshare_sidecar.persist.model import SharePartitionKey
 from kshare_sidecar.service.logreader import _EXTRA_WINDOWS, _FIRST_READ, _MIN_READ, _Budget, _read_size
 from kshare_sidecar.service.partitions import Slot
-from kshare_sidecar.share.config import ShareConfig
-from kshare_sidecar.share.partition import SharePartition
+from kshare_sidecar.share.engine.config import ShareConfig
+from kshare_sidecar.share.engine.partition import SharePartition
 
 CLIENT_MAX = 52_428_800
 

@@ -15,8 +15,8 @@ from kshare_sidecar.persist.errors import BackendWriteError
 from kshare_sidecar.persist.memory import MemoryPersister
 from kshare_sidecar.service.partitions import SharePartitionManager
 from kshare_sidecar.service.shares import FetchParams, ShareService
-from kshare_sidecar.share.sessions import ShareSessionCache
-from kshare_sidecar.share.types import AckBatch
+from kshare_sidecar.share.engine.sessions import ShareSessionCache
+from kshare_sidecar.share.engine.types import AckBatch
 
 TOPIC = TopicInfo("jobs", uuid.UUID(int=7), 1)
 TP = (TOPIC.topic_id, 0)

@@ -21,8 +21,8 @@ from kshare_sidecar.backend.backend import Backend
 from kshare_sidecar.persist.memory import MemoryPersister
 from kshare_sidecar.service.partitions import PartitionError, SharePartitionManager
 from kshare_sidecar.service.shares import ShareService
-from kshare_sidecar.share.sessions import ShareSessionCache
-from kshare_sidecar.share.types import AckBatch
+from kshare_sidecar.share.engine.sessions import ShareSessionCache
+from kshare_sidecar.share.engine.types import AckBatch
 
 from tests.unit.service.test_share_service import CONFIG, TOPIC, MemoryLog, clock, fetch
 

@@ -22,7 +22,7 @@ from kshare_sidecar.service.admin import AdminService
 from kshare_sidecar.service.groups import GroupService
 from kshare_sidecar.service.partitions import SharePartitionManager
 from kshare_sidecar.service.shares import ShareService
-from kshare_sidecar.share.sessions import ShareSessionCache
+from kshare_sidecar.share.engine.sessions import ShareSessionCache
 
 TOPICS = (TopicInfo("orders", uuid.UUID(int=0xA), 3), TopicInfo("events", uuid.UUID(int=0xB), 1))
 NODE = NodeIdentity(node_id=1, host="127.0.0.1", port=9192)

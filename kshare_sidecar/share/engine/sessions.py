@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from ..protocol.errors import KafkaError
-from ..protocol.types import TopicIdPartition
+from ...protocol.errors import KafkaError
+from ...protocol.types import TopicIdPartition
 
 SessionKey = tuple[str, str]  # (group id, member id)
 

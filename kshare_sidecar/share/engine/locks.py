@@ -44,7 +44,7 @@ class LockTable:
         self._live = 0
 
     def new(self, member: str, deadline: int, first: int, last: int, live: int, kind: type[Lock] = Lock) -> Lock:
-        """A new live lock; ``kind`` may be a Lock subclass (share/holds.py: locks the sidecar holds)."""
+        """A new live lock; ``kind`` may be a Lock subclass (share/engine/holds.py: locks the sidecar holds)."""
         self._seq += 1
         lock = kind(member, deadline, first, last, live, self._seq)
         self._by_member.setdefault(member, {})[lock] = None

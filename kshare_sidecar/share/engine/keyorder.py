@@ -7,13 +7,13 @@ records of other keys flow to other members in parallel. Records without a key a
 
 How: the engine acquires whole log batches as usual; `KeyIndex.split` then looks at each
 acquired offset's key and keeps only the offsets at the head of their key; the others go back
-under a key-order hold (share/holds.py) with their delivery count restored — they were never
+under a key-order hold (share/engine/holds.py) with their delivery count restored — they were never
 handed to a consumer. When a key's head becomes terminal, the next record of the key (if it is
 waiting under a key-order hold) is released and can be acquired by anyone.
 
 The index keeps, per key, a min-heap of the key's offsets that are not known to be done; an
 entry is dropped lazily when it is found terminal. Keys are learned when records are acquired
-(the caller decodes them from the fetched batches, share/extended.py never sees bytes). Pure.
+(the caller decodes them from the fetched batches, share/engine/extended.py never sees bytes). Pure.
 """
 
 from __future__ import annotations

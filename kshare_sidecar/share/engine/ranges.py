@@ -9,9 +9,9 @@ from start to end; a range is split only when an acknowledgement, renewal or re-
 hits part of it.
 
 `InFlight` owns that state and the operations every other part needs (split, merge, advance
-SPSO, release a lock); acquisition (share/acquire.py), acknowledgements (share/acks.py) and the
-`SharePartition` facade (share/partition.py) build on it, and so do kshare's holds
-(share/holds.py). Pure: no I/O, no asyncio, time only from the injected millisecond clock.
+SPSO, release a lock); acquisition (share/engine/acquire.py), acknowledgements (share/engine/acks.py) and the
+`SharePartition` facade (share/engine/partition.py) build on it, and so do kshare's holds
+(share/engine/holds.py). Pure: no I/O, no asyncio, time only from the injected millisecond clock.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kshare_sidecar.share.config import ShareConfig
-from kshare_sidecar.share.locks import Lock, LockTable
+from kshare_sidecar.share.engine.config import ShareConfig
+from kshare_sidecar.share.engine.locks import Lock, LockTable
 from kshare_sidecar.states import ACKNOWLEDGED, ACQUIRED, ARCHIVED, AVAILABLE
 
 Clock = Callable[[], int]

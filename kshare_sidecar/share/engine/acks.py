@@ -7,7 +7,7 @@ the partition version it was validated against, so a plan that went stale while 
 flight is re-validated (all or nothing) at commit.
 
 The plan and the partition code it calls live in this one module (`Acknowledgement`, a part of
-`SharePartition` built on share/ranges.py), so the plan needs no import of the facade.
+`SharePartition` built on share/engine/ranges.py), so the plan needs no import of the facade.
 Pure: no I/O, no asyncio, time only from the injected clock.
 """
 
@@ -20,9 +20,9 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kshare_sidecar.persist.model import PartitionState
-from kshare_sidecar.share.locks import Lock
-from kshare_sidecar.share.persisted import to_partition_state
-from kshare_sidecar.share.ranges import InFlight, InFlightRange
+from kshare_sidecar.share.engine.locks import Lock
+from kshare_sidecar.share.engine.persisted import to_partition_state
+from kshare_sidecar.share.engine.ranges import InFlight, InFlightRange
 from kshare_sidecar.states import (
     ACCEPT,
     ACKNOWLEDGED,

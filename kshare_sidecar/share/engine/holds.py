@@ -11,7 +11,7 @@ records fail validation (INVALID_RECORD_STATE, as for records another member hol
 hold's deadline is the moment the records become AVAILABLE again (the engine's expiry does it),
 and dead-letter and key-order holds never expire (they end explicitly).
 
-These functions work on the engine's ranges (``InFlight._rs``, share/ranges.py) like its own
+These functions work on the engine's ranges (``InFlight._rs``, share/engine/ranges.py) like its own
 methods do, so that the engine's modules do not grow; they keep its invariants: contiguous sorted ranges,
 ``lock.live`` = records under the lock, ``_available`` = AVAILABLE records. Pure: no I/O.
 """
@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
 
 from kshare_sidecar.persist.model import PartitionState, StateBatch
-from kshare_sidecar.share.locks import Lock
-from kshare_sidecar.share.ranges import InFlight, InFlightRange
+from kshare_sidecar.share.engine.locks import Lock
+from kshare_sidecar.share.engine.ranges import InFlight, InFlightRange
 from kshare_sidecar.states import ACQUIRED, AVAILABLE, RecordState
 
 NEVER = 2**62  # deadline of holds that end explicitly

@@ -1,11 +1,11 @@
 """The share-partition (Kafka's SharePartition): one (group, topic, partition)'s in-flight records.
 
 This module is the facade the service layer uses. The parts live beside it, each a class the
-facade inherits, all built on the window of share/ranges.py:
+facade inherits, all built on the window of share/engine/ranges.py:
 
-* share/ranges.py — `InFlight`: the ranges [SPSO, end), counters, split/merge/advance, lock release;
-* share/acquire.py — `Acquisition`: `next_fetch_offset`, `acquire` from log batch headers;
-* share/acks.py — `Acknowledgement`: `prepare_acknowledge` / `commit` (two-phase) and `AckPlan`.
+* share/engine/ranges.py — `InFlight`: the ranges [SPSO, end), counters, split/merge/advance, lock release;
+* share/engine/acquire.py — `Acquisition`: `next_fetch_offset`, `acquire` from log batch headers;
+* share/engine/acks.py — `Acknowledgement`: `prepare_acknowledge` / `commit` (two-phase) and `AckPlan`.
 
 Here: acquisition-lock expiry and members leaving, log start movement, admin reset, and the
 persisted form (snapshot/restore). Pure: no I/O, no asyncio, time only from the injected clock.
@@ -17,11 +17,11 @@ from collections.abc import Iterator
 from typing import Self
 
 from kshare_sidecar.persist.model import PartitionState
-from kshare_sidecar.share.acks import Acknowledgement
-from kshare_sidecar.share.acquire import Acquisition
-from kshare_sidecar.share.config import ShareConfig
-from kshare_sidecar.share.persisted import to_partition_state
-from kshare_sidecar.share.ranges import Clock, InFlightRange
+from kshare_sidecar.share.engine.acks import Acknowledgement
+from kshare_sidecar.share.engine.acquire import Acquisition
+from kshare_sidecar.share.engine.config import ShareConfig
+from kshare_sidecar.share.engine.persisted import to_partition_state
+from kshare_sidecar.share.engine.ranges import Clock, InFlightRange
 from kshare_sidecar.states import ACKNOWLEDGED, ARCHIVED, AVAILABLE, RecordState
 
 __all__ = ["Clock", "SharePartition"]

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
-from kshare_sidecar.share.locks import Lock
-from kshare_sidecar.share.ranges import InFlight, InFlightRange
-from kshare_sidecar.share.types import AcquiredRecords, AcquireMode
+from kshare_sidecar.share.engine.locks import Lock
+from kshare_sidecar.share.engine.ranges import InFlight, InFlightRange
+from kshare_sidecar.share.engine.types import AcquiredRecords, AcquireMode
 from kshare_sidecar.states import ACKNOWLEDGED, ACQUIRED, ARCHIVED, AVAILABLE
 
 

@@ -2,7 +2,7 @@
 
 Why a subclass: groups that use none of the extensions keep the plain `SharePartition` and its
 hot path untouched; a group that opts in gets this class at load. It changes what happens to a
-record after an *unsuccessful* delivery, using holds (share/holds.py):
+record after an *unsuccessful* delivery, using holds (share/engine/holds.py):
 
 * RELEASE, an expired acquisition lock or a member leaving, with attempts left and a backoff
   configured: the record is held until ``now + backoff(delivery count)``, then AVAILABLE.
@@ -23,10 +23,10 @@ from collections.abc import Callable
 from typing import Any
 
 from kshare_sidecar.persist.model import PartitionState, StateBatch
-from kshare_sidecar.share.acks import Run
-from kshare_sidecar.share.backoff import backoff_ms
-from kshare_sidecar.share.config import Extensions, ShareConfig
-from kshare_sidecar.share.holds import (
+from kshare_sidecar.share.engine.acks import Run
+from kshare_sidecar.share.engine.backoff import backoff_ms
+from kshare_sidecar.share.engine.config import Extensions, ShareConfig
+from kshare_sidecar.share.engine.holds import (
     BACKOFF,
     CAUSE_LIMIT,
     CAUSE_REJECTED,
@@ -42,10 +42,10 @@ from kshare_sidecar.share.holds import (
     transfer,
     under_lock,
 )
-from kshare_sidecar.share.keyorder import KeyIndex
-from kshare_sidecar.share.partition import SharePartition
-from kshare_sidecar.share.ranges import InFlightRange
-from kshare_sidecar.share.types import AcquiredRecords
+from kshare_sidecar.share.engine.keyorder import KeyIndex
+from kshare_sidecar.share.engine.partition import SharePartition
+from kshare_sidecar.share.engine.ranges import InFlightRange
+from kshare_sidecar.share.engine.types import AcquiredRecords
 from kshare_sidecar.states import (
     ACCEPT,
     ACKNOWLEDGED,
@@ -155,7 +155,7 @@ class ExtendedSharePartition(SharePartition):
 
     def order_by_key(self, member_id: str, acquired: list[AcquiredRecords],
                      key_of: Callable[[int], bytes | None]) -> list[AcquiredRecords]:
-        """Keep only the acquired offsets at the head of their key (share/keyorder.py); the rest go
+        """Keep only the acquired offsets at the head of their key (share/engine/keyorder.py); the rest go
         under key-order holds with the delivery taken back. Returns what ``member_id`` really got."""
         idx = self.key_index
         for a in acquired:  # learn every key first: two records of one key in one acquisition
