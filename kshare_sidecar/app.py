@@ -416,7 +416,7 @@ class Sidecar:
     async def _join_cluster(self, registry: ApiRegistry, hidden: set[str], specs: list[ListenerSpec]) -> None:
         """Route by ownership (Metadata leaders, FindCoordinator) and join the sidecars' group;
         the listener opens once the first assignment is taken over (or after a bounded wait)."""
-        from .service.cluster import ClusterMembership, GroupConfigTail, PeerConfigs
+        from .cluster.membership import ClusterMembership, GroupConfigTail, PeerConfigs
 
         cfg, view = self.config, self.cluster_view
         assert view is not None  # built with the registry when cluster.name is set

@@ -19,7 +19,7 @@ from ..protocol.constants import ApiKey, ConfigResourceType, ConfigSource
 from ..service.admin import AdminError, AdminService
 from ..config import GROUP_CONFIGS
 from ..config.settings import BY_KEY
-from ..service.cluster import PEER_CLIENT_ID
+from ..cluster.membership import PEER_CLIENT_ID
 from ..auth.acls import Op, Res
 from .context import RequestContext, acl_of
 from .registry import ApiRegistry

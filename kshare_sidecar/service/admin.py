@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from ..backend.backend import Backend
     from ..persist.records import StateSummary
     from ..persist.protocol import Persister
-    from .cluster import GroupConfigTail, PeerConfigs
+    from ..cluster.membership import GroupConfigTail, PeerConfigs
     from .groups import GroupService
     from .partitions import SharePartitionManager
 
@@ -76,10 +76,10 @@ class AdminService:
         self.persister = persister
         self.backend = backend
         self._locks: dict[str, asyncio.Lock] = {}
-        #: a cluster of sidecars: per-group configs of groups coordinated elsewhere (service/cluster.py)
+        #: a cluster of sidecars: per-group configs of groups coordinated elsewhere (cluster/membership.py)
         self.remote_group_configs: dict[str, dict[str, str]] | None = None
         self.remote_state: GroupConfigTail | None = None  # share-partition snapshots of other sidecars
-        #: a cluster of sidecars: forwards config changes to the group's coordinator (service/cluster.py)
+        #: a cluster of sidecars: forwards config changes to the group's coordinator (cluster/membership.py)
         self.peer_configs: PeerConfigs | None = None
 
     # -- which groups exist ------------------------------------------------------------------

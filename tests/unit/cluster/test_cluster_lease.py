@@ -1,4 +1,4 @@
-"""Ownership as a lease, and the planned handover (cluster/lease.py, service/cluster.py,
+"""Ownership as a lease, and the planned handover (cluster/lease.py, cluster/membership.py,
 persist/cluster.py, service/partitions.py), with cluster-mode memory persisters on one MemoryLog:
 
 * the lease runs from the send time of the newest request the group coordinator answered NONE
@@ -26,9 +26,9 @@ from kshare_sidecar.persist import MemoryLog, MemoryPersister, PartitionState, S
 from kshare_sidecar.persist.errors import CommitOutcomeUnknownError
 from kshare_sidecar.persist.codec import KIND_OWNER
 from kshare_sidecar.persist.ownership import share_partition_home
-from kshare_sidecar.service.cluster import ClusterMembership
+from kshare_sidecar.cluster.membership import ClusterMembership
 from kshare_sidecar.service.partitions import PartitionError, SharePartitionManager
-from kshare_sidecar.service.statetail import GroupConfigTail
+from kshare_sidecar.cluster.state_tail import GroupConfigTail
 
 PARTS = 4
 T = TopicInfo("t", uuid.UUID(int=7), 2)

@@ -1,5 +1,5 @@
 """The state topic as every sidecar of a cluster reads it: one read_committed tail of all its
-partitions (service/cluster.py starts it before joining the sidecars' group).
+partitions (cluster/membership.py starts it before joining the sidecars' group).
 
 What it keeps, and for whom:
 

@@ -29,7 +29,7 @@ on, which with a sticky assignment is the cooperative behaviour: partitions that
 pause. A partition that moves between two members of the same generation is a planned
 handover: the old owner stops serving it, writes its in-flight delivery counts and a released
 mark (persist/cluster.py), and the new owner waits for that mark (read by the state tail,
-service/statetail.py) before fencing it — at most a session timeout, after which the old owner's
+cluster/state_tail.py) before fencing it — at most a session timeout, after which the old owner's
 lease has run out whatever happened to it. A partition whose holder left the group (crashed,
 expired, stopped) is taken over at once.
 """
@@ -45,7 +45,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment, ConsumerProtocolMemberMetadata
 
-from ..cluster.assign import (
+from .assign import (
     ClusterMap,
     CodecError,
     MemberInfo,
@@ -57,10 +57,10 @@ from ..cluster.assign import (
     encode_member,
     sticky_assign,
 )
-from ..cluster.lease import Lease, safety_margin_ms
-from ..cluster.view import ClusterView
+from .lease import Lease, safety_margin_ms
+from .view import ClusterView
 from ..backend.health import drop_connections
-from .statetail import GroupConfigTail, OwnerMark
+from .state_tail import GroupConfigTail, OwnerMark
 
 log = logging.getLogger("kshare.cluster")
 
