@@ -47,11 +47,11 @@ from .backend.compat import BackendProfile, check_backend
 from .backend.security import BackendSecurity
 from .backend.topic_ids import PersisterTopicIds
 from .service.admin import AdminService
-from .service.deadletter import DeadLetterService, DeadLetterWriter
-from .service.dlqtopics import DeadLetterTopics
+from .share.dead_letter import DeadLetterService, DeadLetterWriter
+from .share.dead_letter_topics import DeadLetterTopics
 from .service.groups import GroupService
-from .service.partitions import SharePartitionManager
-from .service.shares import ShareService
+from .share.cache import SharePartitionManager
+from .share.manager import ShareService
 from .share.engine.sessions import ShareSessionCache
 from .protocol.address import parse_count_overrides
 from .wire.limits import RequestMemoryPool

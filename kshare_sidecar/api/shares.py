@@ -25,7 +25,7 @@ from kio.static.primitive import i32Timedelta
 from ..auth.acls import Op, Res
 from ..metrics import REQUEST_TIME
 from ..protocol.constants import ApiKey
-from ..service.shares import FetchParams, ShareOut
+from ..share.manager import FetchParams, ShareOut
 from ..share.engine.types import AckBatch
 from .context import KafkaError, RequestContext, acl_of
 from .shareresponse import share_fetch_body

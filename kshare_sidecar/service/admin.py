@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from ..persist.protocol import Persister
     from ..cluster.membership import GroupConfigTail, PeerConfigs
     from .groups import GroupService
-    from .partitions import SharePartitionManager
+    from ..share.cache import SharePartitionManager
 
 log = logging.getLogger("kshare.admin")
 

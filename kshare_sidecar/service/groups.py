@@ -35,7 +35,7 @@ from ..persist.errors import PersistError
 from ..persist.ownership import group_home
 from ..persist.records import GroupRecord, MemberRecord
 from ..ratelog import RateLimitedLog, backend_failures
-from .partitions import SharePartitionManager
+from ..share.cache import SharePartitionManager
 
 if TYPE_CHECKING:
     from ..backend.backend import Backend

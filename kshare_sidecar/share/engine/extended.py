@@ -7,7 +7,7 @@ record after an *unsuccessful* delivery, using holds (share/engine/holds.py):
 * RELEASE, an expired acquisition lock or a member leaving, with attempts left and a backoff
   configured: the record is held until ``now + backoff(delivery count)``, then AVAILABLE.
 * REJECT, or no attempts left (the delivery count limit), with a dead-letter topic: the record
-  is held for the dead-letter writer (service/deadletter.py) — kshare's form of Kafka 4.4's
+  is held for the dead-letter writer (share/dead_letter.py) — kshare's form of Kafka 4.4's
   ARCHIVING state — which writes it to the topic (or gives up, as Kafka does) and then
   acknowledges it as the holder: the state write that archives it comes after the write ended.
 

@@ -23,7 +23,7 @@ from kio.schema.share_fetch.v2 import request as f2
 from kshare_sidecar.api import Dispatcher, InMemoryTopicCatalog, build_registry
 from kshare_sidecar.api import registry as registry_module
 from kshare_sidecar.api import shares as shares_api
-from kshare_sidecar.service.shares import PartitionOut, ShareOut
+from kshare_sidecar.share.manager import PartitionOut, ShareOut
 from kshare_sidecar.share.engine.types import AcquiredRecords
 from tests.unit.api.conftest import NODE, FakeConnection, request_frame
 from kshare_sidecar.wire import codec

@@ -70,8 +70,8 @@ SUB_ROOMS = ("share.engine",)
 #: A face and the modules a fresh interpreter must not hold after importing it.
 LIGHT_FACES: dict[str, tuple[str, ...]] = {
     "kshare_sidecar.share.engine": ("kshare_sidecar.persist.base", "kshare_sidecar.persist.memory"),
-    "kshare_sidecar.service.keyorder": ("kshare_sidecar.client.consumer",),
-    "kshare_sidecar.service.deadletter": ("kshare_sidecar.client.consumer",),
+    "kshare_sidecar.share.key_order": ("kshare_sidecar.client.consumer",),
+    "kshare_sidecar.share.dead_letter": ("kshare_sidecar.client.consumer",),
 }
 
 

@@ -1,5 +1,5 @@
 """Ownership as a lease, and the planned handover (cluster/lease.py, cluster/membership.py,
-persist/cluster.py, service/partitions.py), with cluster-mode memory persisters on one MemoryLog:
+persist/cluster.py, share/cache.py), with cluster-mode memory persisters on one MemoryLog:
 
 * the lease runs from the send time of the newest request the group coordinator answered NONE
   (JoinGroup, Heartbeat, SyncGroup — not a Heartbeat answered REBALANCE_IN_PROGRESS), for the
@@ -27,7 +27,7 @@ from kshare_sidecar.persist.errors import CommitOutcomeUnknownError
 from kshare_sidecar.persist.codec import KIND_OWNER
 from kshare_sidecar.persist.ownership import share_partition_home
 from kshare_sidecar.cluster.membership import ClusterMembership
-from kshare_sidecar.service.partitions import PartitionError, SharePartitionManager
+from kshare_sidecar.share.cache import PartitionError, SharePartitionManager
 from kshare_sidecar.cluster.state_tail import GroupConfigTail
 
 PARTS = 4

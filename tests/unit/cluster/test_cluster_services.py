@@ -17,7 +17,7 @@ from kshare_sidecar.persist import MemoryLog, MemoryPersister
 from kshare_sidecar.persist.ownership import group_home, share_partition_home
 from kshare_sidecar.service.admin import AdminError, AdminService
 from kshare_sidecar.service.groups import GroupService
-from kshare_sidecar.service.partitions import PartitionError, SharePartitionManager
+from kshare_sidecar.share.cache import PartitionError, SharePartitionManager
 
 PARTS = 4
 T = TopicInfo("t", uuid.UUID(int=7), 2)

@@ -21,7 +21,7 @@ from kshare_sidecar.persist.model import SharePartitionKey
 from kshare_sidecar.protocol.constants import AlterConfigOp
 from kshare_sidecar.service.admin import AdminError, AdminService
 from kshare_sidecar.service.groups import GroupService
-from kshare_sidecar.service.partitions import SharePartitionManager
+from kshare_sidecar.share.cache import SharePartitionManager
 
 T = TopicInfo("t", uuid.UUID(int=7), 2)
 

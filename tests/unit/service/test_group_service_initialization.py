@@ -16,7 +16,7 @@ from kshare_sidecar.persist.errors import PersistError
 from kshare_sidecar.persist.memory import MemoryPersister
 from kshare_sidecar.persist.records import SharePartitionKey
 from kshare_sidecar.service.groups import GroupService
-from kshare_sidecar.service.partitions import SharePartitionManager
+from kshare_sidecar.share.cache import SharePartitionManager
 from tests.unit.wire.stack import TOPICS, MemoryBackend
 
 ORDERS = TOPICS[0]  # 3 partitions

@@ -20,8 +20,8 @@ from kshare_sidecar.backend.types import BatchInfo, FetchResult, TopicInfo
 from kshare_sidecar.persist.memory import MemoryPersister
 from kshare_sidecar.service.admin import AdminService
 from kshare_sidecar.service.groups import GroupService
-from kshare_sidecar.service.partitions import SharePartitionManager
-from kshare_sidecar.service.shares import ShareService
+from kshare_sidecar.share.cache import SharePartitionManager
+from kshare_sidecar.share.manager import ShareService
 from kshare_sidecar.share.engine.sessions import ShareSessionCache
 
 TOPICS = (TopicInfo("orders", uuid.UUID(int=0xA), 3), TopicInfo("events", uuid.UUID(int=0xB), 1))

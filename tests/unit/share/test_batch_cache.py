@@ -1,7 +1,7 @@
 """The per-share-partition batch cache: serves offsets inside the cached batches, bounded in bytes."""
 
 from kshare_sidecar.backend.types import BatchInfo, FetchResult
-from kshare_sidecar.service.readcache import BatchCache
+from kshare_sidecar.share.read_cache import BatchCache
 
 
 def result(first: int, last: int, size: int) -> FetchResult:

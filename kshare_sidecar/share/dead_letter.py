@@ -35,8 +35,8 @@ from ..client.records import RecordDecodeError, decode_batches
 from ..config.sections import GroupConfig
 from ..metrics import STATS
 from ..ratelog import RateLimitedLog
-from ..share.engine.holds import CAUSE_LIMIT, DEAD_LETTER
-from .dlqtopics import GROUP_ENABLE, DeadLetterTopics, parse_bool
+from .engine.holds import CAUSE_LIMIT, DEAD_LETTER
+from .dead_letter_topics import GROUP_ENABLE, DeadLetterTopics, parse_bool
 
 log = logging.getLogger("kshare.deadletter")
 _failures = RateLimitedLog(log)
@@ -143,7 +143,7 @@ class DeadLetterWriter:
 
     async def opted_in(self, topic: str) -> bool:
         """``errors.deadletterqueue.group.enable`` of an existing topic: the backend's value where its
-        topic configs hold the key (Kafka 4.4), else the one kshare keeps (service/dlqtopics.py)."""
+        topic configs hold the key (Kafka 4.4), else the one kshare keeps (share/dead_letter_topics.py)."""
         if self.topics.backend_holds_key is False:
             return self.topics.enabled(topic)
         admin = await self._get_admin()
@@ -351,7 +351,7 @@ class DeadLetterService:
 
     async def _archive(self, slot, pending) -> None:
         """The state write that ends the hold: the records become ARCHIVED (Kafka's ARCHIVING -> ARCHIVED)."""
-        from .partitions import PendingAcks
+        from .cache import PendingAcks
 
         batches = [(first, last, [3]) for first, last, _c, _cause in pending]
         codes = await self.partitions.persist_plans([(slot, PendingAcks(DEAD_LETTER, batches))])

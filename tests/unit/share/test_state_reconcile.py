@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from kshare_sidecar.persist import MemoryLog, MemoryPersister, SharePartitionKey
 from kshare_sidecar.persist import codec
-from kshare_sidecar.service.partitions import PendingAcks, SharePartitionManager
+from kshare_sidecar.share.cache import PendingAcks, SharePartitionManager
 
 TOPIC_ID = uuid.UUID(int=7)
 KEY = SharePartitionKey("g", str(TOPIC_ID), 0)

@@ -16,8 +16,8 @@ from kio.schema.errors import ErrorCode
 
 from kshare_sidecar.persist.memory import MemoryPersister
 from kshare_sidecar.persist.model import DeliveryState
-from kshare_sidecar.service import deadletter
-from kshare_sidecar.service.deadletter import (
+from kshare_sidecar.share import dead_letter as deadletter
+from kshare_sidecar.share.dead_letter import (
     INVALID,
     MAX_ATTEMPTS,
     PERMANENT,
@@ -28,11 +28,11 @@ from kshare_sidecar.service.deadletter import (
     dlq_headers,
     name_problem,
 )
-from kshare_sidecar.service.partitions import SharePartitionManager
-from kshare_sidecar.service.shares import ShareService
+from kshare_sidecar.share.cache import SharePartitionManager
+from kshare_sidecar.share.manager import ShareService
 from kshare_sidecar.share.engine.sessions import ShareSessionCache
 from kshare_sidecar.share.engine.types import AckBatch
-from tests.unit.service.test_share_service import CONFIG, MemoryLog, fetch
+from tests.unit.share.test_share_service import CONFIG, MemoryLog, fetch
 
 DLQ_CONFIG = {**CONFIG, "errors.deadletterqueue.topic.name": "dlq.t",
               "errors.deadletterqueue.copy.record.enable": True}

@@ -9,7 +9,7 @@ names the share-partitions whose durable state differs from what this sidecar be
 slots are retired (``dead``; no further write from them) and reload from the durable state on
 the next request, so a snapshot built from non-durable state is never written.
 
-What this sidecar leads, within its lease, and planned handovers: service/leadership.py.
+What this sidecar leads, within its lease, and planned handovers: share/leadership.py.
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ from ..metrics import WRITE_LATENCY as _WRITE_LATENCY
 from ..persist.errors import PersistError, UnknownSharePartitionError
 from ..persist.model import SharePartitionKey
 from ..persist.records import UNSET_OFFSET, InitializeItem, WriteItem
-from ..share.engine.config import Extensions, ShareConfig
-from ..share.engine.extended import ExtendedSharePartition
-from ..share.engine.holds import DEAD_LETTER, HOLDERS
-from ..share.engine.keyorder import KeyIndex
-from ..share.engine.partition import SharePartition
+from .engine.config import Extensions, ShareConfig
+from .engine.extended import ExtendedSharePartition
+from .engine.holds import DEAD_LETTER, HOLDERS
+from .engine.keyorder import KeyIndex
+from .engine.partition import SharePartition
 from ..timeutil import parse_iso_duration_ms
 from .leadership import Leadership, PartitionError, _name
 from .slot import IdleEviction, Slot
@@ -58,7 +58,7 @@ def owner_epoch() -> int:
 
 
 class SharePartitionManager(Leadership, IdleEviction):
-    """Owns every `SharePartition` this sidecar serves (idle ones are dropped: service/slot.py)."""
+    """Owns every `SharePartition` this sidecar serves (idle ones are dropped: share/slot.py)."""
 
     def __init__(self, *, persister, backend, clock: Callable[[], int],
                  group_config: Callable[[str], dict], epoch: int | None = None, idle_eviction_ms: int = 0) -> None:
@@ -86,7 +86,7 @@ class SharePartitionManager(Leadership, IdleEviction):
         self._timer: asyncio.Task | None = None
         self._background: set[asyncio.Task] = set()
         #: called after a share-partition changed (acks, expiry, release, load): the dead-letter
-        #: service drains new dead-letter holds from here (service/deadletter.py)
+        #: service drains new dead-letter holds from here (share/dead_letter.py)
         self.on_change: Callable[[Slot], None] | None = None
         if hasattr(persister, "reload_listeners"):
             persister.reload_listeners.append(self.retire)

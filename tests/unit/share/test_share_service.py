@@ -13,8 +13,8 @@ from kio.schema.errors import ErrorCode
 from kshare_sidecar.backend.types import BatchInfo, FetchResult, TopicInfo
 from kshare_sidecar.persist.errors import BackendWriteError
 from kshare_sidecar.persist.memory import MemoryPersister
-from kshare_sidecar.service.partitions import SharePartitionManager
-from kshare_sidecar.service.shares import FetchParams, ShareService
+from kshare_sidecar.share.cache import SharePartitionManager
+from kshare_sidecar.share.manager import FetchParams, ShareService
 from kshare_sidecar.share.engine.sessions import ShareSessionCache
 from kshare_sidecar.share.engine.types import AckBatch
 

@@ -17,7 +17,7 @@ import logging
 from ..client.records import RecordDecodeError, decode_batches
 from ..backend.types import BatchInfo, FetchResult
 from ..ratelog import RateLimitedLog
-from ..share.engine.types import AcquiredRecords
+from .engine.types import AcquiredRecords
 
 log = logging.getLogger("kshare.keyorder")
 _undecodable = RateLimitedLog(log)

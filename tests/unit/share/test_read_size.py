@@ -7,8 +7,8 @@ from __future__ import annotations
 import uuid
 
 from kshare_sidecar.persist.model import SharePartitionKey
-from kshare_sidecar.service.logreader import _EXTRA_WINDOWS, _FIRST_READ, _MIN_READ, _Budget, _read_size
-from kshare_sidecar.service.partitions import Slot
+from kshare_sidecar.share.log_reader import _EXTRA_WINDOWS, _FIRST_READ, _MIN_READ, _Budget, _read_size
+from kshare_sidecar.share.cache import Slot
 from kshare_sidecar.share.engine.config import ShareConfig
 from kshare_sidecar.share.engine.partition import SharePartition
 

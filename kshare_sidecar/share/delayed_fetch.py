@@ -3,8 +3,8 @@
 Why a module of its own: this is the fetch half of the hot path — try to acquire from every
 session partition (rotated), and when nothing was acquired, park until a share-partition changes
 (an ack, a release, a lock expiry wakes ``Slot.waiters``), the backend has new data (a
-long-poll), or MaxWaitMs passes. Sessions and acknowledgements stay in :mod:`.shares`, the
-backend reads in :mod:`.logreader`. The work per request is per partition and per log batch,
+long-poll), or MaxWaitMs passes. Sessions and acknowledgements stay in :mod:`.manager`, the
+backend reads in :mod:`.log_reader`. The work per request is per partition and per log batch,
 never per record: the acquired batches are views of the backend's buffer
 (``backend/batches.batch_views``), never copied: the answer writes them to the socket as they are.
 """
@@ -25,11 +25,11 @@ from ..backend.batches import batch_views
 from ..backend.types import BatchInfo
 from ..metrics import STATS as _METRICS
 from ..protocol.types import TopicIdPartition
-from ..share.engine.sessions import ShareSession, ShareSessionCache
-from ..share.engine.types import AcquiredRecords, AcquireMode
-from . import keyorder
-from .logreader import ShareLogReader, _Budget
-from .partitions import PartitionError, SharePartitionManager, Slot
+from .engine.sessions import ShareSession, ShareSessionCache
+from .engine.types import AcquiredRecords, AcquireMode
+from . import key_order as keyorder
+from .log_reader import ShareLogReader, _Budget
+from .cache import PartitionError, SharePartitionManager, Slot
 
 
 @dataclass
@@ -145,7 +145,7 @@ class DelayedShareFetch:
                 return None
             result = await self.reader.read(slot, offset, self.isolation, budget)
             if result is None or slot.dead or not self.partitions.serving:
-                return None  # given up or past the lease while reading (service/partitions.py)
+                return None  # given up or past the lease while reading (share/cache.py)
             batches = _within_bytes(_acquirable(result.batches, offset, sp.speo + sp.free_locks), budget.bytes,
                                     first=budget.bytes == params.max_bytes)
             if not batches:

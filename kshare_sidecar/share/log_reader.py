@@ -3,8 +3,8 @@ read-ahead and the long-polls a parked ShareFetch waits on.
 
 Why a module of its own: this is the part of the fetch path that talks to the backend (Kafka's
 ReplicaManager.readFromLog, as seen from DelayedShareFetch), long-lived across requests (the
-cache, the read-ahead tasks), while :mod:`.sharefetch` holds one request's acquisition and
-:mod:`.shares` the sessions and acknowledgements. Nothing here decodes a record: reads return the
+cache, the read-ahead tasks), while :mod:`.delayed_fetch` holds one request's acquisition and
+:mod:`.manager` the sessions and acknowledgements. Nothing here decodes a record: reads return the
 backend's raw bytes with parsed batch headers (``backend/batches.py``).
 """
 
@@ -21,8 +21,8 @@ from ..backend.errors import UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION, Backe
 from ..backend.types import FetchResult
 from ..metrics import STATS as _METRICS
 from ..ratelog import backend_failures
-from .partitions import PartitionError, Slot
-from .readcache import BatchCache
+from .cache import PartitionError, Slot
+from .read_cache import BatchCache
 
 if TYPE_CHECKING:
     from ..backend.backend import Backend
@@ -57,7 +57,7 @@ class ShareLogReader:
         self.backend = backend
         self.cache = BatchCache(cache_bytes)
         self.read_ahead_enabled = read_ahead  # read.ahead.enable
-        self._reading_ahead: dict[LogKey, asyncio.Task[None]] = {}  # log key -> its read-ahead (readcache.py)
+        self._reading_ahead: dict[LogKey, asyncio.Task[None]] = {}  # log key -> its read-ahead (read_cache.py)
 
     async def read(self, slot: Slot, offset: int, isolation: int, budget: _Budget) -> FetchResult | None:
         """The bytes at ``offset``: the cached read covering it, else one backend Fetch sized by
@@ -143,7 +143,7 @@ class ShareLogReader:
 
     def read_ahead(self, slot: Slot, result: FetchResult, isolation: int) -> None:
         """Read the next window's bytes in the background when less than half a window is cached
-        beyond the window's end (see readcache.py): the ShareFetch that acknowledges the current
+        beyond the window's end (see read_cache.py): the ShareFetch that acknowledges the current
         window then acquires from the cache instead of waiting for a backend round trip."""
         if not self.read_ahead_enabled:
             return

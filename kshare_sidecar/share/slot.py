@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..persist.model import SharePartitionKey
-from ..share.engine.partition import SharePartition
+from .engine.partition import SharePartition
 
 log = logging.getLogger("kshare.partitions")
 
@@ -79,7 +79,7 @@ class Slot:
 
 
 class IdleEviction:
-    """Mixed into :class:`~kshare_sidecar.service.partitions.SharePartitionManager`."""
+    """Mixed into :class:`~kshare_sidecar.share.cache.SharePartitionManager`."""
 
     # the manager's (declared for the type checker)
     slots: dict[SharePartitionKey, Slot]

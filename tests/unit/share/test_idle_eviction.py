@@ -12,8 +12,8 @@ from kio.schema.errors import ErrorCode
 from kshare_sidecar.backend.types import BatchInfo, FetchResult, TopicInfo
 from kshare_sidecar.persist.memory import MemoryPersister
 from kshare_sidecar.persist.model import SharePartitionKey
-from kshare_sidecar.service.partitions import SharePartitionManager
-from kshare_sidecar.service.shares import FetchParams, ShareService
+from kshare_sidecar.share.cache import SharePartitionManager
+from kshare_sidecar.share.manager import FetchParams, ShareService
 from kshare_sidecar.share.engine.sessions import ShareSessionCache
 from kshare_sidecar.share.engine.types import AckBatch
 
@@ -167,7 +167,7 @@ async def test_eviction_off_keeps_everything(env):
 
 
 def test_an_idle_slot_makes_no_locks_or_waiter_set():
-    from kshare_sidecar.service.slot import Slot
+    from kshare_sidecar.share.slot import Slot
     from kshare_sidecar.share.engine.config import ShareConfig
     from kshare_sidecar.share.engine.partition import SharePartition
 

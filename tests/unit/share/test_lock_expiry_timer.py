@@ -6,7 +6,7 @@ import asyncio
 import uuid
 
 from kshare_sidecar.persist.model import SharePartitionKey
-from kshare_sidecar.service.partitions import SharePartitionManager, Slot
+from kshare_sidecar.share.cache import SharePartitionManager, Slot
 from kshare_sidecar.share.engine.config import ShareConfig
 from kshare_sidecar.share.engine.partition import SharePartition
 

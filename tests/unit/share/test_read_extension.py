@@ -17,9 +17,9 @@ from kshare_sidecar.backend.errors import BackendError
 from kshare_sidecar.backend.types import BatchInfo, FetchResult, TopicInfo
 from kshare_sidecar.persist.memory import MemoryPersister
 from kshare_sidecar.persist.model import SharePartitionKey
-from kshare_sidecar.service.logreader import ShareLogReader, _Budget, _join
-from kshare_sidecar.service.partitions import SharePartitionManager, Slot
-from kshare_sidecar.service.shares import FetchParams, ShareService
+from kshare_sidecar.share.log_reader import ShareLogReader, _Budget, _join
+from kshare_sidecar.share.cache import SharePartitionManager, Slot
+from kshare_sidecar.share.manager import FetchParams, ShareService
 from kshare_sidecar.share.engine.config import ShareConfig
 from kshare_sidecar.share.engine.partition import SharePartition
 from kshare_sidecar.share.engine.sessions import ShareSessionCache

@@ -1,5 +1,5 @@
 """Which share-partitions this sidecar leads, within its lease, and the planned handover of a state
-partition (the `Leadership` part of `SharePartitionManager`, service/partitions.py).
+partition (the `Leadership` part of `SharePartitionManager`, share/cache.py).
 
 Serving is bounded by a lease (cluster/lease.py; ``serving``): a cluster member's membership of
 the sidecars' group, a single sidecar's backend answering it. Past it nothing is loaded, fetched
@@ -21,7 +21,7 @@ from ..persist.codec import KIND_PARTITION
 from ..persist.errors import PersistError
 from ..persist.model import SharePartitionKey
 from ..protocol.errors import KafkaError
-from ..share.engine.holds import HOLDERS
+from .engine.holds import HOLDERS
 from .slot import Slot
 
 log = logging.getLogger("kshare.partitions")

@@ -7,12 +7,12 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from kshare_sidecar.persist.memory import MemoryPersister
-from kshare_sidecar.service.partitions import SharePartitionManager
-from kshare_sidecar.service.shares import ShareService
+from kshare_sidecar.share.cache import SharePartitionManager
+from kshare_sidecar.share.manager import ShareService
 from kshare_sidecar.share.engine.extended import ExtendedSharePartition
 from kshare_sidecar.share.engine.sessions import ShareSessionCache
 from kshare_sidecar.share.engine.types import AckBatch
-from tests.unit.service.test_share_service import CONFIG, TP, MemoryLog, clock, fetch
+from tests.unit.share.test_share_service import CONFIG, TP, MemoryLog, clock, fetch
 
 import pytest
 

@@ -19,12 +19,12 @@ from kshare_sidecar.cluster.lease import Lease
 from kshare_sidecar.config import load_config
 from kshare_sidecar.backend.backend import Backend
 from kshare_sidecar.persist.memory import MemoryPersister
-from kshare_sidecar.service.partitions import PartitionError, SharePartitionManager
-from kshare_sidecar.service.shares import ShareService
+from kshare_sidecar.share.cache import PartitionError, SharePartitionManager
+from kshare_sidecar.share.manager import ShareService
 from kshare_sidecar.share.engine.sessions import ShareSessionCache
 from kshare_sidecar.share.engine.types import AckBatch
 
-from tests.unit.service.test_share_service import CONFIG, TOPIC, MemoryLog, clock, fetch
+from tests.unit.share.test_share_service import CONFIG, TOPIC, MemoryLog, clock, fetch
 
 
 class Clock:

@@ -31,13 +31,13 @@ from ..config.sections import GroupConfig
 from ..metrics import STATS as _METRICS
 from ..protocol.types import TopicIdPartition
 from ..ratelog import RateLimitedLog
-from ..share.engine.acks import parse_ack_batches
-from ..share.engine.sessions import SessionError, ShareSession, ShareSessionCache
-from ..share.engine.types import AckBatch
+from .engine.acks import parse_ack_batches
+from .engine.sessions import SessionError, ShareSession, ShareSessionCache
+from .engine.types import AckBatch
 from ..states import RENEW
-from .logreader import ShareLogReader
-from .partitions import PartitionError, PendingAcks, SharePartitionManager, Slot
-from .sharefetch import DelayedShareFetch, FetchParams, PartitionOut
+from .log_reader import ShareLogReader
+from .cache import PartitionError, PendingAcks, SharePartitionManager, Slot
+from .delayed_fetch import DelayedShareFetch, FetchParams, PartitionOut
 
 if TYPE_CHECKING:
     from ..backend.backend import Backend
