@@ -1,10 +1,10 @@
 """The sidecar assembled: plugins, persister recovery, backend, services, API handlers, listeners.
 
 Why here, at the top of the package: this is the one module that knows every layer. The
-services (service/) are built from the typed config and handed to the API handlers (api/),
-which go into a registry behind one Dispatcher per listener (wire/) — so service/ never imports
-api/ or wire/, and the data flow ``wire → api → service → group/share → backend/persist`` has no
-way back up (docs/architecture.md).
+services (group/, share/, cluster/) are built from the typed config and handed to the API
+handlers (api/), which go into a registry behind one Dispatcher per listener (wire/) — so no
+service imports api/ or wire/, and the data flow ``wire → api → group → share → cluster →
+share/engine, backend/persist`` has no way back up (docs/architecture.md).
 
 Start order matters: the persister recovers before the listener accepts, so no client sees
 half-loaded state; stop order is the reverse, and state writes in flight are awaited.
@@ -46,10 +46,10 @@ from .backend.catalog import BackendCatalog
 from .backend.compat import BackendProfile, check_backend
 from .backend.security import BackendSecurity
 from .backend.topic_ids import PersisterTopicIds
-from .service.admin import AdminService
+from .group.admin import AdminService
 from .share.dead_letter import DeadLetterService, DeadLetterWriter
 from .share.dead_letter_topics import DeadLetterTopics
-from .service.groups import GroupService
+from .group.service import GroupService
 from .share.cache import SharePartitionManager
 from .share.manager import ShareService
 from .share.engine.sessions import ShareSessionCache

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..metrics import IN_FLIGHT_AGE, STATS
-from ..service.admin_model import AdminError
+from ..group.admin_model import AdminError
 from ..share.engine.holds import BACKOFF, DEAD_LETTER, HOLDERS, KEY_ORDER
 from ..states import RecordState
 

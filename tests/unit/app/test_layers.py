@@ -8,7 +8,7 @@ reader meets: at module level, inside functions and under ``TYPE_CHECKING``.
 - The share engine (``share/engine/``) is pure: it imports no event loop, clock, socket or backend
   client, and of kshare_sidecar only itself and the plain data it shares with the persister.
 - A package's face (its ``__init__``) does not drag in more than the module asked for: importing the
-  pure ``share.engine`` does not load a persister, and ``service/`` reading ``client.records`` does not
+  pure ``share.engine`` does not load a persister, and ``share/`` reading ``client.records`` does not
   load the whole ShareConsumer.
 
 The analysis runs in a fresh interpreter and prints its counts: ``python tests/unit/app/test_layers.py``.
@@ -42,7 +42,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("api",),
     ("wire",),
     ("faust", "spark"),
-    ("service",),
     ("group",),
     ("share",),
     ("cluster",),
@@ -257,7 +256,7 @@ def test_the_check_reads_every_kind_of_import():
             from kshare_sidecar.share.engine import partition
     """)
     modules = {"kshare_sidecar.wire.server", "kshare_sidecar.share.engine.partition"}
-    found = imports(source, "kshare_sidecar.service.x", False, modules)
+    found = imports(source, "kshare_sidecar.share.x", False, modules)
     assert found == [("kshare_sidecar.wire.server", 3, "module"),
                      ("kshare_sidecar.api.context", 5, "type_checking"),
                      ("kshare_sidecar.share.engine.partition", 7, "function")]

@@ -11,7 +11,7 @@ from kshare_sidecar.api import admin as admin_api
 from kshare_sidecar.api import configs as configs_api
 from kshare_sidecar.auth.acls import Acl, AclSet, Decider, Op, Pattern, Permission, Res
 from kshare_sidecar.share.engine.types import AckBatch
-from tests.unit.service.test_admin_service import FakeBackend, T, env  # noqa: F401 - fixture
+from tests.unit.group.test_admin_service import FakeBackend, T, env  # noqa: F401 - fixture
 from tests.unit.api.test_admin_wire import NODE, _request, _roundtrip
 from tests.unit.share.test_share_service import TOPIC, TP, fetch, svc  # noqa: F401 - fixture
 

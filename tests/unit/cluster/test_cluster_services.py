@@ -15,8 +15,8 @@ from kshare_sidecar.group.coordinator import ShareGroupCoordinator
 from kshare_sidecar.backend.types import TopicInfo
 from kshare_sidecar.persist import MemoryLog, MemoryPersister
 from kshare_sidecar.persist.ownership import group_home, share_partition_home
-from kshare_sidecar.service.admin import AdminError, AdminService
-from kshare_sidecar.service.groups import GroupService
+from kshare_sidecar.group.admin import AdminError, AdminService
+from kshare_sidecar.group.service import GroupService
 from kshare_sidecar.share.cache import PartitionError, SharePartitionManager
 
 PARTS = 4

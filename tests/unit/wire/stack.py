@@ -18,8 +18,8 @@ from kshare_sidecar.group.assign import assign_with
 from kshare_sidecar.group.coordinator import ShareGroupCoordinator
 from kshare_sidecar.backend.types import BatchInfo, FetchResult, TopicInfo
 from kshare_sidecar.persist.memory import MemoryPersister
-from kshare_sidecar.service.admin import AdminService
-from kshare_sidecar.service.groups import GroupService
+from kshare_sidecar.group.admin import AdminService
+from kshare_sidecar.group.service import GroupService
 from kshare_sidecar.share.cache import SharePartitionManager
 from kshare_sidecar.share.manager import ShareService
 from kshare_sidecar.share.engine.sessions import ShareSessionCache

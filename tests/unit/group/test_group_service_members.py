@@ -15,7 +15,7 @@ from kshare_sidecar.group.coordinator import ShareGroupCoordinator
 from kshare_sidecar.persist import codec
 from kshare_sidecar.persist.memory import MemoryLog, MemoryPersister
 from kshare_sidecar.persist.ownership import group_home
-from kshare_sidecar.service.groups import GroupService
+from kshare_sidecar.group.service import GroupService
 from kshare_sidecar.share.cache import SharePartitionManager
 from tests.unit.wire.stack import TOPICS, MemoryBackend
 

@@ -19,8 +19,8 @@ from kshare_sidecar.backend.types import TopicInfo
 from kshare_sidecar.persist.memory import MemoryPersister
 from kshare_sidecar.persist.model import SharePartitionKey
 from kshare_sidecar.protocol.constants import AlterConfigOp
-from kshare_sidecar.service.admin import AdminError, AdminService
-from kshare_sidecar.service.groups import GroupService
+from kshare_sidecar.group.admin import AdminError, AdminService
+from kshare_sidecar.group.service import GroupService
 from kshare_sidecar.share.cache import SharePartitionManager
 
 T = TopicInfo("t", uuid.UUID(int=7), 2)

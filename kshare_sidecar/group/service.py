@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, cast
 
 from kio.schema.errors import ErrorCode
 
-from ..group import persisted
-from ..group.coordinator import HeartbeatResult, ShareGroupCoordinator
+from . import persisted
+from .coordinator import HeartbeatResult, ShareGroupCoordinator
 from ..backend.errors import BackendError
 from ..persist.codec import KIND_GROUP, KIND_MEMBER
 from ..persist.errors import PersistError
@@ -271,7 +271,7 @@ class GroupService:
                 changes[member_id] = None
         await self.persister.put_group(record, members=changes)
 
-    # -- administration (used by service/admin.py) -------------------------------------------
+    # -- administration (used by group/admin.py) -------------------------------------------
     def mark_initialized(self, group_id: str, topic_id: uuid.UUID, partition: int) -> None:
         """Record that a share-partition's state was initialized by an admin offsets reset (Kafka's
         AlterShareGroupOffsets initializes them too): members that subscribe get it at once."""

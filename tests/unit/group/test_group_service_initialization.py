@@ -15,7 +15,7 @@ from kshare_sidecar.group.coordinator import ShareGroupCoordinator
 from kshare_sidecar.persist.errors import PersistError
 from kshare_sidecar.persist.memory import MemoryPersister
 from kshare_sidecar.persist.records import SharePartitionKey
-from kshare_sidecar.service.groups import GroupService
+from kshare_sidecar.group.service import GroupService
 from kshare_sidecar.share.cache import SharePartitionManager
 from tests.unit.wire.stack import TOPICS, MemoryBackend
 

@@ -32,7 +32,7 @@ from ..config import (
     SidecarConfig,
     group_config_setting,
 )
-from ..group.coordinator import ShareGroup, ShareGroupCoordinator
+from .coordinator import ShareGroup, ShareGroupCoordinator
 from ..backend.errors import BackendError
 from ..backend.types import TopicInfo
 from ..persist.errors import PersistError
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from ..persist.records import StateSummary
     from ..persist.protocol import Persister
     from ..cluster.membership import GroupConfigTail, PeerConfigs
-    from .groups import GroupService
+    from .service import GroupService
     from ..share.cache import SharePartitionManager
 
 log = logging.getLogger("kshare.admin")
