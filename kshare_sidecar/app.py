@@ -50,8 +50,8 @@ from .group.admin import AdminService
 from .share.dead_letter import DeadLetterService, DeadLetterWriter
 from .share.dead_letter_topics import DeadLetterTopics
 from .group.service import GroupService
-from .share.cache import SharePartitionManager
-from .share.manager import ShareService
+from .share.cache import SharePartitionCache
+from .share.manager import SharePartitionManager
 from .share.engine.sessions import ShareSessionCache
 from .protocol.address import parse_count_overrides
 from .wire.limits import RequestMemoryPool
@@ -76,10 +76,10 @@ class Sidecar:
     backend: Backend
     backend_profile: BackendProfile
     coordinator: ShareGroupCoordinator
-    partitions: SharePartitionManager
+    partitions: SharePartitionCache
     deadletter: DeadLetterService
     groups: GroupService
-    shares: ShareService
+    shares: SharePartitionManager
     admin: AdminService
     node: NodeIdentity
     dispatcher: Dispatcher
@@ -265,7 +265,7 @@ class Sidecar:
             clock=monotonic_ms, max_size=cfg.share.max_size, session_timeout_ms=cfg.share.session_timeout_ms,
             heartbeat_interval_ms=cfg.share.heartbeat_interval_ms,
             assignment_interval_ms=cfg.share.assignment_interval_ms)
-        self.partitions = SharePartitionManager(persister=self.persister, backend=self.backend, clock=monotonic_ms,
+        self.partitions = SharePartitionCache(persister=self.persister, backend=self.backend, clock=monotonic_ms,
                                                 group_config=self.group_config,
                                                 idle_eviction_ms=cfg.server.partition_idle_eviction_ms)
         self.partitions.start()
@@ -281,7 +281,7 @@ class Sidecar:
         self.groups = GroupService(coordinator=self.coordinator, partitions=self.partitions, backend=self.backend,
                                    persister=self.persister)
         restored = self.groups.restore()
-        self.shares = ShareService(sessions=ShareSessionCache(cfg.share.max_share_sessions,
+        self.shares = SharePartitionManager(sessions=ShareSessionCache(cfg.share.max_share_sessions,
                                                              cfg.share.max_share_sessions_per_connection),
                                    partitions=self.partitions, backend=self.backend, group_config=self.group_config,
                                    read_ahead=cfg.server.read_ahead_enable)

@@ -1,4 +1,4 @@
-"""ShareFetch (key 78) and ShareAcknowledge (key 79), v1–v2: message <-> ShareService.
+"""ShareFetch (key 78) and ShareAcknowledge (key 79), v1–v2: message <-> SharePartitionManager.
 
 ShareFetch answers are encoded by hand (:mod:`.shareresponse`: the acquired batches are written
 as views of the backend's buffers, never copied); ShareAcknowledge answers are built in the v2

@@ -57,7 +57,7 @@ class GroupConfigTail:
         #: told of every owner record read: ``(state partition, mark)``
         self.on_owner: Callable[[int, OwnerMark], None] | None = None
         #: called with a group id when its configs change: the share-partitions this sidecar leads
-        #: take them (SharePartitionManager.reconfigure_group), as every broker's do on Kafka
+        #: take them (SharePartitionCache.reconfigure_group), as every broker's do on Kafka
         self.listeners: list[Callable[[str], object]] = []
         self._owner_events: dict[int, asyncio.Event] = {}
         self._consumer: AIOKafkaConsumer | None = None

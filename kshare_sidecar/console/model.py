@@ -39,7 +39,7 @@ class Services:
     """What the console reads (built once by app.py)."""
 
     coordinator: Any
-    partitions: Any  # share.cache.SharePartitionManager
+    partitions: Any  # share.cache.SharePartitionCache
     admin: Any  # service.admin.AdminService
     node_id: int
     cluster_view: Any = None  # cluster.view.ClusterView of a cluster of sidecars

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from ..persist.protocol import Persister
     from ..cluster.membership import GroupConfigTail, PeerConfigs
     from .service import GroupService
-    from ..share.cache import SharePartitionManager
+    from ..share.cache import SharePartitionCache
 
 log = logging.getLogger("kshare.admin")
 
@@ -68,7 +68,7 @@ class AdminService:
     """Admin operations over the sidecar's coordinator, group service, partitions and persister."""
 
     def __init__(self, *, config: SidecarConfig, coordinator: ShareGroupCoordinator, groups: GroupService,
-                 partitions: SharePartitionManager, persister: Persister, backend: Backend) -> None:
+                 partitions: SharePartitionCache, persister: Persister, backend: Backend) -> None:
         self.config = config
         self.coordinator = coordinator
         self.groups = groups
@@ -446,7 +446,7 @@ class AdminService:
         ``share.auto.offset.reset`` to share-partitions initialized from now on,
         ``share.assignor`` at the group's next assignment; the loaded share-partitions take the
         lock duration, delivery count limit, record-lock cap and extension keys now
-        (SharePartitionManager.reconfigure_group; an empty group's are unloaded instead and
+        (SharePartitionCache.reconfigure_group; an empty group's are unloaded instead and
         reload on the next fetch)."""
         self._ready()
         if not group_id:

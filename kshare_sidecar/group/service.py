@@ -35,7 +35,7 @@ from ..persist.errors import PersistError
 from ..persist.ownership import group_home
 from ..persist.records import GroupRecord, MemberRecord
 from ..ratelog import RateLimitedLog, backend_failures
-from ..share.cache import SharePartitionManager
+from ..share.cache import SharePartitionCache
 
 if TYPE_CHECKING:
     from ..backend.backend import Backend
@@ -50,7 +50,7 @@ _backend_failures = backend_failures(log)
 
 
 class GroupService:
-    def __init__(self, *, coordinator: ShareGroupCoordinator, partitions: SharePartitionManager, backend: Backend,
+    def __init__(self, *, coordinator: ShareGroupCoordinator, partitions: SharePartitionCache, backend: Backend,
                  persister: Persister) -> None:
         self.coordinator = coordinator
         self.partitions = partitions

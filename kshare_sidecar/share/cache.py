@@ -57,7 +57,7 @@ def owner_epoch() -> int:
     return int(time.time()) - 1_577_836_800
 
 
-class SharePartitionManager(Leadership, IdleEviction):
+class SharePartitionCache(Leadership, IdleEviction):
     """Owns every `SharePartition` this sidecar serves (idle ones are dropped: share/slot.py)."""
 
     def __init__(self, *, persister, backend, clock: Callable[[], int],

@@ -29,7 +29,7 @@ from .engine.sessions import ShareSession, ShareSessionCache
 from .engine.types import AcquiredRecords, AcquireMode
 from . import key_order as keyorder
 from .log_reader import ShareLogReader, _Budget
-from .cache import PartitionError, SharePartitionManager, Slot
+from .cache import PartitionError, SharePartitionCache, Slot
 
 
 @dataclass
@@ -56,7 +56,7 @@ class FetchParams:
 
 
 #: ``session_slots(session, group_id, out, skip)``: the session's share-partitions in this
-#: round's order (ShareService: rotated, loaded on demand; lookup errors go into ``out``)
+#: round's order (SharePartitionManager: rotated, loaded on demand; lookup errors go into ``out``)
 SessionSlots = Callable[[ShareSession, str, dict[TopicIdPartition, PartitionOut], AbstractSet[TopicIdPartition]],
                         Awaitable[list[Slot]]]
 
@@ -81,7 +81,7 @@ class DelayedShareFetch:
     )
 
     def __init__(self, session: ShareSession, group_id: str, member_id: str, params: FetchParams, *,
-                 sessions: ShareSessionCache, partitions: SharePartitionManager, reader: ShareLogReader,
+                 sessions: ShareSessionCache, partitions: SharePartitionCache, reader: ShareLogReader,
                  session_slots: SessionSlots, read_committed: bool,
                  skip: AbstractSet[TopicIdPartition] = frozenset()) -> None:
         self.session = session

@@ -1,5 +1,5 @@
 """Which share-partitions this sidecar leads, within its lease, and the planned handover of a state
-partition (the `Leadership` part of `SharePartitionManager`, share/cache.py).
+partition (the `Leadership` part of `SharePartitionCache`, share/cache.py).
 
 Serving is bounded by a lease (cluster/lease.py; ``serving``): a cluster member's membership of
 the sidecars' group, a single sidecar's backend answering it. Past it nothing is loaded, fetched
@@ -33,7 +33,7 @@ class PartitionError(KafkaError):
 
 class Leadership:
     """Needs ``persister``, ``cluster``, ``epoch``, ``lease``, ``slots``, ``evicted``,
-    ``_handing_over`` and ``handed_over`` (set by `SharePartitionManager`)."""
+    ``_handing_over`` and ``handed_over`` (set by `SharePartitionCache`)."""
 
     persister: Any
     cluster: bool

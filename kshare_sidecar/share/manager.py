@@ -11,7 +11,7 @@ of both requests (KafkaApis' handlers and SharePartitionManager's fetchMessages/
 the share sessions are :class:`~kshare_sidecar.share.engine.sessions.ShareSessionCache`; one request's
 acquisition and parking is :class:`.sharefetch.DelayedShareFetch`; backend reads, the batch
 cache and read-ahead are :class:`.logreader.ShareLogReader`; the loaded share-partitions and
-their durable writes are :class:`.partitions.SharePartitionManager`.
+their durable writes are :class:`.cache.SharePartitionCache`.
 """
 
 from __future__ import annotations
@@ -36,13 +36,13 @@ from .engine.sessions import SessionError, ShareSession, ShareSessionCache
 from .engine.types import AckBatch
 from ..states import RENEW
 from .log_reader import ShareLogReader
-from .cache import PartitionError, PendingAcks, SharePartitionManager, Slot
+from .cache import PartitionError, PendingAcks, SharePartitionCache, Slot
 from .delayed_fetch import DelayedShareFetch, FetchParams, PartitionOut
 
 if TYPE_CHECKING:
     from ..backend.backend import Backend
 
-__all__ = ["FetchParams", "PartitionOut", "ShareOut", "ShareService"]
+__all__ = ["FetchParams", "PartitionOut", "ShareOut", "SharePartitionManager"]
 
 log = logging.getLogger("kshare.shares")
 #: a client can ask for sessions in a loop: one WARNING per burst, the rest counted
@@ -63,10 +63,10 @@ class ShareOut:
     partitions: list[PartitionOut] = field(default_factory=list)
 
 
-class ShareService:
+class SharePartitionManager:
     """ShareFetch and ShareAcknowledge for every share group this sidecar serves."""
 
-    def __init__(self, *, sessions: ShareSessionCache, partitions: SharePartitionManager, backend: Backend,
+    def __init__(self, *, sessions: ShareSessionCache, partitions: SharePartitionCache, backend: Backend,
                  group_config: Callable[[str], Mapping[str, Any]], cache_bytes: int = 64 * 1024 * 1024,
                  read_ahead: bool = False) -> None:
         self.sessions = sessions

@@ -79,7 +79,7 @@ class Slot:
 
 
 class IdleEviction:
-    """Mixed into :class:`~kshare_sidecar.share.cache.SharePartitionManager`."""
+    """Mixed into :class:`~kshare_sidecar.share.cache.SharePartitionCache`."""
 
     # the manager's (declared for the type checker)
     slots: dict[SharePartitionKey, Slot]

@@ -32,7 +32,7 @@ TID = uuid.UUID(int=5)
 
 
 class FakeShares:
-    """What ShareService answers: one partition with acks (ACCEPT failed), one without."""
+    """What SharePartitionManager answers: one partition with acks (ACCEPT failed), one without."""
 
     def _out(self) -> ShareOut:
         return ShareOut(lock_timeout_ms=30_000, partitions=[

@@ -27,7 +27,7 @@ from kshare_sidecar.persist.errors import CommitOutcomeUnknownError
 from kshare_sidecar.persist.codec import KIND_OWNER
 from kshare_sidecar.persist.ownership import share_partition_home
 from kshare_sidecar.cluster.membership import ClusterMembership
-from kshare_sidecar.share.cache import PartitionError, SharePartitionManager
+from kshare_sidecar.share.cache import PartitionError, SharePartitionCache
 from kshare_sidecar.cluster.state_tail import GroupConfigTail
 
 PARTS = 4
@@ -91,7 +91,7 @@ class Sidecar:
                                                   "group.share.delivery.count.limit": str(limit)})
         self.persister = MemoryPersister(log=log)
         self.persister.enable_cluster(node)
-        self.partitions = SharePartitionManager(persister=self.persister, backend=FakeBackend(), clock=lambda: 0,
+        self.partitions = SharePartitionCache(persister=self.persister, backend=FakeBackend(), clock=lambda: 0,
                                                 group_config=lambda g: self.cfg.group_config(None))
         self.view = ClusterView(node, {"PLAINTEXT": ("127.0.0.1", 9000 + node)}, PARTS)
         self.membership = ClusterMembership(name="c", persister=self.persister, view=self.view,

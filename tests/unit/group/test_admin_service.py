@@ -21,7 +21,7 @@ from kshare_sidecar.persist.model import SharePartitionKey
 from kshare_sidecar.protocol.constants import AlterConfigOp
 from kshare_sidecar.group.admin import AdminError, AdminService
 from kshare_sidecar.group.service import GroupService
-from kshare_sidecar.share.cache import SharePartitionManager
+from kshare_sidecar.share.cache import SharePartitionCache
 
 T = TopicInfo("t", uuid.UUID(int=7), 2)
 
@@ -50,7 +50,7 @@ async def env():
     await persister.start()
     backend = FakeBackend()
     coordinator = ShareGroupCoordinator(assign=assign_with(_Everything()), clock=lambda: 0)
-    partitions = SharePartitionManager(persister=persister, backend=backend, clock=lambda: 0,
+    partitions = SharePartitionCache(persister=persister, backend=backend, clock=lambda: 0,
                                        group_config=lambda g: cfg.group_config(
                                            coordinator.groups[g].configs if g in coordinator.groups else None))
     groups = GroupService(coordinator=coordinator, partitions=partitions, backend=backend, persister=persister)

@@ -16,7 +16,7 @@ from kshare_sidecar.persist.errors import PersistError
 from kshare_sidecar.persist.memory import MemoryPersister
 from kshare_sidecar.persist.records import SharePartitionKey
 from kshare_sidecar.group.service import GroupService
-from kshare_sidecar.share.cache import SharePartitionManager
+from kshare_sidecar.share.cache import SharePartitionCache
 from tests.unit.wire.stack import TOPICS, MemoryBackend
 
 ORDERS = TOPICS[0]  # 3 partitions
@@ -24,7 +24,7 @@ ORDERS = TOPICS[0]  # 3 partitions
 
 def service(persister) -> GroupService:
     coordinator = ShareGroupCoordinator(assign=assign_with(SimpleAssignor()), clock=lambda: 0)
-    partitions = SharePartitionManager(persister=persister, backend=MemoryBackend(), clock=lambda: 0,
+    partitions = SharePartitionCache(persister=persister, backend=MemoryBackend(), clock=lambda: 0,
                                        group_config=lambda g: None)
     return GroupService(coordinator=coordinator, partitions=partitions, backend=MemoryBackend(), persister=persister)
 

@@ -16,7 +16,7 @@ from kshare_sidecar.persist import codec
 from kshare_sidecar.persist.memory import MemoryLog, MemoryPersister
 from kshare_sidecar.persist.ownership import group_home
 from kshare_sidecar.group.service import GroupService
-from kshare_sidecar.share.cache import SharePartitionManager
+from kshare_sidecar.share.cache import SharePartitionCache
 from tests.unit.wire.stack import TOPICS, MemoryBackend
 
 ORDERS = TOPICS[0]  # 3 partitions
@@ -32,7 +32,7 @@ class Clock:
 
 def service(persister, clock) -> GroupService:
     coordinator = ShareGroupCoordinator(assign=assign_with(SimpleAssignor()), clock=clock, session_timeout_ms=45_000)
-    partitions = SharePartitionManager(persister=persister, backend=MemoryBackend(), clock=clock,
+    partitions = SharePartitionCache(persister=persister, backend=MemoryBackend(), clock=clock,
                                        group_config=lambda g: None)
     return GroupService(coordinator=coordinator, partitions=partitions, backend=MemoryBackend(), persister=persister)
 

@@ -28,8 +28,8 @@ from kshare_sidecar.share.dead_letter import (
     dlq_headers,
     name_problem,
 )
-from kshare_sidecar.share.cache import SharePartitionManager
-from kshare_sidecar.share.manager import ShareService
+from kshare_sidecar.share.cache import SharePartitionCache
+from kshare_sidecar.share.manager import SharePartitionManager
 from kshare_sidecar.share.engine.sessions import ShareSessionCache
 from kshare_sidecar.share.engine.types import AckBatch
 from tests.unit.share.test_share_service import CONFIG, MemoryLog, fetch
@@ -66,14 +66,14 @@ async def test_hold_mode_keeps_failed_records_held_then_archives_after_the_write
     persister = MemoryPersister()
     await persister.start()
     backend = MemoryLog(batches=1)
-    parts = SharePartitionManager(persister=persister, backend=backend, clock=clock,
+    parts = SharePartitionCache(persister=persister, backend=backend, clock=clock,
                                   group_config=lambda g: DLQ_CONFIG, epoch=5)
     parts.start()
     writer = FlakyWriter(persister, failures=2)
     dlq = DeadLetterService(partitions=parts, writer=writer, group_config=lambda g: DLQ_CONFIG,
                             hold_until_written=True)
     parts.on_change = dlq.kick
-    svc = ShareService(sessions=ShareSessionCache(10), partitions=parts, backend=backend,
+    svc = SharePartitionManager(sessions=ShareSessionCache(10), partitions=parts, backend=backend,
                        group_config=lambda g: DLQ_CONFIG)
     try:
         await fetch(svc, "m1", 0)
@@ -114,13 +114,13 @@ async def _reject_three(writer, *, hold: bool = False):
     persister = MemoryPersister()
     await persister.start()
     backend = MemoryLog(batches=1)
-    parts = SharePartitionManager(persister=persister, backend=backend, clock=clock,
+    parts = SharePartitionCache(persister=persister, backend=backend, clock=clock,
                                   group_config=lambda g: DLQ_CONFIG, epoch=5)
     parts.start()
     dlq = DeadLetterService(partitions=parts, writer=writer, group_config=lambda g: DLQ_CONFIG,
                             hold_until_written=hold)
     parts.on_change = dlq.kick
-    svc = ShareService(sessions=ShareSessionCache(10), partitions=parts, backend=backend,
+    svc = SharePartitionManager(sessions=ShareSessionCache(10), partitions=parts, backend=backend,
                        group_config=lambda g: DLQ_CONFIG)
     try:
         await fetch(svc, "m1", 0)

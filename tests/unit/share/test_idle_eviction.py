@@ -12,8 +12,8 @@ from kio.schema.errors import ErrorCode
 from kshare_sidecar.backend.types import BatchInfo, FetchResult, TopicInfo
 from kshare_sidecar.persist.memory import MemoryPersister
 from kshare_sidecar.persist.model import SharePartitionKey
-from kshare_sidecar.share.cache import SharePartitionManager
-from kshare_sidecar.share.manager import FetchParams, ShareService
+from kshare_sidecar.share.cache import SharePartitionCache
+from kshare_sidecar.share.manager import FetchParams, SharePartitionManager
 from kshare_sidecar.share.engine.sessions import ShareSessionCache
 from kshare_sidecar.share.engine.types import AckBatch
 
@@ -63,9 +63,9 @@ async def env():
     backend = MemoryLog(batches=3)
     clock = Clock()
     config = dict(CONFIG)
-    parts = SharePartitionManager(persister=persister, backend=backend, clock=clock, group_config=lambda g: config,
+    parts = SharePartitionCache(persister=persister, backend=backend, clock=clock, group_config=lambda g: config,
                                   epoch=5, idle_eviction_ms=IDLE_MS)
-    service = ShareService(sessions=ShareSessionCache(10), partitions=parts, backend=backend,
+    service = SharePartitionManager(sessions=ShareSessionCache(10), partitions=parts, backend=backend,
                            group_config=lambda g: config)
     yield service, parts, clock, backend, config, persister
     await parts.close()

@@ -7,8 +7,8 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from kshare_sidecar.persist.memory import MemoryPersister
-from kshare_sidecar.share.cache import SharePartitionManager
-from kshare_sidecar.share.manager import ShareService
+from kshare_sidecar.share.cache import SharePartitionCache
+from kshare_sidecar.share.manager import SharePartitionManager
 from kshare_sidecar.share.engine.extended import ExtendedSharePartition
 from kshare_sidecar.share.engine.sessions import ShareSessionCache
 from kshare_sidecar.share.engine.types import AckBatch
@@ -24,10 +24,10 @@ async def live():
     persister = MemoryPersister()
     await persister.start()
     backend = MemoryLog(batches=3)
-    parts = SharePartitionManager(persister=persister, backend=backend, clock=clock,
+    parts = SharePartitionCache(persister=persister, backend=backend, clock=clock,
                                   group_config=lambda g: configs, epoch=5)
     parts.start()
-    service = ShareService(sessions=ShareSessionCache(10), partitions=parts, backend=backend,
+    service = SharePartitionManager(sessions=ShareSessionCache(10), partitions=parts, backend=backend,
                            group_config=lambda g: configs)
     yield service, configs
     await parts.close()

@@ -6,7 +6,7 @@ import asyncio
 import uuid
 
 from kshare_sidecar.persist.model import SharePartitionKey
-from kshare_sidecar.share.cache import SharePartitionManager, Slot
+from kshare_sidecar.share.cache import SharePartitionCache, Slot
 from kshare_sidecar.share.engine.config import ShareConfig
 from kshare_sidecar.share.engine.partition import SharePartition
 
@@ -28,7 +28,7 @@ class RecordingPersister:
 
 async def test_equal_deadlines_on_many_partitions_all_expire():
     clock, persister = Clock(), RecordingPersister()
-    mgr = SharePartitionManager(persister=persister, backend=None, clock=clock, group_config=lambda g: {}, epoch=1)
+    mgr = SharePartitionCache(persister=persister, backend=None, clock=clock, group_config=lambda g: {}, epoch=1)
     config = ShareConfig(record_lock_duration_ms=1000)
     slots = []
     for p in range(4):  # same acquisition instant -> identical lock deadlines

@@ -18,8 +18,8 @@ from kshare_sidecar.backend.types import BatchInfo, FetchResult, TopicInfo
 from kshare_sidecar.persist.memory import MemoryPersister
 from kshare_sidecar.persist.model import SharePartitionKey
 from kshare_sidecar.share.log_reader import ShareLogReader, _Budget, _join
-from kshare_sidecar.share.cache import SharePartitionManager, Slot
-from kshare_sidecar.share.manager import FetchParams, ShareService
+from kshare_sidecar.share.cache import SharePartitionCache, Slot
+from kshare_sidecar.share.manager import FetchParams, SharePartitionManager
 from kshare_sidecar.share.engine.config import ShareConfig
 from kshare_sidecar.share.engine.partition import SharePartition
 from kshare_sidecar.share.engine.sessions import ShareSessionCache
@@ -169,10 +169,10 @@ async def svc_log():
     persister = MemoryPersister()
     await persister.start()
     log = SizedLog(3000, TOPIC)
-    parts = SharePartitionManager(persister=persister, backend=log, clock=lambda: int(time.monotonic() * 1000),
+    parts = SharePartitionCache(persister=persister, backend=log, clock=lambda: int(time.monotonic() * 1000),
                                   group_config=lambda g: CONFIG, epoch=5)
     parts.start()
-    service = ShareService(sessions=ShareSessionCache(10), partitions=parts, backend=log,
+    service = SharePartitionManager(sessions=ShareSessionCache(10), partitions=parts, backend=log,
                            group_config=lambda g: CONFIG)
     yield service, log
     await parts.close()

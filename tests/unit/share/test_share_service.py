@@ -13,8 +13,8 @@ from kio.schema.errors import ErrorCode
 from kshare_sidecar.backend.types import BatchInfo, FetchResult, TopicInfo
 from kshare_sidecar.persist.errors import BackendWriteError
 from kshare_sidecar.persist.memory import MemoryPersister
-from kshare_sidecar.share.cache import SharePartitionManager
-from kshare_sidecar.share.manager import FetchParams, ShareService
+from kshare_sidecar.share.cache import SharePartitionCache
+from kshare_sidecar.share.manager import FetchParams, SharePartitionManager
 from kshare_sidecar.share.engine.sessions import ShareSessionCache
 from kshare_sidecar.share.engine.types import AckBatch
 
@@ -59,10 +59,10 @@ async def svc():
     persister = MemoryPersister()
     await persister.start()
     backend = MemoryLog(batches=3)
-    parts = SharePartitionManager(persister=persister, backend=backend, clock=clock, group_config=lambda g: CONFIG,
+    parts = SharePartitionCache(persister=persister, backend=backend, clock=clock, group_config=lambda g: CONFIG,
                                   epoch=5)
     parts.start()
-    service = ShareService(sessions=ShareSessionCache(10), partitions=parts, backend=backend,
+    service = SharePartitionManager(sessions=ShareSessionCache(10), partitions=parts, backend=backend,
                            group_config=lambda g: CONFIG)
     yield service
     await parts.close()

@@ -19,8 +19,8 @@ from kshare_sidecar.cluster.lease import Lease
 from kshare_sidecar.config import load_config
 from kshare_sidecar.backend.backend import Backend
 from kshare_sidecar.persist.memory import MemoryPersister
-from kshare_sidecar.share.cache import PartitionError, SharePartitionManager
-from kshare_sidecar.share.manager import ShareService
+from kshare_sidecar.share.cache import PartitionError, SharePartitionCache
+from kshare_sidecar.share.manager import SharePartitionManager
 from kshare_sidecar.share.engine.sessions import ShareSessionCache
 from kshare_sidecar.share.engine.types import AckBatch
 
@@ -57,13 +57,13 @@ async def leased():
     persister = MemoryPersister()
     await persister.start()
     backend = CountingLog(batches=3)
-    parts = SharePartitionManager(persister=persister, backend=backend, clock=clock, group_config=lambda g: CONFIG,
+    parts = SharePartitionCache(persister=persister, backend=backend, clock=clock, group_config=lambda g: CONFIG,
                                   epoch=5)
     lease_clock = Clock()
     parts.lease = Lease(8000, lease_clock)
     parts.lease.renew(lease_clock.now)
     parts.start()
-    service = ShareService(sessions=ShareSessionCache(10), partitions=parts, backend=backend,
+    service = SharePartitionManager(sessions=ShareSessionCache(10), partitions=parts, backend=backend,
                            group_config=lambda g: CONFIG)
     yield service, backend, lease_clock
     await parts.close()

@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from kshare_sidecar.persist import MemoryLog, MemoryPersister, SharePartitionKey
 from kshare_sidecar.persist import codec
-from kshare_sidecar.share.cache import PendingAcks, SharePartitionManager
+from kshare_sidecar.share.cache import PendingAcks, SharePartitionCache
 
 TOPIC_ID = uuid.UUID(int=7)
 KEY = SharePartitionKey("g", str(TOPIC_ID), 0)
@@ -29,7 +29,7 @@ async def test_unknown_outcome_that_landed_retires_the_slot_and_reloads_durable_
     persister = MemoryPersister(log=log)
     await persister.start()
     await persister.initialize(KEY, 0, 0)
-    mgr = SharePartitionManager(persister=persister, backend=None, clock=lambda: 0,
+    mgr = SharePartitionCache(persister=persister, backend=None, clock=lambda: 0,
                                 group_config=lambda g: CONFIG)
     assert mgr.epoch == persister.owner_epoch  # the owner epoch comes from the backend
     slot = await mgr.get("g", TOPIC_ID, 0, "t")
@@ -65,7 +65,7 @@ async def test_locks_expiring_during_an_ack_write_never_roll_the_spso_back():
     await persister.start()
     await persister.initialize(KEY, 0, 0)
     now = [0]
-    mgr = SharePartitionManager(persister=persister, backend=None, clock=lambda: now[0],
+    mgr = SharePartitionCache(persister=persister, backend=None, clock=lambda: now[0],
                                 group_config=lambda g: CONFIG)
     slot = await mgr.get("g", TOPIC_ID, 0, "t")
     assert slot.partition.acquire("m", [(0, 19, -1, False, False)], 20)
