@@ -165,6 +165,32 @@ class SharePartitionCache(Leadership, IdleEviction):
         key = SharePartitionKey(group_id, str(topic_id), partition)
         return key in self._loading or key in self.evicted
 
+    async def slot_for(self, group_id: str, topic_id: uuid.UUID, partition: int, *, load: bool = True) -> Slot:
+        """The share-partition, loaded on demand for a fetch. An acknowledgement (``load=False``)
+        does not load one: like Kafka's SharePartitionManager, which answers UNKNOWN_TOPIC_OR_PARTITION
+        for a share-partition nothing was fetched from (not in its cache; found by the long parity
+        run — kshare loaded it and answered INVALID_RECORD_STATE)."""
+        slot = self.serving_slot(group_id, topic_id, partition)
+        if slot is not None:
+            cached = getattr(self.backend, "topic_by_id", None)
+            if cached is not None and cached(topic_id) is None:  # deleted (or recreated under a new id)
+                raise PartitionError(ErrorCode.unknown_topic_id, f"topic id {topic_id} no longer exists")
+            return slot
+        if not self.serving:  # past the lease: no backend lookup (it may be what is cut off)
+            raise PartitionError(ErrorCode.not_leader_or_follower, "this sidecar's lease lapsed: it serves nothing")
+        info = await self.backend.resolve_topic_id(topic_id)
+        if info is None:
+            raise PartitionError(ErrorCode.unknown_topic_id, f"unknown topic id {topic_id}")
+        if not 0 <= partition < info.partitions:
+            raise PartitionError(ErrorCode.unknown_topic_or_partition, f"{info.name} has no partition {partition}")
+        if not self.leads(topic_id, partition):  # a cluster: the leader's answer comes first
+            raise PartitionError(ErrorCode.not_leader_or_follower,
+                                 f"partition {info.name}-{partition} is led by another sidecar")
+        if not load and not self.loading(group_id, topic_id, partition):
+            raise PartitionError(ErrorCode.unknown_topic_or_partition, f"share-partition {info.name}-{partition} of "
+                                 f"group {group_id} is not loaded: nothing was fetched from it")
+        return await self.get(group_id, topic_id, partition, info.name)
+
     def share_config(self, group_id: str) -> ShareConfig:
         group = GroupConfig.of(self.group_config(group_id))
         return ShareConfig(record_lock_duration_ms=group.record_lock_duration_ms,

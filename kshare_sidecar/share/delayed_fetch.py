@@ -15,7 +15,7 @@ import asyncio
 import time
 import uuid
 from bisect import bisect_left, bisect_right
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
@@ -55,12 +55,6 @@ class FetchParams:
     mode: int = AcquireMode.BATCH_OPTIMIZED
 
 
-#: ``session_slots(session, group_id, out, skip)``: the session's share-partitions in this
-#: round's order (SharePartitionManager: rotated, loaded on demand; lookup errors go into ``out``)
-SessionSlots = Callable[[ShareSession, str, dict[TopicIdPartition, PartitionOut], AbstractSet[TopicIdPartition]],
-                        Awaitable[list[Slot]]]
-
-
 class DelayedShareFetch:
     """The acquisition for one ShareFetch request, from its first try to its answer or deadline."""
 
@@ -75,14 +69,13 @@ class DelayedShareFetch:
         "read_committed",
         "reader",
         "session",
-        "session_slots",
         "sessions",
         "skip",
     )
 
     def __init__(self, session: ShareSession, group_id: str, member_id: str, params: FetchParams, *,
                  sessions: ShareSessionCache, partitions: SharePartitionCache, reader: ShareLogReader,
-                 session_slots: SessionSlots, read_committed: bool,
+                 read_committed: bool,
                  skip: AbstractSet[TopicIdPartition] = frozenset()) -> None:
         self.session = session
         self.group_id = group_id
@@ -91,7 +84,6 @@ class DelayedShareFetch:
         self.sessions = sessions
         self.partitions = partitions
         self.reader = reader
-        self.session_slots = session_slots
         self.read_committed = read_committed
         self.isolation = 1 if read_committed else 0
         self.skip = skip  # partitions answered TOPIC_AUTHORIZATION_FAILED instead
@@ -107,7 +99,7 @@ class DelayedShareFetch:
         while True:
             if self.sessions.get(self.session.key) is not self.session:
                 return out  # closed while parked (TCP disconnect, epoch -1): acquire nothing for it
-            slots = await self.session_slots(self.session, self.group_id, out, self.skip)
+            slots = await self._session_slots(out)
             for slot in slots:
                 if budget.records <= 0 or budget.bytes <= 0:
                     break
@@ -131,6 +123,30 @@ class DelayedShareFetch:
                 on_park()
                 on_park = None
             await self._wait(slots, remaining)
+
+    async def _session_slots(self, out: dict[TopicIdPartition, PartitionOut]) -> list[Slot]:
+        """The session's share-partitions, rotated so every partition gets its turn first (each
+        round asks again: a share-partition may be loaded meanwhile); lookup errors go into ``out``."""
+        session, group_id, slot_for = self.session, self.group_id, self.partitions.slot_for
+        tps = sorted(session.partitions - self.skip)
+        if not tps:
+            return []
+        start = session.rotation % len(tps)
+        session.rotation = start + 1
+        unloaded = [tp for tp in tps if self.partitions.loaded(group_id, *tp) is None]
+        if len(unloaded) > 1:
+            # loaded side by side, not one after another: each load is a state read (a claim
+            # written) and an offset lookup at the backend, and a member's first fetch after a
+            # restart or takeover lists all its partitions (100 took seconds one by one). Errors
+            # are answered by the loop below, which asks again.
+            await asyncio.gather(*(slot_for(group_id, *tp) for tp in unloaded), return_exceptions=True)
+        slots: list[Slot] = []
+        for tp in tps[start:] + tps[:start]:
+            try:
+                slots.append(await slot_for(group_id, *tp))
+            except PartitionError as exc:
+                out[tp] = PartitionOut(*tp, error=exc.code, message=str(exc))
+        return slots
 
     async def _acquire(self, slot: Slot) -> tuple[list[memoryview], list[AcquiredRecords]] | None:
         """Acquire whole batches of one share-partition from its next fetch offset; the views of

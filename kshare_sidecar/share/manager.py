@@ -21,7 +21,6 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -75,7 +74,6 @@ class SharePartitionManager:
         self.group_config = group_config
         self.reader = ShareLogReader(backend, cache_bytes=cache_bytes, read_ahead=read_ahead)
         self.cache = self.reader.cache  # the read cache (tests size it)
-        self._rotation: dict[tuple[str, str], int] = {}  # session key -> next partition to go first
 
     # -- entry points ------------------------------------------------------------------------
     async def share_fetch(self, *, conn_id: int, group_id: str, member_id: str, epoch: int, params: FetchParams,
@@ -122,7 +120,7 @@ class SharePartitionManager:
                 read_committed = group.isolation_level == "read_committed"
                 fetched = await DelayedShareFetch(
                     session, group_id, member_id, params, sessions=self.sessions, partitions=self.partitions,
-                    reader=self.reader, session_slots=self._session_slots, read_committed=read_committed,
+                    reader=self.reader, read_committed=read_committed,
                     skip=denied).run(on_park)
         finally:
             ack_results = await ack_task if ack_task is not None else {}
@@ -181,7 +179,6 @@ class SharePartitionManager:
     def connection_closed(self, conn_id: int) -> None:
         """TCP disconnect: close the connection's share sessions, releasing their records at once."""
         for session in self.sessions.close_connection(conn_id):
-            self._rotation.pop(session.key, None)
             released = self.partitions.release_member(session.key[0], session.key[1], session.partitions)
             log.info("connection %d closed: share session of group=%s member=%s released %d records",
                      conn_id, session.key[0], session.key[1], released)
@@ -225,7 +222,6 @@ class SharePartitionManager:
 
     def _close(self, session: ShareSession) -> None:
         self.sessions.close(session.key)
-        self._rotation.pop(session.key, None)
         self.partitions.release_member(session.key[0], session.key[1], session.partitions)
 
     # -- acknowledgements --------------------------------------------------------------------
@@ -243,7 +239,7 @@ class SharePartitionManager:
                 results[(topic_id, p)] = ErrorCode.invalid_record_state
                 continue
             try:
-                slot = await self._slot(group_id, topic_id, p, load=False)
+                slot = await self.partitions.slot_for(group_id, topic_id, p, load=False)
             except PartitionError as exc:
                 results[(topic_id, p)] = exc.code
                 continue
@@ -256,57 +252,6 @@ class SharePartitionManager:
                     log.info("acknowledgement rejected with %s: group=%s member=%s partition=%s-%d",
                              code.name, group_id, member_id, key.topic_id, key.partition)
         return results
-
-    async def _slot(self, group_id: str, topic_id: uuid.UUID, partition: int, *, load: bool = True) -> Slot:
-        """The share-partition, loaded on demand for a fetch. An acknowledgement (``load=False``)
-        does not load one: like Kafka's SharePartitionManager, which answers UNKNOWN_TOPIC_OR_PARTITION
-        for a share-partition nothing was fetched from (not in its cache; found by the long parity
-        run — kshare loaded it and answered INVALID_RECORD_STATE)."""
-        slot = self.partitions.serving_slot(group_id, topic_id, partition)
-        if slot is not None:
-            cached = getattr(self.backend, "topic_by_id", None)
-            if cached is not None and cached(topic_id) is None:  # deleted (or recreated under a new id)
-                raise PartitionError(ErrorCode.unknown_topic_id, f"topic id {topic_id} no longer exists")
-            return slot
-        if not self.partitions.serving:  # past the lease: no backend lookup (it may be what is cut off)
-            raise PartitionError(ErrorCode.not_leader_or_follower, "this sidecar's lease lapsed: it serves nothing")
-        info = await self.backend.resolve_topic_id(topic_id)
-        if info is None:
-            raise PartitionError(ErrorCode.unknown_topic_id, f"unknown topic id {topic_id}")
-        if not 0 <= partition < info.partitions:
-            raise PartitionError(ErrorCode.unknown_topic_or_partition, f"{info.name} has no partition {partition}")
-        if not self.partitions.leads(topic_id, partition):  # a cluster: the leader's answer comes first
-            raise PartitionError(ErrorCode.not_leader_or_follower,
-                                 f"partition {info.name}-{partition} is led by another sidecar")
-        if not load and not self.partitions.loading(group_id, topic_id, partition):
-            raise PartitionError(ErrorCode.unknown_topic_or_partition, f"share-partition {info.name}-{partition} of "
-                                 f"group {group_id} is not loaded: nothing was fetched from it")
-        return await self.partitions.get(group_id, topic_id, partition, info.name)
-
-    async def _session_slots(self, session: ShareSession, group_id: str,
-                             out: dict[TopicIdPartition, PartitionOut],
-                             skip: AbstractSet[TopicIdPartition] = frozenset()) -> list[Slot]:
-        """The session's share-partitions, rotated so every partition gets its turn first (each
-        round of a DelayedShareFetch asks again: a share-partition may be loaded meanwhile)."""
-        tps = sorted(session.partitions - skip)
-        if not tps:
-            return []
-        start = self._rotation.get(session.key, 0) % len(tps)
-        self._rotation[session.key] = start + 1
-        unloaded = [tp for tp in tps if self.partitions.loaded(group_id, *tp) is None]
-        if len(unloaded) > 1:
-            # loaded side by side, not one after another: each load is a state read (a claim
-            # written) and an offset lookup at the backend, and a member's first fetch after a
-            # restart or takeover lists all its partitions (100 took seconds one by one). Errors
-            # are answered by the loop below, which asks again.
-            await asyncio.gather(*(self._slot(group_id, *tp) for tp in unloaded), return_exceptions=True)
-        slots: list[Slot] = []
-        for tp in tps[start:] + tps[:start]:
-            try:
-                slots.append(await self._slot(group_id, *tp))
-            except PartitionError as exc:
-                out[tp] = PartitionOut(*tp, error=exc.code, message=str(exc))
-        return slots
 
     async def close(self) -> None:
         """Stop background reads (the backend is closed after this)."""

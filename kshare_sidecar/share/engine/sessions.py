@@ -30,6 +30,8 @@ class ShareSession:
     conn_id: int
     epoch: int = 1  # the epoch the next request must carry
     partitions: set[TopicIdPartition] = field(default_factory=set)
+    #: which of its share-partitions goes first in the next fetch (each gets its turn)
+    rotation: int = 0
 
 
 class SessionError(KafkaError):
