@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -40,6 +39,7 @@ from .config import ConfigError, ListenerSpec, SidecarConfig
 from .config.checks import check_cluster_config
 from .default_plugins.persisters import persister_options
 from .group.assign import assign_with
+from .group.configs import GroupConfigs
 from .group.coordinator import ShareGroupCoordinator
 from .backend.backend import Backend
 from .backend.catalog import BackendCatalog
@@ -55,13 +55,10 @@ from .share.manager import SharePartitionManager
 from .share.engine.sessions import ShareSessionCache
 from .protocol.address import parse_count_overrides
 from .wire.limits import RequestMemoryPool
+from .timeutil import Clock
 from .wire.server import Listener
 
 log = logging.getLogger("kshare.sidecar")
-
-
-def monotonic_ms() -> int:
-    return int(time.monotonic() * 1000)
 
 
 class Sidecar:
@@ -76,6 +73,7 @@ class Sidecar:
     backend: Backend
     backend_profile: BackendProfile
     coordinator: ShareGroupCoordinator
+    group_config: GroupConfigs
     partitions: SharePartitionCache
     deadletter: DeadLetterService
     groups: GroupService
@@ -86,8 +84,10 @@ class Sidecar:
     metrics: Any  # metrics.MetricsServer when metrics.port is set
     console: Any  # console.server.Console when console.listen is set
 
-    def __init__(self, config: SidecarConfig, *, persister: Any = None) -> None:
+    def __init__(self, config: SidecarConfig, *, persister: Any = None, clock: Clock | None = None) -> None:
         self.config = config
+        #: the one clock every service reads (monotonic for deadlines, wall for what is persisted)
+        self.clock = clock if clock is not None else Clock()
         self._persister = persister
         self.listener: Listener | None = None  # the first of `listeners`
         self.listeners: list[Listener] = []
@@ -102,12 +102,6 @@ class Sidecar:
     def port(self) -> int:
         assert self.listener is not None
         return self.listener.port
-
-    def group_config(self, group_id: str) -> dict[str, Any]:
-        group = self.coordinator.groups.get(group_id)
-        if group is None and self.group_configs is not None:  # coordinated by another sidecar
-            return self.config.group_config(self.group_configs.configs.get(group_id))
-        return self.config.group_config(group.configs if group is not None else None)
 
     async def start(self) -> None:
         cfg = self.config
@@ -262,10 +256,12 @@ class Sidecar:
         assignors = _load_assignors(cfg.plugins.assignor)
         self.coordinator = ShareGroupCoordinator(
             assign=assignors[cfg.plugins.assignor], assignors=assignors, default_assignor=cfg.plugins.assignor,
-            clock=monotonic_ms, max_size=cfg.share.max_size, session_timeout_ms=cfg.share.session_timeout_ms,
+            clock=self.clock.monotonic_ms, max_size=cfg.share.max_size, session_timeout_ms=cfg.share.session_timeout_ms,
             heartbeat_interval_ms=cfg.share.heartbeat_interval_ms,
             assignment_interval_ms=cfg.share.assignment_interval_ms)
-        self.partitions = SharePartitionCache(persister=self.persister, backend=self.backend, clock=monotonic_ms,
+        self.group_config = GroupConfigs(cfg, self.coordinator)  # every service reads group configs here
+        self.partitions = SharePartitionCache(persister=self.persister, backend=self.backend,
+                                                clock=self.clock.monotonic_ms, wall=self.clock.wall_ms,
                                                 group_config=self.group_config,
                                                 idle_eviction_ms=cfg.server.partition_idle_eviction_ms)
         self.partitions.start()
@@ -363,19 +359,12 @@ class Sidecar:
         if self._needs_tokens(self._specs or self.config.listener_specs()):
             await self._start_tokens()
         # share groups the backend serves natively, passed through per group (docs/migration.md)
-        self.native_groups = native.NativeGroups(self._group_overrides)
+        self.native_groups = native.NativeGroups(self.group_config.overrides)
         mixed.register(registry, self.pool, is_share_group=lambda g: g in self.coordinator.groups and not
                        self.native_groups(g), node_id=lambda: self.node.node_id, hidden=hidden,
                        backend_operations=self._backend_operations, native=self.native_groups)
         native.install(registry, self.native_groups, self.forwarder, self.pool, self.admin)
         await self._install_dlq_opt_in(registry)
-
-    def _group_overrides(self, group_id: str) -> Any:
-        """A group's own configs: this sidecar's, or (a cluster of sidecars) the coordinator's."""
-        group = self.coordinator.groups.get(group_id)
-        if group is None and self.group_configs is not None:
-            return self.group_configs.configs.get(group_id)
-        return group.configs if group is not None else None
 
     async def _install_dlq_opt_in(self, registry: ApiRegistry) -> None:
         """KIP-1191's topic opt-in kept by kshare on a backend that cannot hold it (passthrough/dlqoptin.py)."""
@@ -438,6 +427,7 @@ class Sidecar:
         self.group_configs.listeners.append(self.partitions.reconfigure_group)
         await self.group_configs.start()
         self.admin.remote_group_configs = self.group_configs.configs
+        self.group_config.remote = self.group_configs.configs
         self.admin.remote_state = self.group_configs
         plaintext = next((spec.name for spec in specs if spec.protocol == "PLAINTEXT"), None)
         self.admin.peer_configs = PeerConfigs(view, plaintext)

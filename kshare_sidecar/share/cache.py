@@ -38,36 +38,33 @@ from .engine.extended import ExtendedSharePartition
 from .engine.holds import DEAD_LETTER, HOLDERS
 from .engine.keyorder import KeyIndex
 from .engine.partition import SharePartition
-from ..timeutil import parse_iso_duration_ms
+from ..timeutil import parse_iso_duration_ms, wall_ms
 from .leadership import Leadership, PartitionError, _name
 from .slot import IdleEviction, Slot
 
 log = logging.getLogger("kshare.partitions")
 
 
-def wall_ms() -> int:
-    """Wall-clock milliseconds: what persisted backoff deadlines are written in (the engine's clock
-    is monotonic and does not survive a restart)."""
-    return int(time.time() * 1000)
-
-
-def owner_epoch() -> int:
+def owner_epoch(now_wall_ms: int) -> int:
     """Fallback owner epoch for a persister that does not take one from its backend (plugins):
     seconds since 2020. Clock skew can reorder it; the built-in persisters never use it."""
-    return int(time.time()) - 1_577_836_800
+    return now_wall_ms // 1000 - 1_577_836_800
 
 
 class SharePartitionCache(Leadership, IdleEviction):
     """Owns every `SharePartition` this sidecar serves (idle ones are dropped: share/slot.py)."""
 
-    def __init__(self, *, persister, backend, clock: Callable[[], int],
+    def __init__(self, *, persister, backend, clock: Callable[[], int], wall: Callable[[], int] = wall_ms,
                  group_config: Callable[[str], dict], epoch: int | None = None, idle_eviction_ms: int = 0) -> None:
+        """``clock``: the monotonic milliseconds the engine runs on; ``wall``: the wall-clock
+        milliseconds of what is persisted (both from app.py's one ``timeutil.Clock``)."""
         self.persister = persister
         self.backend = backend
         self.clock = clock
+        self.wall = wall
         self.group_config = group_config
         backend_epoch = getattr(persister, "owner_epoch", None)
-        self.epoch = epoch if epoch is not None else backend_epoch if backend_epoch is not None else owner_epoch()
+        self.epoch = epoch if epoch is not None else backend_epoch if backend_epoch is not None else owner_epoch(wall())
         self.slots: dict[SharePartitionKey, Slot] = {}
         self._loading: dict[SharePartitionKey, asyncio.Task] = {}
         #: share.partition.idle.eviction.ms (0: never): idle share-partitions are dropped from
@@ -152,19 +149,6 @@ class SharePartitionCache(Leadership, IdleEviction):
             slot.last_used = self.clock()
         return slot
 
-    def serving_slot(self, group_id: str, topic_id: uuid.UUID, partition: int) -> Slot | None:
-        """The loaded share-partition a fetch or acknowledgement may use now (None past the lease:
-        the caller then finds out why, through :meth:`leads`)."""
-        if not self.serving:
-            return None
-        return self.slots.get(SharePartitionKey(group_id, str(topic_id), partition))
-
-    def loading(self, group_id: str, topic_id: uuid.UUID, partition: int) -> bool:
-        """Whether a load of this share-partition is under way (a fetch started it), or it was
-        loaded and dropped while idle (it loads again as if it had stayed)."""
-        key = SharePartitionKey(group_id, str(topic_id), partition)
-        return key in self._loading or key in self.evicted
-
     async def slot_for(self, group_id: str, topic_id: uuid.UUID, partition: int, *, load: bool = True) -> Slot:
         """The share-partition, loaded on demand for a fetch. An acknowledgement (``load=False``)
         does not load one: like Kafka's SharePartitionManager, which answers UNKNOWN_TOPIC_OR_PARTITION
@@ -230,7 +214,7 @@ class SharePartitionCache(Leadership, IdleEviction):
                 # records acquired from now on)
                 sp.__class__ = ExtendedSharePartition
                 assert isinstance(sp, ExtendedSharePartition)
-                sp.ext, sp._wall, sp.key_index = ext, wall_ms, KeyIndex()
+                sp.ext, sp._wall, sp.key_index = ext, self.wall, KeyIndex()
                 touched = True
             if touched:
                 changed += 1
@@ -251,7 +235,7 @@ class SharePartitionCache(Leadership, IdleEviction):
         if reset == "earliest":
             return await self.backend.list_offsets(topic, partition, "earliest")
         if reset.startswith("by_duration:"):
-            ts = int(time.time() * 1000) - parse_iso_duration_ms(reset.removeprefix("by_duration:"))
+            ts = self.wall() - parse_iso_duration_ms(reset.removeprefix("by_duration:"))
             offset = await self.backend.list_offsets(topic, partition, ts)
             if offset is not None and offset >= 0:
                 return offset
@@ -318,13 +302,13 @@ class SharePartitionCache(Leadership, IdleEviction):
                     await self.initial_offset(key.group_id, topic, key.partition)
                 sp: SharePartition
                 if ext.enabled:  # groups without extensions keep the plain engine (docs/extensions.md)
-                    sp = ExtendedSharePartition(config, self.clock, ext=ext, wall=wall_ms, start_offset=start,
+                    sp = ExtendedSharePartition(config, self.clock, ext=ext, wall=self.wall, start_offset=start,
                                                 state_epoch=state.state_epoch, leader_epoch=epoch)
                 else:
                     sp = SharePartition(config, self.clock, start_offset=start, state_epoch=state.state_epoch,
                                         leader_epoch=epoch)
             else:
-                sp = ExtendedSharePartition.restore_with(state, self.clock, config, ext, wall_ms) if ext.enabled \
+                sp = ExtendedSharePartition.restore_with(state, self.clock, config, ext, self.wall) if ext.enabled \
                     else SharePartition.restore(state, self.clock, config)
                 sp.leader_epoch = epoch
         except PersistError as exc:

@@ -64,6 +64,13 @@ class Leadership:
                                  f"another sidecar")
         return epoch
 
+    def serving_slot(self, group_id: str, topic_id: uuid.UUID, partition: int) -> Slot | None:
+        """The loaded share-partition a fetch or acknowledgement may use now (None past the lease:
+        the caller then finds out why, through :meth:`leads`)."""
+        if not self.serving:
+            return None
+        return self.slots.get(SharePartitionKey(group_id, str(topic_id), partition))
+
     def leads(self, topic_id: uuid.UUID, partition: int) -> bool:
         """Does this sidecar lead the share-partitions of this user partition (always, alone, while
         its lease holds)?"""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -96,6 +97,12 @@ class IdleEviction:
                 self.evict_idle()
             except Exception:  # noqa: BLE001 - the next pass tries again
                 log.exception("evicting idle share-partitions failed; continuing")
+
+    def loading(self, group_id: str, topic_id: uuid.UUID, partition: int) -> bool:
+        """Whether a load of this share-partition is under way (a fetch started it), or it was
+        loaded and dropped while idle (it loads again as if it had stayed)."""
+        key = SharePartitionKey(group_id, str(topic_id), partition)
+        return key in self._loading or key in self.evicted
 
     def evict_idle(self, now: int | None = None) -> int:
         """Drop the loaded share-partitions nobody asked for in ``idle_eviction_ms`` that hold
