@@ -44,6 +44,7 @@ from .group.coordinator import ShareGroupCoordinator
 from .backend.backend import Backend
 from .backend.catalog import BackendCatalog
 from .backend.compat import BackendProfile, check_backend
+from .backend.clients import BackendClients
 from .backend.security import BackendSecurity
 from .backend.topic_ids import PersisterTopicIds
 from .group.admin import AdminService
@@ -66,6 +67,7 @@ class Sidecar:
 
     # Built by start(), in this order; stop() closes whichever were built.
     security: BackendSecurity
+    clients: BackendClients
     authenticator: Any
     authorizer: BackendAuthorizer | None
     quotas: ClientQuotas | None
@@ -107,6 +109,7 @@ class Sidecar:
         cfg = self.config
         plugins.load_configured(cfg.plugins)
         self.security = BackendSecurity.from_config(cfg)
+        self.clients = BackendClients(cfg.backend.bootstrap_servers, self.security)  # every backend client
         specs = cfg.listener_specs()
         tls = self._listener_security(specs)
         # Too old for kshare or for the state write mode: one line, before anything else starts
@@ -123,7 +126,7 @@ class Sidecar:
         await self._start_state(specs)
         hidden = {cfg.state.topic}
         self.backend = Backend(cfg.backend.bootstrap_servers, topic_id_store=PersisterTopicIds(self.persister),
-                               internal_topics=hidden, client_options=self.security.aiokafka_options(),
+                               internal_topics=hidden, client_options=self.clients.options,
                                security=self.security)
         await self.backend.start()
         restored = self._build_services()
@@ -168,7 +171,7 @@ class Sidecar:
                             group_config=self.group_config)
         self.console = Console(self.config, services, authenticator=getattr(self, "authenticator", None),
                                authorizer=self.authorizer, backend=self.backend,
-                               client_options=self.security.aiokafka_options())
+                               client_options=self.clients.options)
         await self.console.start()
 
     def _listener_security(self, specs: list[ListenerSpec]) -> dict[str, Any]:
@@ -269,8 +272,7 @@ class Sidecar:
         self.deadletter = DeadLetterService(partitions=self.partitions, group_config=self.group_config,
                                             hold_until_written=cfg.deadletter.hold_until_written,
                                             writer=DeadLetterWriter(
-                                                self.backend, bootstrap_servers=cfg.backend.bootstrap_servers,
-                                                client_options=self.security.aiokafka_options(),
+                                                self.backend, clients=self.clients,
                                                 auto_create=cfg.deadletter.auto_create_topics_enable,
                                                 prefix=cfg.deadletter.topic_name_prefix, topics=self.dlq_topics))
         self.partitions.on_change = self.deadletter.kick  # dead-letter holds are drained (docs/extensions.md)
@@ -413,13 +415,11 @@ class Sidecar:
         metadata_api.register(registry, BackendCatalog(self.backend, hidden), backend=pool, cluster=view,
                               backend_operations=self._backend_operations)
         coordinator_api.register(registry, check=pool.check_coordinator if pool is not None else None, cluster=view)
-        self.group_configs = GroupConfigTail(bootstrap_servers=cfg.backend.bootstrap_servers,
-                                             topic=self.persister.topic, partitions=self.persister.partitions,
-                                             client_options=self.security.aiokafka_options())
+        self.group_configs = GroupConfigTail(clients=self.clients, topic=self.persister.topic,
+                                             partitions=self.persister.partitions)
         self.membership = ClusterMembership(
             name=cfg.cluster.name, persister=self.persister, view=view,
-            bootstrap_servers=cfg.backend.bootstrap_servers, client_options=self.security.aiokafka_options(),
-            session_timeout_ms=cfg.cluster.session_timeout_ms,
+            clients=self.clients, session_timeout_ms=cfg.cluster.session_timeout_ms,
             heartbeat_interval_ms=cfg.cluster.heartbeat_interval_ms, tail=self.group_configs)
         self.partitions.lease = self.membership.lease
         self.membership.on_lapse.append(lambda: self.backend.suspend("this sidecar's cluster lease lapsed"))

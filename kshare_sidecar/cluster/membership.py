@@ -59,6 +59,7 @@ from .assign import (
 )
 from .lease import Lease, safety_margin_ms
 from .view import ClusterView
+from ..backend.clients import BackendClients
 from ..backend.health import drop_connections
 from .state_tail import GroupConfigTail, OwnerMark
 
@@ -117,7 +118,7 @@ class StickyOwnerAssignor(AbstractPartitionAssignor):
 class ClusterMembership(ConsumerRebalanceListener):
     """Joins the sidecars' group and takes over / gives up state partitions as it assigns them."""
 
-    def __init__(self, *, name: str, persister, view: ClusterView, bootstrap_servers, client_options: dict,
+    def __init__(self, *, name: str, persister, view: ClusterView, clients: BackendClients,
                  session_timeout_ms: int, heartbeat_interval_ms: int, tail: GroupConfigTail | None = None,
                  clock=time.monotonic) -> None:
         self.name = name
@@ -125,8 +126,7 @@ class ClusterMembership(ConsumerRebalanceListener):
         self.persister = persister
         self.view = view
         self.topic = getattr(persister, "topic", "__kshare_state")  # the memory persister (tests) has none
-        self.bootstrap_servers = bootstrap_servers
-        self.client_options = client_options
+        self.clients = clients
         self.session_timeout_ms = session_timeout_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.target: set[int] = set()
@@ -262,12 +262,11 @@ class ClusterMembership(ConsumerRebalanceListener):
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self, wait_s: float) -> None:
         """Join; wait (up to ``wait_s``) until the first assignment is taken over."""
-        self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap_servers, group_id=self.group_id, enable_auto_commit=False,
+        self._consumer = self.clients.consumer(
+            group_id=self.group_id, enable_auto_commit=False,
             client_id=f"kshare-cluster-{self.view.node_id}", session_timeout_ms=self.session_timeout_ms,
             heartbeat_interval_ms=self.heartbeat_interval_ms, rebalance_timeout_ms=self.session_timeout_ms,
-            max_poll_interval_ms=2**31 - 1, partition_assignment_strategy=(StickyOwnerAssignor(self),),
-            **self.client_options)
+            max_poll_interval_ms=2**31 - 1, partition_assignment_strategy=(StickyOwnerAssignor(self),))
         await self._consumer.start()
         self._watch_requests(self._consumer._coordinator)
         if self.tail is not None:

@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 from aiokafka import AIOKafkaConsumer
 
+from ..backend.clients import BackendClients
 from ..persist import codec
 from ..persist.ownership import share_partition_home
 
@@ -46,11 +47,10 @@ class GroupConfigTail:
     SNAPSHOT_PREFIX = b'["p",'
     OWNER_PREFIX = b'["o",'
 
-    def __init__(self, *, bootstrap_servers, topic: str, partitions: int, client_options: dict) -> None:
-        self.bootstrap_servers = bootstrap_servers
+    def __init__(self, *, clients: BackendClients, topic: str, partitions: int) -> None:
+        self.clients = clients
         self.topic = topic
         self.partitions = partitions
-        self.client_options = client_options
         self.configs: dict[str, dict[str, str]] = {}
         self.snapshots: dict[str, dict] = {}  # group id -> {SharePartitionKey: raw value}
         self.owners: dict[int, OwnerMark] = {}
@@ -71,10 +71,10 @@ class GroupConfigTail:
         # fetch round per acknowledgement batch of the whole cluster (~0.3 ms of CPU each), so
         # the cluster's CPU per record grew with each sidecar (benchmarks/cluster.py). A changed
         # group config or owner record reaches the other sidecars within about a second.
-        self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap_servers, group_id=None, enable_auto_commit=False,
+        self._consumer = self.clients.consumer(
+            group_id=None, enable_auto_commit=False,
             isolation_level="read_committed", auto_offset_reset="earliest", client_id="kshare-cluster-groups",
-            fetch_min_bytes=TAIL_MIN_BYTES, fetch_max_wait_ms=TAIL_MAX_WAIT_MS, **self.client_options)
+            fetch_min_bytes=TAIL_MIN_BYTES, fetch_max_wait_ms=TAIL_MAX_WAIT_MS)
         await self._consumer.start()
         tps = [TopicPartition(self.topic, p) for p in range(self.partitions)]
         self._consumer.assign(tps)

@@ -31,6 +31,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
+from ..backend.clients import BackendClients
 from ..client.records import RecordDecodeError, decode_batches
 from ..config.sections import GroupConfig
 from ..metrics import STATS
@@ -102,11 +103,10 @@ def backoff_s(attempt: int) -> float:
 class DeadLetterWriter:
     """Produces dead-letter records to the backend (one idempotent producer, started on first use)."""
 
-    def __init__(self, backend, *, bootstrap_servers: str, client_options: dict, auto_create: bool,
+    def __init__(self, backend, *, clients: BackendClients, auto_create: bool,
                  prefix: str, topics: DeadLetterTopics | None = None) -> None:
         self.backend = backend
-        self.bootstrap_servers = bootstrap_servers
-        self.client_options = client_options
+        self.clients = clients
         self.auto_create = auto_create
         self.prefix = prefix
         self.topics = topics if topics is not None else DeadLetterTopics()
@@ -117,9 +117,8 @@ class DeadLetterWriter:
     async def _get_producer(self) -> AIOKafkaProducer:
         async with self._lock:
             if self._producer is None:
-                producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap_servers, enable_idempotence=True,
-                                            acks="all", linger_ms=5, client_id="kshare-dead-letter",
-                                            **self.client_options)
+                producer = self.clients.producer(enable_idempotence=True, acks="all", linger_ms=5,
+                                                 client_id="kshare-dead-letter")
                 await producer.start()
                 self._producer = producer
             return self._producer
@@ -127,8 +126,7 @@ class DeadLetterWriter:
     async def _get_admin(self) -> AIOKafkaAdminClient:
         async with self._lock:
             if self._admin is None:
-                admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers, client_id="kshare-dead-letter",
-                                            **self.client_options)
+                admin = self.clients.admin(client_id="kshare-dead-letter")
                 await admin.start()
                 self._admin = admin
             return self._admin
