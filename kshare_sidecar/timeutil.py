@@ -35,8 +35,8 @@ def wall_ms() -> int:
 
 @dataclass(frozen=True, slots=True)
 class Clock:
-    """The sidecar's one clock, built once in app.py and handed down. The engine and the services
-    read time only through it, so tests drive it and nothing below reads the system clock."""
+    """The sidecar's one clock, built once in app.py and handed down: the engine, the partition
+    cache and the group coordinator read time through it (tests hand in their own)."""
 
     monotonic_ms: Callable[[], int] = monotonic_ms
     wall_ms: Callable[[], int] = wall_ms

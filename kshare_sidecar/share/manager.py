@@ -9,8 +9,8 @@ and would spin.
 Where the pieces are (Kafka's names where our classes play its roles): this module is the entry
 of both requests (KafkaApis' handlers and SharePartitionManager's fetchMessages/acknowledge);
 the share sessions are :class:`~kshare_sidecar.share.engine.sessions.ShareSessionCache`; one request's
-acquisition and parking is :class:`.sharefetch.DelayedShareFetch`; backend reads, the batch
-cache and read-ahead are :class:`.logreader.ShareLogReader`; the loaded share-partitions and
+acquisition and parking is :class:`.delayed_fetch.DelayedShareFetch`; backend reads, the batch
+cache and read-ahead are :class:`.log_reader.ShareLogReader`; the loaded share-partitions and
 their durable writes are :class:`.cache.SharePartitionCache`.
 """
 

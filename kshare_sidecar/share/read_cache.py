@@ -12,7 +12,7 @@ throughput run 531 of 636 ShareFetches missed the cache). So when an acquisition
 than half a window of cached records beyond the window's end, the next window's bytes are read
 in the background into an *ahead* entry, which the acquisition that needs it promotes. Reads
 stay sized by the window (never by the client's MaxBytes); since an ordinary read at the window's
-end already covers two windows more (``logreader._read_size``), most acquisitions hit the cache
+end already covers two windows more (``log_reader._read_size``), most acquisitions hit the cache
 without it. On by default since 2026-11-27 (``read.ahead.enable``). It was opt-in because, in
 a 1M-record throughput run, it turned cache hits/misses from ~100/530 into 904/159 but
 raised read amplification from ~1.2 to 1.45. Since reads at the window's end cover two windows
