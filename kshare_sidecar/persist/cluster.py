@@ -15,7 +15,7 @@ epoch``) then refuses the previous owner's writes while our own in-flight ones s
 ``release(p)``: a planned handover (the group moved ``p``, or this sidecar stops). First the
 handover hooks run while ``p`` is still owned — the share-partitions stop serving and write the
 records they had handed out as AVAILABLE *with* the delivery attempt counted
-(share/cache.py, ``hand_over``), so the next owner's delivery counts up and a poison
+(share/leadership.py, ``hand_over``), so the next owner's delivery counts up and a poison
 record reaches its delivery limit however often the cluster rebalances — then an owner record
 marked released (``"r"``) ends our tenure: the next owner waits for it before fencing our writer
 (cluster/membership.py). Then new writes are refused (NOT_COORDINATOR / NOT_LEADER_OR_FOLLOWER:

@@ -110,7 +110,7 @@ class ShareLogReader:
     async def _forget_if_deleted(self, topic: str) -> None:
         """The backend no longer knows the topic (deleted): re-read it now, so that the topic cache
         drops it and acknowledgements of its records get UNKNOWN_TOPIC_ID at once, as from Kafka
-        (``SharePartitionManager._slot``), instead of after the cache's age."""
+        (``SharePartitionCache.slot_for``), instead of after the cache's age."""
         refresh = getattr(self.backend, "refresh_topics", None)
         if refresh is None:
             return
