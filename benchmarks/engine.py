@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kshare_sidecar.share import ShareConfig, SharePartition  # noqa: E402
+from kshare_sidecar.share.engine import ShareConfig, SharePartition  # noqa: E402
 from kshare_sidecar.states import ACCEPT, REJECT, RELEASE  # noqa: E402
 
 

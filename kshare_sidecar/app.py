@@ -1,10 +1,10 @@
 """The sidecar assembled: plugins, persister recovery, backend, services, API handlers, listeners.
 
 Why here, at the top of the package: this is the one module that knows every layer. The
-services (service/) are built from the typed config and handed to the API handlers (api/),
-which go into a registry behind one Dispatcher per listener (wire/) — so service/ never imports
-api/ or wire/, and the data flow ``wire → api → service → group/share → backend/persist`` has no
-way back up (docs/architecture.md).
+services (group/, share/, cluster/) are built from the typed config and handed to the API
+handlers (api/), which go into a registry behind one Dispatcher per listener (wire/) — so no
+service imports api/ or wire/, and the data flow ``wire → api → group → share → cluster →
+share/engine, backend/persist`` has no way back up (docs/architecture.md).
 
 Start order matters: the persister recovers before the listener accepts, so no client sees
 half-loaded state; stop order is the reverse, and state writes in flight are awaited.
@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -40,28 +39,27 @@ from .config import ConfigError, ListenerSpec, SidecarConfig
 from .config.checks import check_cluster_config
 from .default_plugins.persisters import persister_options
 from .group.assign import assign_with
+from .group.configs import GroupConfigs
 from .group.coordinator import ShareGroupCoordinator
 from .backend.backend import Backend
 from .backend.catalog import BackendCatalog
 from .backend.compat import BackendProfile, check_backend
+from .backend.clients import BackendClients
 from .backend.security import BackendSecurity
 from .backend.topic_ids import PersisterTopicIds
-from .service.admin import AdminService
-from .service.deadletter import DeadLetterService, DeadLetterWriter
-from .service.dlqtopics import DeadLetterTopics
-from .service.groups import GroupService
-from .service.partitions import SharePartitionManager
-from .service.shares import ShareService
-from .share.sessions import ShareSessionCache
+from .group.admin import AdminService
+from .share.dead_letter import DeadLetterService, DeadLetterWriter
+from .share.dead_letter_topics import DeadLetterTopics
+from .group.service import GroupService
+from .share.cache import SharePartitionCache
+from .share.manager import SharePartitionManager
+from .share.engine.sessions import ShareSessionCache
 from .protocol.address import parse_count_overrides
 from .wire.limits import RequestMemoryPool
+from .timeutil import Clock
 from .wire.server import Listener
 
 log = logging.getLogger("kshare.sidecar")
-
-
-def monotonic_ms() -> int:
-    return int(time.monotonic() * 1000)
 
 
 class Sidecar:
@@ -69,6 +67,7 @@ class Sidecar:
 
     # Built by start(), in this order; stop() closes whichever were built.
     security: BackendSecurity
+    clients: BackendClients
     authenticator: Any
     authorizer: BackendAuthorizer | None
     quotas: ClientQuotas | None
@@ -76,18 +75,21 @@ class Sidecar:
     backend: Backend
     backend_profile: BackendProfile
     coordinator: ShareGroupCoordinator
-    partitions: SharePartitionManager
+    group_config: GroupConfigs
+    partitions: SharePartitionCache
     deadletter: DeadLetterService
     groups: GroupService
-    shares: ShareService
+    shares: SharePartitionManager
     admin: AdminService
     node: NodeIdentity
     dispatcher: Dispatcher
     metrics: Any  # metrics.MetricsServer when metrics.port is set
     console: Any  # console.server.Console when console.listen is set
 
-    def __init__(self, config: SidecarConfig, *, persister: Any = None) -> None:
+    def __init__(self, config: SidecarConfig, *, persister: Any = None, clock: Clock | None = None) -> None:
         self.config = config
+        #: the one clock every service reads (monotonic for deadlines, wall for what is persisted)
+        self.clock = clock if clock is not None else Clock()
         self._persister = persister
         self.listener: Listener | None = None  # the first of `listeners`
         self.listeners: list[Listener] = []
@@ -103,16 +105,11 @@ class Sidecar:
         assert self.listener is not None
         return self.listener.port
 
-    def group_config(self, group_id: str) -> dict[str, Any]:
-        group = self.coordinator.groups.get(group_id)
-        if group is None and self.group_configs is not None:  # coordinated by another sidecar
-            return self.config.group_config(self.group_configs.configs.get(group_id))
-        return self.config.group_config(group.configs if group is not None else None)
-
     async def start(self) -> None:
         cfg = self.config
         plugins.load_configured(cfg.plugins)
         self.security = BackendSecurity.from_config(cfg)
+        self.clients = BackendClients(cfg.backend.bootstrap_servers, self.security)  # every backend client
         specs = cfg.listener_specs()
         tls = self._listener_security(specs)
         # Too old for kshare or for the state write mode: one line, before anything else starts
@@ -129,7 +126,7 @@ class Sidecar:
         await self._start_state(specs)
         hidden = {cfg.state.topic}
         self.backend = Backend(cfg.backend.bootstrap_servers, topic_id_store=PersisterTopicIds(self.persister),
-                               internal_topics=hidden, client_options=self.security.aiokafka_options(),
+                               internal_topics=hidden, client_options=self.clients.options,
                                security=self.security)
         await self.backend.start()
         restored = self._build_services()
@@ -174,7 +171,7 @@ class Sidecar:
                             group_config=self.group_config)
         self.console = Console(self.config, services, authenticator=getattr(self, "authenticator", None),
                                authorizer=self.authorizer, backend=self.backend,
-                               client_options=self.security.aiokafka_options())
+                               client_options=self.clients.options)
         await self.console.start()
 
     def _listener_security(self, specs: list[ListenerSpec]) -> dict[str, Any]:
@@ -262,10 +259,12 @@ class Sidecar:
         assignors = _load_assignors(cfg.plugins.assignor)
         self.coordinator = ShareGroupCoordinator(
             assign=assignors[cfg.plugins.assignor], assignors=assignors, default_assignor=cfg.plugins.assignor,
-            clock=monotonic_ms, max_size=cfg.share.max_size, session_timeout_ms=cfg.share.session_timeout_ms,
+            clock=self.clock.monotonic_ms, max_size=cfg.share.max_size, session_timeout_ms=cfg.share.session_timeout_ms,
             heartbeat_interval_ms=cfg.share.heartbeat_interval_ms,
             assignment_interval_ms=cfg.share.assignment_interval_ms)
-        self.partitions = SharePartitionManager(persister=self.persister, backend=self.backend, clock=monotonic_ms,
+        self.group_config = GroupConfigs(cfg, self.coordinator)  # every service reads group configs here
+        self.partitions = SharePartitionCache(persister=self.persister, backend=self.backend,
+                                                clock=self.clock.monotonic_ms, wall=self.clock.wall_ms,
                                                 group_config=self.group_config,
                                                 idle_eviction_ms=cfg.server.partition_idle_eviction_ms)
         self.partitions.start()
@@ -273,15 +272,14 @@ class Sidecar:
         self.deadletter = DeadLetterService(partitions=self.partitions, group_config=self.group_config,
                                             hold_until_written=cfg.deadletter.hold_until_written,
                                             writer=DeadLetterWriter(
-                                                self.backend, bootstrap_servers=cfg.backend.bootstrap_servers,
-                                                client_options=self.security.aiokafka_options(),
+                                                self.backend, clients=self.clients,
                                                 auto_create=cfg.deadletter.auto_create_topics_enable,
                                                 prefix=cfg.deadletter.topic_name_prefix, topics=self.dlq_topics))
         self.partitions.on_change = self.deadletter.kick  # dead-letter holds are drained (docs/extensions.md)
         self.groups = GroupService(coordinator=self.coordinator, partitions=self.partitions, backend=self.backend,
                                    persister=self.persister)
         restored = self.groups.restore()
-        self.shares = ShareService(sessions=ShareSessionCache(cfg.share.max_share_sessions,
+        self.shares = SharePartitionManager(sessions=ShareSessionCache(cfg.share.max_share_sessions,
                                                              cfg.share.max_share_sessions_per_connection),
                                    partitions=self.partitions, backend=self.backend, group_config=self.group_config,
                                    read_ahead=cfg.server.read_ahead_enable)
@@ -363,19 +361,12 @@ class Sidecar:
         if self._needs_tokens(self._specs or self.config.listener_specs()):
             await self._start_tokens()
         # share groups the backend serves natively, passed through per group (docs/migration.md)
-        self.native_groups = native.NativeGroups(self._group_overrides)
+        self.native_groups = native.NativeGroups(self.group_config.overrides)
         mixed.register(registry, self.pool, is_share_group=lambda g: g in self.coordinator.groups and not
                        self.native_groups(g), node_id=lambda: self.node.node_id, hidden=hidden,
                        backend_operations=self._backend_operations, native=self.native_groups)
         native.install(registry, self.native_groups, self.forwarder, self.pool, self.admin)
         await self._install_dlq_opt_in(registry)
-
-    def _group_overrides(self, group_id: str) -> Any:
-        """A group's own configs: this sidecar's, or (a cluster of sidecars) the coordinator's."""
-        group = self.coordinator.groups.get(group_id)
-        if group is None and self.group_configs is not None:
-            return self.group_configs.configs.get(group_id)
-        return group.configs if group is not None else None
 
     async def _install_dlq_opt_in(self, registry: ApiRegistry) -> None:
         """KIP-1191's topic opt-in kept by kshare on a backend that cannot hold it (passthrough/dlqoptin.py)."""
@@ -416,7 +407,7 @@ class Sidecar:
     async def _join_cluster(self, registry: ApiRegistry, hidden: set[str], specs: list[ListenerSpec]) -> None:
         """Route by ownership (Metadata leaders, FindCoordinator) and join the sidecars' group;
         the listener opens once the first assignment is taken over (or after a bounded wait)."""
-        from .service.cluster import ClusterMembership, GroupConfigTail, PeerConfigs
+        from .cluster.membership import ClusterMembership, GroupConfigTail, PeerConfigs
 
         cfg, view = self.config, self.cluster_view
         assert view is not None  # built with the registry when cluster.name is set
@@ -424,13 +415,11 @@ class Sidecar:
         metadata_api.register(registry, BackendCatalog(self.backend, hidden), backend=pool, cluster=view,
                               backend_operations=self._backend_operations)
         coordinator_api.register(registry, check=pool.check_coordinator if pool is not None else None, cluster=view)
-        self.group_configs = GroupConfigTail(bootstrap_servers=cfg.backend.bootstrap_servers,
-                                             topic=self.persister.topic, partitions=self.persister.partitions,
-                                             client_options=self.security.aiokafka_options())
+        self.group_configs = GroupConfigTail(clients=self.clients, topic=self.persister.topic,
+                                             partitions=self.persister.partitions)
         self.membership = ClusterMembership(
             name=cfg.cluster.name, persister=self.persister, view=view,
-            bootstrap_servers=cfg.backend.bootstrap_servers, client_options=self.security.aiokafka_options(),
-            session_timeout_ms=cfg.cluster.session_timeout_ms,
+            clients=self.clients, session_timeout_ms=cfg.cluster.session_timeout_ms,
             heartbeat_interval_ms=cfg.cluster.heartbeat_interval_ms, tail=self.group_configs)
         self.partitions.lease = self.membership.lease
         self.membership.on_lapse.append(lambda: self.backend.suspend("this sidecar's cluster lease lapsed"))
@@ -438,6 +427,7 @@ class Sidecar:
         self.group_configs.listeners.append(self.partitions.reconfigure_group)
         await self.group_configs.start()
         self.admin.remote_group_configs = self.group_configs.configs
+        self.group_config.remote = self.group_configs.configs
         self.admin.remote_state = self.group_configs
         plaintext = next((spec.name for spec in specs if spec.protocol == "PLAINTEXT"), None)
         self.admin.peer_configs = PeerConfigs(view, plaintext)

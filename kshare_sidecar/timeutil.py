@@ -1,8 +1,12 @@
-"""ISO-8601 durations for ``share.auto.offset.reset=by_duration:PnDTnHnMnS``."""
+"""Time: the sidecar's clock (``Clock``: monotonic and wall milliseconds) and ISO-8601 durations
+for ``share.auto.offset.reset=by_duration:PnDTnHnMnS``."""
 
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 _DURATION = re.compile(
     r"^P(?:(?P<d>\d+)D)?(?:T(?:(?P<h>\d+)H)?(?:(?P<m>\d+)M)?(?:(?P<s>\d+(?:\.\d+)?)S)?)?$")
@@ -16,3 +20,23 @@ def parse_iso_duration_ms(text: str) -> int:
     d, h, m, s = (match.group(g) for g in "dhms")
     total = (int(d or 0) * 86400 + int(h or 0) * 3600 + int(m or 0) * 60) * 1000 + round(float(s or 0) * 1000)
     return total
+
+
+def monotonic_ms() -> int:
+    """Monotonic milliseconds: deadlines, acquisition locks, session timeouts (never persisted)."""
+    return int(time.monotonic() * 1000)
+
+
+def wall_ms() -> int:
+    """Wall-clock milliseconds: what is persisted (a backoff deadline, a by_duration reset point)
+    and must mean the same after a restart, which the monotonic clock does not."""
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class Clock:
+    """The sidecar's one clock, built once in app.py and handed down: the engine, the partition
+    cache and the group coordinator read time through it (tests hand in their own)."""
+
+    monotonic_ms: Callable[[], int] = monotonic_ms
+    wall_ms: Callable[[], int] = wall_ms

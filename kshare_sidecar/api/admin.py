@@ -1,4 +1,4 @@
-"""Share-group admin APIs: message <-> :class:`kshare_sidecar.service.admin.AdminService`.
+"""Share-group admin APIs: message <-> :class:`kshare_sidecar.group.admin.AdminService`.
 
 | key | API | versions |
 |---|---|---|
@@ -34,7 +34,7 @@ from kio.schema.errors import ErrorCode
 from ..auth.acls import CLUSTER_NAME, NOT_PROVIDED, Decider, Op, Res
 from ..backend.errors import BackendError, UnknownTopicError
 from ..protocol.constants import ApiKey, OffsetSpec
-from ..service.admin import AdminError, AdminService, GroupDescription
+from ..group.admin import AdminError, AdminService, GroupDescription
 from .context import KafkaError, RequestContext, acl_of
 from .registry import ApiRegistry
 

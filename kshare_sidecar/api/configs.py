@@ -16,10 +16,10 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..protocol.constants import ApiKey, ConfigResourceType, ConfigSource
-from ..service.admin import AdminError, AdminService
+from ..group.admin import AdminError, AdminService
 from ..config import GROUP_CONFIGS
 from ..config.settings import BY_KEY
-from ..service.cluster import PEER_CLIENT_ID
+from ..cluster.membership import PEER_CLIENT_ID
 from ..auth.acls import Op, Res
 from .context import RequestContext, acl_of
 from .registry import ApiRegistry

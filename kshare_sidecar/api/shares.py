@@ -1,4 +1,4 @@
-"""ShareFetch (key 78) and ShareAcknowledge (key 79), v1–v2: message <-> ShareService.
+"""ShareFetch (key 78) and ShareAcknowledge (key 79), v1–v2: message <-> SharePartitionManager.
 
 ShareFetch answers are encoded by hand (:mod:`.shareresponse`: the acquired batches are written
 as views of the backend's buffers, never copied); ShareAcknowledge answers are built in the v2
@@ -25,8 +25,8 @@ from kio.static.primitive import i32Timedelta
 from ..auth.acls import Op, Res
 from ..metrics import REQUEST_TIME
 from ..protocol.constants import ApiKey
-from ..service.shares import FetchParams, ShareOut
-from ..share.types import AckBatch
+from ..share.manager import FetchParams, ShareOut
+from ..share.engine.types import AckBatch
 from .context import KafkaError, RequestContext, acl_of
 from .shareresponse import share_fetch_body
 

@@ -259,7 +259,7 @@ class Backend(OffsetLookups):
     async def forget_deleted(self, names: Iterable[str], backend_ids: Iterable[uuid.UUID] = ()) -> None:
         """Topics a DeleteTopics just deleted (it passed through the sidecar and succeeded): out of
         the cache now, so their share-partitions answer UNKNOWN_TOPIC_ID at once, as Kafka's do
-        (``ShareService._slot``), instead of after the cache's age; and kept out when a broker's
+        (``SharePartitionCache.slot_for``), instead of after the cache's age; and kept out when a broker's
         metadata still lists them a moment longer."""
         cache = self._cache
         ids = set(backend_ids)

@@ -1,7 +1,7 @@
-"""A cluster of sidecars: pure pieces — the sticky assignment of state partitions
-to live sidecars, the membership codec and the cluster view that routing reads.
-
-The asyncio membership (aiokafka group over the state topic) lives in
-``kshare_sidecar/service/cluster.py``; the placement of entities on state partitions in
-``kshare_sidecar/persist/ownership.py`` (``state_partition_for``). See docs/deployment.md.
+"""A cluster of sidecars: the sticky assignment of state partitions to live sidecars (``assign``),
+the lease (``lease``), the cluster view that routing reads (``view``) — pure pieces — and the
+asyncio parts over the backend: ``membership`` (the sidecars' consumer group over the state topic)
+and ``state_tail`` (every group's configs and owner marks read from the state topic). The
+placement of entities on state partitions is ``kshare_sidecar/persist/ownership.py``
+(``state_partition_for``). See docs/deployment.md.
 """

@@ -49,7 +49,7 @@ class ClusterMap:
     owners: dict[int, int]  # state partition -> node id
     #: state partition -> (node id, owner epoch): who of this generation's members held it when it
     #: was assigned. A partition given to another member is a planned move: its new owner waits
-    #: for the holder's handover (service/cluster.py) before fencing it. Empty from older builds.
+    #: for the holder's handover (cluster/membership.py) before fencing it. Empty from older builds.
     claims: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 

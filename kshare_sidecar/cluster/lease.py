@@ -14,7 +14,7 @@ lease runs from the newest such send time for the session timeout less a safety 
 writing the request); past it the sidecar stops serving, before anyone else can have been
 given its partitions.
 
-What renews (service/cluster.py reads the answers): a Heartbeat answered NONE, a JoinGroup or
+What renews (cluster/membership.py reads the answers): a Heartbeat answered NONE, a JoinGroup or
 SyncGroup answered NONE. Not a Heartbeat answered REBALANCE_IN_PROGRESS: the coordinator ends a
 rebalance by dropping members that did not rejoin within the rebalance timeout counted from its
 start, which may precede such a heartbeat's send time.

@@ -1,7 +1,7 @@
 """What one sidecar knows of its cluster, for routing (pure): live nodes, owners of state
 partitions, and from those the leader of a user partition and the coordinator of a group.
 
-Updated from each assignment of the sidecars' group (service/cluster.py); read by Metadata,
+Updated from each assignment of the sidecars' group (cluster/membership.py); read by Metadata,
 FindCoordinator and the share APIs' leader hints. A partition without a known owner (between
 a sidecar's death and the rebalance that follows) is named with this sidecar, which answers
 NOT_LEADER_OR_FOLLOWER / NOT_COORDINATOR until the group has moved it: clients retry.
@@ -38,7 +38,7 @@ class ClusterView:
         self.endpoints = dict(endpoints)  # this sidecar's, per listener name
         self.state_partitions = state_partitions
         self.map = ClusterMap(0, {node_id: dict(endpoints)}, {})
-        #: the lease lapsed (service/cluster.py): claim nothing until it is renewed
+        #: the lease lapsed (cluster/membership.py): claim nothing until it is renewed
         self.lapsed = False
 
     def update(self, new: ClusterMap) -> None:

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..metrics import IN_FLIGHT_AGE, STATS
-from ..service.admin_model import AdminError
-from ..share.holds import BACKOFF, DEAD_LETTER, HOLDERS, KEY_ORDER
+from ..group.admin_model import AdminError
+from ..share.engine.holds import BACKOFF, DEAD_LETTER, HOLDERS, KEY_ORDER
 from ..states import RecordState
 
 #: Records listed as nearest their delivery limit, per share-partition.
@@ -39,7 +39,7 @@ class Services:
     """What the console reads (built once by app.py)."""
 
     coordinator: Any
-    partitions: Any  # service.partitions.SharePartitionManager
+    partitions: Any  # share.cache.SharePartitionCache
     admin: Any  # service.admin.AdminService
     node_id: int
     cluster_view: Any = None  # cluster.view.ClusterView of a cluster of sidecars

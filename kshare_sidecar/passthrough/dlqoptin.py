@@ -1,5 +1,5 @@
 """KIP-1191's topic opt-in (``errors.deadletterqueue.group.enable``) through the sidecar, on a
-backend whose topic configs cannot hold it (service/dlqtopics.py; docs/extensions.md).
+backend whose topic configs cannot hold it (share/dead_letter_topics.py; docs/extensions.md).
 
 Kafka 4.4 admins create a dead-letter topic with ``--config errors.deadletterqueue.group.enable=true``
 or set it with kafka-configs.sh. A backend before 4.4 answers both with INVALID_CONFIG (an unknown
@@ -18,7 +18,7 @@ from typing import Any
 
 from ..protocol.constants import ApiKey, ConfigResourceType, ConfigSource, ConfigType
 from ..protocol.requests import request_payload
-from ..service.dlqtopics import DOC, GROUP_ENABLE, DeadLetterTopics, parse_bool
+from ..share.dead_letter_topics import DOC, GROUP_ENABLE, DeadLetterTopics, parse_bool
 from ..wire import codec
 from .pool import BackendPool, decode, make
 

@@ -2,7 +2,7 @@
 
 A single sidecar owns every state partition (persist/ownership.py, ``_take_ownership``). In a
 cluster the sidecars' consumer group on the backend assigns the state partitions
-(service/cluster.py), and each sidecar takes over exactly the ones it is given:
+(cluster/membership.py), and each sidecar takes over exactly the ones it is given:
 
 ``acquire(p)``: a new transactional writer for ``p`` (its init fences the previous owner's
 writer and aborts its open transaction — the fencing issue's mechanism, per partition), wait
@@ -15,10 +15,10 @@ epoch``) then refuses the previous owner's writes while our own in-flight ones s
 ``release(p)``: a planned handover (the group moved ``p``, or this sidecar stops). First the
 handover hooks run while ``p`` is still owned — the share-partitions stop serving and write the
 records they had handed out as AVAILABLE *with* the delivery attempt counted
-(service/partitions.py, ``hand_over``), so the next owner's delivery counts up and a poison
+(share/leadership.py, ``hand_over``), so the next owner's delivery counts up and a poison
 record reaches its delivery limit however often the cluster rebalances — then an owner record
 marked released (``"r"``) ends our tenure: the next owner waits for it before fencing our writer
-(service/cluster.py). Then new writes are refused (NOT_COORDINATOR / NOT_LEADER_OR_FOLLOWER:
+(cluster/membership.py). Then new writes are refused (NOT_COORDINATOR / NOT_LEADER_OR_FOLLOWER:
 clients look the new owner up), the batch in flight finishes, the writer is dropped and ``p``'s
 entities forgotten. A handover that cannot be written (backend unreachable) still lets go; the
 next owner then redelivers with the counts last written, as after a crash.

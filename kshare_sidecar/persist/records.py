@@ -63,7 +63,7 @@ def summarize(state: PartitionState) -> StateSummary:
 @dataclass(frozen=True, slots=True)
 class GroupRecord:
     """A share group's durable metadata (kind ``g`` in the state topic): what a restarted (or
-    taking-over) coordinator restores (service/groups.py, group/persisted.py).
+    taking-over) coordinator restores (group/service.py, group/persisted.py).
 
     ``group_epoch``: the group's epoch, so members rejoining see it move on, never back.
     ``initialized``: topic id -> partitions whose share-partition state has been initialized

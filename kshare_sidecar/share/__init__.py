@@ -1,24 +1,6 @@
-"""Share-partition engine (KIP-932): pure, range-based in-flight state of share-partitions.
+"""Share groups' records (KIP-932): the pure engine (``engine/``) and the asyncio rooms around it.
 
-`SharePartition` is one share-partition; see docs/engine.md for the model and the API.
+Kafka's names, from ``kafka.server.share``: ``manager.SharePartitionManager`` serves ShareFetch
+and ShareAcknowledge, ``cache.SharePartitionCache`` holds the loaded share-partitions and
+``delayed_fetch.DelayedShareFetch`` parks a fetch until records arrive. See docs/architecture.md.
 """
-
-from kshare_sidecar.share.acks import AckPlan, Run, parse_ack_batches
-from kshare_sidecar.share.config import ShareConfig
-from kshare_sidecar.share.partition import SharePartition
-from kshare_sidecar.share.types import AckBatch, AcquiredRecords, AcquireMode, LogBatch
-from kshare_sidecar.states import AcknowledgeType, RecordState
-
-__all__ = [
-    "AckBatch",
-    "AckPlan",
-    "AcknowledgeType",
-    "AcquireMode",
-    "AcquiredRecords",
-    "LogBatch",
-    "RecordState",
-    "Run",
-    "ShareConfig",
-    "SharePartition",
-    "parse_ack_batches",
-]

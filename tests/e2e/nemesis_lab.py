@@ -458,7 +458,7 @@ class Run:
 
     def reloads(self) -> dict[int, list[float]]:
         """Per user partition, when a sidecar reloaded its share-partition from the state topic
-        (its log, persist/ and service/partitions.py: after a write whose outcome was unknown)."""
+        (its log, persist/ and share/cache.py: after a write whose outcome was unknown)."""
         pattern = re.compile(rf"(\S+ \S+) WARNING kshare.partitions: share-partition group={re.escape(self.group)} "
                              rf"partition={re.escape(self.topic)}-(\d+) reloads from the state topic")
         out: dict[int, list[float]] = {}

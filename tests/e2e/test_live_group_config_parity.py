@@ -2,7 +2,7 @@
 Kafka 3.9. Kafka 4.4's SharePartition reads each group config on every use (ShareGroupConfigProvider
 over GroupConfigManager, which the broker updates from its metadata log at the change), so a change
 reaches the share-partitions already loaded and the members already in the group; kshare's loaded
-share-partitions take a change at once too (SharePartitionManager.reconfigure_group).
+share-partitions take a change at once too (SharePartitionCache.reconfigure_group).
 
 Each scenario runs the same steps on both targets at the same time (kshare's asyncio ShareConsumer,
 one partition, explicit acknowledgement) and compares what the consumers saw.

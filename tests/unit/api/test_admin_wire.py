@@ -12,7 +12,7 @@ from kshare_sidecar.api import Dispatcher, InMemoryTopicCatalog, NodeIdentity, b
 from kshare_sidecar.api import admin as admin_api
 from kshare_sidecar.api import configs as configs_api
 from kshare_sidecar.wire import codec
-from tests.unit.service.test_admin_service import FakeBackend, env  # noqa: F401 - fixture
+from tests.unit.group.test_admin_service import FakeBackend, env  # noqa: F401 - fixture
 
 NODE = NodeIdentity(node_id=1, host="127.0.0.1", port=9192)
 

@@ -23,8 +23,8 @@ from kio.schema.share_fetch.v2 import request as f2
 from kshare_sidecar.api import Dispatcher, InMemoryTopicCatalog, build_registry
 from kshare_sidecar.api import registry as registry_module
 from kshare_sidecar.api import shares as shares_api
-from kshare_sidecar.service.shares import PartitionOut, ShareOut
-from kshare_sidecar.share.types import AcquiredRecords
+from kshare_sidecar.share.manager import PartitionOut, ShareOut
+from kshare_sidecar.share.engine.types import AcquiredRecords
 from tests.unit.api.conftest import NODE, FakeConnection, request_frame
 from kshare_sidecar.wire import codec
 
@@ -32,7 +32,7 @@ TID = uuid.UUID(int=5)
 
 
 class FakeShares:
-    """What ShareService answers: one partition with acks (ACCEPT failed), one without."""
+    """What SharePartitionManager answers: one partition with acks (ACCEPT failed), one without."""
 
     def _out(self) -> ShareOut:
         return ShareOut(lock_timeout_ms=30_000, partitions=[

@@ -13,8 +13,8 @@ from kio.schema.share_fetch.v2 import response as r2
 from kio.static.primitive import i32Timedelta
 
 from kshare_sidecar.api.shareresponse import share_fetch_body
-from kshare_sidecar.service.sharefetch import PartitionOut
-from kshare_sidecar.share.types import AcquiredRecords
+from kshare_sidecar.share.delayed_fetch import PartitionOut
+from kshare_sidecar.share.engine.types import AcquiredRecords
 from kshare_sidecar.wire import codec
 
 codes = st.sampled_from([ErrorCode.none, ErrorCode.invalid_record_state, ErrorCode.not_leader_or_follower,

@@ -5,8 +5,10 @@ reader meets: at module level, inside functions and under ``TYPE_CHECKING``.
   lower layers (and its own modules). An import that runs up or sideways is against the order.
 - No modules import each other, directly or round a loop, at any level: an import inside a
   function only hides a circle from the interpreter, not from a reader.
+- The share engine (``share/engine/``) is pure: it imports no event loop, clock, socket or backend
+  client, and of kshare_sidecar only itself and the plain data it shares with the persister.
 - A package's face (its ``__init__``) does not drag in more than the module asked for: importing the
-  pure ``share/`` does not load a persister, and ``service/`` reading ``client.records`` does not
+  pure ``share.engine`` does not load a persister, and ``share/`` reading ``client.records`` does not
   load the whole ShareConsumer.
 
 The analysis runs in a fresh interpreter and prints its counts: ``python tests/unit/app/test_layers.py``.
@@ -40,10 +42,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("api",),
     ("wire",),
     ("faust", "spark"),
-    ("service",),
     ("group",),
-    ("cluster",),
     ("share",),
+    ("cluster",),
+    ("share.engine",),
     ("default_plugins",),
     ("plugins",),
     ("hookspecs",),
@@ -60,11 +62,15 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("protocol",),
 )
 
+#: Rooms that are a folder inside a room: its modules stand in their own layer (the pure engine
+#: under the share-partition services around it).
+SUB_ROOMS = ("share.engine",)
+
 #: A face and the modules a fresh interpreter must not hold after importing it.
 LIGHT_FACES: dict[str, tuple[str, ...]] = {
-    "kshare_sidecar.share": ("kshare_sidecar.persist.base", "kshare_sidecar.persist.memory"),
-    "kshare_sidecar.service.keyorder": ("kshare_sidecar.client.consumer",),
-    "kshare_sidecar.service.deadletter": ("kshare_sidecar.client.consumer",),
+    "kshare_sidecar.share.engine": ("kshare_sidecar.persist.base", "kshare_sidecar.persist.memory"),
+    "kshare_sidecar.share.key_order": ("kshare_sidecar.client.consumer",),
+    "kshare_sidecar.share.dead_letter": ("kshare_sidecar.client.consumer",),
 }
 
 
@@ -75,6 +81,8 @@ def _module_name(path: Path) -> str:
 
 def _room(module: str) -> str:
     parts = module.split(".")
+    if ".".join(parts[1:3]) in SUB_ROOMS:
+        return ".".join(parts[1:3])
     return parts[1] if len(parts) > 1 else "__init__"
 
 
@@ -205,9 +213,34 @@ def test_package_faces_load_only_what_is_asked_for():
     assert _analysis()["heavy_faces"] == [], _report("heavy_faces")
 
 
+#: What the pure engine may import of kshare_sidecar besides itself (plain data and error codes).
+ENGINE_MAY_IMPORT = ("kshare_sidecar.states", "kshare_sidecar.persist.model", "kshare_sidecar.protocol.errors",
+                     "kshare_sidecar.protocol.types")
+#: Libraries that do I/O or read a clock: the engine is handed the time and never waits.
+IMPURE = {"asyncio", "time", "socket", "selectors", "threading", "aiokafka", "kio.static", "logging"}
+
+
+def test_the_engine_is_pure():
+    found = []
+    for path in sorted((PACKAGE / "share" / "engine").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            if isinstance(node, ast.ImportFrom) and node.level:
+                names = ["kshare_sidecar." + ".".join(
+                    ["share", "engine"][: 3 - node.level] + ([node.module] if node.module else []))]
+            for name in names:
+                own = name.startswith("kshare_sidecar.share.engine") or name.startswith(ENGINE_MAY_IMPORT)
+                if (name.startswith("kshare_sidecar") and not own) or any(
+                        name == bad or name.startswith(bad + ".") for bad in IMPURE):
+                    found.append(f"{path.name}:{node.lineno} imports {name}")
+    assert found == []
+
+
 def test_every_room_stands_in_a_layer():
     rooms = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     rooms |= {p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
+    rooms |= {r for r in SUB_ROOMS if (PACKAGE / r.replace(".", "/") / "__init__.py").exists()}
     assert sorted(rooms - {r for rooms in LAYERS for r in rooms}) == []
 
 
@@ -220,22 +253,22 @@ def test_the_check_reads_every_kind_of_import():
         if TYPE_CHECKING:
             from ..api.context import RequestContext
         def f():
-            from kshare_sidecar.share import partition
+            from kshare_sidecar.share.engine import partition
     """)
-    modules = {"kshare_sidecar.wire.server", "kshare_sidecar.share.partition"}
-    found = imports(source, "kshare_sidecar.service.x", False, modules)
+    modules = {"kshare_sidecar.wire.server", "kshare_sidecar.share.engine.partition"}
+    found = imports(source, "kshare_sidecar.share.x", False, modules)
     assert found == [("kshare_sidecar.wire.server", 3, "module"),
                      ("kshare_sidecar.api.context", 5, "type_checking"),
-                     ("kshare_sidecar.share.partition", 7, "function")]
+                     ("kshare_sidecar.share.engine.partition", 7, "function")]
     names = set(_analysis()["app"])
     assert "kshare_sidecar.api" in names and "kshare_sidecar.wire.server" in names
     assert _analysis()["imports"]["function"] > 0 and _analysis()["imports"]["type_checking"] > 0
 
 
 def test_the_order_check_sees_an_upward_import():
-    graph = {"kshare_sidecar.share.partition": [("kshare_sidecar.api.context", 1, "function")]}
-    assert _against_the_order(graph) == ["kshare_sidecar.share.partition:1 imports kshare_sidecar.api.context "
-                                         "(function): share is not above api"]
+    graph = {"kshare_sidecar.share.engine.partition": [("kshare_sidecar.api.context", 1, "function")]}
+    assert _against_the_order(graph) == ["kshare_sidecar.share.engine.partition:1 imports kshare_sidecar.api.context "
+                                         "(function): share.engine is not above api"]
     assert _circles({"a": [("b", 1, "function")], "b": [("a", 2, "type_checking")]}) == [["a", "b", "a"]]
 
 

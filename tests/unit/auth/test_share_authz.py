@@ -10,10 +10,10 @@ from kshare_sidecar.api import Dispatcher, InMemoryTopicCatalog, build_registry
 from kshare_sidecar.api import admin as admin_api
 from kshare_sidecar.api import configs as configs_api
 from kshare_sidecar.auth.acls import Acl, AclSet, Decider, Op, Pattern, Permission, Res
-from kshare_sidecar.share.types import AckBatch
-from tests.unit.service.test_admin_service import FakeBackend, T, env  # noqa: F401 - fixture
+from kshare_sidecar.share.engine.types import AckBatch
+from tests.unit.group.test_admin_service import FakeBackend, T, env  # noqa: F401 - fixture
 from tests.unit.api.test_admin_wire import NODE, _request, _roundtrip
-from tests.unit.service.test_share_service import TOPIC, TP, fetch, svc  # noqa: F401 - fixture
+from tests.unit.share.test_share_service import TOPIC, TP, fetch, svc  # noqa: F401 - fixture
 
 ALICE = "User:alice"
 
@@ -111,13 +111,13 @@ async def test_share_fetch_keeps_unreadable_partitions_in_the_session_and_answer
     async def denied(name: str) -> bool:
         return name != TOPIC.name
     out = await svc.share_fetch(conn_id=1, group_id="g", member_id="m1", epoch=0,
-                                params=__import__("kshare_sidecar.service.shares", fromlist=["x"]).FetchParams(
+                                params=__import__("kshare_sidecar.share.manager", fromlist=["x"]).FetchParams(
                                     max_wait_ms=50), topics=[(TOPIC.topic_id, 0, [])], forgotten=[], readable=denied)
     assert [(p.partition, p.error, b"".join(p.records)) for p in out.partitions] == [(0, ErrorCode.topic_authorization_failed,
                                                                            b"")]
     # incremental fetch (nothing re-sent): still in the session, still answered; acks not applied
     out = await svc.share_fetch(conn_id=1, group_id="g", member_id="m1", epoch=1,
-                                params=__import__("kshare_sidecar.service.shares", fromlist=["x"]).FetchParams(
+                                params=__import__("kshare_sidecar.share.manager", fromlist=["x"]).FetchParams(
                                     max_wait_ms=50), topics=[(TOPIC.topic_id, 0, [AckBatch(0, 9, (1,))])],
                                 forgotten=[], readable=denied)
     part = out.partitions[0]

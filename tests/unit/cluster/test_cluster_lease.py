@@ -1,5 +1,5 @@
-"""Ownership as a lease, and the planned handover (cluster/lease.py, service/cluster.py,
-persist/cluster.py, service/partitions.py), with cluster-mode memory persisters on one MemoryLog:
+"""Ownership as a lease, and the planned handover (cluster/lease.py, cluster/membership.py,
+persist/cluster.py, share/cache.py), with cluster-mode memory persisters on one MemoryLog:
 
 * the lease runs from the send time of the newest request the group coordinator answered NONE
   (JoinGroup, Heartbeat, SyncGroup — not a Heartbeat answered REBALANCE_IN_PROGRESS), for the
@@ -26,9 +26,10 @@ from kshare_sidecar.persist import MemoryLog, MemoryPersister, PartitionState, S
 from kshare_sidecar.persist.errors import CommitOutcomeUnknownError
 from kshare_sidecar.persist.codec import KIND_OWNER
 from kshare_sidecar.persist.ownership import share_partition_home
-from kshare_sidecar.service.cluster import ClusterMembership
-from kshare_sidecar.service.partitions import PartitionError, SharePartitionManager
-from kshare_sidecar.service.statetail import GroupConfigTail
+from kshare_sidecar.backend.clients import BackendClients
+from kshare_sidecar.cluster.membership import ClusterMembership
+from kshare_sidecar.share.cache import PartitionError, SharePartitionCache
+from kshare_sidecar.cluster.state_tail import GroupConfigTail
 
 PARTS = 4
 T = TopicInfo("t", uuid.UUID(int=7), 2)
@@ -91,11 +92,11 @@ class Sidecar:
                                                   "group.share.delivery.count.limit": str(limit)})
         self.persister = MemoryPersister(log=log)
         self.persister.enable_cluster(node)
-        self.partitions = SharePartitionManager(persister=self.persister, backend=FakeBackend(), clock=lambda: 0,
+        self.partitions = SharePartitionCache(persister=self.persister, backend=FakeBackend(), clock=lambda: 0,
                                                 group_config=lambda g: self.cfg.group_config(None))
         self.view = ClusterView(node, {"PLAINTEXT": ("127.0.0.1", 9000 + node)}, PARTS)
         self.membership = ClusterMembership(name="c", persister=self.persister, view=self.view,
-                                            bootstrap_servers="x:1", client_options={}, session_timeout_ms=10_000,
+                                            clients=BackendClients("x:1"), session_timeout_ms=10_000,
                                             heartbeat_interval_ms=1000, clock=clock)
         self.partitions.lease = self.membership.lease
 
@@ -254,7 +255,7 @@ async def test_a_handover_that_cannot_be_written_still_lets_go(pair):
 
 
 async def test_the_next_owner_waits_for_the_mark_and_no_longer_than_a_session(pair):
-    tail = GroupConfigTail(bootstrap_servers="x:1", topic="s", partitions=PARTS, client_options={})
+    tail = GroupConfigTail(clients=BackendClients("x:1"), topic="s", partitions=PARTS)
     assert await tail.wait_released(HOME, 3, 0.05) is False  # nothing read yet
     waiter = asyncio.create_task(tail.wait_released(HOME, 3, 5))
     await asyncio.sleep(0)
@@ -271,7 +272,7 @@ async def test_a_newer_owner_read_from_the_state_topic_drops_the_partition_at_on
     a, _b, _log, clock = pair
     a.membership.renewed(clock.now)
     epoch = await a.persister.acquire(HOME)
-    tail = GroupConfigTail(bootstrap_servers="x:1", topic="s", partitions=PARTS, client_options={})
+    tail = GroupConfigTail(clients=BackendClients("x:1"), topic="s", partitions=PARTS)
     tail.on_owner = a.membership._newer_owner
     tail._read(HOME, codec.owner_key(HOME), codec.encode_owner(epoch, 1))  # our own record
     assert a.persister.owns(HOME)
@@ -312,7 +313,7 @@ async def test_a_partition_lost_while_assigned_is_taken_back_after_its_holder_le
     m._changed.clear()
     a.persister._lose(HOME, epoch + 1)  # fenced by a sidecar that took it on a stale assignment
     assert m._changed.is_set()  # the reconcile takes it back ...
-    m.tail = GroupConfigTail(bootstrap_servers="x:1", topic="s", partitions=PARTS, client_options={})
+    m.tail = GroupConfigTail(clients=BackendClients("x:1"), topic="s", partitions=PARTS)
     m.tail._read(HOME, codec.owner_key(HOME), codec.encode_owner(epoch + 1, 2))
     assert m._holder(HOME) == (2, epoch + 1)  # ... once node 2, a member, has let go
     m.tail._read(HOME, codec.owner_key(HOME), codec.encode_owner(epoch + 1, 2, released=True))

@@ -109,7 +109,7 @@ async def test_a_takeover_fences_the_old_owner_on_that_partition_only():
         await asyncio.sleep(0.01)
     assert not a.owns(1) and a.owns(0)
     await a.write(k0, st(7, e0), e0)  # partition 0 unaffected
-    with pytest.raises(FencedLeaderEpochError):  # the new owner claims before it writes (as SharePartitionManager does)
+    with pytest.raises(FencedLeaderEpochError):  # the new owner claims before it writes (as SharePartitionCache does)
         await b.write(k1, st(9, eb), eb)
     await b.read_one(k1, leader_epoch=eb)
     await b.write(k1, st(9, eb), eb)

@@ -15,9 +15,9 @@ from kshare_sidecar.group.coordinator import ShareGroupCoordinator
 from kshare_sidecar.backend.types import TopicInfo
 from kshare_sidecar.persist import MemoryLog, MemoryPersister
 from kshare_sidecar.persist.ownership import group_home, share_partition_home
-from kshare_sidecar.service.admin import AdminError, AdminService
-from kshare_sidecar.service.groups import GroupService
-from kshare_sidecar.service.partitions import PartitionError, SharePartitionManager
+from kshare_sidecar.group.admin import AdminError, AdminService
+from kshare_sidecar.group.service import GroupService
+from kshare_sidecar.share.cache import PartitionError, SharePartitionCache
 
 PARTS = 4
 T = TopicInfo("t", uuid.UUID(int=7), 2)
@@ -52,7 +52,7 @@ class Sidecar:
         from kshare_sidecar.group.assign import assign_with
         self.coordinator = ShareGroupCoordinator(assign=assign_with(SimpleAssignor()), clock=lambda: 0,
                                                  assignment_interval_ms=0)
-        self.partitions = SharePartitionManager(
+        self.partitions = SharePartitionCache(
             persister=self.persister, backend=backend, clock=lambda: 0,
             group_config=lambda g: self.cfg.group_config(
                 self.coordinator.groups[g].configs if g in self.coordinator.groups else None))

@@ -16,9 +16,9 @@ from kshare_sidecar.config import ConfigError, load_config
 from kshare_sidecar.console.model import Services
 from kshare_sidecar.console.server import Console
 from kshare_sidecar.persist.model import SharePartitionKey
-from kshare_sidecar.service.admin_model import GroupListing, PartitionOffset, TopicOffsets
-from kshare_sidecar.share.config import Extensions, ShareConfig
-from kshare_sidecar.share.extended import ExtendedSharePartition
+from kshare_sidecar.group.admin_model import GroupListing, PartitionOffset, TopicOffsets
+from kshare_sidecar.share.engine.config import Extensions, ShareConfig
+from kshare_sidecar.share.engine.extended import ExtendedSharePartition
 
 TOPIC_ID = uuid.uuid4()
 GROUP = 'workers<script>alert(1)</script>'

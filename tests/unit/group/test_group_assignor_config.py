@@ -19,9 +19,9 @@ from kshare_sidecar.backend.types import TopicInfo
 from kshare_sidecar.persist.memory import MemoryLog, MemoryPersister
 from kshare_sidecar import app
 from kshare_sidecar.protocol.constants import AlterConfigOp, ConfigSource, ConfigType
-from kshare_sidecar.service.admin import AdminError, AdminService
-from kshare_sidecar.service.groups import GroupService
-from kshare_sidecar.service.partitions import SharePartitionManager
+from kshare_sidecar.group.admin import AdminError, AdminService
+from kshare_sidecar.group.service import GroupService
+from kshare_sidecar.share.cache import SharePartitionCache
 
 T = TopicInfo("t", uuid.UUID(int=7), 2)
 
@@ -43,7 +43,7 @@ async def make_admin(log: MemoryLog, **settings) -> AdminService:
     coordinator = ShareGroupCoordinator(assign=fns[cfg["assignor"]], assignors=fns, default_assignor=cfg["assignor"],
                                         clock=lambda: 0)
     backend = FakeBackend()
-    partitions = SharePartitionManager(persister=persister, backend=backend, clock=lambda: 0,
+    partitions = SharePartitionCache(persister=persister, backend=backend, clock=lambda: 0,
                                        group_config=lambda g: cfg.group_config(
                                            coordinator.groups[g].configs if g in coordinator.groups else None))
     groups = GroupService(coordinator=coordinator, partitions=partitions, backend=backend, persister=persister)

@@ -14,7 +14,7 @@ from kio.schema.incremental_alter_configs.v1 import request as iac
 
 from kshare_sidecar.passthrough import dlqoptin
 from kshare_sidecar.protocol.requests import request_payload
-from kshare_sidecar.service.dlqtopics import GROUP_ENABLE, DeadLetterTopics
+from kshare_sidecar.share.dead_letter_topics import GROUP_ENABLE, DeadLetterTopics
 from kshare_sidecar.wire import codec
 
 

@@ -15,9 +15,9 @@ from kshare_sidecar.backend.errors import (
 )
 from kshare_sidecar.passthrough.pool import CoordinatorError
 from kshare_sidecar.protocol.errors import KafkaError, for_code, stands_for
-from kshare_sidecar.service.admin_model import AdminError
-from kshare_sidecar.service.partitions import PartitionError
-from kshare_sidecar.share.sessions import SessionError
+from kshare_sidecar.group.admin_model import AdminError
+from kshare_sidecar.share.cache import PartitionError
+from kshare_sidecar.share.engine.sessions import SessionError
 
 
 def test_every_coded_error_is_one_kafka_error() -> None:

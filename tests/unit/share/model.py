@@ -8,7 +8,7 @@ range-based engine.
 from __future__ import annotations
 
 from kshare_sidecar.persist.model import DeliveryState, PartitionState, StateBatch
-from kshare_sidecar.share import ShareConfig
+from kshare_sidecar.share.engine import ShareConfig
 
 AV, AQ, AK, AR = 0, 1, 2, 4
 GAP, ACCEPT, RELEASE, REJECT, RENEW = 0, 1, 2, 3, 4

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kio.schema.errors import ErrorCode
 
-from kshare_sidecar.share import AckBatch, AcquiredRecords, ShareConfig, SharePartition
+from kshare_sidecar.share.engine import AckBatch, AcquiredRecords, ShareConfig, SharePartition
 
 GAP, ACCEPT, RELEASE, REJECT, RENEW = 0, 1, 2, 3, 4
 REQ = ErrorCode.invalid_request

@@ -6,8 +6,8 @@ from kio.schema.errors import ErrorCode
 
 from kshare_sidecar.persist.model import DeliveryState as DS
 from kshare_sidecar.persist.model import PartitionState, StateBatch
-from kshare_sidecar.share import AcquiredRecords as AR
-from kshare_sidecar.share import AcquireMode, ShareConfig, SharePartition
+from kshare_sidecar.share.engine import AcquiredRecords as AR
+from kshare_sidecar.share.engine import AcquireMode, ShareConfig, SharePartition
 
 GAP, ACCEPT, RELEASE, REJECT, RENEW = 0, 1, 2, 3, 4
 

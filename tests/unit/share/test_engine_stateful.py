@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, Phase, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from kshare_sidecar.share import ShareConfig, SharePartition
+from kshare_sidecar.share.engine import ShareConfig, SharePartition
 
 from .model import AQ, ModelPartition
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from kshare_sidecar.persist.model import DeliveryState
-from kshare_sidecar.share.config import Extensions, ShareConfig
-from kshare_sidecar.share.extended import ExtendedSharePartition
-from kshare_sidecar.share.holds import BACKOFF, DEAD_LETTER
+from kshare_sidecar.share.engine.config import Extensions, ShareConfig
+from kshare_sidecar.share.engine.extended import ExtendedSharePartition
+from kshare_sidecar.share.engine.holds import BACKOFF, DEAD_LETTER
 
 ACCEPT, RELEASE, REJECT = 1, 2, 3
 WALL0 = 1_700_000_000_000

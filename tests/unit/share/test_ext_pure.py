@@ -12,9 +12,9 @@ from kshare_sidecar.config import ConfigError, load_config
 from kshare_sidecar.persist.codec import decode_partition, encode_partition
 from kshare_sidecar.persist.model import DeliveryState, PartitionState, StateBatch
 from kshare_sidecar.persist.records import StoredPartition
-from kshare_sidecar.share.backoff import backoff_ms
-from kshare_sidecar.share.holds import overlay
-from kshare_sidecar.share.keyorder import KeyIndex
+from kshare_sidecar.share.engine.backoff import backoff_ms
+from kshare_sidecar.share.engine.holds import overlay
+from kshare_sidecar.share.engine.keyorder import KeyIndex
 
 AV, AK, AR = DeliveryState.AVAILABLE, DeliveryState.ACKNOWLEDGED, DeliveryState.ARCHIVED
 

@@ -24,10 +24,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from kshare_sidecar.persist.model import DeliveryState
-from kshare_sidecar.share.backoff import backoff_ms
-from kshare_sidecar.share.config import Extensions, ShareConfig
-from kshare_sidecar.share.extended import ExtendedSharePartition
-from kshare_sidecar.share.holds import DEAD_LETTER, HOLDERS
+from kshare_sidecar.share.engine.backoff import backoff_ms
+from kshare_sidecar.share.engine.config import Extensions, ShareConfig
+from kshare_sidecar.share.engine.extended import ExtendedSharePartition
+from kshare_sidecar.share.engine.holds import DEAD_LETTER, HOLDERS
 
 MEMBERS = ("m1", "m2", "m3")
 LOCK_MS = 50

@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 
 from kshare_sidecar.persist.model import DeliveryState as DS
 from kshare_sidecar.persist.model import PartitionState, StateBatch
-from kshare_sidecar.share import AcquiredRecords, ShareConfig, SharePartition
+from kshare_sidecar.share.engine import AcquiredRecords, ShareConfig, SharePartition
 
 ACCEPT, RELEASE, REJECT = 1, 2, 3
 

@@ -5,7 +5,7 @@ import uuid
 import pytest
 from kio.schema.errors import ErrorCode
 
-from kshare_sidecar.share.sessions import SessionError, ShareSessionCache, next_epoch
+from kshare_sidecar.share.engine.sessions import SessionError, ShareSessionCache, next_epoch
 
 TP = (uuid.UUID(int=1), 0)
 

@@ -18,11 +18,11 @@ from kshare_sidecar.group.assign import assign_with
 from kshare_sidecar.group.coordinator import ShareGroupCoordinator
 from kshare_sidecar.backend.types import BatchInfo, FetchResult, TopicInfo
 from kshare_sidecar.persist.memory import MemoryPersister
-from kshare_sidecar.service.admin import AdminService
-from kshare_sidecar.service.groups import GroupService
-from kshare_sidecar.service.partitions import SharePartitionManager
-from kshare_sidecar.service.shares import ShareService
-from kshare_sidecar.share.sessions import ShareSessionCache
+from kshare_sidecar.group.admin import AdminService
+from kshare_sidecar.group.service import GroupService
+from kshare_sidecar.share.cache import SharePartitionCache
+from kshare_sidecar.share.manager import SharePartitionManager
+from kshare_sidecar.share.engine.sessions import ShareSessionCache
 
 TOPICS = (TopicInfo("orders", uuid.UUID(int=0xA), 3), TopicInfo("events", uuid.UUID(int=0xB), 1))
 NODE = NodeIdentity(node_id=1, host="127.0.0.1", port=9192)
@@ -86,12 +86,12 @@ class Stack:
             group = coordinator.groups.get(group_id)
             return cfg.group_config(group.configs if group is not None else None)
 
-        self.partitions = SharePartitionManager(persister=self.persister, backend=backend, clock=clock,
+        self.partitions = SharePartitionCache(persister=self.persister, backend=backend, clock=clock,
                                                 group_config=group_config)
         self.partitions.start()
         groups = GroupService(coordinator=coordinator, partitions=self.partitions, backend=backend,
                               persister=self.persister)
-        shares = ShareService(sessions=ShareSessionCache(100), partitions=self.partitions, backend=backend,
+        shares = SharePartitionManager(sessions=ShareSessionCache(100), partitions=self.partitions, backend=backend,
                               group_config=group_config)
 
         class Catalog:

@@ -1,0 +1,354 @@
+"""A share-partition with the extensions: dead-letter topic (KIP-1191), release backoff (docs/extensions.md).
+
+Why a subclass: groups that use none of the extensions keep the plain `SharePartition` and its
+hot path untouched; a group that opts in gets this class at load. It changes what happens to a
+record after an *unsuccessful* delivery, using holds (share/engine/holds.py):
+
+* RELEASE, an expired acquisition lock or a member leaving, with attempts left and a backoff
+  configured: the record is held until ``now + backoff(delivery count)``, then AVAILABLE.
+* REJECT, or no attempts left (the delivery count limit), with a dead-letter topic: the record
+  is held for the dead-letter writer (share/dead_letter.py) — kshare's form of Kafka 4.4's
+  ARCHIVING state — which writes it to the topic (or gives up, as Kafka does) and then
+  acknowledges it as the holder: the state write that archives it comes after the write ended.
+
+Everything else is the engine's. Holds persist as AVAILABLE state batches carrying the backoff
+end (wall clock) or the dead-letter cause, so a restart keeps them. Pure: no I/O; time comes
+from the injected clocks (``clock`` monotonic for deadlines, ``wall`` for what is persisted).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Callable
+from typing import Any
+
+from kshare_sidecar.persist.model import PartitionState, StateBatch
+from kshare_sidecar.share.engine.acks import Run
+from kshare_sidecar.share.engine.backoff import backoff_ms
+from kshare_sidecar.share.engine.config import Extensions, ShareConfig
+from kshare_sidecar.share.engine.holds import (
+    BACKOFF,
+    CAUSE_LIMIT,
+    CAUSE_REJECTED,
+    DEAD_LETTER,
+    HOLDERS,
+    KEY_ORDER,
+    Decision,
+    Hold,
+    held,
+    hold_available,
+    persisted_piece,
+    release_with,
+    transfer,
+    under_lock,
+)
+from kshare_sidecar.share.engine.keyorder import KeyIndex
+from kshare_sidecar.share.engine.partition import SharePartition
+from kshare_sidecar.share.engine.ranges import InFlightRange
+from kshare_sidecar.share.engine.types import AcquiredRecords
+from kshare_sidecar.states import (
+    ACCEPT,
+    ACKNOWLEDGED,
+    ACQUIRED,
+    ARCHIVED,
+    AVAILABLE,
+    REJECT,
+    RELEASE,
+    RENEW,
+    RecordState,
+)
+
+
+class ExtendedSharePartition(SharePartition):
+    """`SharePartition` plus release backoff and dead-letter holds (see the module docstring)."""
+
+    def __init__(self, config: ShareConfig, clock: Callable[[], int], *, ext: Extensions | None = None,
+                 wall: Callable[[], int] | None = None, **kwargs: Any) -> None:
+        super().__init__(config, clock, **kwargs)
+        self.ext = ext or Extensions()
+        self._wall = wall or clock
+        self.key_index = KeyIndex()  # used with ext.key_ordering only
+
+    # ------------------------------------------------------------------ decisions
+    def _after_failure(self, r: InFlightRange) -> Decision | None:
+        """Where a record goes after an unsuccessful delivery (release, expiry, member gone)."""
+        if r.count >= self._limit:
+            return Decision(DEAD_LETTER, cause=CAUSE_LIMIT) if self.ext.dead_letter else None
+        if r.first < self._log_start:
+            return None  # gone from the log: the engine archives it
+        ext = self.ext
+        delay = backoff_ms(r.count, ext.backoff_ms, ext.backoff_multiplier, ext.backoff_max_ms)
+        if delay:
+            return Decision(BACKOFF, self._clock() + delay, self._wall() + delay)
+        return None
+
+    def _on_reject(self, r: InFlightRange) -> Decision | None:
+        return Decision(DEAD_LETTER, cause=CAUSE_REJECTED) if self.ext.dead_letter else None
+
+    def _decide(self, member_id: str, t: int) -> Callable | None:
+        if member_id in HOLDERS:
+            return None
+        return self._after_failure if t == RELEASE else self._on_reject if t == REJECT else None
+
+    # ------------------------------------------------------------------ engine overrides
+
+    def _apply_acks(self, member_id: str, runs: list[Run]) -> None:
+        engine_runs: list[Run] = []
+        for first, last, t in runs:
+            decide = self._decide(member_id, t)
+            if decide is None:
+                engine_runs.append((first, last, t))
+            else:
+                engine_runs.extend((a, b, t) for a, b in transfer(self, first, last, member_id, decide))
+        super()._apply_acks(member_id, engine_runs)
+        if self.ext.key_ordering and runs:
+            idx = self.key_index
+            self._unblock({k for first, last, _t in runs for k in idx.keys_of(range(first, last + 1))})
+            idx.prune(self._spso)
+
+    def _state_after(self, member_id: str, runs: list[Run]) -> PartitionState:
+        """An AckPlan's persisted form here includes the holds the acks create."""
+        return self.persisted(member_id, runs)
+
+    def expire(self, now: int | None = None) -> int:
+        if now is None:
+            now = self._clock()
+        changed = 0
+        keys: set = set()
+        for lock in list(self._locks.pop_expired(now)):
+            keys |= self._keys_under(lock)
+            changed += release_with(self, lock, self._after_failure)
+        if changed:
+            self._advance()
+            changed += self._unblock(keys)
+            self.version += 1
+        return changed
+
+    def release_member(self, member_id: str) -> int:
+        locks = self._locks.member_locks(member_id)
+        if not locks:
+            return 0
+        locks.sort(key=lambda lk: lk.first)
+        changed = 0
+        keys: set = set()
+        for lock in locks:
+            keys |= self._keys_under(lock)
+            changed += release_with(self, lock, self._after_failure)
+        self._advance()
+        changed += self._unblock(keys)
+        self.version += 1
+        return changed
+
+    def move_log_start(self, offset: int) -> int:
+        archived = super().move_log_start(offset)
+        if archived and self.ext.key_ordering:
+            self._unblock(self.key_index.pending_keys())
+        return archived
+
+    # ------------------------------------------------------------------ key ordering
+    def _is_done(self, offset: int) -> bool:
+        if offset < self._spso:
+            return True
+        if offset >= self._end:
+            return False
+        return self._rs[bisect_right(self._firsts, offset) - 1].state >= ACKNOWLEDGED
+
+    def order_by_key(self, member_id: str, acquired: list[AcquiredRecords],
+                     key_of: Callable[[int], bytes | None]) -> list[AcquiredRecords]:
+        """Keep only the acquired offsets at the head of their key (share/engine/keyorder.py); the rest go
+        under key-order holds with the delivery taken back. Returns what ``member_id`` really got."""
+        idx = self.key_index
+        for a in acquired:  # learn every key first: two records of one key in one acquisition
+            for o in range(a.first_offset, a.last_offset + 1):
+                if not idx.knows(o):
+                    idx.learn(o, key_of(o))
+        out: list[AcquiredRecords] = []
+        blocked: list[tuple[int, int]] = []  # runs of offsets that wait for their keys
+        done = self._is_done
+        deliverable = idx.deliverable
+        for a in acquired:
+            start = None
+            for o in range(a.first_offset, a.last_offset + 1):
+                if deliverable(o, done):
+                    if start is None:
+                        start = o
+                    continue
+                if start is not None:
+                    out.append(AcquiredRecords(start, o - 1, a.delivery_count))
+                    start = None
+                if blocked and blocked[-1][1] == o - 1:
+                    blocked[-1] = (blocked[-1][0], o)
+                else:
+                    blocked.append((o, o))
+            if start is not None:
+                out.append(AcquiredRecords(start, a.last_offset, a.delivery_count))
+        if blocked:
+            # One hold per run of waiting records, not per record: with many keys the window is
+            # mostly such records, and a range (and a lock) each made every acquisition,
+            # acknowledgement and release of the share-partition pay for thousands of them. A
+            # head is split off its run when its key's turn comes (_release_head).
+            wait = Decision(KEY_ORDER, count_delta=-1)
+            for first, last in blocked:
+                transfer(self, first, last, member_id, lambda _r: wait)
+            self.version += 1
+        return out
+
+    def unindexed_holds(self) -> list[tuple[int, int]]:
+        """Held ranges whose keys are unknown (restored after a restart): their keys must be
+        learned before anything is ordered, or a later record could overtake them."""
+        idx = self.key_index
+        return [(r.first, r.last) for r, _h in held(self)
+                if not (idx.knows(r.first) and idx.knows(r.last))]
+
+    def _keys_under(self, lock) -> set:
+        """Keys of the records still under ``lock`` (key ordering only: they may be unblocked)."""
+        if not self.ext.key_ordering:
+            return set()
+        idx = self.key_index
+        return {k for r in under_lock(self, lock) for k in idx.keys_of(range(r.first, r.last + 1))}
+
+    def _unblock(self, keys) -> int:
+        """Release the key-order hold of each key's head, if it is waiting."""
+        released = 0
+        done = self._is_done
+        for k in keys:
+            h = self.key_index.head(k, done)
+            if h is None or h < self._spso or h >= self._end:
+                continue
+            r = self._rs[bisect_right(self._firsts, h) - 1]
+            lk = r.lock
+            if r.state == ACQUIRED and isinstance(lk, Hold) and lk.member == KEY_ORDER:
+                released += self._release_head(h)
+        if released:
+            self.version += 1
+        return released
+
+    def _release_head(self, h: int) -> int:
+        """Release offset ``h`` alone from the key-order hold of its run (the rest of the run
+        waits on): split it off, detach it from the hold, and make it AVAILABLE as a release does."""
+        i = self._split(h)
+        self._split(h + 1)
+        r = self._rs[i]
+        self._take_from_lock(r, 1)
+        st = self._release_state(r)
+        r.state = st
+        if st == AVAILABLE:
+            self._available += 1
+            self._avail_hint = min(self._avail_hint, h)
+        else:
+            self._terminal += 1
+        return 1
+
+    def snapshot(self) -> PartitionState:
+        return self.persisted("", [])
+
+    @classmethod
+    def restore_with(cls, state: PartitionState, clock: Callable[[], int], config: ShareConfig,
+                     ext: Extensions, wall: Callable[[], int]) -> ExtendedSharePartition:
+        """Restore, then re-create the persisted holds: a backoff not over yet (by the wall clock)
+        and pending dead-letter writes (when the group still has a dead-letter topic; without
+        one the records are simply available again)."""
+        sp = cls.restore(state, clock, config)
+        sp.ext, sp._wall = ext, wall
+        now, wall_now = clock(), wall()
+        for b in state.state_batches:
+            if b.delivery_state != RecordState.AVAILABLE:
+                continue
+            if b.dead_letter is not None and ext.dead_letter:
+                d = Decision(DEAD_LETTER, cause=b.dead_letter)
+            elif b.available_at is not None and b.available_at > wall_now:
+                d = Decision(BACKOFF, now + (b.available_at - wall_now), b.available_at)
+            else:
+                continue
+            hold_available(sp, b.first_offset, b.last_offset, _always(d))
+        return sp
+
+    # ------------------------------------------------------------------ dead-letter writer API
+    def dead_letter_pending(self) -> list[tuple[int, int, int, str]]:
+        """Records waiting for the dead-letter write: (first, last, delivery count, cause), ascending."""
+        return [(r.first, r.last, r.count, h.cause or CAUSE_REJECTED) for r, h in held(self, DEAD_LETTER)]
+
+    # ------------------------------------------------------------------ persisted form
+    def persisted(self, member_id: str, runs: list[Run]) -> PartitionState:
+        """The persisted state after ``member_id``'s ``runs`` (validated) are applied; no mutation."""
+        out: list[StateBatch] = []
+        spso: int | None = None
+
+        def emit(first: int, last: int, state: int, count: int, at: int | None = None,
+                 dlq: str | None = None) -> None:
+            nonlocal spso
+            if spso is None:
+                if state >= ACKNOWLEDGED:
+                    return
+                spso = first
+            if state == AVAILABLE and count <= 0 and at is None and dlq is None:
+                return
+            if out:
+                p = out[-1]
+                if p.last_offset + 1 == first and p.delivery_state == state and p.delivery_count == count \
+                        and p.available_at == at and p.dead_letter == dlq:
+                    out[-1] = StateBatch(p.first_offset, last, p.delivery_state, count, at, dlq)
+                    return
+            out.append(StateBatch(first, last, RecordState(state), count, at, dlq))
+
+        def unchanged(r: InFlightRange, a: int, b: int) -> None:
+            lk = r.lock
+            if r.state == ACQUIRED and isinstance(lk, Hold):
+                p = persisted_piece(a, b, r.count, lk.member, lk.wall_until, lk.cause)
+                emit(a, b, AVAILABLE, p.delivery_count, p.available_at, p.dead_letter)
+            elif r.state == ACQUIRED:
+                emit(a, b, AVAILABLE, r.count - 1)
+            else:
+                emit(a, b, r.state, r.count)
+
+        def acked(r: InFlightRange, a: int, b: int, t: int) -> None:
+            if r.state != ACQUIRED or t == RENEW:
+                unchanged(r, a, b)
+                return
+            decide = self._decide(member_id, t)
+            d = decide(r) if decide is not None else None
+            if d is not None:
+                p = persisted_piece(a, b, r.count + d.count_delta, d.holder, d.wall_until, d.cause)
+                emit(a, b, AVAILABLE, p.delivery_count, p.available_at, p.dead_letter)
+            elif t == ACCEPT:
+                emit(a, b, ACKNOWLEDGED, r.count)
+            elif t == RELEASE:
+                emit(a, b, self._release_state(r), r.count)
+            else:
+                emit(a, b, ARCHIVED, r.count)
+
+        ri, nr = 0, len(runs)
+        for r in self._rs:
+            f, lst = r.first, r.last
+            while ri < nr:  # skip runs that end before this range
+                _a, b, _t = runs[ri]
+                if b >= f:
+                    break
+                ri += 1
+            pos, k = f, ri
+            while k < nr:
+                a, b, t = runs[k]
+                if a > lst:
+                    break
+                if a > pos:
+                    unchanged(r, pos, a - 1)
+                    pos = a
+                hi = min(lst, b)
+                acked(r, pos, hi, t)
+                pos = hi + 1
+                if b > lst:
+                    break
+                k += 1
+            if pos <= lst:
+                unchanged(r, pos, lst)
+        return PartitionState(
+            state_epoch=self.state_epoch,
+            leader_epoch=self.leader_epoch,
+            start_offset=self._end if spso is None else spso,
+            state_batches=tuple(out),
+        )
+
+
+def _always(d: Decision) -> Callable[[InFlightRange], Decision]:
+    """A decision rule that puts every range it is asked about under the same hold."""
+    return lambda _r: d

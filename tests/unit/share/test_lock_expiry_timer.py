@@ -1,0 +1,53 @@
+"""The share-partition manager's lock-expiry timer (regression: equal deadlines crashed it)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from kshare_sidecar.persist.model import SharePartitionKey
+from kshare_sidecar.share.cache import SharePartitionCache, Slot
+from kshare_sidecar.share.engine.config import ShareConfig
+from kshare_sidecar.share.engine.partition import SharePartition
+
+
+class Clock:
+    now = 0
+
+    def __call__(self) -> int:
+        return self.now
+
+
+class RecordingPersister:
+    def __init__(self) -> None:
+        self.writes: list[SharePartitionKey] = []
+
+    async def write(self, key, state, epoch) -> None:
+        self.writes.append(key)
+
+
+async def test_equal_deadlines_on_many_partitions_all_expire():
+    clock, persister = Clock(), RecordingPersister()
+    mgr = SharePartitionCache(persister=persister, backend=None, clock=clock, group_config=lambda g: {}, epoch=1)
+    config = ShareConfig(record_lock_duration_ms=1000)
+    slots = []
+    for p in range(4):  # same acquisition instant -> identical lock deadlines
+        key = SharePartitionKey("g", str(uuid.UUID(int=1)), p)
+        slot = mgr.slots[key] = Slot(key, "t", SharePartition(config, clock))
+        assert slot.partition.acquire("m", [(0, 9, -1, False, False)], 10)
+        mgr.track(slot)
+        slots.append(slot)
+    mgr.start()
+    try:
+        clock.now = 1000
+        mgr._rearm.set()
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if all(s.partition.next_lock_deadline() is None for s in slots):
+                break
+        assert all(s.partition.next_fetch_offset() == 0 for s in slots), "locks did not expire"
+        await asyncio.sleep(0.05)
+        assert sorted(k.partition for k in persister.writes) == [0, 1, 2, 3]
+        assert not mgr._timer.done(), "the expiry task must keep running"
+    finally:
+        await mgr.close()
