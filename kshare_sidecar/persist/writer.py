@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kshare_sidecar.persist")
 
+
 def blocked_error(p: int, reason: str | None) -> PersistError:
     """What a request to state partition ``p`` gets while it is blocked for ``reason``."""
     if reason == "unowned":
