@@ -250,8 +250,7 @@ class Sidecar:
             self.persister.enable_cluster(cfg.server.node_id)
         await self.persister.start()
         log.info("share state recovered from persister %r: %s", cfg.plugins.persister, self.persister.recovery_stats)
-        if hasattr(self.persister, "superseded_listeners"):  # fencing
-            self.persister.superseded_listeners.append(self._on_superseded)
+        self.persister.superseded_listeners.append(self._on_superseded)  # fencing
 
     def _build_services(self) -> int:
         """The coordinator and the services over it; returns how many groups were restored."""
@@ -352,7 +351,7 @@ class Sidecar:
         metadata_api.register(registry, BackendCatalog(self.backend, hidden), backend=self.pool,
                               backend_operations=self._backend_operations)
         coordinator_api.register(registry, check=self.pool.check_coordinator)
-        txn_prefix = getattr(self.persister, "transactional_id_prefix", "kshare-state")
+        txn_prefix = self.persister.transactional_id_prefix
         reserved = Reserved(frozenset(hidden), (f"{txn_prefix}-",), await self.pool.topic_ids(hidden))
         self.forwarder = install(registry, self.pool, replaceable={0, 1, 2}, reserved=reserved,
                                  node=self.node_for)

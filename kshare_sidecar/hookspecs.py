@@ -45,10 +45,12 @@ def register_persisters(register):
     Call ``register(name, factory, description="")`` once per persister. ``factory(**options)``
     returns an object implementing :class:`kshare_sidecar.persist.Persister` (async
     ``start``/``recover``/``close``, ``initialize``/``read``/``write``/``delete``/
-    ``read_summary`` with Kafka's state-epoch and leader-epoch fencing). The sidecar setting
-    ``persister`` selects one by name; only the built-in ``topic`` is given options (the
-    ``state.*`` settings and the backend's, ``default_plugins.persisters.persister_options``),
-    any other is called with none.
+    ``read_summary`` with Kafka's state-epoch and leader-epoch fencing, group records, the topic-id
+    map, and the cluster part: ``owner_epoch``, the reload/superseded listeners,
+    ``drop_connections``, ``topic``, ``cluster`` ...). The sidecar setting ``persister`` selects one
+    by name; only the built-in ``topic`` is given options (``settings``: its typed
+    ``persist.settings.TopicSettings``, built from the ``state.*`` settings and the backend's by
+    ``default_plugins.persisters.persister_options``), any other is called with none.
     """
 
 

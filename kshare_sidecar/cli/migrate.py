@@ -13,6 +13,7 @@ arguments or configuration, 3 a cluster could not be reached.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,6 +26,7 @@ from .groups import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, console,
 
 if TYPE_CHECKING:
     from ..backend.security import BackendSecurity
+    from ..persist.settings import TopicSettings
     from ..migrate.plan import GroupPlan
 
 GROUPS = typer.Argument(..., help="Share groups to move.", show_default=False)
@@ -73,7 +75,7 @@ def _main(command: str, groups: list[str], bootstrap: str | None, config: Path |
         from ..backend.security import BackendSecurity
 
         security = BackendSecurity.from_config(cfg)
-        options = persister_options(cfg, security)
+        options = persister_options(cfg, security)["settings"]
     except ConfigError as exc:
         typer.echo(f"{prog}: error: {exc}", err=True)
         raise typer.Exit(EXIT_USAGE) from None
@@ -83,7 +85,7 @@ def _main(command: str, groups: list[str], bootstrap: str | None, config: Path |
 
 
 class _Run:
-    def __init__(self, prog: str, command: str, options: dict, security: BackendSecurity, native: str | None,
+    def __init__(self, prog: str, command: str, options: TopicSettings, security: BackendSecurity, native: str | None,
                  sidecar: str | None, timeout: float, defaults: dict) -> None:
         self.prog, self.command, self.options, self.defaults = prog, command, options, defaults
         self.security, self.native, self.sidecar, self.timeout = security, native, sidecar, timeout
@@ -96,13 +98,13 @@ class _Run:
         from ..persist.errors import PersistError
         from ..persist.topic import TopicPersister
 
-        backend_address = self.options["bootstrap_servers"]
+        backend_address = self.options.bootstrap_servers
         backend = ClusterAdmin(backend_address, security=self.security, timeout_s=self.timeout)
         native = backend if self.native in (None, backend_address) else \
             ClusterAdmin(self.native, security=self.security, timeout_s=self.timeout)
         sidecar = ClusterAdmin(self.sidecar, timeout_s=self.timeout) if self.sidecar else None
-        state = KshareState(TopicPersister(**{**self.options, "create_topic": False}))
-        sides = Sides(state, backend, native, sidecar, state_topic=self.options["topic"])
+        state = KshareState(TopicPersister(dataclasses.replace(self.options, create_topic=False)))
+        sides = Sides(state, backend, native, sidecar, state_topic=self.options.topic)
         mover = Mover(sides, execute=execute, wait_for_drain=wait, drain_timeout_s=drain_timeout,
                       kshare_defaults=self.defaults,
                       progress=lambda line: typer.echo(f"{self.prog}: {line}", err=True))

@@ -17,12 +17,16 @@ import asyncio
 import json
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from ..config import ConfigError, load_config
 from . import migrate as migrate_cli
 from .groups import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, OneLineCommand
+
+if TYPE_CHECKING:
+    from ..persist.settings import TopicSettings
 
 app = typer.Typer(help="The sidecar's state topic, and moving share groups to and from native Kafka.",
                   no_args_is_help=True)
@@ -48,25 +52,27 @@ def migrate(
         from ..default_plugins.persisters import persister_options
         from ..backend.security import BackendSecurity
 
-        options = persister_options(cfg, BackendSecurity.from_config(cfg))
+        settings = persister_options(cfg, BackendSecurity.from_config(cfg))["settings"]
     except ConfigError as exc:
         typer.echo(f"kshare state migrate: error: {exc}", err=True)
         raise typer.Exit(EXIT_USAGE) from None
-    raise typer.Exit(asyncio.run(_migrate(options, execute, as_json)))
+    raise typer.Exit(asyncio.run(_migrate(settings, execute, as_json)))
 
 
-async def _migrate(options: dict, execute: bool, as_json: bool) -> int:
+async def _migrate(settings: TopicSettings, execute: bool, as_json: bool) -> int:
+    import dataclasses
+
     from ..persist.errors import PersistError
     from ..persist.topic import TopicPersister
 
-    probe = TopicPersister(**options)
+    probe = TopicPersister(settings)
     try:
         report = await probe.layout_report()
     except PersistError as exc:
         typer.echo(f"kshare state migrate: error: {exc}", err=True)
         return EXIT_FAILED
     except Exception as exc:  # noqa: BLE001 - aiokafka's connection errors vary: one line
-        typer.echo(f"kshare state migrate: error: backend {options['bootstrap_servers']}: {exc!r}", err=True)
+        typer.echo(f"kshare state migrate: error: backend {settings.bootstrap_servers}: {exc!r}", err=True)
         return EXIT_UNREACHABLE
     finally:
         await probe.close()
@@ -76,7 +82,7 @@ async def _migrate(options: dict, execute: bool, as_json: bool) -> int:
            "layout_records": sorted(report.layouts.items()), "moved": 0, "executed": False}
     code = EXIT_OK
     if misplaced and execute:
-        mover = TopicPersister(**{**options, "partitions": partitions})
+        mover = TopicPersister(dataclasses.replace(settings, partitions=partitions))
         try:
             await mover.start()  # takeover of every partition, then persist/layout.py's move
             out.update(moved=misplaced, executed=True)

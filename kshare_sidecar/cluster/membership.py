@@ -125,7 +125,7 @@ class ClusterMembership(ConsumerRebalanceListener):
         self.group_id = f"kshare-cluster-{name}"
         self.persister = persister
         self.view = view
-        self.topic = getattr(persister, "topic", "__kshare_state")  # the memory persister (tests) has none
+        self.topic = persister.topic
         self.clients = clients
         self.session_timeout_ms = session_timeout_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
@@ -235,7 +235,7 @@ class ClusterMembership(ConsumerRebalanceListener):
         # timeout, and a healed link is used at once rather than at TCP's next retransmission.
         clients = [getattr(self._consumer, "_client", None), getattr(getattr(self.tail, "_consumer", None), "_client", None)]
         closed = sum(drop_connections(c) for c in clients)
-        for drop in [getattr(self.persister, "drop_connections", None), *self.on_lapse]:
+        for drop in [self.persister.drop_connections, *self.on_lapse]:
             if drop is not None:
                 try:
                     closed += drop()

@@ -10,7 +10,7 @@ from .load import ConfigError, ListenerSpec, SidecarConfig
 def check_cluster_config(cfg: SidecarConfig, specs: list[ListenerSpec], persister: Any) -> None:
     """One line naming the key when a cluster of sidecars cannot work with this configuration."""
     name = cfg.cluster.name
-    if not hasattr(persister, "enable_cluster") or getattr(persister, "name", "") != "topic":
+    if persister.name != "topic":
         raise ConfigError(f"cluster.name = {name!r} needs persister = 'topic' (the sidecars share "
                           f"the state topic), got {cfg.plugins.persister!r}")
     if cfg.state.write_mode not in ("fenced", "transactional"):

@@ -11,10 +11,10 @@ if TYPE_CHECKING:
     from kshare_sidecar.config import SidecarConfig
 
 
-def _topic_persister(**options):
+def _topic_persister(settings):
     from kshare_sidecar.persist.topic import TopicPersister  # aiokafka imported only when used
 
-    return TopicPersister(**options)
+    return TopicPersister(settings)
 
 
 def _memory_persister(**options):
@@ -31,16 +31,11 @@ def register_persisters(register):
 
 
 def persister_options(cfg: SidecarConfig, security: BackendSecurity) -> dict[str, Any]:
-    """The options the sidecar config gives the persister it names (the built-in ``topic`` reads the
-    state.* keys and the backend's security; ``memory`` and outside persisters get none)."""
+    """The options the sidecar config gives the persister it names: the built-in ``topic`` gets its
+    typed settings (``settings``: persist/settings.py's ``TopicSettings``, from the state.* keys and
+    the backend's security); ``memory`` and outside persisters get none."""
     if cfg.plugins.persister != "topic":
         return {}
-    state = cfg.state
-    return {"bootstrap_servers": cfg.backend.bootstrap_servers, "topic": state.topic,
-            "partitions": state.topic_partitions, "replication_factor": state.topic_replication_factor,
-            "linger_ms": float(state.write_linger_ms),
-            "transaction_timeout_ms": state.transaction_timeout_ms,
-            # past the transaction timeout a commit is settled by reading the state back
-            "commit_timeout_s": min(30.0, state.transaction_timeout_ms / 1000),
-            "write_mode": state.write_mode, "writer_refresh_s": state.write_refresh_ms / 1000,
-            "client_options": security.aiokafka_options()}
+    from kshare_sidecar.persist.settings import TopicSettings  # aiokafka imported only when used
+
+    return {"settings": TopicSettings.from_config(cfg, security)}

@@ -58,7 +58,7 @@ class GroupService:
         self.persister = persister
         #: a cluster of sidecars: this sidecar coordinates the groups whose record's
         #: state partition it owns; they come and go with those partitions
-        self.cluster = bool(getattr(persister, "cluster", False))
+        self.cluster = persister.cluster
         #: in a cluster, the persister's ownership of state partitions (BasePersister's, persist/cluster.py)
         self._owner = cast("BasePersister", persister) if self.cluster else None
         if self._owner is not None:

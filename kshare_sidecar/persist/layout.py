@@ -2,7 +2,7 @@
 moving an older layout's records home.
 
 Every sidecar, alone or in a cluster, places share-partitions by topic-partition
-(:data:`~kshare_sidecar.persist.ownership.LAYOUT`): the owner of a state partition then leads a user
+(:data:`LAYOUT`): the owner of a state partition then leads a user
 partition for every group, so a single sidecar's state topic is a cluster's state topic as it is and
 growing from 1 to N sidecars needs nothing. Single sidecars of older builds placed them by the whole
 key (``key``); a cluster ignored those records, which would have lost every group's state when a
@@ -12,12 +12,12 @@ single sidecar was joined by others. So:
   on every partition, but only once every share-partition record is at its home, so whichever
   partition a sidecar replays, a layout record there vouches for all of them. A layout this build
   does not know (a newer build's) is refused at start-up, never guessed at.
-* **Moving** (:meth:`LayoutMixin._move_home`), done only by a sidecar that owns every state
+* **Moving** (:meth:`Layout.move_home`), done only by a sidecar that owns every state
   partition (a single sidecar at start-up, after its takeover; a cluster member before it joins,
-  through a single-sidecar twin, :meth:`LayoutMixin._ensure_cluster_layout`; `kshare state
+  through a single-sidecar twin, :meth:`Layout.ensure_cluster_layout`; `kshare state
   migrate`): (1) every misplaced record is written at its home, at the mover's owner epoch; (2) only
   when all of those are durable, each is tombstoned where it was; (3) then the layout records. A
-  mover killed anywhere loses nothing: the replay keeps misplaced records apart (ownership.py's
+  mover killed anywhere loses nothing: the replay keeps misplaced records apart (replay.py's
   ``replay_sink`` with a placement), a record already at home wins over its misplaced original, and
   the next mover does what is left. The writers are the fenced ones of every other write: a sidecar
   that took the partitions over meanwhile fences the mover's copies and tombstones.
@@ -28,9 +28,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import os
 import random
-import signal
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -39,18 +37,22 @@ from kshare_sidecar.persist import codec
 from kshare_sidecar.persist.codec import KIND_LAYOUT, KIND_PARTITION
 from kshare_sidecar.persist.errors import BackendWriteError, PersistError, WriterFencedError
 from kshare_sidecar.persist.model import SharePartitionKey
-from kshare_sidecar.persist.ownership import LAYOUT, LEGACY_LAYOUT, EntityKey, share_partition_home
+from kshare_sidecar.persist.placement import (LAYOUT, LEGACY_LAYOUT, PLACEMENTS, EntityKey, group_home,
+                                              share_partition_home, state_partition_for)
 from kshare_sidecar.persist.records import RecoveryStats, StoredPartition
 
 if TYPE_CHECKING:
     from kshare_sidecar.persist.ops import Record
-    from kshare_sidecar.persist.ownership import ReplaySink
+    from kshare_sidecar.persist.ownership import Ownership
+    from kshare_sidecar.persist.replay import Replay
+    from kshare_sidecar.persist.store import StateStore
+    from kshare_sidecar.persist.view import StateView
 
 log = logging.getLogger("kshare_sidecar.persist")
 
-#: Fault injection for tests/e2e only: the moving process SIGKILLs itself right after its n-th
-#: commit of a move is acknowledged, so a kill lands between the copies, tombstones and layout records.
-_TEST_KILL_AFTER = int(os.environ.get("KSHARE_TEST_LAYOUT_KILL_AFTER", "0") or 0)
+__all__ = ["LAYOUT", "LEGACY_LAYOUT", "PLACEMENTS", "EntityKey", "Layout", "LayoutError", "MovePlan", "check_known",
+           "group_home", "plan_moves", "share_partition_home", "state_partition_for", "with_epoch"]
+
 
 #: How often a cluster member looks again (and tries to move the records itself) while another
 #: sidecar moves them, before it gives up starting.
@@ -116,86 +118,71 @@ def check_known(topic: str, layouts: Mapping[int, str]) -> None:
                           f"by a newer kshare; this build reads layout {LAYOUT!r}: run the newer build")
 
 
-class LayoutMixin:
-    """Moving share-partition records to the current layout (mixed into BasePersister)."""
+class Layout:
+    """Moving share-partition records to the current layout: the layout part of a persister."""
 
-    # Provided by BasePersister and the other mixins (declared for the type checker).
-    name: str
-    partitions: int
-    placement: str
-    max_batch: int
-    replay_rule: str
-    cluster: bool
-    recovery_stats: RecoveryStats
-    _entities: dict[EntityKey, Any]
-    #: False where the backend does not fence a superseded writer (``state.write.mode=idempotent``):
-    #: the mover then checks that nobody took over before it drops the originals
-    backend_fences_writers = True
-    #: set once this sidecar knows the whole topic is in the current layout (cluster: its owners
-    #: write the layout record of a partition they take over when it has none)
-    layout_known = False
-    if TYPE_CHECKING:
-        async def _commit(self, partition: int, records: list[Record]) -> None: ...
-        async def _replay(self, sink: ReplaySink, partitions: Sequence[int] | None = None) -> None: ...
-        async def _read_owner(self, p: int) -> int: ...
-        def _own_epoch(self, p: int | None = None) -> int: ...
-        def _sink(self, entities: dict[EntityKey, Any], stats: RecoveryStats, owners: dict[int, int]) -> ReplaySink: ...
-        def _single_twin(self) -> Any: ...
-
-    _move_commits = 0
+    def __init__(self, *, view: StateView, store: StateStore, replay: Replay, ownership: Ownership,
+                 max_batch: int, twin: Callable[[], Any]) -> None:
+        self.view = view
+        self.store = store
+        self.replay = replay
+        self.ownership = ownership
+        self.max_batch = max_batch
+        self.twin = twin  # a single-sidecar persister on the same store (BasePersister.single_twin)
+        #: set once this sidecar knows the whole topic is in the current layout (cluster: its owners
+        #: write the layout record of a partition they take over when it has none)
+        self.known = False
 
     @property
     def topic_label(self) -> str:
-        """The state topic's name in messages (the persister's name where there is no topic)."""
-        return str(getattr(self, "topic", self.name))
+        """The state topic's name in messages."""
+        return self.store.topic
 
-    async def _move_home(self) -> None:
+    async def move_home(self) -> None:
         """Owning every state partition: move misplaced records home, then record the layout.
         Raises (and the caller does not serve) when any step fails; the next mover finishes it."""
-        if self.placement == LEGACY_LAYOUT:
+        view = self.view
+        if view.placement == LEGACY_LAYOUT:
             return
-        stats = self.recovery_stats
+        stats = self.replay.recovery_stats
         check_known(self.topic_label, stats.layouts)
-        plan = plan_moves(self._entities, stats.misplaced, self.partitions, self._own_epoch)
+        own_epoch = self.ownership.own_epoch
+        plan = plan_moves(view.entities, stats.misplaced, view.partitions, own_epoch)
         if plan.dropped:
             log.warning("state topic %r: %d share-partition records are in the single-sidecar layout of older builds; "
                         "moving them to their topic-partition home: %d copied, %d originals tombstoned",
                         self.topic_label, plan.dropped, plan.moved, plan.dropped)
-            await self._commit_all({p: [codec.encode(KIND_PARTITION, k, s) for k, s in items]
-                                    for p, items in plan.copies.items()})
+            await self.commit_all({p: [codec.encode(KIND_PARTITION, k, s) for k, s in items]
+                                   for p, items in plan.copies.items()})
             for items in plan.copies.values():
                 for key, stored in items:
-                    self._entities[(KIND_PARTITION, key)] = stored
-            if not self.backend_fences_writers:
+                    view.entities[(KIND_PARTITION, key)] = stored
+            if not self.store.fences_writers:
                 # The copies count only if no newer owner took a home partition over before them
                 # (the owner rule): check before the originals go.
                 for p in plan.copies:
-                    newest = await self._read_owner(p)
-                    if newest > self._own_epoch(p):
+                    newest = await self.replay.read_owner(p)
+                    if newest > own_epoch(p):
                         raise WriterFencedError(f"state partition {p}: owner epoch {newest} took over while the "
                                                 f"records were moved; it moves them")
-            await self._commit_all({p: [codec.encode(KIND_PARTITION, k, None) for k in keys]
-                                    for p, keys in plan.drops.items()})
+            await self.commit_all({p: [codec.encode(KIND_PARTITION, k, None) for k in keys]
+                                   for p, keys in plan.drops.items()})
             stats.misplaced.clear()
-        missing = [p for p in range(self.partitions) if stats.layouts.get(p) != self.placement]
+        missing = [p for p in range(view.partitions) if stats.layouts.get(p) != view.placement]
         if missing:
-            await self._commit_all({p: [codec.encode(KIND_LAYOUT, p, self.placement)] for p in missing})
-            stats.layouts.update({p: self.placement for p in missing})
-        self.layout_known = True
+            await self.commit_all({p: [codec.encode(KIND_LAYOUT, p, view.placement)] for p in missing})
+            stats.layouts.update({p: view.placement for p in missing})
+        self.known = True
         if plan.dropped:
             log.warning("state topic %r: every share-partition record is at its home now (layout %r)",
-                        self.topic_label, self.placement)
+                        self.topic_label, view.placement)
 
-    async def _commit_all(self, records: Mapping[int, list[Record]]) -> None:
+    async def commit_all(self, records: Mapping[int, list[Record]]) -> None:
         """Commit per partition (in chunks of ``max_batch``), partitions side by side; raise the
         first failure once all are done."""
         async def one(p: int, recs: list[Record]) -> None:
             for i in range(0, len(recs), self.max_batch):
-                await self._commit(p, recs[i:i + self.max_batch])
-                self._move_commits += 1
-                if _TEST_KILL_AFTER and self._move_commits >= _TEST_KILL_AFTER:
-                    log.error("KSHARE_TEST_LAYOUT_KILL_AFTER=%d: killing this process now", _TEST_KILL_AFTER)
-                    os.kill(os.getpid(), signal.SIGKILL)
+                await self.commit_chunk(p, recs[i:i + self.max_batch])
         results = await asyncio.gather(*(one(p, recs) for p, recs in sorted(records.items())), return_exceptions=True)
         for res in results:
             if isinstance(res, PersistError):
@@ -203,15 +190,19 @@ class LayoutMixin:
             if isinstance(res, BaseException):
                 raise BackendWriteError(f"state topic {self.topic_label!r}: moving records failed: {res!r}") from res
 
-    async def scan_layout(self, partitions: Sequence[int] | None = None) -> RecoveryStats:
+    async def commit_chunk(self, p: int, records: list[Record]) -> None:
+        """One commit of a move (a seam of its own: the tests kill a mover between two of them)."""
+        await self.store.commit(p, records)
+
+    async def scan(self, partitions: Sequence[int] | None = None) -> RecoveryStats:
         """Replay ``partitions`` (all by default) for their layout records and misplaced records only
         (nothing of it is kept): what a cluster member checks before it joins, and `kshare state
         migrate --check` reports."""
         stats = RecoveryStats()
-        await self._replay(self._sink({}, stats, {}), partitions)
+        await self.store.replay(self.replay.sink({}, stats, {}), partitions)
         return stats
 
-    async def _ensure_cluster_layout(self) -> None:
+    async def ensure_cluster_layout(self) -> None:
         """A cluster member, before it joins: the whole topic must be in the current layout, since
         the member will own only some partitions and could neither read nor move a share-partition's
         record elsewhere. A layout record on partition 0 vouches for every partition; without one the
@@ -219,26 +210,27 @@ class LayoutMixin:
         partition for the while (its takeover fences whoever else writes; members already running
         lose their partitions and take them again at the rebalance this member's join causes).
         Several members starting together: one move wins, the others wait and look again."""
-        if self.placement == LEGACY_LAYOUT:
+        placement = self.view.placement
+        if placement == LEGACY_LAYOUT:
             return
         for attempt in range(1, CLUSTER_ATTEMPTS + 1):
-            stats = await self.scan_layout([0])
+            stats = await self.scan([0])
             check_known(self.topic_label, stats.layouts)
-            if stats.layouts.get(0) == self.placement:
-                self.layout_known = True
+            if stats.layouts.get(0) == placement:
+                self.known = True
                 return
-            stats = await self.scan_layout()
+            stats = await self.scan()
             check_known(self.topic_label, stats.layouts)
             if not stats.misplaced:
-                self.layout_known = True  # fresh (or moved by a build before layout records): owners record it
+                self.known = True  # fresh (or moved by a build before layout records): owners record it
                 return
             log.warning("state topic %r holds %d share-partition records in the single-sidecar layout of older "
                         "builds; this cluster member moves them before it joins, owning every state partition for "
                         "the while (attempt %d of %d)", self.topic_label, len(stats.misplaced), attempt,
                         CLUSTER_ATTEMPTS)
-            twin = self._single_twin()
+            twin = self.twin()
             try:
-                await twin.start()  # replay, takeover of every partition, _move_home
+                await twin.start()  # replay, takeover of every partition, move_home
             except PersistError as exc:
                 delay = random.uniform(1.0, 3.0)
                 log.warning("state topic %r: moving the records did not finish (%s); another sidecar may be moving "
@@ -249,7 +241,7 @@ class LayoutMixin:
         raise LayoutError(f"state topic {self.topic_label!r}: could not move its single-sidecar layout records in "
                           f"{CLUSTER_ATTEMPTS} attempts; stop the cluster's sidecars and run `kshare state migrate`")
 
-    def _misplaced_on(self, p: int, stats: RecoveryStats) -> None:
+    def refuse_misplaced(self, p: int, stats: RecoveryStats) -> None:
         """A cluster member taking ``p`` over found records of another layout on it (written after the
         topic was moved, by an older build): refuse ``p`` rather than serve without them."""
         if stats.misplaced:

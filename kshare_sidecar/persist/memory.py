@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Mapping, Sequence
 
 from kshare_sidecar.persist.base import BasePersister, Record, ReplaySink
 from kshare_sidecar.persist.errors import CommitOutcomeUnknownError, WriterFencedError
+from kshare_sidecar.persist.store import StateStore
 
 
 #: What the log holds: the persister's records, and (``produce_raw``, tests) records a producer
@@ -68,35 +70,30 @@ class MemoryLog:
         return sum(len(p) for p in self.partitions)
 
 
-class MemoryPersister(BasePersister):
-    name = "memory"
+class MemoryStore(StateStore):
+    """A :class:`MemoryLog` as a persister's store: one writer token per partition."""
 
-    def __init__(self, *, log: MemoryLog | None = None, partitions: int | None = None,
-                 linger_ms: float = 0.0, max_batch: int = 10_000, placement: str = "topic-partition"):
-        if log is None:
-            log = MemoryLog(partitions or 1)
-        elif partitions is not None and partitions != len(log.partitions):
-            raise ValueError(f"log has {len(log.partitions)} partitions, not {partitions}")
-        super().__init__(partitions=len(log.partitions), linger_ms=linger_ms, max_batch=max_batch)
-        self.placement = placement  # "key": an older build's layout (tests of persist/layout.py)
+    def __init__(self, log: MemoryLog) -> None:
+        super().__init__(len(log.partitions))
         self.log = log
         self._tokens: dict[int, int] = {}
         self._replayed_to: dict[int, int] = {}  # partition -> its length at the last replay
         #: tests: when set, resolving an unconfirmed commit waits for this event
         self.settle_gate: asyncio.Event | None = None
 
-    async def _open(self) -> None:
-        if self.cluster:  # a writer per partition when it is acquired (persist/cluster.py)
+    async def open(self, *, cluster: bool) -> None:
+        if cluster:  # a writer per partition when it is acquired (persist/cluster.py)
             return
         self._tokens = {p: self.log.open_writer(p) for p in range(self.partitions)}
 
-    def _single_twin(self) -> MemoryPersister:
-        return MemoryPersister(log=self.log, linger_ms=self.linger_ms, max_batch=self.max_batch)
+    def single_twin(self) -> MemoryStore:
+        return MemoryStore(self.log)
 
-    async def _drop_producer(self, partition: int) -> None:
+    async def release(self, partition: int) -> None:
         self._tokens.pop(partition, None)
 
-    async def _replay(self, sink: ReplaySink, partitions=None, *, start=None) -> None:
+    async def replay(self, sink: ReplaySink, partitions: Sequence[int] | None = None, *,
+                     start: Mapping[int, int] | None = None) -> None:
         for p, records in enumerate(self.log.partitions):
             if partitions is not None and p not in partitions:
                 continue
@@ -107,19 +104,50 @@ class MemoryPersister(BasePersister):
                 sink(p, offset, key, value)
             self._replayed_to[p] = len(records)
 
-    def _replay_positions(self) -> dict[int, int]:
+    def replay_positions(self) -> dict[int, int]:
         return dict(self._replayed_to)
 
-    async def _settle(self, partition: int) -> bool:
+    async def settle(self, partition: int) -> bool:
         if self.settle_gate is not None:
             await self.settle_gate.wait()
         return True
 
-    async def _reopen(self, partition: int) -> None:
+    async def reopen(self, partition: int) -> None:
         self._tokens[partition] = self.log.open_writer(partition)
 
-    async def _commit(self, partition: int, records: list[Record]) -> None:
+    async def commit(self, partition: int, records: list[Record]) -> None:
         token = self._tokens.get(partition)
         if token is None:
             raise WriterFencedError(f"memory log partition {partition}: no writer here")
         self.log.append(partition, token, records)
+
+
+class MemoryPersister(BasePersister):
+    """The persister over a :class:`MemoryLog` (a new one unless ``log`` is given)."""
+
+    name = "memory"
+
+    def __init__(self, *, log: MemoryLog | None = None, partitions: int | None = None,
+                 linger_ms: float = 0.0, max_batch: int = 10_000, placement: str = "topic-partition"):
+        if log is None:
+            log = MemoryLog(partitions or 1)
+        elif partitions is not None and partitions != len(log.partitions):
+            raise ValueError(f"log has {len(log.partitions)} partitions, not {partitions}")
+        # placement "key": an older build's layout (tests of persist/layout.py)
+        self.memory = MemoryStore(log)
+        super().__init__(self.memory, linger_ms=linger_ms, max_batch=max_batch, placement=placement)
+
+    @property
+    def log(self) -> MemoryLog:
+        return self.memory.log
+
+    @property
+    def settle_gate(self) -> asyncio.Event | None:
+        return self.memory.settle_gate
+
+    @settle_gate.setter
+    def settle_gate(self, gate: asyncio.Event | None) -> None:
+        self.memory.settle_gate = gate
+
+    def single_twin(self) -> MemoryPersister:
+        return MemoryPersister(log=self.log, linger_ms=self.writer.linger_ms, max_batch=self.writer.max_batch)

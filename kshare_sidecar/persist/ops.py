@@ -1,5 +1,5 @@
-"""What the coalescing writer queues and writes, apart from the writer itself: ownership.py types its
-hooks with these, and writer.py builds on ownership.py, so they live below both (no import circle)."""
+"""The types the persister's parts and its store pass each other: a state record, a queued decision,
+a replay sink. They live below every part (no import circle)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from typing import Any
 
 #: One state-topic record: (key, value); a ``None`` value is a tombstone.
 Record = tuple[bytes, bytes | None]
+#: Fed every stored record of a replay: ``sink(partition, offset, key, value)``.
+ReplaySink = Callable[[int, int, bytes | None, bytes | None], None]
 #: A queued request: ``fn(current entity or None) -> (result for the caller, new entity or UNCHANGED)``.
 Decision = Callable[[Any], tuple[Any, Any]]
 

@@ -2,9 +2,15 @@
 
 Built-in implementations: :class:`kshare_sidecar.persist.topic.TopicPersister` (default,
 compacted topic on the backend) and :class:`kshare_sidecar.persist.memory.MemoryPersister`.
-Plugins register more through the ``register_persisters(register)`` hook; subclassing
-:class:`kshare_sidecar.persist.base.BasePersister` gives a new backend the same fencing and
-coalescing by implementing four small methods.
+Plugins register more through the ``register_persisters(register)`` hook; a
+:class:`kshare_sidecar.persist.base.BasePersister` over a new
+:class:`~kshare_sidecar.persist.store.StateStore` gives a new backend the same fencing, coalescing
+and cluster ownership by implementing a handful of small methods.
+
+The protocol is everything code outside persist/ uses of a persister, so nothing there probes
+with ``hasattr`` or reaches for a private name: the share-partition, group and topic-id state, and
+the *cluster part* (ownership of state partitions, its listeners and hooks, fencing news), which a
+persister that never joins a cluster of sidecars implements trivially (it owns everything).
 
 Conventions: batch methods return one outcome per key (a value, ``None`` for success, or a
 :class:`~kshare_sidecar.persist.errors.PersistError` carrying the Kafka error code); single-key
@@ -14,8 +20,8 @@ methods raise the ``PersistError``. Every call made before recovery finished rai
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Protocol, runtime_checkable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, Protocol, runtime_checkable
 
 from kshare_sidecar.persist.errors import PersistError
 from kshare_sidecar.persist.model import PartitionState, SharePartitionKey
@@ -70,3 +76,34 @@ class Persister(Protocol):
     async def delete_topic_id(self, topic_name: str) -> None: ...
     def topic_ids(self) -> dict[str, str]: ...
     def topic_names(self) -> Mapping[str, str]: ...
+
+    # the cluster part: state partitions, their owner epochs and what listens to them
+    topic: str  # the state topic's name
+    transactional_id_prefix: str  # its writers' transactional ids start with this (reserved from clients)
+    partitions: int  # state partitions
+    owner_epoch: int | None  # a single sidecar's owner epoch (None before start or in a cluster)
+    reload_listeners: list[Callable[[set[SharePartitionKey]], None]]  # share-partitions re-read
+    superseded_listeners: list[Callable[[str], None]]  # a newer sidecar took over: stop serving
+    acquired_listeners: list[Callable[[int, set[Any]], None]]  # (state partition, entity keys)
+    released_listeners: list[Callable[[int, set[Any]], None]]
+    handover_hooks: list[Callable[[int], Awaitable[None]]]  # before a planned release
+    lease: Any  # the cluster membership's lease (cluster/lease.py); None: always valid
+    records_written: int
+    bytes_written: int
+
+    @property
+    def cluster(self) -> bool: ...  # a member of a cluster of sidecars (enable_cluster was called)
+    @property
+    def owned(self) -> set[int]: ...
+    @property
+    def blocked(self) -> dict[int, str]: ...  # state partition -> why it takes no writes now
+    def enable_cluster(self, node_id: int | None = None) -> None: ...
+    def home(self, key: tuple[str, Any]) -> int: ...  # the state partition of entity (kind, identity)
+    def owns(self, p: int) -> bool: ...
+    def epoch_of(self, p: int) -> int | None: ...
+    async def acquire(self, p: int) -> int: ...
+    async def release(self, p: int) -> None: ...
+    def abandon(self, p: int) -> None: ...
+    def lose(self, p: int, newer: int) -> None: ...
+    def drop_all(self, reason: str) -> list[int]: ...
+    def drop_connections(self) -> int: ...

@@ -1,14 +1,19 @@
-"""What the topic persister's aiokafka producers need beyond aiokafka's defaults: a faster retry
-after CONCURRENT_TRANSACTIONS, and telling a fenced producer from other failures.
+"""What the state writers' aiokafka producers need beyond aiokafka's defaults: a faster retry
+after CONCURRENT_TRANSACTIONS, telling a fenced producer from other failures, and the state of a
+producer's transaction.
 
-Why a module of its own: both are about aiokafka's transactional producer, not about the
-persister's rules, and they kept persist/topic.py over the house's size limit.
+Why a module of its own: all are about aiokafka's transactional producer, not about the
+persister's rules; and this is the one place that reaches into aiokafka's private names, where
+it has no public API (:func:`transaction_manager`).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import aiokafka.producer.sender as _aiokafka_sender
 from aiokafka.errors import InvalidProducerEpoch, ProducerFenced, TransactionalIdAuthorizationFailed
+from aiokafka.producer.transaction_manager import TransactionManager, TransactionState
 
 from kshare_sidecar.persist.epochwriter import EpochFencedError
 
@@ -39,3 +44,21 @@ def is_fenced(exc: BaseException) -> bool:
         return True
     text = f"{type(exc).__name__} {exc}".lower()
     return "fenced" in text or "invalidproducerepoch" in text
+
+
+def transaction_manager(producer: Any) -> TransactionManager | None:
+    """The transaction manager of an idempotent or transactional aiokafka producer. aiokafka has no
+    public API for a transaction's state (committing, aborting, fatal) nor for waiting until an
+    EndTxn is answered, which settling an unconfirmed commit needs (persist/writers/transactional.py):
+    its private ``_txn_manager`` is read here and nowhere else."""
+    return producer._txn_manager
+
+
+def is_fatal(producer: Any) -> bool:
+    """Whether an aiokafka producer's transaction manager is in a fatal error (it can write no more)."""
+    tm = transaction_manager(producer)  # None only for a producer without idempotence (none here)
+    return tm is not None and tm.is_fatal_error()
+
+
+__all__ = ["CONCURRENT_TXN_RETRY_S", "TransactionState", "fast_concurrent_txn_retry", "is_fatal", "is_fenced",
+           "transaction_manager"]

@@ -63,7 +63,7 @@ class SharePartitionCache(Leadership, IdleEviction):
         self.clock = clock
         self.wall = wall
         self.group_config = group_config
-        backend_epoch = getattr(persister, "owner_epoch", None)
+        backend_epoch = persister.owner_epoch
         self.epoch = epoch if epoch is not None else backend_epoch if backend_epoch is not None else owner_epoch(wall())
         self.slots: dict[SharePartitionKey, Slot] = {}
         self._loading: dict[SharePartitionKey, asyncio.Task] = {}
@@ -85,12 +85,11 @@ class SharePartitionCache(Leadership, IdleEviction):
         #: called after a share-partition changed (acks, expiry, release, load): the dead-letter
         #: service drains new dead-letter holds from here (share/dead_letter.py)
         self.on_change: Callable[[Slot], None] | None = None
-        if hasattr(persister, "reload_listeners"):
-            persister.reload_listeners.append(self.retire)
-            persister.superseded_listeners.append(lambda _reason: self.retire(list(self.slots)))
+        persister.reload_listeners.append(self.retire)
+        persister.superseded_listeners.append(lambda _reason: self.retire(list(self.slots)))
         #: a cluster of sidecars: this sidecar leads only the share-partitions whose
         #: state partition it owns, each at that partition's owner epoch
-        self.cluster = bool(getattr(persister, "cluster", False))
+        self.cluster = persister.cluster
         if self.cluster:
             persister.acquired_listeners.append(self._ownership_changed)
             persister.released_listeners.append(self._ownership_changed)

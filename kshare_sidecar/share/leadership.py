@@ -51,7 +51,7 @@ class Leadership:
 
     def home(self, key: SharePartitionKey) -> int:
         """The state partition holding ``key`` (its owner leads the share-partition)."""
-        return self.persister._home((KIND_PARTITION, key))
+        return self.persister.home((KIND_PARTITION, key))
 
     def epoch_for(self, key: SharePartitionKey) -> int:
         """The owner epoch this sidecar claims and writes ``key`` with."""

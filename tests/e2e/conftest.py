@@ -35,7 +35,7 @@ class SidecarProcess:
 
     def __init__(self, backend: str, log_path: Path, port: int | None = None,
                  env: dict[str, str] | None = None, listeners: str | None = None,
-                 args: list[str] | None = None) -> None:
+                 args: list[str] | None = None, faults: list[str] | None = None) -> None:
         self.backend = backend
         self.port = port or free_port()  # with `listeners`: its PLAINTEXT port (the readiness probe's)
         self.env = dict(env or {})  # extra KSHARE_* settings
@@ -44,6 +44,9 @@ class SidecarProcess:
         self.env.setdefault("KSHARE_STATE_TOPIC", f"__kshare_state_t{uuid.uuid4().hex[:10]}")
         self.listeners = listeners
         self.args = list(args or [])  # extra command-line arguments (--log-level DEBUG)
+        #: faults put in from the outside (tests/e2e/faulty_sidecar.py's options), e.g.
+        #: ["--hold-state-writes-ms", "200"]; None: the plain CLI
+        self.faults = faults
         self.log_path = log_path
         self.proc: subprocess.Popen | None = None
 
@@ -59,7 +62,7 @@ class SidecarProcess:
                "KSHARE_GROUP_SHARE_HEARTBEAT_INTERVAL_MS": "1000", **self.env}
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kshare_sidecar.cli", "sidecar", "run", "--bootstrap-server", self.backend,
+            [*self.command(), "sidecar", "run", "--bootstrap-server", self.backend,
              *(["--listeners", self.listeners] if self.listeners else ["--listen", self.bootstrap]), *self.args],
             stdout=log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + timeout_s
@@ -70,6 +73,11 @@ class SidecarProcess:
                 return self
             time.sleep(0.2)
         raise RuntimeError(f"sidecar did not answer Metadata in {timeout_s} s: {self.log_tail()}")
+
+    def command(self) -> list[str]:
+        if self.faults is None:
+            return [sys.executable, "-m", "kshare_sidecar.cli"]
+        return [sys.executable, str(Path(__file__).with_name("faulty_sidecar.py")), *self.faults, "--"]
 
     def stop(self, sig: int = signal.SIGTERM) -> int | None:
         if self.proc is None:

@@ -1,7 +1,7 @@
 """Growing from one sidecar to a cluster on the same state topic (issue 15; docs/persistence.md,
 "Layout"), with real processes and confluent-kafka share consumers on Kafka 3.9.
 
-A single sidecar of an older build (its layout pinned with ``KSHARE_TEST_STATE_PLACEMENT=key``:
+A single sidecar of an older build (its layout pinned with tests/e2e/faulty_sidecar.py's ``--state-placement key``:
 share-partitions placed by the whole key) serves two share groups, which accept, release and reject
 records (``kshare consume``). It stops; three sidecars of one ``cluster.name`` start together on the
 same state topic. From the state topic: every share-partition's SPSO, ranges and delivery counts are
@@ -97,7 +97,7 @@ def test_a_single_sidecars_state_topic_serves_a_cluster_of_three(kafka_39, tmp_p
               "KSHARE_GROUP_SHARE_RECORD_LOCK_DURATION_MS": str(LOCK_MS)}
 
     # one sidecar of an older build: key-placed state, groups accepting, releasing, rejecting
-    old = SidecarProcess(backend, tmp_path / "old.log", env={**common, "KSHARE_TEST_STATE_PLACEMENT": "key"})
+    old = SidecarProcess(backend, tmp_path / "old.log", env=common, faults=["--state-placement", "key"])
     old.start(timeout_s=120)
     try:
         g = groups["accepting"]

@@ -32,7 +32,7 @@ from confluent_kafka import Consumer
 
 from kshare_sidecar.persist import codec
 from kshare_sidecar.persist.codec import KIND_OWNER, KIND_PARTITION
-from kshare_sidecar.persist.ownership import replay_sink
+from kshare_sidecar.persist.replay import replay_sink
 from kshare_sidecar.persist.records import RecoveryStats
 from kshare_sidecar.testing.probe import broker_ready
 from tests.e2e.conftest import SidecarProcess, Target, Worker, wait_until
@@ -180,11 +180,10 @@ def kill(workers: list[Worker]) -> None:
 
 
 def sidecar(kafka, tmp, name: str, state_topic: str, mode: str, **env) -> SidecarProcess:
-    """Every state write is held 200 ms (test hook: a transaction open, or a batch not yet sent),
-    so a SIGSTOP lands inside one."""
-    return SidecarProcess(kafka.bootstrap, tmp / f"{name}.log",
-                          env={"KSHARE_STATE_TOPIC": state_topic, "KSHARE_TEST_STATE_COMMIT_HOLD_MS": "200",
-                               "KSHARE_STATE_WRITE_MODE": mode, **env})
+    """Every state write is held 200 ms (tests/e2e/faulty_sidecar.py: a transaction open, or a batch
+    not yet sent), so a SIGSTOP lands inside one."""
+    return SidecarProcess(kafka.bootstrap, tmp / f"{name}.log", faults=["--hold-state-writes-ms", "200"],
+                          env={"KSHARE_STATE_TOPIC": state_topic, "KSHARE_STATE_WRITE_MODE": mode, **env})
 
 
 def freeze(sc: SidecarProcess, state_topic: str, mode: str) -> None:

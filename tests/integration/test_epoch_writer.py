@@ -20,7 +20,7 @@ from aiokafka.client import AIOKafkaClient
 
 from kshare_sidecar.persist import DeliveryState, PartitionState, SharePartitionKey, StateBatch
 from kshare_sidecar.persist.epochwriter import EpochFencedError, EpochWriter
-from kshare_sidecar.persist.topic import TopicPersister
+from kshare_sidecar.persist.topic import TopicPersister, TopicSettings
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
 
@@ -130,14 +130,15 @@ async def test_persister_in_fenced_mode_round_trips_and_a_successor_fences_it(ka
     key = SharePartitionKey("g", TID, 0)
     state = PartitionState(state_epoch=1, leader_epoch=0, start_offset=5,
                            state_batches=(StateBatch(7, 9, DeliveryState.ACKNOWLEDGED, 1),))
-    first = TopicPersister(kafka_39.bootstrap, topic=topic, partitions=1, replication_factor=1, write_mode="fenced")
+    first = TopicPersister(TopicSettings(kafka_39.bootstrap, topic=topic, partitions=1, replication_factor=1,
+                                         write_mode="fenced"))
     await first.start()
     try:
         await first.initialize(key, 1, 0)
         await first.read_one(key, leader_epoch=first.owner_epoch)
         await first.write(key, dataclasses.replace(state, leader_epoch=first.owner_epoch), first.owner_epoch)
-        second = TopicPersister(kafka_39.bootstrap, topic=topic, partitions=1, replication_factor=1,
-                                write_mode="fenced")
+        second = TopicPersister(TopicSettings(kafka_39.bootstrap, topic=topic, partitions=1, replication_factor=1,
+                                write_mode="fenced"))
         await second.start()
         try:
             assert second.owner_epoch > first.owner_epoch
@@ -148,8 +149,8 @@ async def test_persister_in_fenced_mode_round_trips_and_a_successor_fences_it(ka
                 await asyncio.wait_for(first.write(key, moved, first.owner_epoch), 30)
             assert "fenced" in f"{type(failure.value).__name__} {failure.value}".lower() or \
                 "newer" in str(failure.value).lower()
-            third = TopicPersister(kafka_39.bootstrap, topic=topic, partitions=1, replication_factor=1,
-                                   write_mode="fenced")
+            third = TopicPersister(TopicSettings(kafka_39.bootstrap, topic=topic, partitions=1, replication_factor=1,
+                                   write_mode="fenced"))
             await third.start()
             try:
                 assert (await third.read_one(key, leader_epoch=third.owner_epoch)).start_offset == 5

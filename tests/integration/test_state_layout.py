@@ -1,7 +1,7 @@
 """Moving an older build's state-topic layout home (persist/layout.py, issue 15) on Kafka 3.9.
 
 A single sidecar of an older build placed share-partitions by the whole key (pinned here with
-``placement="key"``). The move is SIGKILLed (a real process, ``KSHARE_TEST_LAYOUT_KILL_AFTER``) in each
+``placement="key"``). The move is SIGKILLed (a real process that kills itself after its n-th move commit) in each
 of its phases — among the copies, among the tombstones, among the layout records — and after every
 kill the state topic itself still holds every share-partition's state; then two cluster members
 start on it together and serve every state from its topic-partition home.
@@ -32,9 +32,10 @@ from kshare_sidecar.persist import (
 from kshare_sidecar.persist import codec
 from kshare_sidecar.persist.codec import KIND_LAYOUT, KIND_PARTITION
 from kshare_sidecar.persist.layout import plan_moves
-from kshare_sidecar.persist.ownership import replay_sink, share_partition_home, state_partition_for
+from kshare_sidecar.persist.layout import share_partition_home, state_partition_for
+from kshare_sidecar.persist.replay import replay_sink
 from kshare_sidecar.persist.records import RecoveryStats
-from kshare_sidecar.persist.topic import TopicPersister
+from kshare_sidecar.persist.topic import TopicPersister, TopicSettings
 from tests.support import read_state_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
@@ -43,11 +44,26 @@ PARTS = 8
 TIDS = ["5f0c7f5e-3a43-4a83-9a55-6a2b9bd0f0c1", "0b7ad3b2-2d3b-4f5c-9a3c-1f1e2d3c4b5a"]
 
 MOVER = textwrap.dedent("""
-    import asyncio, sys
-    from kshare_sidecar.persist.topic import TopicPersister
+    import asyncio, os, signal, sys
+    from kshare_sidecar.persist.layout import Layout
+    from kshare_sidecar.persist.topic import TopicPersister, TopicSettings
+
+    # The fault: this process SIGKILLs itself right after the n-th commit of its move is
+    # acknowledged, so a kill lands between the copies, tombstones and layout records.
+    kill_after, commits = int(sys.argv[3]), 0
+    commit_chunk = Layout.commit_chunk
+
+    async def commit_then_maybe_die(self, p, records):
+        global commits
+        await commit_chunk(self, p, records)
+        commits += 1
+        if commits >= kill_after:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    Layout.commit_chunk = commit_then_maybe_die
 
     async def main(bootstrap, topic):
-        p = TopicPersister(bootstrap, topic=topic, partitions=%d, replication_factor=1)
+        p = TopicPersister(TopicSettings(bootstrap, topic=topic, partitions=%d, replication_factor=1))
         try:
             await p.start()
         finally:
@@ -72,7 +88,7 @@ def same(a: PartitionState, b: PartitionState) -> bool:
 
 async def write_old_layout(bootstrap: str, topic: str) -> dict[SharePartitionKey, PartitionState]:
     keys = [SharePartitionKey(g, t, p) for g in ("orders", "billing", "audit") for t in TIDS for p in range(6)]
-    old = TopicPersister(bootstrap, topic=topic, partitions=PARTS, replication_factor=1, placement="key")
+    old = TopicPersister(TopicSettings(bootstrap, topic=topic, partitions=PARTS, replication_factor=1, placement="key"))
     await old.start()
     try:
         await old.initialize_many(InitializeItem(k, 1, 0) for k in keys)
@@ -136,9 +152,8 @@ def plan_of(records):
 
 
 def run_mover(bootstrap: str, topic: str, kill_after: int) -> int:
-    env = {**os.environ, "KSHARE_TEST_LAYOUT_KILL_AFTER": str(kill_after)}
-    proc = subprocess.run([sys.executable, "-c", MOVER, bootstrap, topic], env=env, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run([sys.executable, "-c", MOVER, bootstrap, topic, str(kill_after)], capture_output=True,
+                          text=True, timeout=120)
     if proc.returncode != -9:
         print(proc.stderr[-3000:])
     return proc.returncode
@@ -181,7 +196,8 @@ def test_a_move_sigkilled_in_each_phase_loses_nothing_and_a_cluster_then_serves_
 
     # two cluster members start together on it, take every state partition over between them
     async def cluster() -> None:
-        members = [TopicPersister(bootstrap, topic=topic, partitions=PARTS, replication_factor=1) for _ in range(2)]
+        members = [TopicPersister(TopicSettings(bootstrap, topic=topic, partitions=PARTS, replication_factor=1))
+                   for _ in range(2)]
         for m in members:
             m.enable_cluster()
         await asyncio.gather(*(m.start() for m in members))
@@ -209,7 +225,8 @@ def test_cluster_members_on_an_older_layout_move_it_once_between_them(kafka_39):
     before = asyncio.run(write_old_layout(bootstrap, topic))
 
     async def cluster() -> None:
-        members = [TopicPersister(bootstrap, topic=topic, partitions=PARTS, replication_factor=1) for _ in range(3)]
+        members = [TopicPersister(TopicSettings(bootstrap, topic=topic, partitions=PARTS, replication_factor=1))
+                   for _ in range(3)]
         for m in members:
             m.enable_cluster()
         await asyncio.gather(*(m.start() for m in members))

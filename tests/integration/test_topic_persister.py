@@ -33,7 +33,7 @@ from kshare_sidecar.persist import (
 )
 from kshare_sidecar.persist.codec import KIND_PARTITION
 from kshare_sidecar.persist.ownership import state_partition_for
-from kshare_sidecar.persist.topic import TopicPersister
+from kshare_sidecar.persist.topic import TopicPersister, TopicSettings
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 
@@ -50,7 +50,7 @@ def persister(bootstrap: str, topic: str, **kw) -> TopicPersister:
     # These tests pin the transactional mode: they write states at arbitrary epochs, which its key
     # rule judges per key; fenced mode (the default) has its own tests in test_epoch_writer.py.
     kw.setdefault("write_mode", os.environ.get("KSHARE_TEST_PERSISTER_MODE", "transactional"))
-    return TopicPersister(bootstrap, topic=topic, **kw)
+    return TopicPersister(TopicSettings(bootstrap, topic=topic, **kw))
 
 
 def state_for(i: int, round_: int = 0, epoch: int = 1) -> PartitionState:
@@ -69,10 +69,10 @@ def as_plain(state: PartitionState) -> list:
 
 READER = textwrap.dedent("""
     import asyncio, sys, orjson
-    from kshare_sidecar.persist.topic import TopicPersister
+    from kshare_sidecar.persist.topic import TopicPersister, TopicSettings
 
     async def main(bootstrap, topic):
-        p = TopicPersister(bootstrap, topic=topic, partitions=2, replication_factor=1)
+        p = TopicPersister(TopicSettings(bootstrap, topic=topic, partitions=2, replication_factor=1))
         await p.start()
         out = {"states": {}, "groups": {}, "topic_ids": p.topic_ids(), "skipped": p.recovery_stats.skipped_count}
         for k in p.keys():

@@ -22,7 +22,7 @@ from kshare_sidecar.persist import DeliveryState, PartitionState, PersistError, 
 from kshare_sidecar.persist import codec
 from kshare_sidecar.persist.codec import KIND_OWNER, KIND_PARTITION
 from kshare_sidecar.persist.records import StoredPartition
-from kshare_sidecar.persist.topic import TopicPersister
+from kshare_sidecar.persist.topic import TopicPersister, TopicSettings
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 
@@ -30,7 +30,8 @@ TID = "0b8e2f5e-3a43-4a83-9a55-6a2b9bd0f0c1"
 
 
 def _persister(bootstrap: str, topic: str) -> TopicPersister:
-    return TopicPersister(bootstrap, topic=topic, partitions=1, replication_factor=1, write_mode="idempotent")
+    return TopicPersister(TopicSettings(bootstrap, topic=topic, partitions=1, replication_factor=1,
+                                        write_mode="idempotent"))
 
 
 def _state(start: int, epoch: int) -> PartitionState:
@@ -138,7 +139,7 @@ async def test_a_zombie_write_is_never_adopted_and_the_zombie_stops(kafka_39):
 def test_stale_records_are_decided_by_position_not_by_key():
     """The owner rule: a record is stale if an owner record with a higher epoch was replayed
     before it on the same state partition, whatever the key's own history."""
-    from kshare_sidecar.persist.ownership import replay_sink
+    from kshare_sidecar.persist.replay import replay_sink
     from kshare_sidecar.persist.records import RecoveryStats
 
     key = SharePartitionKey("g", TID, 0)
@@ -163,7 +164,7 @@ def test_an_initialization_record_is_not_taken_for_a_zombie():
     """Share-partitions are initialized before any owner epoch is stamped on them (NO_EPOCH): the
     owner rule must not ignore those records (a 1M benchmark run in idempotent mode logged every
     initialization as a zombie write)."""
-    from kshare_sidecar.persist.ownership import replay_sink
+    from kshare_sidecar.persist.replay import replay_sink
     from kshare_sidecar.persist.records import NO_EPOCH, RecoveryStats
 
     key = SharePartitionKey("g", TID, 0)

@@ -311,7 +311,7 @@ async def test_a_partition_lost_while_assigned_is_taken_back_after_its_holder_le
     a.view.update(ClusterMap(2, {1: a.view.endpoints, 2: {"PLAINTEXT": ("127.0.0.1", 9002)}}, {HOME: 1}))
     epoch = await a.persister.acquire(HOME)
     m._changed.clear()
-    a.persister._lose(HOME, epoch + 1)  # fenced by a sidecar that took it on a stale assignment
+    a.persister.lose(HOME, epoch + 1)  # fenced by a sidecar that took it on a stale assignment
     assert m._changed.is_set()  # the reconcile takes it back ...
     m.tail = GroupConfigTail(clients=BackendClients("x:1"), topic="s", partitions=PARTS)
     m.tail._read(HOME, codec.owner_key(HOME), codec.encode_owner(epoch + 1, 2))
@@ -329,13 +329,13 @@ async def test_a_lapse_answers_the_write_in_flight_at_once(pair):
     key = SharePartitionKey("g", str(T.topic_id), 0)
     await a.persister.initialize(key, 0, 0)
     gate = asyncio.Event()
-    commit = a.persister._commit
+    commit = a.persister.store.commit
 
     async def stuck(p, records):  # the backend is cut off: the commit hangs
         await gate.wait()
         await commit(p, records)
 
-    a.persister._commit = stuck
+    a.persister.store.commit = stuck  # type: ignore[method-assign]
     write = asyncio.create_task(a.persister.write(key, PartitionState(0, epoch, 5), epoch))
     await asyncio.sleep(0.05)
     a.persister.drop_all("the lease lapsed")

@@ -22,7 +22,7 @@ from kshare_sidecar.persist import (
     codec,
 )
 from kshare_sidecar.persist.errors import CommitOutcomeUnknownError
-from kshare_sidecar.persist.ownership import is_older
+from kshare_sidecar.persist.replay import is_older
 from kshare_sidecar.share.cache import _ack_error
 
 TID = "0b7ad3b2-2d3b-4f5c-9a3c-1f1e2d3c4b5a"
@@ -235,13 +235,13 @@ async def test_start_up_race_with_an_owner_re_asserting_itself_ends_with_the_new
     await a.initialize(K, 1, 0)
     b = MemoryPersister(log=log)
     b._started = True
-    await b._open()  # B's init fences A ...
+    await b.store.open(cluster=False)  # B's init fences A ...
     await b.recover()
     with pytest.raises(WriterFencedError):
         await a.write(K, st(5), 0)
     await until(lambda: not a.blocked)  # ... A finds no newer owner record and takes p0 back
     assert a.takeovers == 1
-    await b._take_ownership()  # fenced by A's re-takeover, B takes p0 again and records its epoch
+    await b.ownership.take_ownership()  # fenced by A's re-takeover, B takes p0 again and records its epoch
     assert b.owner_epoch == a.owner_epoch + 1
     with pytest.raises(WriterFencedError):
         await a.write(K, st(6), 0)

@@ -28,7 +28,8 @@ from kshare_sidecar.persist.codec import KIND_LAYOUT, KIND_PARTITION
 from kshare_sidecar.persist.errors import CommitOutcomeUnknownError
 from kshare_sidecar.persist.layout import LayoutError, plan_moves, with_epoch
 from kshare_sidecar.persist.model import DeliveryState
-from kshare_sidecar.persist.ownership import replay_sink, share_partition_home, state_partition_for
+from kshare_sidecar.persist.layout import share_partition_home, state_partition_for
+from kshare_sidecar.persist.replay import replay_sink
 from kshare_sidecar.persist.records import RecoveryStats, StoredPartition
 
 TID = "0b7ad3b2-2d3b-4f5c-9a3c-1f1e2d3c4b5a"
@@ -206,18 +207,20 @@ class KilledAfter(MemoryPersister):
     def __init__(self, *, n: int, landed: bool, **kw):
         super().__init__(**kw)
         self.n, self.landed, self.commits_seen = n, landed, 0
+        self.commit_to_log = self.memory.commit
+        self.memory.commit = self._commit  # type: ignore[method-assign]  # every part commits through it
 
     async def _commit(self, partition, records):
-        if self._ready or not any(codec.decode_key(k)[0] in (KIND_PARTITION, KIND_LAYOUT) for k, _ in records):
-            return await super()._commit(partition, records)
+        if self.ready or not any(codec.decode_key(k)[0] in (KIND_PARTITION, KIND_LAYOUT) for k, _ in records):
+            return await self.commit_to_log(partition, records)
         self.commits_seen += 1
         if self.commits_seen == self.n:
             if self.landed:  # the batch landed, the process died before it learned so
-                await super()._commit(partition, records)
+                await self.commit_to_log(partition, records)
             raise CommitOutcomeUnknownError("killed")
         if self.commits_seen > self.n:
             raise CommitOutcomeUnknownError("dead")
-        return await super()._commit(partition, records)
+        return await self.commit_to_log(partition, records)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -267,7 +270,10 @@ async def test_without_backend_fencing_a_newer_owner_stops_the_move_before_the_o
     before = await legacy_state(log, keys)
 
     class Superseded(MemoryPersister):
-        backend_fences_writers = False
+        def __init__(self, **kw):
+            super().__init__(**kw)
+            self.memory.fences_writers = False  # as in state.write.mode=idempotent
+            self.replay.read_owner = self._read_owner  # type: ignore[method-assign]
 
         async def _read_owner(self, p):
             return (self.owner_epoch or 0) + 1  # someone took over meanwhile

@@ -321,12 +321,12 @@ async def test_owner_rule_ignores_a_superseded_coordinators_group_and_member_rec
 
     log = MemoryLog(1)
     old = MemoryPersister(log=log)
-    old.replay_rule = "owner"
+    old.store.replay_rule = "owner"
     await old.start()  # owner epoch 0
     await old.put_group(GroupRecord("g", group_epoch=2), members={"m": MemberRecord("g", "m", member_epoch=2)})
     assert old.get_member("g", "m").owner_epoch == 0
     new = MemoryPersister(log=log)
-    new.replay_rule = "owner"
+    new.store.replay_rule = "owner"
     await new.start()  # owner epoch 1: its owner record follows the old owner's records
     await new.close()
     # the old owner, superseded, still writes (no backend fencing in this mode): a join and a bump
@@ -336,7 +336,7 @@ async def test_owner_rule_ignores_a_superseded_coordinators_group_and_member_rec
     for key, value in zombie:
         log.produce_raw(0, key, value)
     fresh = MemoryPersister(log=log)
-    fresh.replay_rule = "owner"
+    fresh.store.replay_rule = "owner"
     await fresh.start()
     assert fresh.get_group("g").group_epoch == 2
     assert fresh.get_member("g", "m").member_epoch == 2 and fresh.get_member("g", "z") is None
@@ -368,20 +368,20 @@ async def test_start_up_reads_on_from_its_replay_instead_of_replaying_twice():
     before = len(log)
     late = SharePartitionKey("g", "t", 99)
     p = MemoryPersister(log=log)
-    p.replay_rule = "owner"
-    take = p._take_ownership
+    p.store.replay_rule = "owner"
+    take = p.ownership.take_ownership
 
     async def landing_before_our_owner_records():
         # a write of the previous owner (no backend fencing in this mode) lands after our replay
         log.produce_raw(1, *codec.encode(codec.KIND_PARTITION, late,
                                          StoredPartition(PartitionState(0, 0, 11), 0)))
         await take()
-    p._take_ownership = landing_before_our_owner_records  # type: ignore[method-assign]
+    p.ownership.take_ownership = landing_before_our_owner_records  # type: ignore[method-assign]
     await p.start()
     assert p.recovery_stats.records == before + 1 + 2, "each record once, plus our two owner records"
     assert p.stored(late) is not None and p.stored(late).state.start_offset == 11
     full = MemoryPersister(log=log)
-    full.replay_rule = "owner"
+    full.store.replay_rule = "owner"
     await full.recover()
-    assert {k: v for k, v in full._entities.items()} == {k: v for k, v in p._entities.items()}
+    assert {k: v for k, v in full.view.entities.items()} == {k: v for k, v in p.view.entities.items()}
     await p.close()

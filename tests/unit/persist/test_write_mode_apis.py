@@ -3,7 +3,7 @@ that refuses ``transactional`` on a backend without EndTxn (tansu) instead of fa
 write later. The check against real brokers: tests/integration/test_tansu_backend.py."""
 
 from kshare_sidecar.persist.topicsetup import WRITE_MODE_APIS, missing_apis
-from kshare_sidecar.persist.topic import WRITE_MODES
+from kshare_sidecar.persist.settings import WRITE_MODES
 
 KAFKA_39 = set(range(0, 68))  # API keys 0-67, EndTxn (26) among them
 NO_END_TXN = KAFKA_39 - {26}

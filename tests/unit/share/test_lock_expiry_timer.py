@@ -19,8 +19,13 @@ class Clock:
 
 
 class RecordingPersister:
+    owner_epoch = None  # the Persister protocol's single-sidecar part, trivially
+    cluster = False
+
     def __init__(self) -> None:
         self.writes: list[SharePartitionKey] = []
+        self.reload_listeners: list = []
+        self.superseded_listeners: list = []
 
     async def write(self, key, state, epoch) -> None:
         self.writes.append(key)

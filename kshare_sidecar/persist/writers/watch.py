@@ -2,7 +2,7 @@
 
 Without transactions the backend fences no writer: a paused sidecar that wakes up can still
 append to the state topic after its successor took over. Replay ignores such records (the owner
-rule of :mod:`kshare_sidecar.persist.ownership`), and this watch makes the running owners act on
+rule of :mod:`kshare_sidecar.persist.replay`), and this watch makes the running owners act on
 them: it tails the state topic from where the replay ended; a newer owner record supersedes this
 sidecar (it stops serving, as a fenced transactional writer does at its next write), and an older
 owner's late record makes the current owner write its own view of that key again, so that
@@ -28,79 +28,77 @@ from kshare_sidecar.persist import codec
 from kshare_sidecar.persist.codec import KIND_GROUP, KIND_MEMBER, KIND_OWNER, KIND_PARTITION, CodecError
 from kshare_sidecar.persist.errors import WriterFencedError
 
+if TYPE_CHECKING:
+    from kshare_sidecar.persist.base import BasePersister
+    from kshare_sidecar.persist.settings import TopicSettings
+
 log = logging.getLogger("kshare_sidecar.persist.topic")
 
-if TYPE_CHECKING:
-    # The type checker sees the engine this mixin is put in front of (its start(), ownership and
-    # rewrite_current); at run time the mixin is a plain class, so the MRO stays the persister's.
-    from kshare_sidecar.persist.base import BasePersister as _Host
-else:
-    _Host = object
 
+class StateWatch:
+    """Tails the state topic for a serving persister, from ``positions`` on (the store's replay
+    positions, advanced here as the watch reads)."""
 
-class StateWatchMixin(_Host):
-    """Mixed into :class:`~kshare_sidecar.persist.topic.TopicPersister` (uses its settings)."""
+    def __init__(self, settings: TopicSettings, persister: BasePersister, positions: dict[int, int]) -> None:
+        self.settings = settings
+        self.persister = persister
+        self.positions = positions  # partition -> offset the last full replay (then this watch) reached
+        self.newer_owner_at: dict[int, int] = {}  # partition -> offset of the first newer owner record
+        self.progress = asyncio.Condition()
+        self._rewrites: set[asyncio.Future[None]] = set()
+        self._task: asyncio.Task[None] | None = None
 
-    # Settings and replay progress of the TopicPersister (declared for the type checker).
-    write_mode: str
-    bootstrap_servers: str | list[str]
-    topic: str
-    request_timeout_ms: int
-    client_options: dict[str, Any]
-    _replayed_to: dict[int, int]  # partition -> offset the last full replay (then this watch) reached
-    _watcher: asyncio.Task[None] | None
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._watch(), name="kshare-state-watch")
 
-    async def start(self) -> None:
-        await super().start()
-        if self.write_mode == "idempotent" and self._watcher is None:
-            self._newer_owner_at: dict[int, int] = {}  # partition -> offset of the first newer owner record
-            self._watch_progress = asyncio.Condition()
-            self._rewrites: set[asyncio.Task[None]] = set()
-            self._watcher = asyncio.get_running_loop().create_task(self._watch(), name="kshare-state-watch")
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
-    async def _confirm_by_watch(self, partition: int, offset: int) -> None:
+    def _stopped(self) -> bool:
+        return self.persister.view.closed or self.persister.ownership.superseded
+
+    async def confirm(self, partition: int, offset: int) -> None:
         """Return once the watch has read past ``offset`` with no newer owner record before it;
         raise :class:`WriterFencedError` when one precedes it (the write will never count)."""
-        if self._watcher is None:  # start-up (owner records): the second replay covers them
-            return
-        cond = self._watch_progress
-        async with cond:
-            while self._replayed_to.get(partition, 0) <= offset:
-                if self._closed or self.superseded:
+        async with self.progress:
+            while self.positions.get(partition, 0) <= offset:
+                if self._stopped():
                     break
-                await cond.wait()
-        newer = self._newer_owner_at.get(partition)
-        if newer is not None and newer < offset or self._replayed_to.get(partition, 0) <= offset:
+                await self.progress.wait()
+        newer = self.newer_owner_at.get(partition)
+        if newer is not None and newer < offset or self.positions.get(partition, 0) <= offset:
             raise WriterFencedError(f"state partition {partition}: write at offset {offset} follows a newer owner's "
                                     f"record (offset {newer}); it will never count")
 
     async def _watch(self) -> None:
-        """Idempotent mode: the backend fences no writer, so watch the state topic from where the
-        replay ended. A newer owner record supersedes this sidecar (it stops serving, as a fenced
-        transactional writer does at its next write); an older owner's late record is ignored by
+        """A newer owner record supersedes this sidecar; an older owner's late record is ignored by
         every replay, and the key is written again by us so that compaction cannot keep it."""
-        while not self._closed and not self.superseded:
-            consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap_servers, group_id=None,
+        s = self.settings
+        while not self._stopped():
+            consumer = AIOKafkaConsumer(bootstrap_servers=s.bootstrap_servers, group_id=None,
                                         enable_auto_commit=False, isolation_level="read_uncommitted",
-                                        request_timeout_ms=self.request_timeout_ms, client_id="kshare-state-watch",
-                                        **self.client_options)
+                                        request_timeout_ms=s.request_timeout_ms, client_id="kshare-state-watch",
+                                        **s.client_options)
             try:
                 await consumer.start()
-                tps = [TopicPartition(self.topic, p) for p in range(self.partitions)]
+                tps = [TopicPartition(s.topic, p) for p in range(self.persister.partitions)]
                 consumer.assign(tps)
                 for tp in tps:
-                    consumer.seek(tp, self._replayed_to.get(tp.partition, 0))
-                while not self._closed and not self.superseded:
+                    consumer.seek(tp, self.positions.get(tp.partition, 0))
+                while not self._stopped():
                     batches = await consumer.getmany(timeout_ms=500, max_records=10_000)
                     stale: set = set()
                     for tp, messages in batches.items():
                         for m in messages:
                             self._watched(tp.partition, m.offset, m.key, m.value, stale)
-                            self._replayed_to[tp.partition] = m.offset + 1
-                    async with self._watch_progress:
-                        self._watch_progress.notify_all()
-                    if stale and not self.superseded:  # not awaited here: those writes wait for this watch
-                        task = asyncio.ensure_future(self.rewrite_current(stale))
+                            self.positions[tp.partition] = m.offset + 1
+                    async with self.progress:
+                        self.progress.notify_all()
+                    if stale and not self.persister.ownership.superseded:  # not awaited: those writes wait for us
+                        task = asyncio.ensure_future(self.persister.rewrite_current(stale))
                         self._rewrites.add(task)
                         task.add_done_callback(self._rewrites.discard)
             except asyncio.CancelledError:
@@ -110,19 +108,20 @@ class StateWatchMixin(_Host):
                 await asyncio.sleep(1.0)
             finally:
                 await asyncio.gather(consumer.stop(), return_exceptions=True)
-        async with self._watch_progress:  # superseded or closed: release whoever still waits
-            self._watch_progress.notify_all()
+        async with self.progress:  # superseded or closed: release whoever still waits
+            self.progress.notify_all()
 
     def _watched(self, partition: int, offset: int, raw_key: bytes | None, raw_value: bytes | None,
-                 stale: set) -> None:
+                 stale: set[Any]) -> None:
         try:
             kind, ident, entity = codec.decode(raw_key, raw_value)
         except CodecError:
             return
-        own = self.owner_epoch if self.owner_epoch is not None else -1
+        own_epoch = self.persister.ownership.owner_epoch
+        own = own_epoch if own_epoch is not None else -1
         if kind == KIND_OWNER and entity is not None and entity > own:
-            self._newer_owner_at.setdefault(partition, offset)
-            self._supersede(partition, entity)
+            self.newer_owner_at.setdefault(partition, offset)
+            self.persister.ownership.supersede(partition, entity)
         elif kind == KIND_PARTITION and entity is not None and 0 <= entity.state.leader_epoch < own:
             log.warning("state partition %d offset %d: a record written at older owner epoch %d (ours %d); "
                         "ignored by replay, rewriting the key", partition, offset, entity.state.leader_epoch, own)
@@ -131,4 +130,3 @@ class StateWatchMixin(_Host):
             log.warning("state partition %d offset %d: a %s record written at older owner epoch %d (ours %d); "
                         "ignored by replay, rewriting the key", partition, offset, kind, entity.owner_epoch, own)
             stale.add((kind, ident))
-
