@@ -244,7 +244,7 @@ class Sidecar:
         """The persister, recovered (and, in a cluster of sidecars, owning only what it is assigned)."""
         cfg = self.config
         self.persister = self._persister or plugins.get_persister(cfg.plugins.persister,
-                                                                  **persister_options(cfg, self.security))
+                                                                  **persister_options(cfg, self.clients))
         if cfg.cluster.name:  # a cluster of sidecars: own only what the group assigns
             check_cluster_config(cfg, specs, self.persister)
             self.persister.enable_cluster(cfg.server.node_id)

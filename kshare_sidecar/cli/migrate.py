@@ -72,10 +72,11 @@ def _main(command: str, groups: list[str], bootstrap: str | None, config: Path |
         if cfg.plugins.persister != "topic":
             raise ConfigError(f"persister = {cfg.plugins.persister!r} keeps no state topic; nothing to migrate")
         from ..default_plugins.persisters import persister_options
+        from ..backend.clients import BackendClients
         from ..backend.security import BackendSecurity
 
         security = BackendSecurity.from_config(cfg)
-        options = persister_options(cfg, security)["settings"]
+        options = persister_options(cfg, BackendClients(cfg.backend.bootstrap_servers, security))["settings"]
     except ConfigError as exc:
         typer.echo(f"{prog}: error: {exc}", err=True)
         raise typer.Exit(EXIT_USAGE) from None

@@ -50,9 +50,11 @@ def migrate(
         if cfg.plugins.persister != "topic":
             raise ConfigError(f"persister = {cfg.plugins.persister!r} keeps no state topic; nothing to migrate")
         from ..default_plugins.persisters import persister_options
+        from ..backend.clients import BackendClients
         from ..backend.security import BackendSecurity
 
-        settings = persister_options(cfg, BackendSecurity.from_config(cfg))["settings"]
+        clients = BackendClients(cfg.backend.bootstrap_servers, BackendSecurity.from_config(cfg))
+        settings = persister_options(cfg, clients)["settings"]
     except ConfigError as exc:
         typer.echo(f"kshare state migrate: error: {exc}", err=True)
         raise typer.Exit(EXIT_USAGE) from None

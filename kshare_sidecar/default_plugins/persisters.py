@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from kshare_sidecar.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from kshare_sidecar.backend.security import BackendSecurity
+    from kshare_sidecar.backend.clients import BackendClients
     from kshare_sidecar.config import SidecarConfig
 
 
@@ -30,12 +30,12 @@ def register_persisters(register):
     register("memory", _memory_persister, description="in-process state for tests and demos (not durable)")
 
 
-def persister_options(cfg: SidecarConfig, security: BackendSecurity) -> dict[str, Any]:
+def persister_options(cfg: SidecarConfig, clients: BackendClients) -> dict[str, Any]:
     """The options the sidecar config gives the persister it names: the built-in ``topic`` gets its
     typed settings (``settings``: persist/settings.py's ``TopicSettings``, from the state.* keys and
-    the backend's security); ``memory`` and outside persisters get none."""
+    the backend clients' address and security); ``memory`` and outside persisters get none."""
     if cfg.plugins.persister != "topic":
         return {}
     from kshare_sidecar.persist.settings import TopicSettings  # aiokafka imported only when used
 
-    return {"settings": TopicSettings.from_config(cfg, security)}
+    return {"settings": TopicSettings.from_config(cfg, clients)}

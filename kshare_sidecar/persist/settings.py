@@ -16,7 +16,7 @@ from kshare_sidecar.persist.placement import LAYOUT, PLACEMENTS
 from kshare_sidecar.persist.topicsetup import DEFAULT_TOPIC_CONFIGS
 
 if TYPE_CHECKING:
-    from kshare_sidecar.backend.security import BackendSecurity
+    from kshare_sidecar.backend.clients import BackendClients
     from kshare_sidecar.config import SidecarConfig
 
 DEFAULT_TOPIC = "__kshare_state"
@@ -91,14 +91,15 @@ class TopicSettings:
         return f"{self.transactional_id_prefix}-{self.topic}-{partition}"
 
     @classmethod
-    def from_config(cls, cfg: SidecarConfig, security: BackendSecurity) -> TopicSettings:
-        """The settings the sidecar's config gives the state topic (the ``state.*`` keys, the backend
-        and its security)."""
+    def from_config(cls, cfg: SidecarConfig, clients: BackendClients) -> TopicSettings:
+        """The settings the sidecar's config gives the state topic: the ``state.*`` keys, and the
+        backend's address and security as ``clients`` (backend/clients.py) applies them to every
+        backend client."""
         state = cfg.state
-        return cls(bootstrap_servers=cfg.backend.bootstrap_servers, topic=state.topic,
+        return cls(bootstrap_servers=clients.bootstrap_servers, topic=state.topic,
                    partitions=state.topic_partitions, replication_factor=state.topic_replication_factor,
                    linger_ms=float(state.write_linger_ms), transaction_timeout_ms=state.transaction_timeout_ms,
                    # past the transaction timeout a commit is settled by reading the state back
                    commit_timeout_s=min(30.0, state.transaction_timeout_ms / 1000),
                    write_mode=state.write_mode, writer_refresh_s=state.write_refresh_ms / 1000,
-                   client_options=security.aiokafka_options())
+                   client_options=clients.options)

@@ -56,8 +56,8 @@ def place_state(placement: str) -> None:
 
     from_config = TopicSettings.from_config
 
-    def placed(cfg, security):
-        return dataclasses.replace(from_config(cfg, security), placement=placement)
+    def placed(cfg, clients):
+        return dataclasses.replace(from_config(cfg, clients), placement=placement)
 
     TopicSettings.from_config = staticmethod(placed)  # type: ignore[method-assign,assignment]
 

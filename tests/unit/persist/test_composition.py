@@ -8,6 +8,7 @@ import dataclasses
 
 import pytest
 
+from kshare_sidecar.backend.clients import BackendClients
 from kshare_sidecar.backend.security import BackendSecurity
 from kshare_sidecar.config import load_config
 from kshare_sidecar.persist import MemoryPersister, Persister
@@ -67,7 +68,7 @@ def test_topic_settings_refuse_what_no_state_topic_can_be():
 def test_topic_settings_come_from_the_config():
     cfg = load_config(env={}, overrides={"bootstrap.servers": "b:9092", "state.topic": "__s",
                                          "state.write.mode": "transactional", "state.transaction.timeout.ms": 10_000})
-    s = TopicSettings.from_config(cfg, BackendSecurity.from_config(cfg))
+    s = TopicSettings.from_config(cfg, BackendClients("b:9092", BackendSecurity.from_config(cfg)))
     assert (s.bootstrap_servers, s.topic, s.write_mode, s.transaction_timeout_ms) == ("b:9092", "__s", "transactional",
                                                                                       10_000)
     assert s.commit_timeout_s == 10.0  # past the transaction timeout a commit is settled by reading back
