@@ -25,7 +25,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from aiokafka.client import AIOKafkaClient, ConnectionGroup
@@ -36,7 +36,7 @@ from ..protocol.types import TopicPartition
 from . import errors as E
 from .errors import BackendError, BackendUnavailableError, UnknownTopicError, error_for
 from .fetchconn import FetchConns
-from .health import BackendHealth, Suspension, aiokafka_gate
+from .health import BackendHealth, Suspension, aiokafka_gate, drop_connections
 from .kio_bridge import KioRequest
 from .kio_bridge import send as kio_send
 from .metadata import CachedTopic, MetadataAnswer, TopicCache, metadata_request, parse_metadata
@@ -108,6 +108,8 @@ class Backend(OffsetLookups):
         self._health_task: asyncio.Task[None] | None = None
         #: a single sidecar's lease (cluster/lease.py): renewed from each answered probe's send time
         self.lease: Any = None
+        #: more connections to drop when that lease lapses and when it is renewed (the persister's)
+        self.lease_droppers: list[Callable[[], int]] = []
         #: how long a lookup waits for a refresh of topics it has cached (describe_topics)
         self.stale_wait_s = 2.0
         self.suspension = Suspension()  # a lapsed cluster member's backend: every request fails at once
@@ -146,10 +148,26 @@ class Backend(OffsetLookups):
                 await asyncio.wait_for(self._metadata(()), 5.0)
             except (BackendError, KafkaError, OSError, asyncio.TimeoutError) as exc:
                 self.health.failed(str(exc) or type(exc).__name__)
+                if self.lease is not None and self.lease.check():
+                    self._drop_stalled("this sidecar's lease lapsed (the backend stopped answering)")
             else:
                 self.health.succeeded()
-                if self.lease is not None:
-                    self.lease.renew(sent)
+                if self.lease is not None and self.lease.renew(sent):
+                    self._drop_stalled("the backend answers again after this sidecar's lease lapsed")
+
+    def _drop_stalled(self, reason: str) -> None:
+        """A single sidecar's lease lapsed, or came back: close every backend connection. A cut
+        connection resumes only at TCP's next retransmission, backed off to tens of seconds by the
+        end of a 30 s cut (state writes on one held partitions 25 s past the heal); a new one at once."""
+        closed = drop_connections(self._client)
+        if self._fetch_conns is not None:
+            self._fetch_conns.drop_all(reason)
+        for drop in self.lease_droppers:
+            try:
+                closed += drop()
+            except Exception:  # noqa: BLE001 - best effort: the next request reconnects anyway
+                log.exception("dropping backend connections failed")
+        log.warning("%s: %d backend connections closed", reason, closed)
 
     def suspend(self, reason: str) -> int:
         """Every request fails at once until :meth:`resume` (backend/health.py, ``Suspension``)."""

@@ -91,7 +91,8 @@ class FetchConns:
         address = self._address(node)
         if address is None:
             raise BackendUnavailableError(E.LEADER_NOT_AVAILABLE, f"broker {node} is not known")
-        if conn is not None and (conn.host, conn.port) == address and conn.connected:
+        # ready only once its Fetch version is known: another read may be connecting it right now
+        if conn is not None and (conn.host, conn.port) == address and conn.connected and conn in self._versions:
             return conn
         async with self._lock:
             conn = self._conns.get(key)

@@ -70,6 +70,9 @@ class PartitionInFlight:
     acquired: dict[int, int] = field(default_factory=dict)  # offset -> delivery count
     delivered: set[int] = field(default_factory=set)  # handed to the application, no ack yet
     pending: dict[int, int] = field(default_factory=dict)  # offset -> type, not yet sent
+    #: queued acks a new acquisition of their record replaced before they were sent (its lock ran
+    #: out and it was delivered again): failed, and commit must say so (the fetcher reports them)
+    superseded: int = 0
 
     def add_acquired(self, ranges: Iterable[tuple[int, int, int]], record_offsets: Iterable[int]) -> list[int]:
         """Take the broker's AcquiredRecords ``(first, last, delivery_count)``; offsets in them
@@ -85,7 +88,8 @@ class PartitionInFlight:
                 self.delivered.difference_update(run)
             if self.pending:
                 for offset in run:
-                    self.pending.pop(offset, None)
+                    if self.pending.pop(offset, None) is not None:
+                        self.superseded += 1
             if len(run) < last - first + 1:
                 gaps = set(range(first, last + 1)).difference(run)
                 self.pending.update(dict.fromkeys(gaps, AcknowledgeType.GAP))

@@ -172,6 +172,10 @@ class ShareConsumeRequestManager:
             return
         offsets = [r.offset for r in records]
         inf.add_acquired(ranges, offsets)
+        if inf.superseded:  # never sent: the application must not take them for accepted
+            self._result(tp, AcknowledgementError(ErrorCode.invalid_record_state, f"{inf.superseded} acknowledgements "
+                         "not sent: their records were delivered again (their acquisition locks had run out)"))
+            inf.superseded = 0
         if records:
             self.buffer.append(_Chunk(tp, TopicPartition(topic, tp[1]), records, offsets, inf))
 

@@ -332,7 +332,7 @@ class ClusterMembership(ConsumerRebalanceListener):
         if holder is not None and self.tail is not None:
             node, epoch = holder
             started = time.monotonic()
-            if await self.tail.wait_released(p, epoch, self.session_timeout_ms / 1000):
+            if await self.tail.wait_released(p, epoch, self.session_timeout_ms / 1000, holds=self._may_hold):
                 log.info("cluster %s: state partition %d handed over by node %d (owner epoch %d) after %.2f s",
                          self.name, p, node, epoch, time.monotonic() - started)
             else:
@@ -343,18 +343,21 @@ class ClusterMembership(ConsumerRebalanceListener):
         return await self.persister.acquire(p)
 
     def _holder(self, p: int) -> tuple[int, int] | None:
-        """Who of this generation's members holds ``p`` now (node, owner epoch): what its members
-        claimed when they joined, else the newest owner record read, if it is a member's and not
-        released (a member that took ``p`` on a stale assignment lets go once it learns)."""
+        """Who of this generation's members holds ``p`` now (node, owner epoch): the newer of what
+        its members claimed when they joined and the newest owner record read — a member that took
+        ``p`` (back) after the claim holds it at the record's epoch — unless that record is released
+        or names no member (a crashed or expelled holder has let go)."""
         claim = self.view.map.claims.get(p)
-        if claim is not None and claim[0] != self.view.node_id:
-            return claim
         mark = self.tail.owners.get(p) if self.tail is not None else None
-        if mark is not None:
+        if mark is not None and (claim is None or mark[0] >= claim[1]):
             epoch, node, released = mark
-            if not released and node is not None and node != self.view.node_id and node in self.view.map.nodes:
-                return node, epoch
-        return None
+            return (node, epoch) if node is not None and not released and self._may_hold(node) else None
+        return claim if claim is not None and claim[0] != self.view.node_id else None
+
+    def _may_hold(self, node: int | None) -> bool:
+        """Whether ``node`` may hold a state partition we are taking over: another member of this
+        generation (one the group dropped has no lease left)."""
+        return node is not None and node != self.view.node_id and node in self.view.map.nodes
 
     def owned_and_ready(self) -> bool:
         """Readiness (docs/deployment.md): assigned, and everything assigned is taken over."""

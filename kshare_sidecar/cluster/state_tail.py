@@ -38,6 +38,13 @@ TAIL_MIN_BYTES = 1024 * 1024
 TAIL_MAX_WAIT_MS = 1000
 
 
+def _let_go(mark: OwnerMark, epoch: int, holds: Callable[[int | None], bool] | None) -> bool:
+    at, node, released = mark
+    if at < epoch or at == epoch and not released:
+        return False
+    return released or holds is None or not holds(node)
+
+
 class GroupConfigTail:
     """The tail (see the module docstring). ``configs``: group id -> its configs; ``snapshots``:
     group id -> {SharePartitionKey: raw value}; ``owners``: state partition -> its newest
@@ -81,14 +88,17 @@ class GroupConfigTail:
         await self._consumer.seek_to_beginning(*tps)
         self._task = asyncio.create_task(self._tail(), name="kshare-cluster-group-configs")
 
-    async def wait_released(self, p: int, epoch: int, timeout_s: float) -> bool:
-        """Until state partition ``p``'s owner at ``epoch`` has written its handover mark (or a
-        later owner took it); False after ``timeout_s``."""
+    async def wait_released(self, p: int, epoch: int, timeout_s: float,
+                            holds: Callable[[int | None], bool] | None = None) -> bool:
+        """Until state partition ``p``'s owner at ``epoch`` has written its handover mark, or a later
+        owner took it — and, given ``holds`` (may that node hold ``p`` now?), that later owner has
+        let go too: a newer record may be the same holder's, who took ``p`` back and serves it
+        still. False after ``timeout_s``."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while True:
             mark = self.owners.get(p)
-            if mark is not None and (mark[0] > epoch or (mark[0] == epoch and mark[2])):
+            if mark is not None and _let_go(mark, epoch, holds):
                 return True
             remaining = deadline - loop.time()
             if remaining <= 0:

@@ -165,10 +165,12 @@ class _Owners:
     def unplanned_between(self, sp: int, lo: float, hi: float, p: int = -1) -> bool:
         return min(_next(self.unplanned.get(sp, []), lo), _next(self.reloads.get(p, []), lo)) <= hi
 
-    def tenure_at(self, sp: int, node: int, t: float) -> Tenure | None:
-        """``node``'s tenure of ``sp`` covering ``t`` (None: it owned no tenure then)."""
+    def tenure_at(self, sp: int, node: int, t: float, since: float | None = None) -> Tenure | None:
+        """``node``'s tenure of ``sp`` covering ``t`` — or any moment of ``since``..``t`` (None:
+        it owned no tenure then)."""
+        since = t if since is None else since
         for ten in self.tenures.get(sp, []):
-            if ten.node == node and ten.start <= t and (ten.end is None or t <= ten.end):
+            if ten.node == node and ten.start <= t and (ten.end is None or since <= ten.end):
                 return ten
         return None
 
@@ -267,8 +269,7 @@ def _holds_and_counts(h: History, owners: _Owners, by_record: dict, tolerance_s:
                     continue
                 held.append((p, o, first.consumer, first.t, first.dc, later.consumer, later.t, later.dc))
             if first.node is not None and any(t.node is not None for t in owners.tenures.get(sp, [])) \
-                    and owners.tenure_at(sp, first.node, first.t - tolerance_s) is None \
-                    and owners.tenure_at(sp, first.node, first.t) is None:
+                    and owners.tenure_at(sp, first.node, first.t, since=first.t - tolerance_s) is None:
                 zombies.append((p, o, first.node, first.t))
         for a, b in zip(ds, ds[1:]):
             if b.dc < a.dc and b.t - a.t > tolerance_s:

@@ -153,3 +153,16 @@ def test_ranges_in_flight_agree_with_a_set_of_offsets(acquire, acks):
     batches = inf.take_pending()
     assert {o: b.types[0] for b in batches for o in range(b.first_offset, b.last_offset + 1)} == sent
     assert all(x.last_offset < y.first_offset for x, y in zip(batches, batches[1:]))
+
+
+def test_an_ack_replaced_by_a_new_acquisition_of_its_record_is_counted_as_superseded():
+    """The application acknowledged a record whose lock had run out; the record came back to this
+    member (delivery count 2) before the ack was sent. The ack is not sent (it would settle the new
+    delivery), and the fetcher reports it failed: the nemesis saw such acks reported as accepted,
+    and the same record accepted again on its next delivery."""
+    inf = PartitionInFlight(node=1)
+    inf.add_acquired([(0, 1, 1)], record_offsets=[0, 1])
+    inf.acknowledge(0, T.ACCEPT)
+    inf.acknowledge(1, T.ACCEPT)
+    inf.add_acquired([(0, 0, 2)], record_offsets=[0])
+    assert inf.pending == {1: T.ACCEPT} and inf.acquired == {0: 2, 1: 1} and inf.superseded == 1

@@ -80,6 +80,19 @@ def test_a_zombie_is_a_delivery_by_a_sidecar_outside_its_tenure():
     assert check(history(ds, acks, ends={0: 1}, snapshots={}, tenures=tenures)).ok
 
 
+def test_a_delivery_stamped_just_after_a_short_tenure_is_no_zombie():
+    """The client stamps a delivery when its poll returns it, up to the tolerance after the sidecar
+    handed it out: a tenure shorter than the tolerance that ended just before the stamp (a planned
+    handover 0.7 s after a takeover, seen by the nemesis) covered the hand-out."""
+    tenures = {3: [Tenure(1, 3, T0 - 100, T0 - 0.7), Tenure(2, 2, T0 - 0.7, T0 - 0.003, planned=True),
+                   Tenure(3, 3, T0 + 1)]}
+    ds = [Delivery("a", 0, 0, 1, T0, node=2)]
+    acks = [Ack("a", 0, 0, 1, True, T0 + 2)]
+    assert "zombie" not in rules(check(history(ds, acks, ends={0: 1}, snapshots={}, tenures=tenures)))
+    ds = [Delivery("a", 0, 0, 1, T0 + 1.5, node=2)]  # past the tolerance: a zombie
+    assert "zombie" in rules(check(history(ds, acks, ends={0: 1}, snapshots={}, tenures=tenures)))
+
+
 def test_spso_back_unserved_and_died():
     ds, acks = good()
     back = {0: [Snapshot(1, T0, 2, 0, 1), Snapshot(2, T0 + 1, 1, 0, 1), Snapshot(3, T0 + 2, 2, 0, 1)]}

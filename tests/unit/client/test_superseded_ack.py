@@ -1,0 +1,44 @@
+"""An acknowledgement the application queued for a record whose lock had run out, replaced by a
+new acquisition of that record before it was sent (kshare_sidecar/client/acks.py, fetcher.py), is
+reported failed by the next commit — not left out of its results, which callers read as accepted.
+
+Seen in the nemesis: a consumer whose commit waited ~27 s on an unreachable sidecar acknowledged
+records buffered meanwhile; their locks had run out and the same member acquired them again with
+delivery count 2; the queued ACCEPT was dropped unsent and its partition had no result, so the
+application took the record as accepted twice."""
+
+from __future__ import annotations
+
+import uuid
+from types import SimpleNamespace
+
+from kio.schema.errors import ErrorCode
+
+from kshare_sidecar.client.errors import AcknowledgementError
+from kshare_sidecar.client.fetcher import FetchConfig, ShareConsumeRequestManager
+from kshare_sidecar.client.records import ShareRecord
+from kshare_sidecar.client.acks import AcknowledgeType
+from aiokafka.structs import TopicPartition
+
+TID = uuid.uuid4()
+
+
+def _part(first: int, last: int, count: int):
+    return SimpleNamespace(acquired_records=[SimpleNamespace(first_offset=first, last_offset=last,
+                                                             delivery_count=count)], records=b"x")
+
+
+def test_a_superseded_ack_is_reported_failed_by_the_next_commit():
+    config = FetchConfig(max_poll_records=100, min_bytes=1, max_bytes=1 << 20, acquire_mode=1, timeout_s=30,
+                         backoff_s=0.1, check_crcs=False, key_deserializer=None, value_deserializer=None)
+    mgr = ShareConsumeRequestManager("g", membership=None, cluster=SimpleNamespace(names={TID: "t"}, ids={}),  # type: ignore[arg-type]
+                                     config=config)
+    mgr._records = lambda topic, p, data, ranges: [  # type: ignore[method-assign]
+        ShareRecord(topic, p, o, 0, 0, None, None, [], c) for f, last, c in ranges for o in range(f, last + 1)]
+    mgr._take_records(1, (TID, 0), _part(0, 1, 1))
+    mgr.inflight[(TID, 0)].acknowledge(0, AcknowledgeType.ACCEPT)
+    assert mgr.results == {}
+    mgr._take_records(1, (TID, 0), _part(0, 0, 2))  # offset 0 came back before its ack was sent
+    error = mgr.results[TopicPartition("t", 0)]
+    assert isinstance(error, AcknowledgementError) and error.code == ErrorCode.invalid_record_state
+    assert mgr.inflight[(TID, 0)].pending == {} and mgr.inflight[(TID, 0)].superseded == 0
