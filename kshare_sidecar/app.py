@@ -132,9 +132,8 @@ class Sidecar:
         restored = self._build_services()
         if not cfg.cluster.name:  # a single sidecar's lease: its backend answering (cluster/lease.py)
             self.backend.lease = self.partitions.lease = single_lease(cfg)
-            drop = getattr(self.persister, "drop_connections", None)
-            if drop is not None:  # the state writers' connections stall with the rest
-                self.backend.lease_droppers.append(drop)
+            # the state writers' connections stall with the rest
+            self.backend.lease_droppers.append(self.persister.drop_connections)
         first = specs[0]
         self.node = NodeIdentity(node_id=cfg.server.node_id, host=first.advertised_host,
                                  port=first.advertised_port or 0, cluster_id=cfg.server.cluster_id)

@@ -238,7 +238,7 @@ BROKEN = [sys.executable, "-c", "import sys; import kshare_sidecar.cluster.lease
                                 "lease.Lease.valid = lambda self, now=None: self.renewals > 0; "
                                 "lease.Lease.check = lambda self, now=None: False; "
                                 "import kshare_sidecar.persist.cluster as pc; "
-                                "pc.ClusterOwnershipMixin.lose = lambda self, p, newer: None; "
+                                "pc.ClusterOwnership.lose = lambda self, p, newer: None; "
                                 "sys.argv[0] = 'kshare'; from kshare_sidecar.cli import main; main()"]
 
 

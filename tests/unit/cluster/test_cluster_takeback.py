@@ -1,5 +1,5 @@
-"""A planned takeover waits for whoever holds the state partition *now* (service/cluster.py
-``_holder``, service/statetail.py ``wait_released``), not for the holder the group's map claimed.
+"""A planned takeover waits for whoever holds the state partition *now* (cluster/membership.py
+``_holder``, cluster/state_tail.py ``wait_released``), not for the holder the group's map claimed.
 
 Seen in the nemesis: the map claimed node 2 at owner epoch 1, but node 2 had since taken the
 partition back at epoch 3 and served it; the new owner logged "handed over by node 2 (owner epoch
@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 
+from kshare_sidecar.backend.clients import BackendClients
 from kshare_sidecar.cluster.assign import ClusterMap
+from kshare_sidecar.cluster.state_tail import GroupConfigTail
 from kshare_sidecar.persist import codec
-from kshare_sidecar.service.statetail import GroupConfigTail
 
 from tests.unit.cluster.test_cluster_lease import HOME, PARTS, pair  # noqa: F401 - the fixture
 
@@ -21,7 +22,7 @@ NODE2 = {"PLAINTEXT": ("127.0.0.1", 9002)}
 
 
 def _tail() -> GroupConfigTail:
-    return GroupConfigTail(bootstrap_servers="x:1", topic="s", partitions=PARTS, client_options={})
+    return GroupConfigTail(clients=BackendClients("x:1"), topic="s", partitions=PARTS)
 
 
 def _owner(tail: GroupConfigTail, epoch: int, node: int, released: bool = False) -> None:
