@@ -49,7 +49,7 @@ fuzz: $(STAMP) jvm
 # The fencing fault scenarios (docs/persistence.md), each run FENCING_REPEAT times in a row; opt-in.
 FENCING_REPEAT ?= 5
 test-fencing: $(STAMP) jvm
-	KSHARE_FENCING_REPEAT=$(FENCING_REPEAT) KSHARE_FENCING_MODES=fenced,transactional $(PY) -m pytest -q -rfEs -m kafka --run fencing tests/e2e/test_fencing_faults.py
+	KSHARE_FENCING_REPEAT=$(FENCING_REPEAT) KSHARE_FENCING_MODES=fenced,transactional $(PY) -m pytest -q -rfEs -m kafka --run fencing tests/e2e/test_fencing_faults.py tests/e2e/test_sidecar_restart.py
 
 # The differential harness (docs/testing.md): PARITY_EXAMPLES generated sequences on native Kafka
 # 4.4 (the reference, alias "4") and kshare on 3.9, step by step; opt-in (hours for thousands).
@@ -58,11 +58,12 @@ test-parity: $(STAMP) jvm
 	KSHARE_PARITY_EXPLORE=1 KSHARE_PARITY_EXAMPLES=$(PARITY_EXAMPLES) $(PY) -m pytest -q -rfEs tests/e2e/parity
 
 # Parity debts found side by side (docs/compatibility.md): a fresh ACL grant on SASL_SSL, group configs
-# changed under a running consumer, a consumer_byte_rate quota — each on native Kafka 4.4 and kshare
-# over 3.9; opt-in (about 8 minutes: each file starts its own 4.4 broker).
+# changed under a running consumer, a consumer_byte_rate quota, allow.everyone.if.no.acl.found —
+# each on native Kafka 4.4 and kshare over 3.9; opt-in (about 8 minutes: each file starts its own 4.4 broker).
 test-parity-debts: $(STAMP) jvm
 	$(PY) -m pytest -q -rfEs -s --run parity-debts tests/e2e/test_fresh_grant_parity.py \
-		tests/e2e/test_live_group_config_parity.py tests/e2e/test_client_quota_parity.py
+		tests/e2e/test_live_group_config_parity.py tests/e2e/test_client_quota_parity.py \
+		tests/e2e/test_acl_everyone_parity.py
 
 # Dead-letter queues and Kafka 4.4's tools side by side: the same scenarios on native Kafka 4.4.0 and
 # kshare on 3.9, compared field by field (docs/extensions.md); opt-in, a few minutes.

@@ -29,7 +29,7 @@ from tests.e2e.acl_support import (RECORDS, USERS, AclBroker, _acl, _distinct_po
 from tests.e2e.test_secured_backend import make_ca_and_server_cert
 from tests.support import create_topic, set_group_config, unique
 
-pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300), pytest.mark.optin("parity-debts")]
 
 
 @pytest.fixture(scope="module")
