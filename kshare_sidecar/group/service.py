@@ -65,6 +65,14 @@ class GroupService:
             self._owner.acquired_listeners.append(self._acquired)
             self._owner.released_listeners.append(self._released)
 
+    def _not_coordinated(self, group_id: str, member_id: str, member_epoch: int) -> HeartbeatResult | None:
+        """The heartbeat's answer when this sidecar does not (or no longer) coordinate the group."""
+        code = self.coordinates(group_id)
+        if code == ErrorCode.none:
+            return None
+        return HeartbeatResult(code, "this sidecar does not coordinate the group (cluster of sidecars)",
+                               member_id, member_epoch)
+
     def coordinates(self, group_id: str) -> ErrorCode:
         """NONE when this sidecar coordinates ``group_id``; else what a broker that is not (or not
         yet) its coordinator answers: NOT_COORDINATOR, or COORDINATOR_LOAD_IN_PROGRESS while the
@@ -140,10 +148,9 @@ class GroupService:
         if not self.persister.ready:
             return HeartbeatResult(ErrorCode.coordinator_load_in_progress, "share state is still loading",
                                    member_id, member_epoch)
-        code = self.coordinates(group_id)
-        if code != ErrorCode.none:
-            return HeartbeatResult(code, "this sidecar does not coordinate the group (cluster of sidecars)",
-                                   member_id, member_epoch)
+        refused = self._not_coordinated(group_id, member_id, member_epoch)
+        if refused is not None:
+            return refused
         group = self.coordinator.groups.get(group_id)
         names = set(subscribed_topic_names or ())
         if group is not None:
@@ -162,10 +169,9 @@ class GroupService:
         # Asked again after the wait: the group's state partition may have been given up meanwhile
         # (a handover, a lapsed lease), which drops the group here; the coordinator would then
         # answer GROUP_ID_NOT_FOUND, fatal to share clients, where NOT_COORDINATOR sends them on.
-        code = self.coordinates(group_id)
-        if code != ErrorCode.none:
-            return HeartbeatResult(code, "this sidecar does not coordinate the group (cluster of sidecars)",
-                                   member_id, member_epoch)
+        refused = self._not_coordinated(group_id, member_id, member_epoch)
+        if refused is not None:
+            return refused
         group = self.coordinator.groups.get(group_id)
         before = (group.group_epoch, group.assignment_epoch) if group is not None else None
         result = self.coordinator.heartbeat(group_id, member_id, member_epoch, rack_id=rack_id,
