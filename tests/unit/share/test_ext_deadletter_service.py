@@ -128,7 +128,9 @@ async def _reject_three(writer, *, hold: bool = False):
         [slot] = parts.slots.values()
         for _ in range(60):
             await asyncio.sleep(0.05)
-            if slot.partition.spso == 10:
+            # The drain counts after its archiving state write returns, which is after the
+            # share-partition moved on: wait for the drain itself, not only for the SPSO.
+            if slot.partition.spso == 10 and not dlq._tasks:
                 break
         durable = (await persister.read([slot.key]))[slot.key]
         return dlq, slot, durable
