@@ -13,8 +13,9 @@ reads it and names every violation of what a production queue promises:
 * **held twice** — a record delivered while another delivery of it still held its acquisition
   lock: not acknowledged (either way) yet, its lock duration not passed, and no change of owner of
   its state partition in between (a new owner voids the locks of the old, as a new leader does in
-  Kafka). Times are client times, the poll that returned the record: later than the sidecar's
-  handing it out by a network round trip, hence ``tolerance_s``;
+  Kafka). Times are client times: the poll that returned the record, and what the client
+  knows of when the sidecar handed it out (:class:`Delivery`), later than the hand-out by a
+  network round trip, hence ``tolerance_s``;
 * **count went down** — a later delivery of a record with a smaller delivery count; and a
   **count repeated** — two deliveries with one count with no *unplanned* change of owner in
   between (Kafka's accepted imprecision after a crash: acquisitions are not persisted; a planned
@@ -43,12 +44,28 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class Delivery:
+    """One record handed to the application at ``t`` (its poll's return). The sidecar handed it
+    out earlier, at a moment the client can bound: ``lo``..``hi`` (None: ``t``) — the asyncio
+    client knows when the ShareFetch answer arrived; librdkafka's buffer only that it came after
+    the consumer's previous poll. A consumer stalled in a commit hands out buffered records long
+    after they were acquired, and a rule judging ``t`` alone would read them as handed out then."""
+
     consumer: str
     p: int
     o: int
     dc: int
     t: float
     node: int | None = None
+    lo: float | None = None
+    hi: float | None = None
+
+    @property
+    def earliest(self) -> float:
+        return self.t if self.lo is None else min(self.lo, self.t)
+
+    @property
+    def latest(self) -> float:
+        return self.t if self.hi is None else min(self.hi, self.t)
 
 
 @dataclass(frozen=True)
@@ -258,23 +275,28 @@ def _holds_and_counts(h: History, owners: _Owners, by_record: dict, tolerance_s:
     voided = 0
     for (p, o), ds in by_record.items():
         sp = h.home.get(p, -1)
+        # each rule judges a hand-out somewhere in earliest..latest, and fails only if every
+        # moment in it breaks the rule
         for i, first in enumerate(ds):
-            end = min(first.t + h.lock_s, ack_end.get((first.consumer, p, o, first.dc), float("inf")))
-            change = owners.next_change(sp, first.t - tolerance_s, p)
+            end = min(first.earliest + h.lock_s, ack_end.get((first.consumer, p, o, first.dc), float("inf")))
+            change = owners.next_change(sp, first.earliest - tolerance_s, p)
             for later in ds[i + 1:]:
                 if later.t + tolerance_s >= end:
                     break
+                if later.latest < first.earliest:
+                    continue  # which came first is unknown
                 if change <= later.t + tolerance_s:
                     voided += 1
                     continue
                 held.append((p, o, first.consumer, first.t, first.dc, later.consumer, later.t, later.dc))
             if first.node is not None and any(t.node is not None for t in owners.tenures.get(sp, [])) \
-                    and owners.tenure_at(sp, first.node, first.t, since=first.t - tolerance_s) is None:
+                    and owners.tenure_at(sp, first.node, first.latest, since=first.earliest - tolerance_s) is None:
                 zombies.append((p, o, first.node, first.t))
         for a, b in zip(ds, ds[1:]):
-            if b.dc < a.dc and b.t - a.t > tolerance_s:
+            if b.dc < a.dc and b.earliest - a.latest > tolerance_s:
                 down.append((p, o, a.dc, a.t, b.dc, b.t))
-            elif b.dc == a.dc and not owners.unplanned_between(sp, a.t - tolerance_s, b.t + tolerance_s, p):
+            elif b.dc == a.dc and not owners.unplanned_between(
+                    sp, min(a.earliest, b.earliest) - tolerance_s, max(a.t, b.t) + tolerance_s, p):
                 repeated.append((p, o, a.dc, a.consumer, a.t, b.consumer, b.t))
     stats["voided_by_owner_change"] = voided
     stats["reloads"] = sum(len(ts) for ts in h.reloads.values())

@@ -29,7 +29,7 @@ def history_of(run_dir: Path) -> History:
         for line in event_lines(path):
             e = last = json.loads(line)
             if e["ev"] == "rec":
-                deliveries.append(Delivery(host, e["p"], e["o"], e["dc"], e["t"], e.get("n")))
+                deliveries.append(Delivery(host, e["p"], e["o"], e["dc"], e["t"], e.get("n"), e.get("lo"), e.get("hi")))
             elif e["ev"] == "ack":
                 acks.append(Ack(host, e["p"], e["o"], e["dc"], e["ok"], e["t"], e.get("e")))
         if last is None or last["ev"] != "closed":

@@ -3,9 +3,13 @@ host: confluent-kafka's ShareConsumer (``--kind confluent``) or kshare's asyncio
 (``--kind asyncio``), explicit ACCEPT of every record, until SIGTERM.
 
 One JSON line per event in --out, what the checker (kshare_sidecar.testing.nemesis) reads:
-``{"ev": "rec", "p", "o", "dc", "t"}`` per record delivered — ``t`` is when the poll that returned
-it did (wall clock: every lab host shares the machine's clock), the closest a client gets to the
-moment the sidecar handed it out; the asyncio client also says which sidecar (``"n"``) —
+``{"ev": "rec", "p", "o", "dc", "t", "lo", "hi"}`` per record delivered — ``t`` is when the poll
+that returned it did (wall clock: every lab host shares the machine's clock); ``lo``..``hi``
+bound when the sidecar handed it out, later by a network round trip: librdkafka's consumer only
+knows it came after its previous poll (``lo``), the asyncio client when the ShareFetch answer
+carrying it arrived (both) — after a stall (a commit waiting on an unreachable sidecar) records
+acquired before it reach the application long after; the asyncio client also says which sidecar
+(``"n"``) —
 ``{"ev": "ack", "p", "o", "dc", "ok", "e", "t"}`` per acknowledgement's outcome (``e``: the error's
 Kafka name), ``{"ev": "closed"}``. ``--hold-every K`` never acknowledges records whose key is a
 multiple of K (poison: their locks expire until the delivery limit archives them).
@@ -37,10 +41,11 @@ def confluent(args: argparse.Namespace, out) -> None:
         conf.update({"debug": "cgrp,broker,metadata,protocol", "log_level": 7})
     consumer = ShareConsumer(conf)
     consumer.subscribe([args.topic])
+    polled = round(time.time(), 3)  # the previous poll's return: what this poll returns came after
     try:
         while not stop:
             msgs = consumer.poll(0.5)
-            t = round(time.time(), 3)
+            t, lo, polled = round(time.time(), 3), polled, round(time.time(), 3)
             batch = []
             for m in msgs:
                 if m.error() is not None:
@@ -48,7 +53,7 @@ def confluent(args: argparse.Namespace, out) -> None:
                     continue
                 batch.append(m)
                 out.write(json.dumps({"ev": "rec", "p": m.partition(), "o": m.offset(), "dc": m.delivery_count(),
-                                      "t": t}) + "\n")
+                                      "t": t, "lo": lo}) + "\n")
             if not batch:
                 continue
             time.sleep(args.work_ms * len(batch) / 1000)
@@ -85,6 +90,7 @@ async def asyncio_kind(args: argparse.Namespace, out) -> None:
     async with ShareConsumer(args.topic, bootstrap_servers=args.bootstrap, group_id=args.group,
                              acknowledgement_mode="explicit", max_poll_records=args.max_poll_records) as consumer:
         requests, cluster = consumer._requests, consumer._cluster  # which sidecar handed them out
+        arrived = _stamp_arrivals(requests)
         while not stop.is_set():
             got = await consumer.getmany(timeout_ms=500)
             t = round(time.time(), 3)
@@ -92,10 +98,12 @@ async def asyncio_kind(args: argparse.Namespace, out) -> None:
             for tp, records in got.items():
                 inflight = requests.inflight.get((cluster.ids.get(tp.topic), tp.partition))
                 node = inflight.node if inflight is not None else None
+                tid = cluster.ids.get(tp.topic)
                 for r in records:
                     batch.append(r)
+                    came = arrived.pop((tid, r.partition, r.offset), None)
                     out.write(json.dumps({"ev": "rec", "p": r.partition, "o": r.offset, "dc": r.delivery_count,
-                                          "t": t, "n": node}) + "\n")
+                                          "t": t, "n": node, "lo": came, "hi": came}) + "\n")
             if not batch:
                 continue
             await asyncio.sleep(args.work_ms * len(batch) / 1000)
@@ -111,6 +119,23 @@ async def asyncio_kind(args: argparse.Namespace, out) -> None:
             for r in batch:
                 out.write(json.dumps({"ev": "ack", "p": r.partition, "o": r.offset, "dc": r.delivery_count,
                                       "ok": r.partition not in failed, "e": failed.get(r.partition), "t": t}) + "\n")
+
+
+def _stamp_arrivals(requests) -> dict[tuple, float]:
+    """(topic id, partition, offset) -> when the ShareFetch answer that acquired it was taken in:
+    the client's own hook for an answer's records, wrapped (the worker's instrument, not an API)."""
+    arrived: dict[tuple, float] = {}
+    take = requests._take_records
+
+    def stamped(node, tp, part):
+        t = round(time.time(), 3)
+        for a in part.acquired_records:
+            arrived.update(dict.fromkeys(((tp[0], tp[1], o) for o in range(int(a.first_offset),
+                                                                           int(a.last_offset) + 1)), t))
+        return take(node, tp, part)
+
+    requests._take_records = stamped
+    return arrived
 
 
 def _held(args: argparse.Namespace, key: bytes | None) -> bool:

@@ -133,3 +133,24 @@ def test_a_client_that_died_is_reported_and_what_it_held_is_judged_by_the_state_
     assert rules(check(history(ds, acks[:1], gone=died, snapshots=not_done))) >= {"client died", "lost"}
     # ... and a live client's missing acknowledgement is still a lost record
     assert rules(check(history(ds, acks[:1]))) == {"lost"}
+
+
+def test_a_record_handed_out_before_a_stall_is_judged_at_its_hand_out_not_at_its_poll():
+    """A consumer stalled 20 s in a commit on an unreachable sidecar hands its buffered records to
+    the application after the stall: the asyncio client knows when the ShareFetch answer came
+    (``lo``/``hi``), librdkafka only that it came after the previous poll (``lo``)."""
+    tenures = {3: [Tenure(1, 1, T0 - 100, T0 + 10), Tenure(2, 2, T0 + 10)]}
+    acks = [Ack("a", 0, 0, 1, True, T0 + 31)]
+    # node 1 handed it out at T0 + 2, inside its tenure; the poll returned it at T0 + 30
+    stalled = [Delivery("a", 0, 0, 1, T0 + 30, node=1, lo=T0 + 2, hi=T0 + 2)]
+    assert check(history(stalled, acks, ends={0: 1}, snapshots={}, tenures=tenures)).ok
+    late = [Delivery("a", 0, 0, 1, T0 + 30, node=1, lo=T0 + 20, hi=T0 + 20)]  # it came after the takeover
+    assert rules(check(history(late, acks, ends={0: 1}, snapshots={}, tenures=tenures))) == {"zombie"}
+    # the same count from the new owner first, then from the stalled consumer's buffer: the old
+    # owner's hand-out may precede the unplanned takeover at T0 + 10
+    same = [Delivery("b", 0, 0, 1, T0 + 29), Delivery("a", 0, 0, 1, T0 + 30, lo=T0 + 5)]
+    acks = [Ack("b", 0, 0, 1, True, T0 + 31)]
+    assert check(history(same, acks, ends={0: 1}, snapshots={}, tenures=tenures)).ok
+    known = [Delivery("b", 0, 0, 1, T0 + 29), Delivery("a", 0, 0, 1, T0 + 30, lo=T0 + 28)]
+    assert rules(check(history(known, acks, ends={0: 1}, snapshots={}, tenures=tenures))) == {
+        "count repeated without an unplanned owner change"}
