@@ -283,7 +283,7 @@ class Sidecar:
         self.shares = SharePartitionManager(sessions=ShareSessionCache(cfg.share.max_share_sessions,
                                                              cfg.share.max_share_sessions_per_connection),
                                    partitions=self.partitions, backend=self.backend, group_config=self.group_config,
-                                   read_ahead=cfg.server.read_ahead_enable)
+                                   read_ahead=cfg.server.read_ahead_enable, clock=self.clock.monotonic_ms)
         self.admin = AdminService(config=cfg, coordinator=self.coordinator, groups=self.groups,
                                   partitions=self.partitions, persister=self.persister, backend=self.backend)
         return restored

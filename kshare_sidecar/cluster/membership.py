@@ -307,7 +307,7 @@ class ClusterMembership(ConsumerRebalanceListener):
             if gone:
                 await asyncio.gather(*(self.persister.release(p) for p in sorted(gone)))
             if new:
-                started = time.monotonic()
+                started = self.clock()
                 results = await asyncio.gather(*(self._take_over(p) for p in sorted(new)),
                                                return_exceptions=True)
                 failed = [p for p, r in zip(sorted(new), results) if isinstance(r, BaseException)]
@@ -316,7 +316,7 @@ class ClusterMembership(ConsumerRebalanceListener):
                         log.warning("cluster %s: taking state partition %d over failed: %r; retrying", self.name,
                                     p, r)
                 log.info("cluster %s: took over state partitions %s in %.2f s", self.name,
-                         sorted(set(new) - set(failed)), time.monotonic() - started)
+                         sorted(set(new) - set(failed)), self.clock() - started)
                 if failed:
                     await asyncio.sleep(0.5)
                     self._changed.set()
@@ -331,10 +331,10 @@ class ClusterMembership(ConsumerRebalanceListener):
         holder = self._holder(p)
         if holder is not None and self.tail is not None:
             node, epoch = holder
-            started = time.monotonic()
+            started = self.clock()
             if await self.tail.wait_released(p, epoch, self.session_timeout_ms / 1000, holds=self._may_hold):
                 log.info("cluster %s: state partition %d handed over by node %d (owner epoch %d) after %.2f s",
-                         self.name, p, node, epoch, time.monotonic() - started)
+                         self.name, p, node, epoch, self.clock() - started)
             else:
                 log.warning("cluster %s: no handover of state partition %d from node %d within %d ms; taking it "
                             "over without one", self.name, p, node, self.session_timeout_ms)

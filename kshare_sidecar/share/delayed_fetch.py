@@ -12,7 +12,6 @@ never per record: the acquired batches are views of the backend's buffer
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
@@ -60,7 +59,8 @@ class DelayedShareFetch:
 
     __slots__ = (
         "budget",
-        "deadline",
+        "clock",
+        "deadline_ms",
         "group_id",
         "isolation",
         "member_id",
@@ -75,8 +75,10 @@ class DelayedShareFetch:
 
     def __init__(self, session: ShareSession, group_id: str, member_id: str, params: FetchParams, *,
                  sessions: ShareSessionCache, partitions: SharePartitionCache, reader: ShareLogReader,
-                 read_committed: bool,
+                 read_committed: bool, clock: Callable[[], int],
                  skip: AbstractSet[TopicIdPartition] = frozenset()) -> None:
+        """``clock``: the sidecar's monotonic milliseconds (timeutil.Clock, handed down from app.py),
+        on which MaxWaitMs runs out."""
         self.session = session
         self.group_id = group_id
         self.member_id = member_id
@@ -87,7 +89,8 @@ class DelayedShareFetch:
         self.read_committed = read_committed
         self.isolation = 1 if read_committed else 0
         self.skip = skip  # partitions answered TOPIC_AUTHORIZATION_FAILED instead
-        self.deadline = time.monotonic() + params.max_wait_ms / 1000
+        self.clock = clock
+        self.deadline_ms = clock() + params.max_wait_ms
         self.budget = _Budget(params.max_records, params.max_bytes)
 
     async def run(self, on_park: Callable[[], None] | None = None) -> dict[TopicIdPartition, PartitionOut]:
@@ -115,14 +118,14 @@ class DelayedShareFetch:
                     part.records += records  # views, not bytes: nothing is copied
                     part.acquired += acquired
             acquired_bytes = params.max_bytes - budget.bytes
-            remaining = self.deadline - time.monotonic()
-            if any(p.error != ErrorCode.none for p in out.values()) or remaining <= 0 or \
+            remaining_ms = self.deadline_ms - self.clock()
+            if any(p.error != ErrorCode.none for p in out.values()) or remaining_ms <= 0 or \
                     (acquired_bytes and acquired_bytes >= max(params.min_bytes, 1)) or budget.records <= 0:
                 return out
             if on_park is not None:  # only waiting is left: let the connection's next request run
                 on_park()
                 on_park = None
-            await self._wait(slots, remaining)
+            await self._wait(slots, remaining_ms)
 
     async def _session_slots(self, out: dict[TopicIdPartition, PartitionOut]) -> list[Slot]:
         """The session's share-partitions, rotated so every partition gets its turn first (each
@@ -186,21 +189,22 @@ class DelayedShareFetch:
         _METRICS.count_delivered(slot.key.group_id, acquired)  # per group: the console, the alert rules
         return records, acquired
 
-    async def _wait(self, slots: list[Slot], remaining_s: float) -> None:
+    async def _wait(self, slots: list[Slot], remaining_ms: int) -> None:
         """Park until a share-partition changes (ack, release, lock expiry), new data arrives in
-        the backend, or the time is up."""
+        the backend, or the time is up (the event loop's timer sleeps; ``run`` decides by the clock
+        whether the time is up)."""
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
         for slot in slots:
             slot.waiters.add(waiter)
         pending: list[asyncio.Future[None]] = [waiter]
-        poll_ms = int(remaining_s * 1000)
         for slot in slots:
             offset = slot.partition.next_fetch_offset()
             if offset is not None and slot.partition.can_acquire():
-                pending.append(asyncio.ensure_future(self.reader.long_poll(slot, offset, poll_ms, self.isolation)))
+                poll = self.reader.long_poll(slot, offset, remaining_ms, self.isolation)
+                pending.append(asyncio.ensure_future(poll))
         try:
-            await asyncio.wait(pending, timeout=remaining_s, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(pending, timeout=remaining_ms / 1000, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for fut in pending:
                 if not fut.done():

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -67,9 +66,12 @@ class SharePartitionManager:
 
     def __init__(self, *, sessions: ShareSessionCache, partitions: SharePartitionCache, backend: Backend,
                  group_config: Callable[[str], Mapping[str, Any]], cache_bytes: int = 64 * 1024 * 1024,
-                 read_ahead: bool = False) -> None:
+                 read_ahead: bool = False, clock: Callable[[], int] | None = None) -> None:
+        """``clock``: the sidecar's monotonic milliseconds (timeutil.Clock, from app.py): the
+        fetches' MaxWaitMs deadlines and the timings logged; by default the partition cache's."""
         self.sessions = sessions
         self.partitions = partitions
+        self.clock = clock if clock is not None else partitions.clock
         self.backend = backend
         self.group_config = group_config
         self.reader = ShareLogReader(backend, cache_bytes=cache_bytes, read_ahead=read_ahead)
@@ -106,7 +108,7 @@ class SharePartitionManager:
         # them TOPIC_AUTHORIZATION_FAILED on every fetch; their acks are not applied.
         denied = await self._denied(readable, set(session.partitions) | set(acks))
         out: dict[TopicIdPartition, PartitionOut] = {}
-        t0 = time.monotonic()
+        t0 = self.clock()
         # The durable write of the piggybacked acks and the acquisition of new records run side by
         # side: the response waits for both, so a fetch costs max(write, read), not their sum.
         allowed_acks = {tp: b for tp, b in acks.items() if tp not in denied}
@@ -120,7 +122,7 @@ class SharePartitionManager:
                 read_committed = group.isolation_level == "read_committed"
                 fetched = await DelayedShareFetch(
                     session, group_id, member_id, params, sessions=self.sessions, partitions=self.partitions,
-                    reader=self.reader, read_committed=read_committed,
+                    reader=self.reader, read_committed=read_committed, clock=self.clock,
                     skip=denied).run(on_park)
         finally:
             ack_results = await ack_task if ack_task is not None else {}
@@ -129,7 +131,7 @@ class SharePartitionManager:
             # will receive these records, and connection_closed has already released the member's
             # others. Release them too, or a delivery would be counted that never happened.
             self.partitions.release_member(group_id, member_id, fetched)
-        t1 = time.monotonic()
+        t1 = self.clock()
         for tp, code in ack_results.items():
             out[tp] = PartitionOut(tp[0], tp[1], ack_error=code)
         for tp in denied & set(acks):
@@ -145,8 +147,8 @@ class SharePartitionManager:
                 part.ack_error = out[tp].ack_error
             out[tp] = part
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("ShareFetch group=%s member=%s: acks and fetch %.1f ms (%d ack partitions), %d records",
-                      group_id, member_id, (t1 - t0) * 1000, len(acks),
+            log.debug("ShareFetch group=%s member=%s: acks and fetch %d ms (%d ack partitions), %d records",
+                      group_id, member_id, t1 - t0, len(acks),
                       sum(a.last_offset - a.first_offset + 1 for p in out.values() for a in p.acquired))
         return ShareOut(lock_timeout_ms=lock_ms, partitions=list(out.values()))
 
