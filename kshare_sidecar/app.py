@@ -120,7 +120,7 @@ class Sidecar:
         if start is not None:  # e.g. delegate: the backend offers the mechanisms it relays
             await start(cfg.listener_security.mechanisms)
         await self._start_authorizer()
-        self.quotas = client_quotas(cfg, self.security)
+        self.quotas = client_quotas(cfg, self.clients)
         if self.quotas is not None:  # a backend that cannot answer yet: logged, read again later
             await self.quotas.start()
         await self._start_state(specs)
@@ -185,7 +185,7 @@ class Sidecar:
         sec = cfg.listener_security
         if any(spec.sasl for spec in specs):
             self.authenticator = plugins.get_authenticator(sec.sasl_authenticator, config=cfg,
-                                                           backend_security=self.security)
+                                                           backend_security=self.security, backend_clients=self.clients)
             missing = [m for m in sec.mechanisms if m not in self.authenticator.mechanisms]
             if missing:
                 raise ConfigError(f"sasl.enabled.mechanisms = {sec.sasl_enabled_mechanisms!r}: the "
@@ -230,7 +230,7 @@ class Sidecar:
         return certificates or scram or (sasl and not self._replays_plain())
 
     async def _start_authorizer(self) -> None:
-        self.authorizer = backend_authorizer(self.config, self.security)
+        self.authorizer = backend_authorizer(self.config, self.clients)
         if self.authorizer is None:
             return
         try:  # no backend authorizer: one clear line, before anything else starts
@@ -346,7 +346,7 @@ class Sidecar:
         """Every API the sidecar does not serve goes to the backend (docs/passthrough.md)."""
         from .passthrough import BackendPool, Reserved, install, mixed, native
 
-        self.pool = BackendPool(self.config.backend.bootstrap_servers, security=self.security)
+        self.pool = BackendPool(self.clients)
         await self.pool.start()
         versions_api.register(registry, **versions_api.sidecar_features(
             self.pool.supported_features, self.pool.finalized_features, self.pool.finalized_features_epoch))

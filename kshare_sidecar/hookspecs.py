@@ -59,9 +59,11 @@ def register_authenticators(register):
     """Register SASL authenticators: what checks the credentials of clients of SASL listeners.
 
     Call ``register(name, factory, description="")`` once per authenticator.
-    ``factory(config=..., backend_security=...)`` (the :class:`~kshare_sidecar.config.SidecarConfig`
-    and the backend's :class:`~kshare_sidecar.backend.security.BackendSecurity`; accept ``**_`` for
-    arguments added later) returns an object implementing
+    ``factory(config=..., backend_security=..., backend_clients=...)`` (the
+    :class:`~kshare_sidecar.config.SidecarConfig`, the backend's
+    :class:`~kshare_sidecar.backend.security.BackendSecurity` and the
+    :class:`~kshare_sidecar.backend.clients.BackendClients` that makes every connection to the
+    backend; accept ``**_`` for arguments added later) returns an object implementing
     :class:`kshare_sidecar.auth.authenticators.Authenticator`: a ``mechanisms`` set, async
     ``verify_plain(username, password) -> bool``, async ``scram_credential(mechanism, username)
     -> ScramCredential | None`` and async ``close()``; optionally ``scram_relay(mechanism)`` (the

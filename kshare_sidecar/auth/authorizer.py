@@ -33,7 +33,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.describe_acls.v1.request import DescribeAclsRequest
 from kio.schema.describe_acls.v1.response import DescribeAclsResponse
@@ -41,12 +41,14 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
 
 from ..config import ConfigError
-from ..backend.brokerconn import BrokerConn, BrokerConnError
+from ..backend.brokerconn import BrokerConnError
 from ..backend.errors import BackendUnavailableError
-from ..protocol.address import parse_bootstrap
 from ..protocol.requests import decode_response, request_payload
 from ..ratelog import RateLimitedLog
 from .acls import WILDCARD_PRINCIPAL, Acl, AclSet, Decider, Pattern, Permission, Res
+
+if TYPE_CHECKING:
+    from ..backend.clients import BackendClients
 
 log = logging.getLogger("kshare.authorizer")
 _failures = RateLimitedLog(log)
@@ -99,12 +101,11 @@ def acls_from_response(response: Any) -> list[Acl]:
 class BackendAuthorizer:
     """Per-principal ACL cache over DescribeAcls (see module docstring)."""
 
-    def __init__(self, bootstrap_servers: str, security: Any, *, cache_ms: int = 5000,
+    def __init__(self, clients: BackendClients, *, cache_ms: int = 5000,
                  super_users: frozenset[str] = frozenset(), plaintext_anonymous: bool = True,
                  allow_everyone_if_no_acl_found: bool = False, denial_recheck_ms: int = 1000,
                  clock: Callable[[], float] = time.monotonic, timeout_s: float = 10.0) -> None:
-        self._conns = [BrokerConn(host, port, security=security, connect_timeout_s=timeout_s)
-                       for host, port in parse_bootstrap(bootstrap_servers)]
+        self._conns = clients.bootstrap_brokers(connect_timeout_s=timeout_s)  # as the sidecar
         self.cache_s = cache_ms / 1000
         self.super_users = super_users
         self.plaintext_anonymous = plaintext_anonymous
@@ -305,7 +306,7 @@ class BackendAuthorizer:
                                       principal, exc)
 
 
-def backend_authorizer(config: Any, security: Any) -> BackendAuthorizer | None:
+def backend_authorizer(config: Any, clients: BackendClients) -> BackendAuthorizer | None:
     """The configured authorizer, or ``None`` when ``authorizer.class.name`` is empty."""
     name = config.authorizer.class_name
     if not name:
@@ -313,7 +314,7 @@ def backend_authorizer(config: Any, security: Any) -> BackendAuthorizer | None:
     if name != "backend":
         raise ConfigError(f"authorizer.class.name = {name!r}: allowed values are '' and 'backend'")
     supers = frozenset(p.strip() for p in config.authorizer.super_users.split(";") if p.strip())
-    return BackendAuthorizer(config.backend.bootstrap_servers, security, cache_ms=config.authorizer.cache_ms,
+    return BackendAuthorizer(clients, cache_ms=config.authorizer.cache_ms,
                              super_users=supers,
                              plaintext_anonymous=config.authorizer.allow_plaintext_anonymous,
                              allow_everyone_if_no_acl_found=config.authorizer.allow_everyone_if_no_acl_found,

@@ -18,6 +18,8 @@ The sidecar keeps no user database.
 Either way the backend's SASL_AUTHENTICATION_FAILED (with its message) is the client's; a backend
 that cannot be reached means "could not verify". Each authentication costs one backend connection,
 closed when it ends (no cache: a password changed at the backend applies to the next connection).
+Those connections are made by the one ``BackendClients`` (``broker_as``): never with the
+sidecar's own credentials, only with the backend's TLS settings and the client's.
 
 A client authenticating with a delegation token (Kafka's ``tokenauth=true`` extension: user name
 = token id, password = HMAC) is relayed the same way; the backend's principal for it is the
@@ -35,7 +37,7 @@ import asyncio
 import dataclasses
 import datetime
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.create_delegation_token.v2.request import CreateDelegationTokenRequest
 from kio.schema.create_delegation_token.v2.response import CreateDelegationTokenResponse
@@ -47,12 +49,13 @@ from ..config import ConfigError
 from ..backend.brokerconn import BrokerAuthError, BrokerConn, BrokerConnError
 from ..backend.errors import SaslError
 from ..backend.sasl import sasl_handshake, sasl_token
-from ..backend.security import BackendSecurity
-from ..protocol.address import parse_bootstrap
 from ..protocol.constants import SCRAM_MECHANISMS
 from ..protocol.requests import leading_error_code, request_payload
 from .authenticators import CredentialsUnavailable, RelayRefused
 from .scram import HASHES, ScramCredential, ScramInvalid, ScramRefused, ScramServer
+
+if TYPE_CHECKING:
+    from ..backend.clients import BackendClients
 
 log = logging.getLogger("kshare.auth")
 
@@ -63,7 +66,8 @@ RELAY_TIMEOUT_S = 30.0
 class DelegateAuthenticator:
     mechanisms = frozenset({"PLAIN", *HASHES})
 
-    def __init__(self, bootstrap_servers: str, security: BackendSecurity, *, timeout_s: float = 10.0) -> None:
+    def __init__(self, clients: BackendClients, *, timeout_s: float = 10.0) -> None:
+        security = clients.security
         if not security.sasl:
             raise ConfigError(f"sasl.authenticator = 'delegate' needs a SASL backend: backend.security.protocol is "
                               f"{security.protocol}, allowed values SASL_PLAINTEXT, SASL_SSL")
@@ -73,7 +77,8 @@ class DelegateAuthenticator:
         #: the relay's connections: the backend's TLS settings, no SASL of their own
         self._transport = dataclasses.replace(self._template, protocol="SSL" if security.tls else "PLAINTEXT",
                                               mechanism=None)
-        self._servers = parse_bootstrap(bootstrap_servers)
+        self._clients = clients
+        self._servers = clients.bootstrap
         self._timeout = timeout_s
 
     def __repr__(self) -> str:
@@ -99,7 +104,7 @@ class DelegateAuthenticator:
         """A connected (TLS if the backend's) connection to the first broker that answers."""
         problems = []
         for host, port in self._servers:
-            conn = BrokerConn(host, port, security=self._transport, connect_timeout_s=self._timeout)
+            conn = self._clients.broker_as(self._transport, host, port, connect_timeout_s=self._timeout)
             try:
                 await conn.connect()
                 return conn
@@ -112,7 +117,7 @@ class DelegateAuthenticator:
         security = dataclasses.replace(self._template, username=username, password=password)
         problems = []
         for host, port in self._servers:
-            conn = BrokerConn(host, port, security=security, connect_timeout_s=self._timeout)
+            conn = self._clients.broker_as(security, host, port, connect_timeout_s=self._timeout)
             try:
                 await conn.connect()
                 return True
@@ -233,5 +238,5 @@ def _token_auth(client_first: bytes) -> bool:
     return any(a.partition("=")[0] == "tokenauth" and a.partition("=")[2].lower() == "true" for a in bare)
 
 
-def delegate_authenticator(*, config: Any, backend_security: BackendSecurity, **_: Any) -> DelegateAuthenticator:
-    return DelegateAuthenticator(config.backend.bootstrap_servers, backend_security)
+def delegate_authenticator(*, backend_clients: BackendClients, **_: Any) -> DelegateAuthenticator:
+    return DelegateAuthenticator(backend_clients)

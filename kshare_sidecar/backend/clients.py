@@ -2,9 +2,16 @@
 once (docs/security.md, "Towards the backend").
 
 aiokafka producers, consumers and admin clients (the dead-letter writer, the cluster membership
-and the state-topic tail) and raw ``BrokerConn`` connections all take the TLS context and SASL
+and the state-topic tail) and raw ``BrokerConn`` connections (pass-through's pool, the ACL and
+quota readers, delegation tokens, the delegate authenticator) all take the TLS context and SASL
 options from one ``BackendSecurity``: app.py builds one ``BackendClients`` and hands it down, so
 no service passes security options by hand and none can connect without them.
+
+A few connections deliberately authenticate as someone else — a client's delegation token or
+password (``passthrough.credentials = client``), credentials being checked for a client
+(``sasl.authenticator = delegate``). They are made here too, with :meth:`BackendClients.broker_as`
+and a security derived from this one, so the backend's TLS settings still come from one place and
+every such connection is visible by its name.
 """
 
 from __future__ import annotations
@@ -14,13 +21,14 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
+from ..protocol.address import parse_bootstrap
 from .brokerconn import BrokerConn
 from .security import BackendSecurity
 
 
 class BackendClients:
     """Makes backend clients with the backend's address and security: ``producer``, ``consumer``,
-    ``admin`` (aiokafka) and ``broker`` (one raw pipelined connection)."""
+    ``admin`` (aiokafka) and ``broker`` / ``bootstrap_brokers`` (raw pipelined connections)."""
 
     def __init__(self, bootstrap_servers: str, security: BackendSecurity | None = None) -> None:
         self.bootstrap_servers = bootstrap_servers
@@ -37,5 +45,21 @@ class BackendClients:
     def admin(self, **kwargs: Any) -> AIOKafkaAdminClient:
         return AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers, **kwargs, **self.options)
 
+    @property
+    def bootstrap(self) -> list[tuple[str, int]]:
+        """The bootstrap addresses, parsed."""
+        return parse_bootstrap(self.bootstrap_servers)
+
     def broker(self, host: str, port: int, **kwargs: Any) -> BrokerConn:
+        """One raw pipelined connection to a backend broker, as the sidecar (its own credentials)."""
         return BrokerConn(host, port, security=self.security, **kwargs)
+
+    def bootstrap_brokers(self, **kwargs: Any) -> list[BrokerConn]:
+        """One connection per bootstrap address, as the sidecar: for services that ask whichever
+        broker answers (the ACL reader, the quota reader)."""
+        return [self.broker(host, port, **kwargs) for host, port in self.bootstrap]
+
+    def broker_as(self, security: BackendSecurity, host: str, port: int, **kwargs: Any) -> BrokerConn:
+        """A connection with other credentials than the sidecar's (see the module docstring):
+        ``security`` is this one's with the credentials replaced (``dataclasses.replace``)."""
+        return BrokerConn(host, port, security=security, **kwargs)

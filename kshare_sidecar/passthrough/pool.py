@@ -22,19 +22,22 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from ..auth.acls import NOT_PROVIDED
 from ..backend.brokerconn import BrokerConn, BrokerConnError
 from ..backend.errors import LEADER_NOT_AVAILABLE, BackendUnavailableError
-from ..protocol.address import parse_bootstrap
 from ..protocol.constants import CoordinatorType
 from ..protocol.errors import KafkaError
 from ..protocol.requests import request_payload
 from ..wire import codec
 from . import routes
+
+if TYPE_CHECKING:
+    from ..backend.clients import BackendClients
+    from ..backend.security import BackendSecurity
 
 log = logging.getLogger("kshare.forward")
 
@@ -88,9 +91,9 @@ class PartitionInfo:
 class BackendPool:
     """Backend brokers, partition leaders and coordinators, from the backend's own answers."""
 
-    def __init__(self, bootstrap: str, *, request_timeout_s: float = 30.0, security: Any = None) -> None:
-        self._bootstrap = parse_bootstrap(bootstrap)
-        self.security = security  # backend.security.BackendSecurity: TLS/SASL for every connection
+    def __init__(self, clients: BackendClients, *, request_timeout_s: float = 30.0) -> None:
+        self.clients = clients  # every connection made by it, with the backend's one security
+        self._bootstrap = clients.bootstrap
         self._timeout = request_timeout_s
         self.brokers: dict[int, tuple[str, int]] = {}
         self.versions: dict[int, tuple[int, int]] = {}
@@ -104,9 +107,14 @@ class BackendPool:
         self._names: dict[uuid.UUID, str] = {}
         self._coordinators: dict[tuple[int, str], int] = {}
         self._control: dict[int, BrokerConn] = {}
-        self._boot: list[BrokerConn] = [BrokerConn(h, p, node_id=-1, security=security) for h, p in self._bootstrap]
+        self._boot: list[BrokerConn] = [clients.broker(h, p, node_id=-1) for h, p in self._bootstrap]
         self._last_refresh = 0.0
         self._refreshing: asyncio.Task[Any] | None = None
+
+    @property
+    def security(self) -> BackendSecurity:
+        """The backend's security (TLS/SASL), as the sidecar: what the control connections use."""
+        return self.clients.security
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -152,7 +160,7 @@ class BackendPool:
         conn = self._control.get(node)
         if conn is None:
             host, port = self.brokers[node]
-            conn = self._control[node] = BrokerConn(host, port, node_id=node, security=self.security)
+            conn = self._control[node] = self.clients.broker(host, port, node_id=node)
         return conn
 
     def _any_conns(self) -> list[BrokerConn]:
@@ -320,9 +328,8 @@ class BackendPool:
         way the backend authorizes the client instead of the sidecar. ``release`` runs at close."""
         if credentials is not None:
             principal = f"User:{credentials[0]}"
-            if self.security is not None:
-                security = dataclasses.replace(self.security, username=credentials[0], password=credentials[1],
-                                               token_file=None)
+            security = dataclasses.replace(self.security, username=credentials[0], password=credentials[1],
+                                           token_file=None)
         return Upstream(self, principal=principal, security=security, release=release)
 
 
@@ -333,11 +340,13 @@ class CoordinatorError(KafkaError):
 class Upstream:
     """One client connection's connections to the backend brokers (see module docstring)."""
 
-    def __init__(self, pool: BackendPool, principal: Any = None, security: Any = None,
+    def __init__(self, pool: BackendPool, principal: Any = None, security: BackendSecurity | None = None,
                  release: Callable[[], None] | None = None) -> None:
         self.pool = pool
         self.principal = principal  # None: the sidecar's own
-        self.security = security if security is not None else pool.security
+        #: the client's credentials (its password or a delegation token of its principal), made
+        #: from the backend's security; None: the sidecar's own
+        self.credentials = security
         self._release = release
         self._conns: dict[int, BrokerConn] = {}
 
@@ -349,8 +358,10 @@ class Upstream:
         if conn is None or (conn.host, conn.port) != address:
             if conn is not None:
                 conn.drop("broker address changed")
-            conn = self._conns[node] = BrokerConn(*address, node_id=node, principal=self.principal,
-                                                  security=self.security)
+            clients = self.pool.clients
+            conn = self._conns[node] = clients.broker(*address, node_id=node, principal=self.principal) \
+                if self.credentials is None else \
+                clients.broker_as(self.credentials, *address, node_id=node, principal=self.principal)
         return conn
 
     async def close(self) -> None:

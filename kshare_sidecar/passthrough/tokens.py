@@ -44,7 +44,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial.errors import SerialError
 from kio.static.primitive import i64Timedelta
 
-from ..backend.brokerconn import BrokerConn, BrokerConnError
+from ..backend.brokerconn import BrokerConnError
 from ..backend.errors import SaslError
 from ..protocol.requests import leading_error_code
 from ..ratelog import RateLimitedLog
@@ -186,7 +186,8 @@ class DelegationTokens:
         node = self.pool.any_node()
         host, port = self.pool.brokers[node]
         security = self.token_security(_Fixed(token, self.clock))
-        conn = BrokerConn(host, port, node_id=node, security=security)
+        # the sidecar's own token, not its configured credentials: that is what is checked
+        conn = self.pool.clients.broker_as(security, host, port, node_id=node)
         try:
             await conn.connect()
         except BrokerConnError as exc:
@@ -199,7 +200,6 @@ class DelegationTokens:
 
     def token_security(self, source: Any) -> Any:
         """The pool's security with ``source`` as SCRAM credentials and ``tokenauth=true``."""
-        assert self.pool.security is not None
         return dataclasses.replace(self.pool.security, mechanism=self.mechanism, username=None, password=None,
                                    token_file=None, token_provider=None, credential_source=source, token_auth=True)
 

@@ -33,17 +33,19 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.describe_client_quotas.v0.request import DescribeClientQuotasRequest
 from kio.schema.describe_client_quotas.v0.response import DescribeClientQuotasResponse
 from kio.schema.errors import ErrorCode
 
-from ..backend.brokerconn import BrokerConn, BrokerConnError
-from ..protocol.address import parse_bootstrap
+from ..backend.brokerconn import BrokerConnError
 from ..protocol.requests import decode_response, request_payload
 from ..ratelog import RateLimitedLog
 from .model import CONSUMER_BYTE_RATE, QuotaTable, SampledRate, entity_of
+
+if TYPE_CHECKING:
+    from ..backend.clients import BackendClients
 
 log = logging.getLogger("kshare.quotas")
 _failures = RateLimitedLog(log)
@@ -60,10 +62,9 @@ def _user(principal: str) -> str:
 class ClientQuotas:
     """The fetch quotas of the backend, their rates, and the muted connections."""
 
-    def __init__(self, bootstrap_servers: str, security: Any, *, refresh_ms: int = 5000, samples: int = 11,
+    def __init__(self, clients: BackendClients, *, refresh_ms: int = 5000, samples: int = 11,
                  window_s: int = 1, clock: Callable[[], float] = time.monotonic, timeout_s: float = 10.0) -> None:
-        self._conns = [BrokerConn(host, port, security=security, connect_timeout_s=timeout_s)
-                       for host, port in parse_bootstrap(bootstrap_servers)]
+        self._conns = clients.bootstrap_brokers(connect_timeout_s=timeout_s)  # as the sidecar
         self.refresh_s = refresh_ms / 1000
         self.samples, self.window_ms = samples, window_s * 1000
         self._clock = clock
@@ -219,12 +220,12 @@ class QuotaReadError(Exception):
     """The backend refused DescribeClientQuotas."""
 
 
-def client_quotas(config: Any, security: Any) -> ClientQuotas | None:
+def client_quotas(config: Any, clients: BackendClients) -> ClientQuotas | None:
     """The configured quota manager, or ``None`` when ``client.quota.enable`` is off."""
     q = config.quota
     if not q.enable:
         return None
-    return ClientQuotas(config.backend.bootstrap_servers, security, refresh_ms=q.refresh_ms, samples=q.window_num,
+    return ClientQuotas(clients, refresh_ms=q.refresh_ms, samples=q.window_num,
                         window_s=q.window_size_seconds)
 
 

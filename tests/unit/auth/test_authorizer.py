@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from kshare_sidecar.backend.clients import BackendClients
 from kshare_sidecar.auth.acls import Acl, Op, Pattern, Permission, Res
 from kshare_sidecar.auth.authorizer import AclsUnavailable, BackendAuthorizer, AuthorizerError
 
@@ -19,7 +20,7 @@ class Clock:
 
 def make(acls: dict[str, list[Acl]], clock: Clock, **kw) -> tuple[BackendAuthorizer, list[str]]:
     calls: list[str] = []
-    az = BackendAuthorizer("127.0.0.1:1", None, cache_ms=1000, clock=clock, **kw)
+    az = BackendAuthorizer(BackendClients("127.0.0.1:1"), cache_ms=1000, clock=clock, **kw)
 
     async def describe(principal: str):
         calls.append(principal)
@@ -104,7 +105,7 @@ class FakeConn:
 
 @pytest.mark.parametrize("code, words", [(54, "has no authorizer"), (31, "DESCRIBE on CLUSTER")])
 def test_a_backend_without_acls_fails_start_up_with_one_clear_line(code, words):
-    az = BackendAuthorizer("127.0.0.1:1", None)
+    az = BackendAuthorizer(BackendClients("127.0.0.1:1"))
     az._conns = [FakeConn(_answer(code))]
     with pytest.raises(AuthorizerError) as info:
         asyncio.run(az.start())
@@ -118,7 +119,7 @@ def test_describe_acls_answers_become_bindings():
 
     resource = r1.DescribeAclsResource(resource_type=i8(3), resource_name="team-", pattern_type=i8(4), acls=(
         r1.AclDescription(principal="User:alice", host="*", operation=i8(3), permission_type=i8(3)),))
-    az = BackendAuthorizer("127.0.0.1:1", None)
+    az = BackendAuthorizer(BackendClients("127.0.0.1:1"))
     az._conns = [FakeConn(_answer(0, (resource,)))]
 
     async def run():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from kshare_sidecar.backend.clients import BackendClients
 from kshare_sidecar.passthrough.forwarder import Forwarder
 from kshare_sidecar.passthrough.pool import BackendPool
 from kshare_sidecar.backend.security import BackendSecurity
@@ -22,7 +23,7 @@ class Conn:
 
 def test_upstreams_use_the_clients_credentials_and_others_are_refused():
     security = BackendSecurity(protocol="SASL_SSL", mechanism="SCRAM-SHA-512", username="kshare", password="k-pw")
-    pool = BackendPool("127.0.0.1:1", security=security)
+    pool = BackendPool(BackendClients("127.0.0.1:1", security))
     pool.brokers = {1: ("127.0.0.1", 1)}
     forwarder = Forwarder(pool)
     assert forwarder._upstream(Conn(1)).conn(1).security.username == "kshare"  # default: the sidecar's

@@ -11,6 +11,7 @@ import random
 import pytest
 from kio.schema.errors import ErrorCode
 
+from kshare_sidecar.backend.clients import BackendClients
 from kshare_sidecar.passthrough import forwardable, routes
 from kshare_sidecar.passthrough.forwarder import Forwarder
 from kshare_sidecar.passthrough.pool import BackendPool
@@ -35,7 +36,7 @@ APIS = [(k, v) for k, (lo, hi) in forwardable(KAFKA_39, LOCAL).items() for v in 
 @pytest.mark.parametrize("api", APIS, ids=[f"key{k}v{v}" for k, v in APIS])
 def test_backend_unavailable_answers_encode(api):
     key, version = api
-    forwarder = Forwarder(BackendPool("127.0.0.1:1"))
+    forwarder = Forwarder(BackendPool(BackendClients("127.0.0.1:1")))
     factory = FrameFactory(random.Random(key * 100 + version), served=[(key, version, version)], null_rate=0)
     kind, spec = routes.route(key, version)
     checked = 0

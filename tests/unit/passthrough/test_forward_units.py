@@ -14,6 +14,7 @@ from kio.schema.produce.v3.request import ProduceRequest as ProduceV3
 from kio.schema.produce.v9.request import ProduceRequest as ProduceV9
 from kio.schema.produce.v13.request import ProduceRequest as ProduceV13
 
+from kshare_sidecar.backend.clients import BackendClients
 from kshare_sidecar.api import ApiRegistry, Dispatcher, NodeIdentity
 from kshare_sidecar.passthrough import forwardable, kio_range
 from kshare_sidecar.passthrough import produce
@@ -167,7 +168,7 @@ def test_topics_a_forwarded_delete_topics_deleted_are_reported_from_the_raw_answ
     async def topics_deleted(names, ids):
         told.append((names, ids))
 
-    forwarder = Forwarder(BackendPool("127.0.0.1:1"))
+    forwarder = Forwarder(BackendPool(BackendClients("127.0.0.1:1")))
     forwarder.topics_deleted = topics_deleted
     asyncio.run(forwarder._deleted(bytearray(codec.encode_response(answer, 7)), 6))
     assert told == [(["a", "b"], [gone])]
@@ -182,7 +183,7 @@ def test_a_raw_coordinator_answer_with_not_coordinator_forgets_the_coordinator()
     from kshare_sidecar.passthrough.forwarder import Forwarder
     from kshare_sidecar.passthrough.pool import GROUP_KEY, BackendPool
 
-    pool = BackendPool("127.0.0.1:1")
+    pool = BackendPool(BackendClients("127.0.0.1:1"))
     forgotten = []
     pool.forget_coordinator = lambda key_type, key: forgotten.append((key_type, key))  # type: ignore[method-assign]
     answer = hb4.HeartbeatResponse(throttle_time=datetime.timedelta(0), error_code=ErrorCode.not_coordinator)

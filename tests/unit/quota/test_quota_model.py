@@ -9,6 +9,7 @@ import asyncio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kshare_sidecar.backend.clients import BackendClients
 from kshare_sidecar.quota.client_quotas import ClientQuotas
 from kshare_sidecar.quota.model import DEFAULT, MISSING, Entity, QuotaTable, SampledRate, entity_of
 
@@ -91,7 +92,7 @@ def test_rate_matches_a_naive_model(events):
 
 def test_record_throttles_mutes_and_caps_max_bytes():
     now = [100.0]
-    quotas = ClientQuotas("127.0.0.1:1", None, clock=lambda: now[0])
+    quotas = ClientQuotas(BackendClients("127.0.0.1:1"), clock=lambda: now[0])
     quotas.table = table(c=1000)
     assert quotas.admit("User:ANONYMOUS", APP, 52_428_800) == (10_000, 0)  # 1000 B/s × 10 windows
     assert quotas.admit("User:ANONYMOUS", "other", 500) == (500, 0)  # no quota
