@@ -223,13 +223,17 @@ class KshareCollector:
             for group, n in sorted(counts.items()):
                 c.add_metric([group], n)
             yield c
-        for name, doc, attr in (
+        # the counters the Persister protocol declares (persist/protocol.py; this module stands
+        # below persist/, so it reads them without importing the type)
+        persisters = [sc.persister for sc in list(self.sidecars)]
+        for name, doc, written in (
                 ("kshare_state_records_written", ("Records committed to the state topic (snapshots, group and "
-                                                  "member records, tombstones)."), "records_written"),
+                                                  "member records, tombstones)."),
+                 sum(p.records_written for p in persisters)),
                 ("kshare_state_bytes_written", "Key and value bytes of the records committed to the state topic.",
-                 "bytes_written")):
+                 sum(p.bytes_written for p in persisters))):
             c = CounterMetricFamily(name, doc)
-            c.add_metric([], sum(getattr(getattr(sc, "persister", None), attr, 0) or 0 for sc in list(self.sidecars)))
+            c.add_metric([], written)
             yield c
         c = CounterMetricFamily("kshare_state_write_failures", "Share-state writes that failed (the change they "
                                 "carried was rolled back; clients retry).")
