@@ -36,7 +36,7 @@ from ..protocol.types import TopicPartition
 from . import errors as E
 from .errors import BackendError, BackendUnavailableError, UnknownTopicError, error_for
 from .fetchconn import FetchConns
-from .health import BackendHealth, Suspension, aiokafka_gate, drop_connections
+from .health import BackendHealth, Suspension, aiokafka_gate, drop_connections, watch_health
 from .kio_bridge import KioRequest
 from .kio_bridge import send as kio_send
 from .metadata import CachedTopic, MetadataAnswer, TopicCache, metadata_request, parse_metadata
@@ -56,8 +56,6 @@ if TYPE_CHECKING:
     from .security import BackendSecurity
 
 log = logging.getLogger(__name__)
-
-"""``"earliest"``, ``"latest"``, or a timestamp in ms (first offset with timestamp ≥ it)."""
 
 
 class Backend(OffsetLookups):
@@ -141,19 +139,8 @@ class Backend(OffsetLookups):
 
     async def _watch_health(self, up_every_s: float = 2.0, down_every_s: float = 1.0) -> None:
         """Probe the backend (Metadata for no topics: brokers only) and keep :attr:`health` current."""
-        while True:
-            await asyncio.sleep(up_every_s if self.health.up else down_every_s)
-            sent = time.monotonic()
-            try:
-                await asyncio.wait_for(self._metadata(()), 5.0)
-            except (BackendError, KafkaError, OSError, asyncio.TimeoutError) as exc:
-                self.health.failed(str(exc) or type(exc).__name__)
-                if self.lease is not None and self.lease.check():
-                    self._drop_stalled("this sidecar's lease lapsed (the backend stopped answering)")
-            else:
-                self.health.succeeded()
-                if self.lease is not None and self.lease.renew(sent):
-                    self._drop_stalled("the backend answers again after this sidecar's lease lapsed")
+        await watch_health(lambda: self._metadata(()), self.health, lambda: self.lease, self._drop_stalled,
+                           up_every_s=up_every_s, down_every_s=down_every_s)
 
     def _drop_stalled(self, reason: str) -> None:
         """A single sidecar's lease lapsed, or came back: close every backend connection. A cut

@@ -21,7 +21,11 @@ import asyncio
 import logging
 import time
 from typing import Any
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+
+from aiokafka.errors import KafkaError
+
+from .errors import BackendError
 
 log = logging.getLogger("kshare.backend")
 
@@ -130,6 +134,29 @@ class BackendHealth:
             self.gate.outage(False)
         log.warning("backend reachable again after %.0f s (%d aiokafka log lines suppressed during the outage)",
                     down_for, suppressed)
+
+
+async def watch_health(probe: Callable[[], Awaitable[Any]], health: BackendHealth, lease_of: Callable[[], Any],
+                       drop: Callable[[str], None], *, up_every_s: float, down_every_s: float) -> None:
+    """Probe the backend for ever and keep ``health`` current; a single sidecar's lease (if any)
+    lapses on failed probes and is renewed from an answered probe's send time, and each of those
+    two changes closes every backend connection (``drop``: a cut connection resumes only at TCP's
+    next retransmission, tens of seconds after a long cut; a new one at once)."""
+    while True:
+        await asyncio.sleep(up_every_s if health.up else down_every_s)
+        sent = time.monotonic()
+        try:
+            await asyncio.wait_for(probe(), 5.0)
+        except (BackendError, KafkaError, OSError, asyncio.TimeoutError) as exc:
+            health.failed(str(exc) or type(exc).__name__)
+            lease = lease_of()
+            if lease is not None and lease.check():
+                drop("this sidecar's lease lapsed (the backend stopped answering)")
+        else:
+            health.succeeded()
+            lease = lease_of()
+            if lease is not None and lease.renew(sent):
+                drop("the backend answers again after this sidecar's lease lapsed")
 
 
 def drop_connections(client: Any) -> int:
