@@ -386,7 +386,9 @@ async def test_acknowledging_right_after_delete_topics_gets_unknown_topic_id(tar
     records of 3 partitions acquired, the topic deleted through the bootstrap, then acknowledged
     with no fetch in between. Kafka 4.3 answers UNKNOWN_TOPIC_ID for each partition; the sidecar
     answered NO_ERROR (its topic cache learnt of the deletion only from a later backend read or
-    its age) until a forwarded DeleteTopics made it forget the topics at once."""
+    its age) until a forwarded DeleteTopics made it forget the topics at once. Kafka 4.4 on a busy
+    machine sometimes answers UNKNOWN_TOPIC_OR_PARTITION instead (its share-partitions of the topic
+    are gone while its metadata still knows the topic id): either fails every acknowledgement."""
     from confluent_kafka.admin import AdminClient
 
     topic, group, _ = _setup(target, partitions=3, records=30)
@@ -399,7 +401,9 @@ async def test_acknowledging_right_after_delete_topics_gets_unknown_topic_id(tar
             c.acknowledge(record, AcknowledgeType.ACCEPT)
         results = await c.commit()
     codes = {tp.partition: getattr(err, "code", None) for tp, err in results.items()}
-    assert codes == {p: ErrorCode.unknown_topic_id for p in range(3)}, f"{target.name}: {results}"
+    assert set(codes) == {0, 1, 2}, f"{target.name}: {results}"
+    assert set(codes.values()) <= {ErrorCode.unknown_topic_id, ErrorCode.unknown_topic_or_partition}, \
+        f"{target.name}: {results}"
 
 
 def test_acknowledging_records_of_a_deleted_topic_fails(target):
