@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: jvm demo test test-fast typecheck test-spark bench fuzz test-fencing test-parity test-parity-debts test-cluster-faults test-sidecar-cluster test-franz test-kafka-apps test-topology test-tansu test-tokens test-console test-containers test-migration test-backends test-dlq soak test-soak test-hostile test-nemesis nemesis-schedule clean
+.PHONY: jvm demo test test-fast typecheck test-spark bench fuzz test-faults test-fencing test-parity test-parity-debts test-cluster-faults test-sidecar-cluster test-franz test-kafka-apps test-topology test-tansu test-tokens test-console test-containers test-migration test-backends test-dlq soak test-soak test-hostile test-nemesis nemesis-schedule clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,11 @@ typecheck: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/engine.py --quick
+
+# Process faults under load (docs/testing.md): broker restarts, a leader killed, a sidecar restart; opt-in.
+test-faults: $(STAMP) jvm
+	$(PY) -m pytest -q -rfEs --run faults tests/e2e/test_backend_outage.py tests/e2e/test_passthrough_outage.py \
+		tests/e2e/test_passthrough_multibroker.py tests/e2e/test_ext_backoff.py
 
 # Hostile frames against a live sidecar on Kafka 3.9 (docs/wire.md, "Reliability"); opt-in.
 FUZZ_MINUTES ?= 10

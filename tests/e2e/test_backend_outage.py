@@ -13,7 +13,8 @@ from kshare_sidecar.testing.kafka import KafkaBroker, free_port
 from tests.e2e.conftest import SidecarProcess, Target, Worker, wait_until
 from tests.support import create_topic, produce, unique
 
-pytestmark = [pytest.mark.kafka, pytest.mark.timeout(400)]
+# a broker restarted under load: the opt-in fault suite, `make test-faults` (about a minute)
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(400), pytest.mark.optin("faults")]
 
 
 def backend_up(port: int) -> float | None:

@@ -58,6 +58,7 @@ def test_released_records_wait_for_their_backoff(sidecar, kafka_39, tmp_path):
     print(f"\n[kshare] shortest release-to-redelivery gaps by delivery: {worst} (backoff {expected})")
 
 
+@pytest.mark.optin("faults")  # a sidecar restart: `make test-faults`
 def test_a_restart_keeps_the_backoff(kafka_39, tmp_path):
     """A first consumer releases every record and leaves (nothing held by it: the records are in
     their backoff); the sidecar restarts; a second consumer gets them only after the backoff. Two

@@ -42,8 +42,8 @@ pytestmark = pytest.mark.kafka
 
 REPEAT = int(os.environ.get("KSHARE_FENCING_REPEAT", "1"))
 MODES = os.environ.get("KSHARE_FENCING_MODES", "fenced").split(",")
-#: The default suite runs the frozen-owner scenario (a paused sidecar waking up after a takeover);
-#: the other two run under ``make test-fencing`` (``--run fencing``), with the repeats and modes.
+#: Every scenario runs under ``make test-fencing`` (``--run fencing``), with the repeats and modes;
+#: the default suite has the writers' fencing in tests/unit/persist (a minute each here).
 FULL = pytest.mark.optin("fencing")
 PARTITIONS = 3
 SUPERSEDED = "this sidecar stops serving share groups"
@@ -205,6 +205,7 @@ def assert_one_writer_at_a_time(state: StateLog) -> None:
                 f"partition {p} offset {offset}: owner {entity.state.leader_epoch} wrote after owner {newest[p]}"
 
 
+@FULL
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("run", range(REPEAT))
 def test_frozen_owner_resumed_after_takeover_never_moves_state_backwards(kafka_39, tmp_path, run, mode):

@@ -118,6 +118,7 @@ def _leaders(cluster, topic: str, partitions: int) -> dict[int, int]:
         time.sleep(0.2)
 
 
+@pytest.mark.optin("faults")  # a leader killed: `make test-faults`
 def test_acks0_then_leader_killed_mid_produce(cluster, tmp_path):
     """acks=0 frames (no answer) split per leader; then the leader of some partitions is SIGKILLed
     while an acks=all producer runs: the sidecar must re-learn leaders (NOT_LEADER_OR_FOLLOWER is

@@ -13,7 +13,8 @@ from kshare_sidecar.testing.kafka import KafkaBroker
 from tests.e2e.conftest import SidecarProcess
 from tests.support import assert_quiet_log, create_topic, unique
 
-pytestmark = [pytest.mark.kafka, pytest.mark.timeout(400)]
+# a broker restarted under load: the opt-in fault suite, `make test-faults` (about a minute)
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(400), pytest.mark.optin("faults")]
 
 
 def test_produce_and_consume_through_a_backend_restart(tmp_path):

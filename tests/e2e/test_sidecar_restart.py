@@ -18,13 +18,11 @@ from tests.support import create_topic, produce, unique
 pytestmark = pytest.mark.kafka
 
 
-@pytest.mark.parametrize("write_mode", [
-    "fenced",  # the default state write mode: in the default suite
-    # the other two modes (docs/persistence.md: with a Kafka transaction per write, and without
-    # fencing by the backend) with the zombie-sidecar fault suite, `make test-fencing`
-    pytest.param("transactional", marks=pytest.mark.optin("fencing")),
-    pytest.param("idempotent", marks=pytest.mark.optin("fencing")),
-])
+# Every state write mode (the default, fenced; with a Kafka transaction per write; without fencing
+# by the backend) with the zombie-sidecar fault suite, `make test-fencing` (about a minute each);
+# the default suite restarts a sidecar mid-run in tests/e2e/test_asyncio_client.py.
+@pytest.mark.optin("fencing")
+@pytest.mark.parametrize("write_mode", ["fenced", "transactional", "idempotent"])
 def test_restart_mid_run_loses_nothing_and_redelivers_no_acked_record(kafka_39, tmp_path, write_mode):
     """Every state write mode (docs/persistence.md)."""
     restart_mid_run(kafka_39.bootstrap, tmp_path, write_mode)

@@ -6,7 +6,7 @@ one missing, a name without the prefix, a refused ``__`` name; copy on or off; a
 limit of 2 or 3), so their rejects and releases past the limit dead-letter records, and end by
 comparing what the dead-letter topics hold.
 
-The default suite runs ``KSHARE_PARITY_EXAMPLES`` sequences (default 6), derandomized and without
+The default suite runs ``KSHARE_PARITY_EXAMPLES`` sequences (default 3), derandomized and without
 shrinking so that it is the same short run every time; ``make test-parity`` sets
 ``KSHARE_PARITY_EXPLORE=1``: fresh random sequences, and a failure is shrunk to a minimal replay. The count of sequences and operations is printed at the end of the session.
 """
@@ -43,7 +43,7 @@ from .ops import (
 from .passthrough import CreateTopic, FindCoordinators, Metadata, MetadataById
 from .runner import MEMBERS, NO_TOPIC, PARTITIONS, TOPIC_A, TOPIC_B, TOPIC_NEW, run_sequence
 
-EXAMPLES = int(os.environ.get("KSHARE_PARITY_EXAMPLES", "6"))
+EXAMPLES = int(os.environ.get("KSHARE_PARITY_EXAMPLES", "3"))
 EXPLORE = os.environ.get("KSHARE_PARITY_EXPLORE", "") not in ("", "0")
 # The long run takes hours: pytest's per-test timeout (600 s) cut the earlier ones short.
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, *([pytest.mark.timeout(0)] if EXPLORE else [])]
