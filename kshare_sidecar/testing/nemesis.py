@@ -46,9 +46,11 @@ from dataclasses import dataclass, field
 class Delivery:
     """One record handed to the application at ``t`` (its poll's return). The sidecar handed it
     out earlier, at a moment the client can bound: ``lo``..``hi`` (None: ``t``) — the asyncio
-    client knows when the ShareFetch answer arrived; librdkafka's buffer only that it came after
-    the consumer's previous poll. A consumer stalled in a commit hands out buffered records long
-    after they were acquired, and a rule judging ``t`` alone would read them as handed out then."""
+    client knows when it sent the ShareFetch that acquired it and when the answer arrived;
+    librdkafka's consumer only that it came after its last poll that returned records. A consumer
+    stalled in a commit hands out buffered records long after they were acquired, and an answer
+    held up by a cut link arrives at TCP's next retransmission, seconds after the sidecar wrote it:
+    a rule judging ``t`` alone would read them as handed out then."""
 
     consumer: str
     p: int

@@ -6,8 +6,8 @@ One JSON line per event in --out, what the checker (kshare_sidecar.testing.nemes
 ``{"ev": "rec", "p", "o", "dc", "t", "lo", "hi"}`` per record delivered — ``t`` is when the poll
 that returned it did (wall clock: every lab host shares the machine's clock); ``lo``..``hi``
 bound when the sidecar handed it out, later by a network round trip: librdkafka's consumer only
-knows it came after its previous poll (``lo``), the asyncio client when the ShareFetch answer
-carrying it arrived (both) — after a stall (a commit waiting on an unreachable sidecar) records
+knows it came after its last poll that returned records (``lo``), the asyncio client that it came
+between the send of the ShareFetch that acquired it and the arrival of its answer — after a stall (a commit waiting on an unreachable sidecar) records
 acquired before it reach the application long after; the asyncio client also says which sidecar
 (``"n"``) —
 ``{"ev": "ack", "p", "o", "dc", "ok", "e", "t"}`` per acknowledgement's outcome (``e``: the error's
@@ -41,11 +41,15 @@ def confluent(args: argparse.Namespace, out) -> None:
         conf.update({"debug": "cgrp,broker,metadata,protocol", "log_level": 7})
     consumer = ShareConsumer(conf)
     consumer.subscribe([args.topic])
-    polled = round(time.time(), 3)  # the previous poll's return: what this poll returns came after
+    # the return of the last poll that gave records: what a poll returns was fetched after it (a
+    # fetch answer held up by a cut link arrives seconds late; meanwhile the polls return nothing)
+    polled = round(time.time(), 3)
     try:
         while not stop:
             msgs = consumer.poll(0.5)
-            t, lo, polled = round(time.time(), 3), polled, round(time.time(), 3)
+            t = lo = round(time.time(), 3)
+            if msgs:
+                lo, polled = polled, t
             batch = []
             for m in msgs:
                 if m.error() is not None:
@@ -101,9 +105,9 @@ async def asyncio_kind(args: argparse.Namespace, out) -> None:
                 tid = cluster.ids.get(tp.topic)
                 for r in records:
                     batch.append(r)
-                    came = arrived.pop((tid, r.partition, r.offset), None)
+                    lo, hi = arrived.pop((tid, r.partition, r.offset), (None, None))
                     out.write(json.dumps({"ev": "rec", "p": r.partition, "o": r.offset, "dc": r.delivery_count,
-                                          "t": t, "n": node, "lo": came, "hi": came}) + "\n")
+                                          "t": t, "n": node, "lo": lo, "hi": hi}) + "\n")
             if not batch:
                 continue
             await asyncio.sleep(args.work_ms * len(batch) / 1000)
@@ -121,20 +125,39 @@ async def asyncio_kind(args: argparse.Namespace, out) -> None:
                                       "ok": r.partition not in failed, "e": failed.get(r.partition), "t": t}) + "\n")
 
 
-def _stamp_arrivals(requests) -> dict[tuple, float]:
-    """(topic id, partition, offset) -> when the ShareFetch answer that acquired it was taken in:
-    the client's own hook for an answer's records, wrapped (the worker's instrument, not an API)."""
-    arrived: dict[tuple, float] = {}
-    take = requests._take_records
+def _stamp_arrivals(requests) -> dict[tuple, tuple[float | None, float]]:
+    """(topic id, partition, offset) -> (when the ShareFetch that acquired it was sent, when its
+    answer was taken in): the sidecar handed it out in between — an answer held up by a cut link
+    arrives at TCP's next retransmission, seconds after the sidecar wrote it. The client's own
+    hooks wrapped (the worker's instrument, not an API): one ShareFetch per node at a time (the
+    fetcher's node lock), answered before its records are taken."""
+    arrived: dict[tuple, tuple[float | None, float]] = {}
+    sent: dict[int, float] = {}  # node -> the send time of the ShareFetch whose answer is being read
+    conn_of, take = requests.conn, requests._take_records
+
+    def conn(node):
+        c = conn_of(node)
+        if not getattr(c, "nemesis_stamped", False):
+            call = c.call
+
+            async def stamped_call(req, *args, **kwargs):
+                t = round(time.time(), 3)
+                resp = await call(req, *args, **kwargs)
+                if type(req).__name__.startswith("ShareFetch"):
+                    sent[node] = t
+                return resp
+
+            c.call, c.nemesis_stamped = stamped_call, True
+        return c
 
     def stamped(node, tp, part):
-        t = round(time.time(), 3)
+        bounds = (sent.get(node), round(time.time(), 3))
         for a in part.acquired_records:
             arrived.update(dict.fromkeys(((tp[0], tp[1], o) for o in range(int(a.first_offset),
-                                                                           int(a.last_offset) + 1)), t))
+                                                                           int(a.last_offset) + 1)), bounds))
         return take(node, tp, part)
 
-    requests._take_records = stamped
+    requests.conn, requests._take_records = conn, stamped
     return arrived
 
 
