@@ -5,22 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 
 import pytest
 
-from kshare_sidecar.backend.types import FetchResult, TopicInfo
+from kshare_sidecar.backend.types import FetchResult
 from kshare_sidecar.persist.memory import MemoryPersister
 from kshare_sidecar.share.cache import SharePartitionCache
 from kshare_sidecar.share.delayed_fetch import DelayedShareFetch, FetchParams
 from kshare_sidecar.share.engine.sessions import ShareSessionCache
 from kshare_sidecar.share.log_reader import ShareLogReader
 
-TOPIC = TopicInfo("jobs", uuid.UUID(int=7), 1)
-TP = (TOPIC.topic_id, 0)
-CONFIG = {"share.record.lock.duration.ms": 30000, "share.delivery.count.limit": 5,
-          "share.partition.max.record.locks": 2000, "share.auto.offset.reset": "earliest",
-          "share.isolation.level": "read_uncommitted"}
+from tests.unit.share.test_idle_eviction import Clock
+from tests.unit.share.test_share_service import CONFIG, TOPIC, TP
 
 
 class EmptyLog:
@@ -42,20 +38,12 @@ class EmptyLog:
         return FetchResult(b"", (), 0, 0, 0)
 
 
-class FakeClock:
-    def __init__(self, now_ms: int = 1_000) -> None:
-        self.now_ms = now_ms
-
-    def __call__(self) -> int:
-        return self.now_ms
-
-
 @pytest.fixture
 async def parts():
     persister = MemoryPersister()
     await persister.start()
     backend = EmptyLog()
-    clock = FakeClock()
+    clock = Clock()
     cache = SharePartitionCache(persister=persister, backend=backend, clock=clock, group_config=lambda g: CONFIG,
                                 epoch=5)
     cache.start()
@@ -82,13 +70,13 @@ async def test_parked_fetch_ends_when_the_clock_passes_max_wait(parts):
     slot = await cache.slot_for("g", *TP)
     assert backend.polls == 1  # parked on a long-poll and the share-partition's waiters
 
-    clock.now_ms += 59_999  # not yet: woken, it finds nothing and parks again
+    clock.now += 59_999  # not yet: woken, it finds nothing and parks again
     slot.wake()
     while backend.polls < 2:
         await asyncio.sleep(0.001)
     assert not task.done()
 
-    clock.now_ms += 1  # MaxWaitMs is up on the clock: the next look answers, empty
+    clock.now += 1  # MaxWaitMs is up on the clock: the next look answers, empty
     slot.wake()
     assert await asyncio.wait_for(task, 5) == {}
     assert time.monotonic() - started < 5
@@ -97,7 +85,7 @@ async def test_parked_fetch_ends_when_the_clock_passes_max_wait(parts):
 async def test_no_park_when_the_clock_is_past_the_deadline_at_the_first_look(parts):
     cache, backend, clock = parts
     fetch = delayed(cache, backend, clock, max_wait_ms=500)
-    clock.now_ms += 500
+    clock.now += 500
     parked: list[bool] = []
     assert await asyncio.wait_for(fetch.run(on_park=lambda: parked.append(True)), 5) == {}
     assert parked == [] and backend.polls == 0
