@@ -33,6 +33,7 @@ from ..metrics import WRITE_LATENCY as _WRITE_LATENCY
 from ..persist.errors import PersistError, UnknownSharePartitionError
 from ..persist.model import SharePartitionKey
 from ..persist.records import UNSET_OFFSET, InitializeItem, WriteItem
+from .count_floor import CountFloors
 from .engine.config import Extensions, ShareConfig
 from .engine.extended import ExtendedSharePartition
 from .engine.holds import DEAD_LETTER, HOLDERS
@@ -86,7 +87,8 @@ class SharePartitionCache(Leadership, IdleEviction):
         #: service drains new dead-letter holds from here (share/dead_letter.py)
         self.on_change: Callable[[Slot], None] | None = None
         persister.reload_listeners.append(self.retire)
-        persister.superseded_listeners.append(lambda _reason: self.retire(list(self.slots)))
+        self.count_floors = CountFloors()
+        persister.superseded_listeners.append(lambda _reason: self.retire(list(self.slots), keep_counts=False))
         #: a cluster of sidecars: this sidecar leads only the share-partitions whose
         #: state partition it owns, each at that partition's owner epoch
         self.cluster = persister.cluster
@@ -99,12 +101,15 @@ class SharePartitionCache(Leadership, IdleEviction):
         self._handing_over: set[int] = set()  # state partitions whose handover is being written
         self.handed_over = 0  # records released by planned handovers (tests, metrics)
 
-    def retire(self, keys: Iterable[SharePartitionKey]) -> None:
-        """Drop the slots of ``keys`` (their durable state differs from memory); they reload on demand."""
+    def retire(self, keys: Iterable[SharePartitionKey], *, keep_counts: bool = True) -> None:
+        """Drop the slots of ``keys`` (their durable state differs from memory); they reload on
+        demand, counting their records at least as often as memory did (share/count_floor.py)."""
         for key in keys:
             self.evicted.pop(key, None)
             slot = self.slots.pop(key, None)
             if slot is not None:
+                if keep_counts:
+                    self.count_floors.keep(key, slot.partition.snapshot())
                 slot.dead = True
                 slot.wake()
                 log.warning("share-partition %s reloads from the state topic (memory differed from durable state)",
@@ -307,6 +312,7 @@ class SharePartitionCache(Leadership, IdleEviction):
                     sp = SharePartition(config, self.clock, start_offset=start, state_epoch=state.state_epoch,
                                         leader_epoch=epoch)
             else:
+                state = self.count_floors.apply(key, state, _name(key, topic))
                 sp = ExtendedSharePartition.restore_with(state, self.clock, config, ext, self.wall) if ext.enabled \
                     else SharePartition.restore(state, self.clock, config)
                 sp.leader_epoch = epoch

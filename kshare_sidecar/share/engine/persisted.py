@@ -51,3 +51,70 @@ def to_partition_state(
         start_offset=end if spso is None else spso,
         state_batches=tuple(batches),
     )
+
+
+def with_count_floor(durable: PartitionState, floor: PartitionState) -> tuple[PartitionState, int]:
+    """``durable`` with every record it has not done counted at least as often as ``floor`` says.
+
+    ``floor`` is the snapshot of a share-partition dropped from memory because its durable state
+    differed (a state write whose outcome was unknown): deliveries counted in memory but never
+    written must not be counted again from lower — a poison record would dodge the delivery
+    limit, and a consumer would see a record's count go down. Done records (ACKNOWLEDGED,
+    ARCHIVED) and the SPSO are the durable state's; a reset (another state epoch) voids the floor.
+    Returns the state and the number of records whose count was raised."""
+    if floor.state_epoch != durable.state_epoch:
+        return durable, 0
+    start = durable.start_offset
+    floors = [(max(b.first_offset, start), b.last_offset, b.delivery_count) for b in floor.state_batches
+              if b.last_offset >= start and b.delivery_count > 0]
+    if not floors:
+        return durable, 0
+    # the durable window as contiguous segments; None: AVAILABLE with count 0 (not written)
+    segments: list[tuple[int, int, StateBatch | None]] = []
+    pos = start
+    for d in durable.state_batches:
+        if d.first_offset > pos:
+            segments.append((pos, d.first_offset - 1, None))
+        segments.append((d.first_offset, d.last_offset, d))
+        pos = d.last_offset + 1
+    if floors[-1][1] >= pos:
+        segments.append((pos, floors[-1][1], None))
+    out: list[StateBatch] = []
+    raised = 0
+    i = 0
+    for first, last, b in segments:
+        if b is not None and b.delivery_state != AVAILABLE:  # done durably: as written
+            _append(out, b)
+            continue
+        count = b.delivery_count if b is not None else 0
+        at = first
+        while at <= last:
+            while i < len(floors) and floors[i][1] < at:
+                i += 1
+            if i == len(floors) or floors[i][0] > last:
+                piece_last, c = last, count
+            elif floors[i][0] > at:
+                piece_last, c = floors[i][0] - 1, count
+            else:
+                piece_last, c = min(last, floors[i][1]), max(count, floors[i][2])
+                if c > count:
+                    raised += piece_last - at + 1
+            if c > 0:
+                _append(out, StateBatch(at, piece_last, _STATES[AVAILABLE], c,
+                                        b.available_at if b is not None else None,
+                                        b.dead_letter if b is not None else None))
+            at = piece_last + 1
+    return PartitionState(durable.state_epoch, durable.leader_epoch, start, tuple(out)), raised
+
+
+def _append(out: list[StateBatch], b: StateBatch) -> None:
+    """Append ``b``, merged into the last batch when it continues it with the same fields."""
+    if out:
+        p = out[-1]
+        if p.last_offset + 1 == b.first_offset and (p.delivery_state, p.delivery_count, p.available_at,
+                                                      p.dead_letter) == (b.delivery_state, b.delivery_count,
+                                                                         b.available_at, b.dead_letter):
+            out[-1] = StateBatch(p.first_offset, b.last_offset, p.delivery_state, p.delivery_count,
+                                 p.available_at, p.dead_letter)
+            return
+    out.append(b)
