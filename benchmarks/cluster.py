@@ -1,4 +1,4 @@
-"""Throughput of a cluster of sidecars (issue 15): 1, 2 and 3 sidecars on one Kafka 3.9 backend.
+"""Throughput of a cluster of sidecars: 1, 2 and 3 sidecars on one Kafka 3.9 backend.
 
 The throughput benchmark's workload (1 KiB records, 4 partitions, 4 confluent-kafka
 ShareConsumer processes with implicit acknowledgement; --quick: 100k records, full: 1M), consumed

@@ -251,7 +251,7 @@ def metric_sum(samples: dict[str, float], name: str) -> float:
 
 
 def read_path_figures(before: dict[str, float], after: dict[str, float]) -> dict:
-    """Read-path figures of a sidecar between two /metrics scrapes (issue 14).
+    """Read-path figures of a sidecar between two /metrics scrapes.
 
     ``read_amplification`` = backend record bytes fetched ÷ record bytes delivered to clients
     (1.0 means every byte read from the backend was delivered once). CPU seconds are the

@@ -1,10 +1,10 @@
-"""Pass-through throughput: produce and plain-consumer fetch through the sidecar ÷ direct (issue 13).
+"""Pass-through throughput: produce and plain-consumer fetch through the sidecar ÷ direct.
 
 One embedded Kafka 3.9 and one ``kshare sidecar run`` subprocess. Four runs, interleaved so that
 machine noise hits both sides alike: produce direct, produce through the sidecar (1 KiB records,
 librdkafka producer, acks=all), then a plain consumer group reading each topic back (direct,
 through the sidecar). Each is repeated ``--rounds`` times; the best of each side is reported with
-the ratios and the sidecar's CPU seconds. Target (issue 13): both ratios ≥ 0.8 on this machine.
+the ratios and the sidecar's CPU seconds. Target: both ratios ≥ 0.8 on this machine.
 
     python benchmarks/passthrough.py [--quick] [--records N] [--rounds R] [--out DIR]
 """

@@ -7,7 +7,7 @@ yields one Arrow batch of constant columns. Whatever it reaches is the ceiling f
 written against PySpark's Python data source API on this Spark and machine -- the driver's
 Python process round trips per trigger, the Python worker per task, Arrow into the JVM -- so the
 ratio ``python-floor / spark-kafka`` says how much of the kshare source's gap is its own work and
-how much is the API's (issue 19's ≥ 1.0× target).
+how much is the API's (the source's target: ≥ 1.0× Spark's Kafka source).
 
 The classes are pickled by value (``register``), so Spark's Python workers need not import this
 file.

@@ -1,5 +1,5 @@
 """Secured Kafka brokers with StandardAuthorizer, their users and ACLs, and what clients see — shared
-by tests/e2e/test_acl_parity.py and tests/e2e/test_acl_everyone_parity.py (issue 16)."""
+by tests/e2e/test_acl_parity.py and tests/e2e/test_acl_everyone_parity.py."""
 
 from __future__ import annotations
 
@@ -241,7 +241,7 @@ def _client_principal_sidecar(b39, certs, tmp_path, **env) -> tuple[SidecarProce
            "KSHARE_SASL_ENABLED_MECHANISMS": "SCRAM-SHA-512,PLAIN", "KSHARE_SASL_AUTHENTICATOR": "delegate",
            "KSHARE_AUTHORIZER_CLASS_NAME": "backend", "KSHARE_AUTHORIZER_CACHE_MS": "1000",
            "KSHARE_PASSTHROUGH_CREDENTIALS": "client", "KSHARE_PASSTHROUGH_DELEGATION_TOKEN_IDLE_MS": "2000",
-           # its own share state: on the same one it would fence the module's sidecar (issue 11)
+           # its own share state: on the same one it would fence the module's sidecar (a takeover)
            "KSHARE_STATE_TOPIC": unique("__kshare_state_pt"), **env}
     sc = SidecarProcess(b39.ssl_bootstrap, tmp_path / "sidecar.log", port=port, env=env, args=["--log-level", "DEBUG"],
                         listeners=f"PLAINTEXT://127.0.0.1:{port},SASL_SSL://127.0.0.1:{sasl_port},"

@@ -40,7 +40,7 @@ class SidecarProcess:
         self.port = port or free_port()  # with `listeners`: its PLAINTEXT port (the readiness probe's)
         self.env = dict(env or {})  # extra KSHARE_* settings
         # Its own state topic unless told otherwise: two sidecars on one backend and one state topic
-        # are a takeover (issue 11) — a test's extra sidecar would supersede the session's.
+        # are a takeover — a test's extra sidecar would supersede the session's.
         self.env.setdefault("KSHARE_STATE_TOPIC", f"__kshare_state_t{uuid.uuid4().hex[:10]}")
         self.listeners = listeners
         self.args = list(args or [])  # extra command-line arguments (--log-level DEBUG)
@@ -131,7 +131,7 @@ def sidecar(kafka_39, tmp_path_factory) -> Iterator[SidecarProcess]:
     sc.stop()
 
 
-#: kshare on tansu (issue 16; docs/compatibility.md, "Tansu"): `fenced` state writes (tansu has no
+#: kshare on tansu (docs/compatibility.md, "Tansu"): `fenced` state writes (tansu has no
 #: EndTxn, and refuses a batch at an older producer epoch) without the hourly writer refresh
 #: (tansu expires no producer state, and its libSQL engine panics on the conditional InitProducerId).
 TANSU_SIDECAR_ENV = {"KSHARE_STATE_WRITE_MODE": "fenced", "KSHARE_STATE_WRITE_REFRESH_MS": "0"}

@@ -1,4 +1,4 @@
-"""``allow.everyone.if.no.acl.found=true`` (issue 16): the same rule at kshare (sidecar setting, the
+"""``allow.everyone.if.no.acl.found=true``: the same rule at kshare (sidecar setting, the
 backend's ACLs) and at native Kafka 4.3 (broker setting, StandardAuthorizer), side by side, with
 the same ACLs and the same confluent-kafka ShareConsumer over SASL_SSL/SCRAM:
 

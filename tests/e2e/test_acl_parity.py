@@ -1,4 +1,4 @@
-"""Authorization with the backend's ACLs (issue 16's must-show): the same ACLs, the same principals,
+"""Authorization with the backend's ACLs: the same ACLs, the same principals,
 the same confluent-kafka ShareConsumer — once through kshare on a secured Kafka 3.9 and once
 against native Kafka 4.3 — give the same outcomes, side by side:
 

@@ -1,4 +1,4 @@
-"""Issue 18: kshare's asyncio ShareConsumer (kshare_sidecar.client) against native Kafka 4.3 and kshare
+"""kshare's asyncio ShareConsumer (kshare_sidecar.client) against native Kafka 4.3 and kshare
 on Kafka 3.9, side by side, with the same assertions on both targets."""
 
 from __future__ import annotations

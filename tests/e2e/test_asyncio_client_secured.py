@@ -1,4 +1,4 @@
-"""Issue 18: the asyncio ShareConsumer's TLS/SASL options (aiokafka's names) against a secured native
+"""The asyncio ShareConsumer's TLS/SASL options (aiokafka's names) against a secured native
 Kafka 4.3 and a secured kshare sidecar (on the session's Kafka 3.9), side by side, same assertions:
 
 - SASL_SSL with SCRAM-SHA-512: consume, acknowledge, RENEW (ShareAcknowledge v2) — the share

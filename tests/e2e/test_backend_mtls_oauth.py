@@ -1,5 +1,5 @@
-"""The sidecar against a backend that wants a client certificate (mTLS) or an OAUTHBEARER token
-(issue 16, backend side). Kafka 3.9 with, beside the plaintext listener the harness probes:
+"""The sidecar against a backend that wants a client certificate (mTLS) or an OAUTHBEARER token.
+Kafka 3.9 with, beside the plaintext listener the harness probes:
 
 - ``MTLS``: SSL with ``ssl.client.auth=required`` (certificates from a CA this test makes);
 - ``OAUTH``: SASL_PLAINTEXT with OAUTHBEARER and Kafka's *unsecured* JWS validator

@@ -1,5 +1,5 @@
 """The sidecar gets its backend OAUTHBEARER tokens from a client-credentials token endpoint, and
-its backend sessions expire (KIP-368) — issue 16, backend side.
+its backend sessions expire (KIP-368).
 
 A Kafka 3.9 with a SASL_PLAINTEXT OAUTHBEARER listener (Kafka's unsecured JWS validator, unsigned
 JWTs) and ``connections.max.reauth.ms=10000``: every SASL session ends after at most 10 s, or at

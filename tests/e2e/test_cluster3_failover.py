@@ -1,4 +1,4 @@
-"""A 3-broker backend under a share-consume (issue 16): the leader of a consumed partition is
+"""A 3-broker backend under a share-consume: the leader of a consumed partition is
 restarted with a controlled shutdown (SIGTERM), then the leader of a state-topic partition is
 SIGKILLed and restarted — the state topic at replication factor 3, the sidecar never restarted.
 Nothing may be lost: every record delivered and acknowledged, read from what the clients saw and

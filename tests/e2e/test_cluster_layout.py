@@ -1,4 +1,4 @@
-"""Growing from one sidecar to a cluster on the same state topic (issue 15; docs/persistence.md,
+"""Growing from one sidecar to a cluster on the same state topic (docs/persistence.md,
 "Layout"), with real processes and confluent-kafka share consumers on Kafka 3.9.
 
 A single sidecar of an older build (its layout pinned with tests/e2e/faulty_sidecar.py's ``--state-placement key``:

@@ -1,4 +1,4 @@
-"""The native reference for ``test_sidecar_cluster.py``'s kill -9 figures (issue 15; opt-in, ``make
+"""The native reference for ``test_sidecar_cluster.py``'s kill -9 figures (opt-in, ``make
 test-sidecar-cluster``): a 3-broker Kafka 4.3.1 with share groups, the same consumers and load, one
 broker SIGKILLed. Its figures are printed beside the sidecars' so docs/deployment.md can compare."""
 

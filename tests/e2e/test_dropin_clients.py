@@ -1,4 +1,4 @@
-"""The sidecar as the only bootstrap (issue 13): third-party clients do everything through it.
+"""The sidecar as the only bootstrap: third-party clients do everything through it.
 
 Admin operations, transactions, plain consumer groups, Kafka's own command-line tools and share
 consumers — each against ``kshare sidecar run`` in front of Kafka 3.9, with no other bootstrap.

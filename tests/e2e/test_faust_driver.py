@@ -1,4 +1,4 @@
-"""Issue 18: a Faust app (faust-streaming) whose stateless agent consumes a share group through the
+"""The Faust transport: a Faust app (faust-streaming) whose stateless agent consumes a share group through the
 ``kshare://`` transport, on kshare over Kafka 3.9 and natively on Kafka 4.3, side by side.
 
 Two ``faust worker`` processes (tests/e2e/faust_worker.py) share the group: on kshare one uses
@@ -28,7 +28,7 @@ pytest.importorskip("faust", reason="faust-streaming is not installed (pip insta
 pytestmark = pytest.mark.kafka
 
 WORKER = str(Path(__file__).with_name("faust_worker.py"))
-#: KSHARE_FAUST_RECORDS=50000 for the issue's full size (the default suite keeps to 3,000)
+#: KSHARE_FAUST_RECORDS=50000 for the full size (the default suite keeps to 3,000)
 TOTAL, FAIL_EVERY = int(os.environ.get("KSHARE_FAUST_RECORDS", "3000")), 100
 
 

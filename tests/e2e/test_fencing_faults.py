@@ -1,4 +1,4 @@
-"""Issue 11: a stale sidecar can never move share state backwards (Kafka 3.9, real processes).
+"""Fencing: a stale sidecar can never move share state backwards (Kafka 3.9, real processes).
 
 * frozen owner: A serves ShareConsumer processes, is frozen (SIGSTOP) under ack load, B takes
   over, the consumers move to B, A is resumed (SIGCONT) while records keep coming;

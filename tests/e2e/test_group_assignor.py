@@ -1,4 +1,4 @@
-"""Per-group assignors (kshare's ``share.assignor`` group config, issue 17) with unmodified clients:
+"""Per-group assignors (kshare's ``share.assignor`` group config) with unmodified clients:
 two share groups on one sidecar (Kafka 3.9 backend), each chose its assignor with confluent-kafka's
 AdminClient, three confluent-kafka ShareConsumer processes each on a two-partition topic.
 

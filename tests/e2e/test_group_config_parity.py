@@ -91,7 +91,7 @@ def test_group_configs_match_kafka_4_4(kafka_39, default_native):
         sidecar.stop()
     native = outcomes(default_native.bootstrap)
     assert _probe(default_native.bootstrap, "share.assignor", "simple") == "INVALID_CONFIG"
-    assert native["share.renew.acknowledge.enable=true"] == "ok"  # the key issue 22 started from
+    assert native["share.renew.acknowledge.enable=true"] == "ok"  # the key the parity work started from
     differences = {k: (kshare.get(k), native.get(k)) for k in native.keys() | kshare.keys()
                    if kshare.get(k) != native.get(k)}
     assert not differences, "\n".join(f"{k}: kshare {a!r}, native {b!r}" for k, (a, b) in sorted(differences.items()))

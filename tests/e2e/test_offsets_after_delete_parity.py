@@ -1,5 +1,5 @@
 """DescribeShareGroupOffsets for a share group after DeleteGroups, and for a group that never
-existed: native Kafka 4.3 and kshare on 3.9 give the same answers (issue 22, item 2)."""
+existed: native Kafka 4.3 and kshare on 3.9 give the same answers."""
 
 from __future__ import annotations
 

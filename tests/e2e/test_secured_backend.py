@@ -1,4 +1,4 @@
-"""The sidecar against a backend that requires SASL (issue 16, backend side): share consumption and
+"""The sidecar against a backend that requires SASL: share consumption and
 pass-through both authenticate; wrong credentials fail start-up with one clear line and the secret
 never reaches the log. Kafka 3.9 with, beside its plaintext listener (which the harness's
 readiness probe uses), a SASL_PLAINTEXT listener (PLAIN) and a SASL_SSL listener (SCRAM-SHA-512,

@@ -1,4 +1,4 @@
-"""The sidecar's own listeners secured (issue 16, listener side): confluent-kafka clients over
+"""The sidecar's own listeners secured: confluent-kafka clients over
 SASL_SSL with SCRAM-SHA-512 (static credentials file), mTLS on an SSL listener (principal
 ``User:CN=...``), a wrong password, a plaintext client on a TLS port — and no secret in the log.
 

@@ -1,4 +1,4 @@
-"""Issue 5's scenarios with confluent-kafka's ShareConsumer: kshare on Kafka 3.9, and native Kafka 4.x
+"""Core share-group scenarios with confluent-kafka's ShareConsumer: kshare on Kafka 3.9, and native Kafka 4.x
 as the reference. Each scenario asserts the same behaviour on both targets."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A cluster of sidecars (issue 15) on Kafka 3.9: real `kshare sidecar run` processes with one
+"""A cluster of sidecars on Kafka 3.9: real `kshare sidecar run` processes with one
 ``cluster.name`` and state topic, unmodified share consumers (confluent-kafka processes, Java's
 KafkaShareConsumer) bootstrapped to *different* sidecars.
 

@@ -1,4 +1,4 @@
-"""kshare on tansu 0.6.0, a Kafka-compatible broker that is not Apache Kafka (issue 16).
+"""kshare on tansu 0.6.0, a Kafka-compatible broker that is not Apache Kafka.
 
 The scenarios are the ones the suite runs on Kafka 3.9, called here with a sidecar in front of
 tansu (``tansu_sidecar``, tests/e2e/conftest.py: ``state.write.mode=fenced``, as tansu has no

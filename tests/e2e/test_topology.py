@@ -1,4 +1,4 @@
-"""The deployment topologies of docs/deployment.md, run for real on network namespaces (issue 15).
+"""The deployment topologies of docs/deployment.md, run for real on network namespaces.
 
 No Docker engine or Kubernetes here, so each "host" is a network namespace (tests/e2e/netlab.py)
 with its own address and /etc/hosts, and each container is the process its image would run:

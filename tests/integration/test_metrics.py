@@ -1,4 +1,4 @@
-"""Prometheus metrics (issue 7): scrape /metrics around an end-to-end share-group run."""
+"""Prometheus metrics: scrape /metrics around an end-to-end share-group run."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ async def test_metrics_move_with_a_share_group_run(kafka_39):
         "bootstrap.servers": kafka_39.bootstrap, "listen": "127.0.0.1:0", "metrics.port": port,
         "share.auto.offset.reset": "earliest", "state.topic.replication.factor": 1,
         # its own state topic: on the session's shared Kafka the default one belongs to the session
-        # sidecar, which a second sidecar on it would take over (issue 11), failing later tests
+        # sidecar, which a second sidecar on it would take over (fencing it), failing later tests
         "state.topic": unique("__kshare_state_metrics")}))
     await sidecar.start()
     try:
@@ -99,7 +99,7 @@ async def test_metrics_move_with_a_share_group_run(kafka_39):
         assert after['kshare_share_group_count{state="Empty"}'] >= 1
         assert after['kshare_group_count{protocol="share"}'] >= 1
         assert delta("kshare_share_group_rebalance_total") >= 1
-        # Read path (issue 14): 200 records delivered once, each backend byte counted.
+        # Read path: 200 records delivered once, each backend byte counted.
         assert delta("kshare_share_fetch_delivered_records_total") == 200
         assert 0 < delta("kshare_share_fetch_delivered_bytes_total") <= delta("kshare_backend_fetch_bytes_total")
         assert delta("kshare_backend_fetch_requests_total") >= 1

@@ -1,4 +1,4 @@
-"""Read amplification on a share-consume (issue 14): bytes the sidecar reads from the backend ÷
+"""Read amplification on a share-consume: bytes the sidecar reads from the backend ÷
 bytes it delivers to share consumers, counted — not timed — over 50,000 records of 1 KiB in four
 partitions, one confluent-kafka ShareConsumer. The sidecar must read what it can acquire, not what
 the client could take (ShareFetch MaxBytes ~50 MiB vs an in-flight window of 2,000 records).

@@ -1,4 +1,4 @@
-"""Moving an older build's state-topic layout home (persist/layout.py, issue 15) on Kafka 3.9.
+"""Moving an older build's state-topic layout home (persist/layout.py) on Kafka 3.9.
 
 A single sidecar of an older build placed share-partitions by the whole key (pinned here with
 ``placement="key"``). The move is SIGKILLed (a real process that kills itself after its n-th move commit) in each

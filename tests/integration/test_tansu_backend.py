@@ -1,4 +1,4 @@
-"""Tansu 0.6.0 as a backend (issue 16): the harness, and the broker behaviours kshare's state
+"""Tansu 0.6.0 as a backend: the harness, and the broker behaviours kshare's state
 writers rest on, each probed on tansu itself. Seconds in all, so they run in the default suite
 whenever the binary is there (the ``tansu`` fixture skips, naming the build command, when it is
 not); the share scenarios on tansu are opt-in: tests/e2e/test_tansu.py, ``make test-tansu``.

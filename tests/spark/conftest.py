@@ -2,7 +2,7 @@
 
 ``target`` runs each scenario twice: against native Kafka 4.x share groups (``kafka_4``) and
 through an in-process kshare sidecar on Kafka 3.9 (``kafka_39``). Sizes are small by default
-so the suite runs in minutes on two cores; ``KSHARE_SPARK_FULL=1`` runs the issue's 100k.
+so the suite runs in minutes on two cores; ``KSHARE_SPARK_FULL=1`` runs the full 100k.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The driver's and executors' column-wise code (issue 19) against per-record models: no broker,
+"""The driver's and executors' column-wise code against per-record models: no broker,
 no SparkSession. The models are the per-record code these functions replaced."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from kshare_sidecar.spark.read_librdkafka import _Columns
 
 
 def compress_model(records):
-    """The per-record compress the driver used before issue 19."""
+    """The per-record compress the driver used before the column-wise code."""
     per_tp: dict[str, list[tuple[int, int]]] = {}
     for topic, partition, offset, count in records:
         per_tp.setdefault(R.tp_key(topic, partition), []).append((offset, count))
@@ -73,7 +73,7 @@ batches = st.dictionaries(
 @settings(deadline=None)
 @given(batches, st.integers(1, 9))
 def test_split_cuts_a_batch_into_even_slices_that_cover_it_exactly(ranges, pieces):
-    """issue 19: the slices are the Spark tasks of a batch; together they hold every acquired
+    """The slices are the Spark tasks of a batch; together they hold every acquired
     offset once with its delivery count, in order, and their sizes differ by at most one."""
     slices = R.split(ranges, pieces)
     total = R.count(ranges)
@@ -126,7 +126,7 @@ def test_acknowledge_ranges_calls_every_offset_once_and_counts_failures(spans, n
 
 
 def columns_model(topic, partition, msgs, counts, include_headers=True):
-    """The per-record column building of the executors before issue 19, as Python lists."""
+    """The per-record column building of the executors before the column-wise code, as Python lists."""
     ts_type = {1: 0, 2: 1}
     rows = []
     for msg, count in zip(msgs, counts):

@@ -1,4 +1,4 @@
-"""Issue 19: a stopped query leaves its share group at once (SIGTERM closes the share session),
+"""Query lifecycle: a stopped query leaves its share group at once (SIGTERM closes the share session),
 and Trigger.AvailableNow drains what is there, acknowledging every batch, then ends."""
 
 from __future__ import annotations

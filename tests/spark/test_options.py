@@ -37,7 +37,7 @@ def test_case_insensitive_and_passthrough():
 
 
 def test_prefixes_give_a_setting_to_one_client():
-    """Issue 19 (5): kafka.share.* -> the driver's share consumer, kafka.read.* -> the readers,
+    """Client settings by prefix: kafka.share.* -> the driver's share consumer, kafka.read.* -> the readers,
     kafka.* -> both, the more specific prefix winning; a reader-only setting becomes possible."""
     opts = parse_options({**BASE, "kafka.client.id": "both", "kafka.share.client.id": "driver",
                           "kafka.read.isolation.level": "read_committed", "kafka.read.fetch.wait.max.ms": "5"})
@@ -49,7 +49,7 @@ def test_prefixes_give_a_setting_to_one_client():
 
 
 def test_readers_prefetch_about_one_fetch_ahead_unless_told_otherwise():
-    """Issue 19 (6): librdkafka's default prefetch (queued.min.messages 100,000) fetched 4-5x the
+    """Readers' prefetch: librdkafka's default prefetch (queued.min.messages 100,000) fetched 4-5x the
     records a 10k range needed; the readers default to about one fetch ahead, overridable."""
     read = parse_options(BASE).plain_consumer_config()
     assert (read["queued.min.messages"], read["fetch.queue.backoff.ms"]) == (1000, 1)
@@ -68,7 +68,7 @@ def test_readers_prefetch_about_one_fetch_ahead_unless_told_otherwise():
     ({"kafka.fetch.wait.max.ms": "soon"}, r"option 'kafka.fetch.wait.max.ms' is not valid"),
 ])
 def test_client_settings_are_checked_at_load(extra, message):
-    """Issue 19 (5): kafka.* settings used to be checked only at the first trigger."""
+    """Client settings are checked at load: kafka.* settings used to be checked only at the first trigger."""
     with pytest.raises(OptionError, match=message):
         validate_clients(parse_options({**BASE, **extra}))
 
@@ -89,7 +89,7 @@ def test_missing_required(drop, message):
     ({"startingoffsets": "earliest"}, "option 'startingOffsets' is not supported.*share.auto.offset.reset"),
     ({"maxOffsetsPerTrigger": "5"}, "maxRecordsPerTrigger"),
     ({"grup": "x"}, r"unknown option\(s\) for the kshare source: 'grup' \(did you mean 'group'\?\)"),
-    # Issue 19 (5): Spark lower-cases option names; the message names the option as documented.
+    # Spark lower-cases option names; the message names the option as documented.
     ({"maxrecordpertrigger": "7"}, r"'maxrecordpertrigger' \(did you mean 'maxRecordsPerTrigger'\?\)"),
     ({"polltimeout": "7"}, r"did you mean 'pollTimeoutMs'"),
     ({"maxrecordspertrigger": "lots"}, "option 'maxRecordsPerTrigger' must be an integer"),
@@ -133,7 +133,7 @@ def test_min_partitions_is_optional():
 
 
 def test_a_batch_is_spread_evenly_over_its_input_partitions():
-    """issue 19: the share group decides where a batch's records come from (14-17k + 3-9k on two
+    """The share group decides where a batch's records come from (14-17k + 3-9k on two
     partitions were seen), so tasks get even slices: one per assigned topic-partition by default,
     at least minPartitions, none under MIN_SLICE records."""
     from types import SimpleNamespace
@@ -177,7 +177,7 @@ def test_ranges_compress_and_count():
 
 
 def test_spark_extra_installs_what_the_source_imports():
-    """Issue 19 (1): `pip install kshare-sidecar[spark]` must bring confluent-kafka (the driver's
+    """Installation: `pip install kshare-sidecar[spark]` must bring confluent-kafka (the driver's
     ShareConsumer and the executors' readers) and a PySpark with admission control."""
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     names = {dep.split("[")[0].split(">")[0].split("<")[0].split("=")[0].strip() for dep in extras["spark"]}
@@ -186,7 +186,7 @@ def test_spark_extra_installs_what_the_source_imports():
 
 
 def test_missing_confluent_kafka_fails_at_load_with_the_install_hint(monkeypatch):
-    """Issue 19 (1): without confluent-kafka, load() fails with the fix instead of the query dying
+    """Installation: without confluent-kafka, load() fails with the fix instead of the query dying
     at its first trigger with ModuleNotFoundError."""
     monkeypatch.setitem(sys.modules, "confluent_kafka", None)  # makes `import confluent_kafka` fail
     with pytest.raises(OptionError, match=r"needs confluent-kafka.*pip install 'kshare-sidecar\[spark\]'"):

@@ -1,7 +1,7 @@
 """The kshare source end to end in PySpark local mode, against native Kafka 4.x and through kshare.
 
 Each scenario runs for both targets (see ``conftest.target``). Default sizes keep the suite at a
-few minutes on two cores; ``KSHARE_SPARK_FULL=1`` drains the issue's 100k records.
+few minutes on two cores; ``KSHARE_SPARK_FULL=1`` drains the full 100k records.
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ def test_poison_record_is_redelivered_then_archived(spark, target, record_proper
 
 
 def test_through_the_sidecar_without_backend_servers(spark, target, record_property):
-    """Issue 19 (4): with only kafka.bootstrap.servers = the sidecar, the executors' plain consumers
+    """With only kafka.bootstrap.servers = the sidecar, the executors' plain consumers
     read payloads through the sidecar's Fetch pass-through (it used to fail with INVALID_REQUEST
     "Fetch from broker 1 failed"); kafka.backend.servers is an optimisation, not a requirement."""
     if target.native:
@@ -197,12 +197,12 @@ def test_through_the_sidecar_without_backend_servers(spark, target, record_prope
 
 
 def test_batches_grow_with_the_groups_in_flight_window(spark, target, record_property):
-    """Issue 19 (6): a micro-batch is one poll, bounded by share.partition.max.record.locks per
+    """Batch size: a micro-batch is one poll, bounded by share.partition.max.record.locks per
     partition (default 2000: 4,000-record batches through kshare on 2 partitions). A group that
     raises it (here to 4000, the default group.share.max.partition.max.record.locks) gets
     batches past 4,000 up to maxRecordsPerTrigger. Through kshare every batch but the last holds
     at least the whole window of both partitions (8,000): the sidecar used to serve only what its
-    cached read held, cutting a poll short wherever that read ended inside the window (issue 19;
+    cached read held, cutting a poll short wherever that read ended inside the window (whereas
     Kafka reads the whole window at once). Like Kafka, the log batch that crosses the window or
     maxRecordsPerTrigger is acquired whole, so batches can be a little larger.
     100-byte values, so that the sidecar's reads (sized in bytes: ~3 windows, the first 1 MiB)

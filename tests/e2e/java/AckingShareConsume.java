@@ -1,5 +1,5 @@
 // A Java KafkaShareConsumer (kafka-clients 4.x) that accepts every record explicitly and reports
-// each acknowledgement's outcome, for the cluster-of-sidecars e2e test (issue 15).
+// each acknowledgement's outcome, for the cluster-of-sidecars e2e test (tests/e2e/test_sidecar_cluster.py).
 // Usage: AckingShareConsume <bootstrap> <group> <topic> <idleMs> <maxMs> [workMicrosPerRecord]
 // Prints "rec <partition> <offset> <deliveryCount> <epochMillis>" per record and
 // "ack <partition> <offset> <deliveryCount> <ok 0|1> <epochMillis>" per acknowledgement, then "DONE".

@@ -1,5 +1,5 @@
 """Operations on the APIs kshare passes through to its backend that share-group applications use
-(issue 22 with issue 13): CreateTopics, Metadata, FindCoordinator (Produce is in ops.py).
+(differential parity of the pass-through): CreateTopics, Metadata, FindCoordinator (Produce is in ops.py).
 
 What legitimately differs between a Kafka 4.4 broker and kshare on 3.9 is normalised away: node
 ids, hosts and ports (kshare presents itself as the only broker), cluster ids, topic ids (each

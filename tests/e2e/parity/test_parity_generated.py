@@ -1,4 +1,4 @@
-"""Generated differential sequences (issue 22): hypothesis builds random, valid-by-construction
+"""Generated differential sequences: hypothesis builds random, valid-by-construction
 sequences of share-group operations over members a–c and two topics; each runs on native Kafka 4.4
 and on kshare on 3.9, and the first differing answer fails the test with a replayable sequence.
 About half of them start with dead-letter configs (dlq.py: a topic that opted in, one that did not,

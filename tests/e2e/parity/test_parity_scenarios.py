@@ -1,5 +1,5 @@
 """Hand-written differential scenarios: each runs on native Kafka 4.4 (the reference) and kshare on 3.9, step by step,
-and every normalised answer must be equal (issue 22). Generated sequences: test_parity_generated.py."""
+and every normalised answer must be equal. Generated sequences: test_parity_generated.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The built-in ``simple`` assignor against Kafka 4.3.1's own ``SimpleAssignor`` (issue 22, item 3).
+"""The built-in ``simple`` assignor against Kafka 4.3.1's own ``SimpleAssignor``.
 
 Kafka's class runs in a JVM (``java/SimpleAssignorOracle.java``, compiled against the Kafka 4.3.1
 jars the harness downloads) on the same inputs: member ids, subscribed topic names (unknown
@@ -173,7 +173,7 @@ def with_uninitialized(rng: random.Random, spec: AssignmentSpec) -> AssignmentSp
 
 def test_same_assignment_as_kafka_when_only_initialized_partitions_are_assignable(oracle):
     """Kafka assigns only share-partitions whose state is initialized (GroupSpec.isPartitionAssignable):
-    the pool, the desired sharing and counts are over those (issue 22: the epochs of a join)."""
+    the pool, the desired sharing and counts are over those (the epochs of a join)."""
     rng = random.Random(4322)
     compare(oracle, [with_uninitialized(rng, random_case(rng)) for _ in range(600)])
 

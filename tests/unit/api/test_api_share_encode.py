@@ -1,7 +1,7 @@
-"""ShareFetch / ShareAcknowledge answers encode on the first try (issue 20's "probable double encode").
+"""ShareFetch / ShareAcknowledge answers encode on the first try (no "double encode").
 
 The dispatcher falls back to rebuilding a response with ``convert(..., force=True)`` when kio's
-writer rejects a plain ``int`` where it wants ``ErrorCode``. The issue suspected the share handlers
+writer rejects a plain ``int`` where it wants ``ErrorCode``. A code review suspected the share handlers
 of hitting it with ``acknowledge_error_code=int(...)``; they do not: kio 0.6.5 types that field
 ``int16`` (only ``error_code`` fields are ``ErrorCode``). These tests make the fallback fail
 loudly and check both APIs, both versions, with and without acks, so a handler that does start

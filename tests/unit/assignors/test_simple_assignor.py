@@ -1,4 +1,4 @@
-"""The built-in ``simple`` assignor computes Kafka 4.3.1's share SimpleAssignor (issue 22, item 3):
+"""The built-in ``simple`` assignor computes Kafka 4.3.1's share SimpleAssignor:
 balance (desired sharing, per-member counts differing by at most one) before stickiness."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def test_two_members_on_three_partitions_split_two_and_one():
 
 
 def test_a_new_member_beside_a_dead_one_gets_half():
-    """The issue's churn case: natively the newcomer got 2 of 4 partitions (kshare's earlier
+    """A churn case: natively the newcomer got 2 of 4 partitions (kshare's earlier
     hash-based assignor gave it 1)."""
     spec = _spec({"dead": {"t": {0, 1, 2, 3}}, "new": None}, {"t": 4})
     result = SimpleAssignor().assign(spec)

@@ -1,4 +1,4 @@
-"""The sticky assignment of state partitions to sidecars (issue 15), against a naive model:
+"""The sticky assignment of state partitions to sidecars, against a naive model:
 every partition owned exactly once, balanced to within one, and nothing moves that the balance
 does not need — checked over random memberships and over join / leave sequences."""
 

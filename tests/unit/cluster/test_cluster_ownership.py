@@ -1,4 +1,4 @@
-"""A persister in a cluster of sidecars (issue 15) owns only what it acquires: takeover fences
+"""A persister in a cluster of sidecars owns only what it acquires: takeover fences
 the previous owner of that state partition only, replays it, takes a larger owner epoch; release
 refuses further writes; the placement keeps every group of one user partition on one state
 partition. Memory persister on a shared MemoryLog (writer fencing as a transactional id's)."""

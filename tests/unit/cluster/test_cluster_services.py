@@ -1,4 +1,4 @@
-"""The service layer of a cluster of sidecars (issue 15), with cluster-mode memory persisters on
+"""The service layer of a cluster of sidecars, with cluster-mode memory persisters on
 one MemoryLog (two "sidecars" A and B): group coordination and share-partition leadership follow
 the state partitions a sidecar owns; elsewhere NOT_COORDINATOR / NOT_LEADER_OR_FOLLOWER, group
 administration is refused (config changes forwarded), and nothing phantom is created."""

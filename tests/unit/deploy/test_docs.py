@@ -125,7 +125,7 @@ def test_toml_examples_load(tmp_path):
         assert cfg["bootstrap.servers"]
 
 
-# --- code named in the docs exists (issue 20: docs/architecture.md re-read against the code) ----
+# --- code named in the docs exists (docs/architecture.md re-read against the code) -------------
 
 PACKAGE = REPO / "kshare_sidecar"
 #: Documents whose code paths are checked: every one (the README links them).

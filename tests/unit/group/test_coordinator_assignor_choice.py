@@ -1,4 +1,4 @@
-"""Per-group assignors in the coordinator (kshare's ``share.assignor`` group config, issue 17).
+"""Per-group assignors in the coordinator (kshare's ``share.assignor`` group config).
 
 Two recognisable fake assignors make it obvious which one computed a target: ``first`` gives
 every partition to the lowest member id, ``all`` gives every partition to every member.

@@ -1,4 +1,4 @@
-"""Share-partition initialization and the epochs it costs (issue 22: the difference the long
+"""Share-partition initialization and the epochs it costs (the difference the long
 differential run found). Kafka 4.3.1 assigns a share-partition only once its state is initialized
 (InitializeShareGroupState), which it starts after answering the heartbeat that subscribed to it;
 the next heartbeat then bumps the group epoch ("initialized partitions pending assignment"). The

@@ -1,4 +1,4 @@
-"""The ``share.assignor`` group config (kshare's own, issue 17): validation, describe, persistence
+"""The ``share.assignor`` group config (kshare's own): validation, describe, persistence
 through the memory persister and a restart, and the recomputed assignment after a change."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""GroupService performs the share-partition initialization the coordinator asks for (issue 22):
+"""GroupService performs the share-partition initialization the coordinator asks for:
 before answering the heartbeat that subscribed to a topic, for every partition of it; the
 partitions are assigned at the next heartbeat, one group epoch later (Kafka 4.3.1's epochs); a
 failed initialization does not fail the heartbeat and is retried; a restart keeps what was

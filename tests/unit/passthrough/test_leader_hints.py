@@ -85,7 +85,7 @@ def test_raw_answer_is_rewritten_only_when_it_names_a_backend_host():
 
 
 def test_hints_name_the_listener_the_client_is_connected_on():
-    """Several listeners (issue 16): a SASL_SSL client must be told the SASL_SSL address."""
+    """Several listeners: a SASL_SSL client must be told the SASL_SSL address."""
     import dataclasses
 
     from kshare_sidecar.config import ListenerSpec

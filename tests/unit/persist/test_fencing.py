@@ -1,4 +1,4 @@
-"""Issue 11: owner epochs from the backend, the stale-record rule at write and at replay, and
+"""Fencing: owner epochs from the backend, the stale-record rule at write and at replay, and
 commits whose outcome is unknown (landed or aborted) or that were fenced. Memory persister: the
 topic persister runs the same engine; tests/e2e/test_fencing_faults.py covers real Kafka."""
 

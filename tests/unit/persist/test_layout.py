@@ -1,4 +1,4 @@
-"""The state topic's layout (persist/layout.py, issue 15): a single sidecar of an older build placed
+"""The state topic's layout (persist/layout.py): a single sidecar of an older build placed
 share-partitions by the whole key; every sidecar now places them by topic-partition and moves an
 older layout's records home — a single sidecar at start-up, a cluster member before it joins —
 crash-safe at every commit. Memory persister on a MemoryLog (the topic persister shares the engine).

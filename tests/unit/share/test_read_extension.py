@@ -1,5 +1,5 @@
-"""A cached read that ends inside what a ShareFetch may acquire is extended with the next bytes
-(issue 19): Kafka reads a share-partition's whole share of MaxBytes at once, so its acquisitions
+"""A cached read that ends inside what a ShareFetch may acquire is extended with the next bytes:
+Kafka reads a share-partition's whole share of MaxBytes at once, so its acquisitions
 fill the in-flight window; the sidecar served only the cached part, and a 20,000-record poll on
 2 partitions came back with ~13.5k wherever a cached read ended inside the window."""
 

@@ -1,4 +1,4 @@
-"""How big a backend read is (issue 14): the free window room plus two windows when reading at the
+"""How big a backend read is: the free window room plus two windows when reading at the
 window's end (the cut trailing batch is then a small part of each read), only the re-available
 records behind it otherwise, never the client's whole MaxBytes."""
 

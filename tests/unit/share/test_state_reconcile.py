@@ -1,4 +1,4 @@
-"""Issue 11 at the service layer: after a state write whose outcome was unknown and that landed,
+"""Fencing at the service layer: after a state write whose outcome was unknown and that landed,
 the share-partition is retired and reloads from what is durable; its SPSO never goes back."""
 
 from __future__ import annotations

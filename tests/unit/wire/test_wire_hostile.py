@@ -1,4 +1,4 @@
-"""Each distinct failure from issue 12, reproduced from the frames that caused it.
+"""Each distinct failure hostile frames caused (docs/wire.md, "Hostile input"), reproduced from its frames.
 
 The frames that crashed the process are decoded in a subprocess, so a regression aborts the child
 (SIGABRT from kio's allocator), not the test run.
@@ -41,7 +41,7 @@ def share_fetch_v1(topics_count_field: bytes, rest: bytes = b"") -> bytes:
     return header(78, 1) + body + topics_count_field + rest
 
 
-#: The issue's crash: a ShareFetch v1 (48 bytes on the wire) whose Topics count is 2^32-2.
+#: The crash that killed the process: a ShareFetch v1 (48 bytes on the wire) whose Topics count is 2^32-2.
 HUGE_TOPICS = share_fetch_v1(uvarint(2**32 - 1))
 #: The same through a legacy (int32) count: Metadata v1 with 2^31-1 topics.
 HUGE_LEGACY = struct.pack(">hhih", 3, 1, 7, -1) + struct.pack(">i", 2**31 - 1)
