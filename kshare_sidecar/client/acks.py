@@ -152,7 +152,7 @@ class RangesInFlight:
     Why a second shape: a consumer that never decodes records (``ShareConsumer(offsets_only=True)``,
     the Spark source's driver) acquires and acknowledges tens of thousands of offsets per round;
     a dict entry per offset (:class:`PartitionInFlight`) was Python work per record on exactly the
-    path the issue-19 profile measured. Here every step costs per range. Offsets without a data
+    path a profile of the Spark source measured. Here every step costs per range. Offsets without a data
     record (compaction gaps, control records) are acquired like the rest: whoever reads the range
     finds fewer records, and acknowledging such an offset ends it as GAP would.
     """

@@ -17,7 +17,7 @@ the checker failing on a deliberately broken build (the lease switched off); a p
 limit.
 
 Bounds for "served again": 15 s after a takeover or a heal where only backend links failed (the
-issue's bound); 75 s where client links failed — a client notices a silently cut broker only at
+must-show's bound); 75 s where client links failed — a client notices a silently cut broker only at
 its own request timeout (librdkafka's socket.timeout.ms: 60 s; the asyncio client's 30 s) and TCP
 resumes a stalled connection at its next retransmission.
 
@@ -233,7 +233,7 @@ def test_single_sidecar_cut_from_backend(labs, round):
 #: serving, as before the lease existed) and so is the second defence behind it, the owner records
 #: read from the state topic's tail (``lose``: a newer owner seen drops the partition at once). What
 #: is left is the state topic's transactional fencing: the zombie learns of its loss only when a
-#: state write of its own is fenced after the heal — the build the issue measured.
+#: state write of its own is fenced after the heal — the build measured on 2026-11-28.
 BROKEN = [sys.executable, "-c", "import sys; import kshare_sidecar.cluster.lease as lease; "
                                 "lease.Lease.valid = lambda self, now=None: self.renewals > 0; "
                                 "lease.Lease.check = lambda self, now=None: False; "
