@@ -255,7 +255,10 @@ class ShareConsumer:
     def acknowledge(self, record: ShareRecord, ack_type: AcknowledgeType = AcknowledgeType.ACCEPT) -> None:
         """Queue ACCEPT, RELEASE or REJECT for ``record``; sent with the next fetch or ``commit``.
         (Also allowed in implicit mode: it replaces the implicit ACCEPT of that record.)"""
-        inf = self._requests.inflight.get(self._tp(record))
+        tp = self._tp(record)
+        inf = self._requests.inflight.get(tp)
+        if (inf is None or record.offset not in inf.acquired) and self._requests.released_ack(tp, record.offset):
+            return
         if inf is None:
             raise AckStateError(f"{record.topic}-{record.partition}@{record.offset} is not acquired by this consumer")
         inf.acknowledge(record.offset, AcknowledgeType(ack_type))

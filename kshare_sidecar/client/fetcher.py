@@ -109,6 +109,9 @@ class ShareConsumeRequestManager:
         self.inflight: dict[Tp, Any] = {}  # PartitionInFlight, or RangesInFlight (offsets only)
         self.buffer: collections.deque[Any] = collections.deque()  # _Chunk, or _RangeChunk
         self.results: dict[TopicPartition, Exception | None] = {}
+        #: offsets handed to the application whose share session then ended (the broker released
+        #: them), with the code: their acknowledgement fails at the next commit instead of raising
+        self.released: dict[Tp, tuple[set[int], ErrorCode]] = {}
         #: lock duration the brokers last reported (ms)
         self.acquisition_lock_timeout_ms: int | None = None
 
@@ -412,11 +415,24 @@ class ShareConsumeRequestManager:
         return self._cluster.conn(node)
 
     def _lose(self, tp: Tp, inf: Any, code: ErrorCode) -> None:
+        if isinstance(inf, PartitionInFlight) and inf.delivered:  # records (offsets-only mode has ranges)
+            self.released[tp] = (set(inf.delivered), code)
         if inf.drop():
             self._result(tp, AcknowledgementError(code, "the share session ended; the records were released"))
         self.inflight.pop(tp, None)
         if self.buffer:
             self.buffer = collections.deque(c for c in self.buffer if c.tp != tp)
+
+    def released_ack(self, tp: Tp, offset: int) -> bool:
+        """An acknowledgement of a record handed out before its share session ended (a leader
+        moved while the application worked): it fails at the next commit, as in Kafka's clients,
+        rather than raising. False: the record was never handed out here."""
+        entry = self.released.get(tp)
+        if entry is None or offset not in entry[0]:
+            return False
+        self._result(tp, AcknowledgementError(entry[1], "the share session ended before the acknowledgement was "
+                                                        "sent; the broker released the record"))
+        return True
 
     def drop_node(self, node: int, code: ErrorCode) -> None:
         """The session at ``node`` is gone: its records were released by the broker."""

@@ -42,3 +42,23 @@ def test_a_superseded_ack_is_reported_failed_by_the_next_commit():
     error = mgr.results[TopicPartition("t", 0)]
     assert isinstance(error, AcknowledgementError) and error.code == ErrorCode.invalid_record_state
     assert mgr.inflight[(TID, 0)].pending == {} and mgr.inflight[(TID, 0)].superseded == 0
+
+
+def test_acknowledging_a_record_whose_session_ended_fails_at_commit_instead_of_raising():
+    """Seen in the nemesis (a backend broker isolated): the application was working on records
+    when their partition's leader moved; the next fetch, from the new leader, replaced the books,
+    and acknowledging a record it had been handed raised AckStateError and killed the consumer.
+    As Kafka's clients: the acknowledgement is taken and fails at the next commit."""
+    config = FetchConfig(max_poll_records=100, min_bytes=1, max_bytes=1 << 20, acquire_mode=1, timeout_s=30,
+                         backoff_s=0.1, check_crcs=False, key_deserializer=None, value_deserializer=None)
+    mgr = ShareConsumeRequestManager("g", membership=None, cluster=SimpleNamespace(names={TID: "t"}, ids={}),  # type: ignore[arg-type]
+                                     config=config)
+    mgr._records = lambda topic, p, data, ranges: [  # type: ignore[method-assign]
+        ShareRecord(topic, p, o, 0, 0, None, None, [], c) for f, last, c in ranges for o in range(f, last + 1)]
+    mgr._take_records(1, (TID, 0), _part(0, 4, 1))
+    assert sorted(r.offset for rs in mgr.drain(100).values() for r in rs) == [0, 1, 2, 3, 4]
+    mgr._take_records(2, (TID, 0), _part(5, 6, 1))  # the partition moved to node 2 meanwhile
+    assert mgr.released_ack((TID, 0), 3) and not mgr.released_ack((TID, 0), 9)  # 9: never handed out
+    error = mgr.results[TopicPartition("t", 0)]
+    assert isinstance(error, AcknowledgementError) and error.code == ErrorCode.not_leader_or_follower
+    assert 3 not in mgr.inflight[(TID, 0)].acquired  # nothing sent for it to the new leader
