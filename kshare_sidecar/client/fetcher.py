@@ -245,6 +245,9 @@ class ShareConsumeRequestManager:
                 if acks:
                     await self.send_acks(node, self.session(node), acks)
         results, self.results = self.results, {}
+        # kept until a commit: the records a commit settles are acknowledged before it (one
+        # acknowledged after it is unknown here, AckStateError, so the books stay bounded)
+        self.released.clear()
         return results
 
     async def send_acks(self, node: int, session: ShareSession, acks: dict[Tp, list[AckBatch]],
@@ -416,7 +419,9 @@ class ShareConsumeRequestManager:
 
     def _lose(self, tp: Tp, inf: Any, code: ErrorCode) -> None:
         if isinstance(inf, PartitionInFlight) and inf.delivered:  # records (offsets-only mode has ranges)
-            self.released[tp] = (set(inf.delivered), code)
+            # added to what an earlier loss released: a leader can move twice while the
+            # application works through one batch
+            self.released[tp] = (self.released.get(tp, (set(), code))[0] | inf.delivered, code)
         if inf.drop():
             self._result(tp, AcknowledgementError(code, "the share session ended; the records were released"))
         self.inflight.pop(tp, None)

@@ -62,3 +62,6 @@ def test_acknowledging_a_record_whose_session_ended_fails_at_commit_instead_of_r
     error = mgr.results[TopicPartition("t", 0)]
     assert isinstance(error, AcknowledgementError) and error.code == ErrorCode.not_leader_or_follower
     assert 3 not in mgr.inflight[(TID, 0)].acquired  # nothing sent for it to the new leader
+    assert sorted(r.offset for rs in mgr.drain(100).values() for r in rs) == [5, 6]
+    mgr._take_records(1, (TID, 0), _part(7, 7, 1))  # ... and back to node 1 before the batch was done
+    assert mgr.released_ack((TID, 0), 3) and mgr.released_ack((TID, 0), 6)
