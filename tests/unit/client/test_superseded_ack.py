@@ -28,13 +28,19 @@ def _part(first: int, last: int, count: int):
                                                              delivery_count=count)], records=b"x")
 
 
-def test_a_superseded_ack_is_reported_failed_by_the_next_commit():
+def _manager() -> ShareConsumeRequestManager:
+    """The consumer's request manager alone, its records made from the acquired ranges."""
     config = FetchConfig(max_poll_records=100, min_bytes=1, max_bytes=1 << 20, acquire_mode=1, timeout_s=30,
                          backoff_s=0.1, check_crcs=False, key_deserializer=None, value_deserializer=None)
     mgr = ShareConsumeRequestManager("g", membership=None, cluster=SimpleNamespace(names={TID: "t"}, ids={}),  # type: ignore[arg-type]
                                      config=config)
     mgr._records = lambda topic, p, data, ranges: [  # type: ignore[method-assign]
         ShareRecord(topic, p, o, 0, 0, None, None, [], c) for f, last, c in ranges for o in range(f, last + 1)]
+    return mgr
+
+
+def test_a_superseded_ack_is_reported_failed_by_the_next_commit():
+    mgr = _manager()
     mgr._take_records(1, (TID, 0), _part(0, 1, 1))
     mgr.inflight[(TID, 0)].acknowledge(0, AcknowledgeType.ACCEPT)
     assert mgr.results == {}
@@ -49,12 +55,7 @@ def test_acknowledging_a_record_whose_session_ended_fails_at_commit_instead_of_r
     when their partition's leader moved; the next fetch, from the new leader, replaced the books,
     and acknowledging a record it had been handed raised AckStateError and killed the consumer.
     As Kafka's clients: the acknowledgement is taken and fails at the next commit."""
-    config = FetchConfig(max_poll_records=100, min_bytes=1, max_bytes=1 << 20, acquire_mode=1, timeout_s=30,
-                         backoff_s=0.1, check_crcs=False, key_deserializer=None, value_deserializer=None)
-    mgr = ShareConsumeRequestManager("g", membership=None, cluster=SimpleNamespace(names={TID: "t"}, ids={}),  # type: ignore[arg-type]
-                                     config=config)
-    mgr._records = lambda topic, p, data, ranges: [  # type: ignore[method-assign]
-        ShareRecord(topic, p, o, 0, 0, None, None, [], c) for f, last, c in ranges for o in range(f, last + 1)]
+    mgr = _manager()
     mgr._take_records(1, (TID, 0), _part(0, 4, 1))
     assert sorted(r.offset for rs in mgr.drain(100).values() for r in rs) == [0, 1, 2, 3, 4]
     mgr._take_records(2, (TID, 0), _part(5, 6, 1))  # the partition moved to node 2 meanwhile

@@ -21,6 +21,15 @@ CONFIG = {"share.record.lock.duration.ms": 30_000, "share.delivery.count.limit":
 DONE = (DeliveryState.ACKNOWLEDGED, DeliveryState.ARCHIVED)
 
 
+async def cache_at(clock) -> tuple[MemoryPersister, SharePartitionCache]:
+    """A share-partition cache over a memory persister with KEY initialized at offset 0."""
+    persister = MemoryPersister(log=MemoryLog(1))
+    await persister.start()
+    await persister.initialize(KEY, 0, 0)
+    return persister, SharePartitionCache(persister=persister, backend=None, clock=clock,
+                                          group_config=lambda g: CONFIG)
+
+
 @st.composite
 def states(draw, epoch: int = 0) -> PartitionState:
     """A valid persisted state: SPSO, then ascending non-overlapping batches (no AVAILABLE with 0)."""
@@ -73,12 +82,8 @@ async def test_a_reload_keeps_the_delivery_counts_memory_had():
     """Records delivered twice in memory (a lock expiry between), none of it written; a reload
     from the state topic delivers them next with count 2 (the second attempt replayed, as after
     a crash), not 1 as the state topic alone would say."""
-    persister = MemoryPersister(log=MemoryLog(1))
-    await persister.start()
-    await persister.initialize(KEY, 0, 0)
     now = [0]
-    mgr = SharePartitionCache(persister=persister, backend=None, clock=lambda: now[0],
-                              group_config=lambda g: CONFIG)
+    persister, mgr = await cache_at(lambda: now[0])
     slot = await mgr.get("g", TOPIC_ID, 0, "t")
     assert [r.delivery_count for r in slot.partition.acquire("m", [(0, 9, -1, False, False)], 10)] == [1]
     now[0] = 60_000
