@@ -25,9 +25,6 @@ class CountFloors:
     def __init__(self) -> None:
         self._floors: dict[SharePartitionKey, PartitionState] = {}
 
-    def __len__(self) -> int:
-        return len(self._floors)
-
     def keep(self, key: SharePartitionKey, snapshot: PartitionState) -> None:
         self._floors[key] = snapshot
 
