@@ -21,7 +21,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -33,7 +33,6 @@ from ..metrics import WRITE_LATENCY as _WRITE_LATENCY
 from ..persist.errors import PersistError, UnknownSharePartitionError
 from ..persist.model import SharePartitionKey
 from ..persist.records import UNSET_OFFSET, InitializeItem, WriteItem
-from .count_floor import CountFloors
 from .engine.config import Extensions, ShareConfig
 from .engine.extended import ExtendedSharePartition
 from .engine.holds import DEAD_LETTER, HOLDERS
@@ -41,6 +40,7 @@ from .engine.keyorder import KeyIndex
 from .engine.partition import SharePartition
 from ..timeutil import parse_iso_duration_ms, wall_ms
 from .leadership import Leadership, PartitionError, _name
+from .reload_memory import ReloadMemory
 from .slot import IdleEviction, Slot
 
 log = logging.getLogger("kshare.partitions")
@@ -87,7 +87,7 @@ class SharePartitionCache(Leadership, IdleEviction):
         #: service drains new dead-letter holds from here (share/dead_letter.py)
         self.on_change: Callable[[Slot], None] | None = None
         persister.reload_listeners.append(self.retire)
-        self.count_floors = CountFloors()
+        self.reload_memory = ReloadMemory()
         persister.superseded_listeners.append(lambda _reason: self.retire(list(self.slots), keep_counts=False))
         #: a cluster of sidecars: this sidecar leads only the share-partitions whose
         #: state partition it owns, each at that partition's owner epoch
@@ -103,13 +103,16 @@ class SharePartitionCache(Leadership, IdleEviction):
 
     def retire(self, keys: Iterable[SharePartitionKey], *, keep_counts: bool = True) -> None:
         """Drop the slots of ``keys`` (their durable state differs from memory); they reload on
-        demand, counting their records at least as often as memory did (share/count_floor.py)."""
+        demand — an acknowledgement loads them too, as after an idle eviction — counting their
+        records at least as often as memory did and leaving the records members hold with them
+        (share/reload_memory.py; ``keep_counts=False``: this sidecar is superseded, nothing is kept)."""
         for key in keys:
             self.evicted.pop(key, None)
             slot = self.slots.pop(key, None)
             if slot is not None:
                 if keep_counts:
-                    self.count_floors.keep(key, slot.partition.snapshot())
+                    self.reload_memory.keep(key, slot.partition)
+                    self.evicted[key] = slot.partition.spso if slot.start_unset else None
                 slot.dead = True
                 slot.wake()
                 log.warning("share-partition %s reloads from the state topic (memory differed from durable state)",
@@ -296,26 +299,23 @@ class SharePartitionCache(Leadership, IdleEviction):
             config = self.share_config(key.group_id)
             ext = self.extensions(key.group_id)
             remembered = self.evicted.get(key)
-            if state.start_offset == UNSET_OFFSET:
+            kept = self.reload_memory.get(key)  # dropped once the load succeeds
+            restored, unset = state, state.start_offset == UNSET_OFFSET
+            if unset:
                 # Resolved from share.auto.offset.reset now, and written with the first state
                 # change (an acknowledgement, a release, a lock expiry), not at load: until then
                 # DescribeShareGroupOffsets shows no start offset, as on Kafka 4.3.1 (found by the
                 # long differential run), and a reload before it resolves the offset again, as Kafka's
-                # — except after an idle eviction, which must not show: the offset it had.
+                # — except after an idle eviction or a retirement, which must not show: the offset it had.
                 start = remembered if remembered is not None else \
                     await self.initial_offset(key.group_id, topic, key.partition)
-                sp: SharePartition
-                if ext.enabled:  # groups without extensions keep the plain engine (docs/extensions.md)
-                    sp = ExtendedSharePartition(config, self.clock, ext=ext, wall=self.wall, start_offset=start,
-                                                state_epoch=state.state_epoch, leader_epoch=epoch)
-                else:
-                    sp = SharePartition(config, self.clock, start_offset=start, state_epoch=state.state_epoch,
-                                        leader_epoch=epoch)
-            else:
-                state = self.count_floors.apply(key, state, _name(key, topic))
-                sp = ExtendedSharePartition.restore_with(state, self.clock, config, ext, self.wall) if ext.enabled \
-                    else SharePartition.restore(state, self.clock, config)
-                sp.leader_epoch = epoch
+                restored = replace(state, start_offset=start, state_batches=())
+            restored = self.reload_memory.raise_counts(kept, restored, _name(key, topic))
+            # groups without extensions keep the plain engine (docs/extensions.md)
+            sp = ExtendedSharePartition.restore_with(restored, self.clock, config, ext, self.wall) if ext.enabled \
+                else SharePartition.restore(restored, self.clock, config)
+            sp.leader_epoch = epoch
+            self.reload_memory.hold_again(kept, sp, _name(key, topic), ordered=ext.key_ordering)
         except PersistError as exc:
             code = ErrorCode.not_leader_or_follower if exc.error_code == ErrorCode.not_coordinator else exc.error_code
             if not self.leads(uuid.UUID(key.topic_id), key.partition):
@@ -328,9 +328,9 @@ class SharePartitionCache(Leadership, IdleEviction):
             # given up while it loaded (a handover, a lapsed lease): never serve what was read
             raise PartitionError(ErrorCode.not_leader_or_follower, f"share-partition {_name(key, topic)} is led by "
                                                                    f"another sidecar now")
-        slot = self.slots[key] = Slot(key, topic, sp, last_used=self.clock(),
-                                      start_unset=state.start_offset == UNSET_OFFSET)
+        slot = self.slots[key] = Slot(key, topic, sp, last_used=self.clock(), start_unset=unset)
         self.evicted.pop(key, None)
+        self.reload_memory.drop(key)
         _LOAD_TIME.observe(time.perf_counter() - started)
         log.info("loaded share-partition %s: SPSO %d, state epoch %d", _name(key, topic), sp.spso, sp.state_epoch)
         self.track(slot)  # restored holds (release backoff) have deadlines

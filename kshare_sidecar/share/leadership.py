@@ -21,7 +21,7 @@ from ..persist.codec import KIND_PARTITION
 from ..persist.errors import PersistError
 from ..persist.model import SharePartitionKey
 from ..protocol.errors import KafkaError
-from .count_floor import CountFloors
+from .reload_memory import ReloadMemory
 from .engine.holds import HOLDERS
 from .slot import Slot
 
@@ -34,7 +34,7 @@ class PartitionError(KafkaError):
 
 class Leadership:
     """Needs ``persister``, ``cluster``, ``epoch``, ``lease``, ``slots``, ``evicted``,
-    ``count_floors``, ``_handing_over`` and ``handed_over`` (set by `SharePartitionCache`)."""
+    ``reload_memory``, ``_handing_over`` and ``handed_over`` (set by `SharePartitionCache`)."""
 
     persister: Any
     cluster: bool
@@ -42,7 +42,7 @@ class Leadership:
     lease: Any
     slots: dict[SharePartitionKey, Slot]
     evicted: dict
-    count_floors: CountFloors
+    reload_memory: ReloadMemory
     _handing_over: set[int]
     handed_over: int
 
@@ -91,7 +91,7 @@ class Leadership:
         gone = [key for key in self.slots if self.home(key) == p]
         for key in [k for k in self.evicted if self.home(k) == p]:
             del self.evicted[key]
-        self.count_floors.forget(lambda k: self.home(k) == p)
+        self.reload_memory.forget(lambda k: self.home(k) == p)
         for key in gone:
             slot = self.slots.pop(key)
             slot.dead = True

@@ -9,18 +9,22 @@ reads it and names every violation of what a production queue promises:
   the client — a timeout, an unreachable sidecar, or a client that died holding it before it
   could log the outcome — it was never delivered again and the state topic has it done: counted,
   not a violation), or a share-partition whose final SPSO is not the end of its partition;
-* **accepted twice** — two successful acknowledgements of one record;
+* **accepted twice** — two successful acknowledgements of one record; and **delivered after
+  accepted** — a record handed out (at the earliest moment its client can bound) after an
+  acknowledgement of it was answered without error: the acceptance was durable, or should have been;
 * **held twice** — a record delivered while another delivery of it still held its acquisition
   lock: not acknowledged (either way) yet, its lock duration not passed, and no change of owner of
   its state partition in between (a new owner voids the locks of the old, as a new leader does in
-  Kafka). Times are client times: the poll that returned the record, and what the client
+  Kafka; a sidecar reloading a share-partition from the state topic keeps its locks,
+  share/reload_memory.py, so a reload voids nothing). Times are client times: the poll that returned the record, and what the client
   knows of when the sidecar handed it out (:class:`Delivery`), later than the hand-out by a
   network round trip, hence ``tolerance_s``;
 * **count went down** — a later delivery of a record with a smaller delivery count; and a
   **count repeated** — two deliveries with one count with no *unplanned* change of owner in
   between (Kafka's accepted imprecision after a crash: acquisitions are not persisted; a planned
   handover writes them, persist/cluster.py). A sidecar reloading a share-partition from the state
-  topic after a write whose outcome it could not know counts as unplanned too (``reloads``);
+  topic after a write whose outcome it could not know keeps the counts memory had (``reloads``
+  are counted, not excused);
 * **zombie** — a delivery by a sidecar (where the client names it) after its tenure of the
   record's state partition ended;
 * **SPSO went back** — within a state epoch, the state topic's snapshots of a share-partition;
@@ -126,8 +130,8 @@ class History:
     gone: dict[str, float] = field(default_factory=dict)
     starts: dict[int, int] = field(default_factory=dict)  # user partition -> first offset consumed
     #: user partition -> when a sidecar reloaded its share-partition from the state topic (its log:
-    #: after a state write whose outcome it could not know); records in flight come back with the
-    #: counts last written, as after an unplanned change of owner
+    #: after a state write whose outcome it could not know); it keeps the locks and counts memory
+    #: had, so a reload excuses nothing (stats only)
     reloads: dict[int, list[float]] = field(default_factory=dict)
 
 
@@ -166,23 +170,22 @@ def tenures_from(marks: list[tuple[float, int, int | None, bool]]) -> list[Tenur
 
 
 class _Owners:
-    """Changes of owner per state partition (and reloads per user partition), searchable by time."""
+    """Changes of owner per state partition, searchable by time."""
 
-    def __init__(self, tenures: dict[int, list[Tenure]], reloads: dict[int, list[float]]) -> None:
+    def __init__(self, tenures: dict[int, list[Tenure]]) -> None:
         self.tenures = tenures
-        self.reloads = {p: sorted(ts) for p, ts in reloads.items()}
         self.changes: dict[int, list[float]] = {}  # every takeover after the first
         self.unplanned: dict[int, list[float]] = {}  # takeovers whose predecessor left no mark
         for sp, ts in tenures.items():
             self.changes[sp] = [t.start for t in ts[1:]]
             self.unplanned[sp] = [b.start for a, b in zip(ts, ts[1:]) if not a.planned]
 
-    def next_change(self, sp: int, after: float, p: int = -1) -> float:
-        """The first change of owner of ``sp`` (or reload of ``p``) after ``after`` (inf: none)."""
-        return min(_next(self.changes.get(sp, []), after), _next(self.reloads.get(p, []), after))
+    def next_change(self, sp: int, after: float) -> float:
+        """The first change of owner of ``sp`` after ``after`` (inf: none)."""
+        return _next(self.changes.get(sp, []), after)
 
-    def unplanned_between(self, sp: int, lo: float, hi: float, p: int = -1) -> bool:
-        return min(_next(self.unplanned.get(sp, []), lo), _next(self.reloads.get(p, []), lo)) <= hi
+    def unplanned_between(self, sp: int, lo: float, hi: float) -> bool:
+        return _next(self.unplanned.get(sp, []), lo) <= hi
 
     def tenure_at(self, sp: int, node: int, t: float, since: float | None = None) -> Tenure | None:
         """``node``'s tenure of ``sp`` covering ``t`` — or any moment of ``since``..``t`` (None:
@@ -195,7 +198,7 @@ class _Owners:
 
 
 def check(h: History, *, tolerance_s: float = 1.0, unserved_bound_s: float = 15.0) -> Report:
-    owners = _Owners(h.tenures, h.reloads)
+    owners = _Owners(h.tenures)
     by_record: dict[tuple[int, int], list[Delivery]] = defaultdict(list)
     for d in h.deliveries:
         by_record[(d.p, d.o)].append(d)
@@ -207,6 +210,7 @@ def check(h: History, *, tolerance_s: float = 1.0, unserved_bound_s: float = 15.
     v: list[str] = []
     settled: dict[tuple[int, int], float] = {}  # record -> when it was done (accepted, archived, ...)
     v += _lost_or_twice(h, by_record, accepted, stats, settled)
+    v += _after_accepted(h, by_record, tolerance_s)
     v += _holds_and_counts(h, owners, by_record, tolerance_s, stats)
     v += _spso(h)
     v += _unserved(h, owners, unserved_bound_s, stats, settled)
@@ -265,6 +269,16 @@ def _lost_or_twice(h: History, by_record: dict, accepted: Counter, stats: dict,
     return v
 
 
+def _after_accepted(h: History, by_record: dict, tolerance_s: float) -> list[str]:
+    """No record is handed out after an acknowledgement of it was answered without error."""
+    again = [(p, o, round(t, 3), d.consumer, round(d.t, 3), d.dc) for (p, o), t in accepted_times(h.acks).items()
+             for d in by_record.get((p, o), ()) if d.earliest > t + tolerance_s]
+    if not again:
+        return []
+    return [f"delivered after accepted: {len(again)} deliveries after an acceptance answered without error, "
+            f"e.g. {again[:3]} (partition, offset, accepted at, to, at, count)"]
+
+
 def _holds_and_counts(h: History, owners: _Owners, by_record: dict, tolerance_s: float, stats: dict) -> list[str]:
     ack_end: dict[tuple[str, int, int, int], float] = {}
     for a in h.acks:
@@ -281,7 +295,7 @@ def _holds_and_counts(h: History, owners: _Owners, by_record: dict, tolerance_s:
         # moment in it breaks the rule
         for i, first in enumerate(ds):
             end = min(first.earliest + h.lock_s, ack_end.get((first.consumer, p, o, first.dc), float("inf")))
-            change = owners.next_change(sp, first.earliest - tolerance_s, p)
+            change = owners.next_change(sp, first.earliest - tolerance_s)
             for later in ds[i + 1:]:
                 if later.t + tolerance_s >= end:
                     break
@@ -298,7 +312,7 @@ def _holds_and_counts(h: History, owners: _Owners, by_record: dict, tolerance_s:
             if b.dc < a.dc and b.earliest - a.latest > tolerance_s:
                 down.append((p, o, a.dc, a.t, b.dc, b.t))
             elif b.dc == a.dc and not owners.unplanned_between(
-                    sp, min(a.earliest, b.earliest) - tolerance_s, max(a.t, b.t) + tolerance_s, p):
+                    sp, min(a.earliest, b.earliest) - tolerance_s, max(a.t, b.t) + tolerance_s):
                 repeated.append((p, o, a.dc, a.consumer, a.t, b.consumer, b.t))
     stats["voided_by_owner_change"] = voided
     stats["reloads"] = sum(len(ts) for ts in h.reloads.values())

@@ -22,7 +22,7 @@ from kshare_sidecar.share.engine.acquire import Acquisition
 from kshare_sidecar.share.engine.config import ShareConfig
 from kshare_sidecar.share.engine.persisted import to_partition_state
 from kshare_sidecar.share.engine.ranges import Clock, InFlightRange
-from kshare_sidecar.states import ACKNOWLEDGED, ARCHIVED, AVAILABLE, RecordState
+from kshare_sidecar.states import ACKNOWLEDGED, ACQUIRED, ARCHIVED, AVAILABLE, RecordState
 
 __all__ = ["Clock", "SharePartition"]
 
@@ -161,6 +161,16 @@ class SharePartition(Acquisition, Acknowledgement):
             self.leader_epoch,
         )
 
+    def counts(self) -> PartitionState:
+        """:meth:`snapshot` with every acquisition counted (count, not count - 1): what this
+        share-partition handed out, the floor for a reload of it in the same process."""
+        return to_partition_state(
+            ((r.first, r.last, AVAILABLE if r.state == ACQUIRED else r.state, r.count) for r in self._rs),
+            self._end,
+            self.state_epoch,
+            self.leader_epoch,
+        )
+
     @classmethod
     def restore(cls, state: PartitionState, clock: Clock, config: ShareConfig) -> Self:
         """Rebuild a share-partition from its persisted form (after a restart or ownership move).
@@ -212,6 +222,46 @@ class SharePartition(Acquisition, Acknowledgement):
         sp._end = pos
         sp._advance()
         return sp
+
+    def held(self) -> list[tuple[int, int, int, str, int]]:
+        """The records members hold: (first, last, delivery count, member, lock deadline) pieces."""
+        return [(r.first, r.last, r.count, r.lock.member, r.lock.deadline) for r in self._rs
+                if r.state == ACQUIRED and r.lock is not None]
+
+    def adopt(self, held: list[tuple[int, int, int, str, int]]) -> int:
+        """Hold again what members held before this share-partition was rebuilt from its durable
+        state in the same process (a reload after a state write whose outcome was unknown).
+        Acquisitions are never persisted, so the durable state shows those records AVAILABLE; the
+        members still work on them under locks whose deadlines have not passed, so handing them
+        out again would give one record to two holders at once. Each piece whose records the
+        durable state leaves AVAILABLE is ACQUIRED again by its member until its old deadline,
+        counted as memory counted it; records the durable state has done (the unknown write did
+        land) stay done. Returns how many records were held again."""
+        taken = 0
+        rs = self._rs
+        for first, last, count, member, deadline in held:
+            first = max(first, self._spso)
+            if last < first:
+                continue
+            if last >= self._end:  # read past the durable window: the offsets between are plain AVAILABLE
+                self._firsts.append(self._end)
+                rs.append(InFlightRange(self._end, last, AVAILABLE, 0))
+                self._available += last - self._end + 1
+                self._end = last + 1
+            lock = self._locks.new(member, deadline, first, last, 0)
+            i, j = self._split(first), self._split(last + 1)
+            for r in rs[i:j]:
+                if r.state == AVAILABLE:
+                    size = r.last - r.first + 1
+                    r.state, r.count, r.lock = ACQUIRED, max(r.count, count), lock
+                    lock.live += size
+                    self._available -= size
+            if lock.live == 0:
+                self._locks.drop(lock)
+            taken += lock.live
+        if taken:
+            self.version += 1
+        return taken
 
     def __repr__(self) -> str:
         return (
