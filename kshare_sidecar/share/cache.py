@@ -1,8 +1,7 @@
-"""Share-partitions in memory: load (claiming ownership), initialize, persist, expire locks, wake.
+"""Share-partitions in memory: load (claiming ownership), initialize, expire locks, wake.
 
-Every state change that must survive a restart goes through `persist()`, which serialises
-writes per share-partition: each persisted value is a complete snapshot, so two writes of one
-share-partition must never race (the later snapshot would silently drop the earlier change).
+Every state change that must survive a restart is written through share/state_writes.py, which
+serialises the writes of each share-partition (each is a complete snapshot).
 
 After a commit whose outcome was unknown (or a fencing), the persister re-reads the truth and
 names the share-partitions whose durable state differs from what this sidecar believed: their
@@ -21,27 +20,25 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from ..config.sections import GroupConfig
 from ..metrics import LOAD_TIME as _LOAD_TIME
-from ..metrics import STATS as _METRICS
-from ..metrics import WRITE_LATENCY as _WRITE_LATENCY
 from ..persist.errors import PersistError, UnknownSharePartitionError
 from ..persist.model import SharePartitionKey
-from ..persist.records import UNSET_OFFSET, InitializeItem, WriteItem
+from ..persist.records import UNSET_OFFSET, InitializeItem
 from .engine.config import Extensions, ShareConfig
 from .engine.extended import ExtendedSharePartition
-from .engine.holds import DEAD_LETTER, HOLDERS
 from .engine.keyorder import KeyIndex
 from .engine.partition import SharePartition
 from ..timeutil import parse_iso_duration_ms, wall_ms
 from .leadership import Leadership, PartitionError, _name
 from .reload_memory import ReloadMemory
 from .slot import IdleEviction, Slot
+from .state_writes import StateWrites
 
 log = logging.getLogger("kshare.partitions")
 
@@ -52,7 +49,7 @@ def owner_epoch(now_wall_ms: int) -> int:
     return now_wall_ms // 1000 - 1_577_836_800
 
 
-class SharePartitionCache(Leadership, IdleEviction):
+class SharePartitionCache(Leadership, IdleEviction, StateWrites):
     """Owns every `SharePartition` this sidecar serves (idle ones are dropped: share/slot.py)."""
 
     def __init__(self, *, persister, backend, clock: Callable[[], int], wall: Callable[[], int] = wall_ms,
@@ -347,80 +344,6 @@ class SharePartitionCache(Leadership, IdleEviction):
             slot.wake()
         return gone
 
-    # -- persistence -------------------------------------------------------------------------
-    async def persist_plans(self, planned: list[tuple[Slot, object]]) -> dict[SharePartitionKey, ErrorCode]:
-        """Write each plan's resulting state, then apply it; per share-partition outcome.
-
-        Holds each share-partition's write lock from prepare to commit, so durable snapshots are
-        written in the order their changes are applied."""
-        return dict(await asyncio.gather(*(self._persist_plan(slot, plan) for slot, plan in planned)))
-
-    async def _persist_plan(self, slot: Slot, plan) -> tuple[SharePartitionKey, ErrorCode]:
-        async with slot.write_lock:
-            is_ack = isinstance(plan, PendingAcks)
-            plan = slot.partition.prepare_acknowledge(plan.member_id, plan.batches, allow_renew=plan.allow_renew) \
-                if isinstance(plan, PendingAcks) else plan
-            if plan.error != ErrorCode.none:
-                return slot.key, plan.error
-            if slot.dead:  # checked with no await before the write is queued
-                return slot.key, ErrorCode.not_leader_or_follower
-            try:
-                with _WRITE_LATENCY.time():
-                    await self.persister.write(slot.key, plan.state, self._writer_epoch(slot))
-            except PersistError as exc:
-                _METRICS.state_write_failures += 1  # the alert rules (compose/prometheus/)
-                log.warning("state write for %s failed, acknowledgement rolled back: %s", _name(slot.key, slot.topic),
-                            exc)
-                return slot.key, _ack_error(exc)
-            slot.start_unset = slot.dirty = False  # the snapshot written carries the resolved SPSO
-            # ... and, once committed, everything memory holds (a lock expiry whose write had failed)
-            code = slot.partition.commit(plan)
-            if code != ErrorCode.none:
-                # Memory changed between prepare and commit (e.g. the records' locks expired while
-                # the write was in flight). The write is durable, so memory must follow it, never the
-                # reverse: writing memory again here rolled the SPSO back. Reload from the
-                # durable state; the acknowledgement is durable, so it succeeded.
-                log.warning("share-partition %s changed during its state write (%s); reloading it from the "
-                            "durable state", _name(slot.key, slot.topic), code.name)
-                self.retire([slot.key])
-                code = ErrorCode.none
-            if is_ack and code == ErrorCode.none and plan.member_id not in HOLDERS:
-                _METRICS.count_acks(plan.runs)
-            elif is_ack and code == ErrorCode.none and plan.member_id == DEAD_LETTER:  # archived after the DLQ write
-                group = slot.key.group_id
-                _METRICS.group_dead_lettered[group] = _METRICS.group_dead_lettered.get(group, 0) + sum(
-                    last - first + 1 for first, last, _t in plan.runs)
-        slot.wake()
-        self.track(slot)
-        self._changed(slot)
-        return slot.key, code
-
-    def persist_soon(self, slot: Slot) -> None:
-        """Persist a change nobody waits for (lock expiry, release on session close)."""
-        slot.unsaved += 1  # not evicted before it is written
-        self._spawn(self._write_current(slot))
-
-    async def _write_current(self, slot: Slot) -> None:
-        try:
-            async with slot.write_lock:
-                if slot.dead:
-                    return
-                try:
-                    with _WRITE_LATENCY.time():
-                        await self.persister.write(slot.key, slot.partition.snapshot(), self._writer_epoch(slot))
-                    slot.start_unset = slot.dirty = False
-                except PersistError as exc:
-                    slot.dirty = True  # kept in memory (never evicted) until a write succeeds
-                    _METRICS.state_write_failures += 1  # the alert rules (compose/prometheus/)
-                    log.warning("state write for %s failed: %s", _name(slot.key, slot.topic), exc)
-        finally:
-            slot.unsaved -= 1
-
-    def _spawn(self, coro) -> None:
-        task = asyncio.create_task(coro)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
     # -- acquisition locks -------------------------------------------------------------------
     def track(self, slot: Slot) -> None:
         """Register the share-partition's earliest lock deadline with the expiry timer."""
@@ -476,24 +399,3 @@ class SharePartitionCache(Leadership, IdleEviction):
                 self.track(slot)  # holds made by the release (backoff) have deadlines
                 self._changed(slot)
         return released
-
-
-@dataclass
-class PendingAcks:
-    """Acks to validate under the share-partition's write lock (so validation sees the state the
-    write will be based on)."""
-
-    member_id: str
-    batches: list
-    allow_renew: bool = False
-
-
-def _ack_error(exc: PersistError) -> ErrorCode:
-    """Partition-level error for a failed state write; never UNKNOWN_SERVER_ERROR for a retriable one
-    (clients treat it as fatal). Fenced writer -> NOT_LEADER_OR_FOLLOWER, as a broker that lost
-    leadership answers."""
-    if exc.error_code in (ErrorCode.fenced_state_epoch, ErrorCode.fenced_leader_epoch):
-        return ErrorCode.fenced_state_epoch
-    if exc.error_code == ErrorCode.not_coordinator:
-        return ErrorCode.not_leader_or_follower
-    return ErrorCode.coordinator_not_available if exc.retriable else ErrorCode.unknown_server_error

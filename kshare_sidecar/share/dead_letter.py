@@ -349,7 +349,7 @@ class DeadLetterService:
 
     async def _archive(self, slot, pending) -> None:
         """The state write that ends the hold: the records become ARCHIVED (Kafka's ARCHIVING -> ARCHIVED)."""
-        from .cache import PendingAcks
+        from .state_writes import PendingAcks
 
         batches = [(first, last, [3]) for first, last, _c, _cause in pending]
         codes = await self.partitions.persist_plans([(slot, PendingAcks(DEAD_LETTER, batches))])

@@ -162,6 +162,8 @@ class DelayedShareFetch:
             offset = sp.next_fetch_offset()
             if offset is None:
                 return None
+            if offset < sp.end_offset and not await self.partitions.made_durable(slot):
+                return None  # records a lock expiry or a release made available: out again once written
             result = await self.reader.read(slot, offset, self.isolation, budget)
             if result is None or slot.dead or not self.partitions.serving:
                 return None  # given up or past the lease while reading (share/cache.py)
@@ -200,7 +202,7 @@ class DelayedShareFetch:
         pending: list[asyncio.Future[None]] = [waiter]
         for slot in slots:
             offset = slot.partition.next_fetch_offset()
-            if offset is not None and slot.partition.can_acquire():
+            if offset is not None and slot.partition.can_acquire() and not slot.dirty:  # dirty: nothing to read for
                 poll = self.reader.long_poll(slot, offset, remaining_ms, self.isolation)
                 pending.append(asyncio.ensure_future(poll))
         try:

@@ -34,7 +34,8 @@ from .engine.sessions import SessionError, ShareSession, ShareSessionCache
 from .engine.types import AckBatch
 from ..states import RENEW
 from .log_reader import ShareLogReader
-from .cache import PartitionError, PendingAcks, SharePartitionCache, Slot
+from .cache import PartitionError, SharePartitionCache, Slot
+from .state_writes import PendingAcks
 from .delayed_fetch import DelayedShareFetch, FetchParams, PartitionOut
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ from kshare_sidecar.persist import (
 )
 from kshare_sidecar.persist.errors import CommitOutcomeUnknownError
 from kshare_sidecar.persist.replay import is_older
-from kshare_sidecar.share.cache import _ack_error
+from kshare_sidecar.share.state_writes import _ack_error
 
 TID = "0b7ad3b2-2d3b-4f5c-9a3c-1f1e2d3c4b5a"
 K = SharePartitionKey("g1", TID, 0)

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from kshare_sidecar.backend.types import TopicInfo
 from kshare_sidecar.persist import MemoryLog, MemoryPersister, SharePartitionKey
 from kshare_sidecar.persist.model import DeliveryState, PartitionState, StateBatch
-from kshare_sidecar.share.cache import PendingAcks, SharePartitionCache
+from kshare_sidecar.share.cache import SharePartitionCache
+from kshare_sidecar.share.state_writes import PendingAcks
 from kshare_sidecar.share.engine.config import ShareConfig
 from kshare_sidecar.share.engine.partition import SharePartition
 from kshare_sidecar.share.engine.persisted import with_count_floor

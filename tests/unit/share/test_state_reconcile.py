@@ -10,7 +10,8 @@ from kio.schema.errors import ErrorCode
 
 from kshare_sidecar.persist import MemoryLog, MemoryPersister, SharePartitionKey
 from kshare_sidecar.persist import codec
-from kshare_sidecar.share.cache import PendingAcks, SharePartitionCache
+from kshare_sidecar.share.cache import SharePartitionCache
+from kshare_sidecar.share.state_writes import PendingAcks
 
 TOPIC_ID = uuid.UUID(int=7)
 KEY = SharePartitionKey("g", str(TOPIC_ID), 0)
