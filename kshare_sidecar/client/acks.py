@@ -73,6 +73,9 @@ class PartitionInFlight:
     #: queued acks a new acquisition of their record replaced before they were sent (its lock ran
     #: out and it was delivered again): failed, and commit must say so (the fetcher reports them)
     superseded: int = 0
+    #: the last add_acquired took offsets this member already held (their locks had run out and
+    #: the broker handed them to it again): older copies still buffered are stale
+    reacquired: bool = False
 
     def add_acquired(self, ranges: Iterable[tuple[int, int, int]], record_offsets: Iterable[int]) -> list[int]:
         """Take the broker's AcquiredRecords ``(first, last, delivery_count)``; offsets in them
@@ -81,8 +84,11 @@ class PartitionInFlight:
         Per range a few set and dict operations on whole slices, not a Python step per offset."""
         present = sorted(record_offsets)
         kept: list[int] = []
+        self.reacquired = False
         for first, last, count in ranges:
             run = present[bisect.bisect_left(present, first):bisect.bisect_right(present, last)]
+            if self.acquired and not self.reacquired:
+                self.reacquired = not self.acquired.keys().isdisjoint(run)
             self.acquired.update(dict.fromkeys(run, count))
             if self.delivered:
                 self.delivered.difference_update(run)

@@ -259,6 +259,8 @@ class ShareConsumer:
         inf = self._requests.inflight.get(tp)
         if (inf is None or record.offset not in inf.acquired) and self._requests.released_ack(tp, record.offset):
             return
+        if self._requests.stale_ack(tp, inf, record.offset, record.delivery_count):
+            return
         if inf is None:
             raise AckStateError(f"{record.topic}-{record.partition}@{record.offset} is not acquired by this consumer")
         inf.acknowledge(record.offset, AcknowledgeType(ack_type))

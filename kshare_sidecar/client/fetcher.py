@@ -179,6 +179,8 @@ class ShareConsumeRequestManager:
             return
         offsets = [r.offset for r in records]
         inf.add_acquired(ranges, offsets)
+        if inf.reacquired:  # copies of the earlier acquisition not handed out yet: they would come twice
+            self._drop_stale(tp, inf, set(offsets))
         if inf.superseded:  # never sent: the application must not take them for accepted
             self._result(tp, AcknowledgementError(ErrorCode.invalid_record_state, f"{inf.superseded} acknowledgements "
                          "not sent: their records were delivered again (their acquisition locks had run out)"))
@@ -431,6 +433,26 @@ class ShareConsumeRequestManager:
         self.inflight.pop(tp, None)
         if self.buffer:
             self.buffer = collections.deque(c for c in self.buffer if c.tp != tp)
+
+    def _drop_stale(self, tp: Tp, inf: Any, again: set[int]) -> None:
+        for chunk in self.buffer:
+            if chunk.tp == tp and chunk.books is inf and not again.isdisjoint(chunk.offsets):
+                keep = [i for i, o in enumerate(chunk.offsets) if o not in again]
+                chunk.records, chunk.offsets = [chunk.records[i] for i in keep], [chunk.offsets[i] for i in keep]
+
+    def stale_ack(self, tp: Tp, inf: Any, offset: int, count: int) -> bool:
+        """An acknowledgement of a copy handed out before its lock ran out and this member was
+        handed the record again (the books hold a higher delivery count now): applied to the
+        newer acquisition it would settle a copy the application has not seen. It fails at the
+        next commit, as the broker answers an acknowledgement after the lock ran out
+        (INVALID_RECORD_STATE); the newer copy is the one to acknowledge."""
+        held = inf.acquired.get(offset) if isinstance(inf, PartitionInFlight) else None
+        if held is None or count >= held:
+            return False
+        self._result(tp, AcknowledgementError(ErrorCode.invalid_record_state, "the record's acquisition lock ran out "
+                                              "and it was delivered again (a higher delivery count) before this "
+                                              "acknowledgement"))
+        return True
 
     def released_ack(self, tp: Tp, offset: int) -> bool:
         """An acknowledgement of a record handed out before its share session ended (a leader

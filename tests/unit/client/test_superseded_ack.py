@@ -66,3 +66,26 @@ def test_acknowledging_a_record_whose_session_ended_fails_at_commit_instead_of_r
     assert sorted(r.offset for rs in mgr.drain(100).values() for r in rs) == [5, 6]
     mgr._take_records(1, (TID, 0), _part(7, 7, 1))  # ... and back to node 1 before the batch was done
     assert mgr.released_ack((TID, 0), 3) and mgr.released_ack((TID, 0), 6)
+
+
+def test_an_ack_of_a_copy_whose_lock_ran_out_does_not_settle_the_newer_copy():
+    """Seen in the nemesis (a backend broker isolated): records the application was handed after
+    their locks had run out came back to the same consumer, count 2, while it worked on them; its
+    ACCEPT of the old copy was applied to the new acquisition, and acknowledging the new copy then
+    raised AckStateError. The old copy's ack fails at the next commit; the new copy is acknowledged
+    normally, and copies of the old acquisition still buffered are not handed out at all."""
+    mgr = _manager()
+    mgr._take_records(1, (TID, 0), _part(0, 4, 1))
+    old = {r.offset: r for rs in mgr.drain(3).values() for r in rs}  # 0..2 handed out, 3..4 still buffered
+    mgr._take_records(1, (TID, 0), _part(0, 4, 2))  # the locks ran out: all five again, count 2
+    tp = (TID, 0)
+    inf = mgr.inflight[tp]
+    assert mgr.stale_ack(tp, inf, 1, old[1].delivery_count)  # the application acknowledges its old copy
+    error = mgr.results.pop(TopicPartition("t", 0))
+    assert isinstance(error, AcknowledgementError) and error.code == ErrorCode.invalid_record_state
+    assert inf.pending == {}
+    new = [r for rs in mgr.drain(100).values() for r in rs]
+    assert [(r.offset, r.delivery_count) for r in new] == [(o, 2) for o in range(5)]  # no old 3, 4 twice
+    assert not mgr.stale_ack(tp, inf, 1, new[1].delivery_count)
+    inf.acknowledge(1, AcknowledgeType.ACCEPT)
+    assert inf.pending == {1: AcknowledgeType.ACCEPT}
