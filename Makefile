@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: jvm demo test test-fast typecheck test-spark bench fuzz test-faults test-fencing test-parity test-parity-debts test-cluster-faults test-sidecar-cluster test-franz test-kafka-apps test-topology test-tansu test-tokens test-console test-containers test-migration test-backends test-dlq soak test-soak test-hostile test-nemesis nemesis-schedule clean
+.PHONY: jvm demo test test-fast typecheck test-spark bench fuzz test-faults test-fencing test-parity test-parity-debts test-cluster-faults test-sidecar-cluster test-franz test-kafka-apps test-topology test-connsetup test-tansu test-tokens test-console test-containers test-migration test-backends test-dlq soak test-soak test-hostile test-nemesis nemesis-schedule clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -84,6 +84,12 @@ test-cluster-faults: $(STAMP) jvm
 # 4.3.1, a broker killed under the same load); opt-in.
 test-sidecar-cluster: $(STAMP) jvm
 	$(PY) -m pytest -q -rfEs -s --run sidecar-cluster tests/e2e/test_sidecar_cluster.py tests/e2e/test_cluster_layout.py tests/e2e/test_cluster_native_reference.py
+
+# The connection setup timeout against a real Kafka across a real partition (two network
+# namespaces; root and iproute2): prints how soon after the heal a bound and a plain aiokafka
+# client get metadata again; opt-in, about a minute.
+test-connsetup: $(STAMP) jvm
+	$(PY) -m pytest -q -rfEs -s --run connsetup tests/e2e/test_connection_setup_lab.py
 
 # The deployment topologies run for real (compose/kafka39-cluster.yml, compose/kubernetes/): each
 # host a network namespace (root and iproute2); opt-in, a few minutes.

@@ -109,13 +109,14 @@ class Sidecar:
         cfg = self.config
         plugins.load_configured(cfg.plugins)
         self.security = BackendSecurity.from_config(cfg)
-        self.clients = BackendClients(cfg.backend.bootstrap_servers, self.security)  # every backend client
+        self.clients = BackendClients.from_config(cfg, self.security)  # every backend client
         specs = cfg.listener_specs()
         tls = self._listener_security(specs)
         # Too old for kshare or for the state write mode: one line, before anything else starts
         self.backend_profile = await check_backend(
             cfg.backend.bootstrap_servers, self.security, refresh=cfg.state.write_refresh_ms > 0,
-            write_mode=cfg.state.write_mode if cfg.plugins.persister == "topic" else None)
+            write_mode=cfg.state.write_mode if cfg.plugins.persister == "topic" else None,
+            setup=self.clients.connection_states)
         start = getattr(getattr(self, "authenticator", None), "start", None)
         if start is not None:  # e.g. delegate: the backend offers the mechanisms it relays
             await start(cfg.listener_security.mechanisms)
@@ -127,7 +128,7 @@ class Sidecar:
         hidden = {cfg.state.topic}
         self.backend = Backend(cfg.backend.bootstrap_servers, topic_id_store=PersisterTopicIds(self.persister),
                                internal_topics=hidden, client_options=self.clients.options,
-                               security=self.security)
+                               security=self.security, connection_states=self.clients.connection_states)
         await self.backend.start()
         restored = self._build_services()
         if not cfg.cluster.name:  # a single sidecar's lease: its backend answering (cluster/lease.py)

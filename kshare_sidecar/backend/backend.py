@@ -34,6 +34,7 @@ from aiokafka.errors import KafkaError, RequestTimedOutError
 from ..metrics import STATS
 from ..protocol.types import TopicPartition
 from . import errors as E
+from .aiokafka_setup import bound
 from .errors import BackendError, BackendUnavailableError, UnknownTopicError, error_for
 from .fetchconn import FetchConns
 from .health import BackendHealth, Suspension, aiokafka_gate, drop_connections, watch_health
@@ -53,6 +54,7 @@ from .topic_ids import InMemoryTopicIdStore, TopicIdStore
 from .types import FetchResult, TopicInfo
 
 if TYPE_CHECKING:
+    from .connection_states import ClusterConnectionStates
     from .security import BackendSecurity
 
 log = logging.getLogger(__name__)
@@ -67,7 +69,8 @@ class Backend(OffsetLookups):
     ``client_options`` go to ``AIOKafkaClient`` (security_protocol, ssl_context, sasl_*...).
     ``backend_topic_ids=False`` ignores the backend's IDs and always mints (useful when state
     must survive a move to another cluster whose IDs differ, and to test the minting path).
-    ``security``: the same settings as ``client_options``, for the raw Fetch connections.
+    ``security``: the same settings as ``client_options``, for the raw Fetch connections;
+    ``connection_states``: the setup timeouts of both kinds of connection (backend/clients.py's).
     """
 
     def __init__(
@@ -82,6 +85,7 @@ class Backend(OffsetLookups):
         client_id: str = "kshare-sidecar",
         client_options: dict[str, Any] | None = None,
         security: BackendSecurity | None = None,
+        connection_states: ClusterConnectionStates | None = None,
     ) -> None:
         self._bootstrap = bootstrap_servers
         self._ids = topic_id_store if topic_id_store is not None else InMemoryTopicIdStore()
@@ -92,7 +96,7 @@ class Backend(OffsetLookups):
         self._client_id = client_id
         self._client_options = dict(client_options or {})
         self._client: AIOKafkaClient | None = None
-        self._security = security
+        self._security, self._setup = security, connection_states
         self._fetch_conns: FetchConns | None = None
         self._cache = TopicCache()
         self._full_refresh: asyncio.Future[None] | None = None
@@ -114,12 +118,8 @@ class Backend(OffsetLookups):
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
-        client = AIOKafkaClient(
-            bootstrap_servers=self._bootstrap,
-            client_id=self._client_id,
-            request_timeout_ms=self._request_timeout_ms,
-            **self._client_options,
-        )
+        client = bound(AIOKafkaClient(bootstrap_servers=self._bootstrap, client_id=self._client_id,
+                                      request_timeout_ms=self._request_timeout_ms, **self._client_options), self._setup)
         try:
             await client.bootstrap()
         except (KafkaError, OSError, asyncio.TimeoutError) as exc:
@@ -128,7 +128,7 @@ class Backend(OffsetLookups):
         self._client = client
         if self._security is not None or self._client_options.get("security_protocol", "PLAINTEXT") == "PLAINTEXT":
             self._fetch_conns = FetchConns(self._broker_address, security=self._security, client_id=self._client_id,
-                                           request_timeout_ms=self._request_timeout_ms)
+                                           request_timeout_ms=self._request_timeout_ms, setup=self._setup)
         try:
             await self.refresh()
         except BaseException:

@@ -25,6 +25,10 @@ API (kept small so the read path can reuse it)::
   flight are answered) at the first ``send`` past 85 % of it — Kafka's client re-authenticates
   between 85 and 95 % — instead of letting the broker close it at its next request; should that
   fail, the connection is dropped and ``send`` connects afresh.
+- ``setup`` (backend/connection_states.py, given to every connection to the backend): the TCP
+  connect and TLS handshake get the broker's current setup timeout (Kafka's
+  ``socket.connection.setup.timeout.ms``, growing per consecutive failure) instead of waiting out
+  TCP's SYN retransmissions; ``connect_timeout_s``, when given, caps it and bounds SASL.
 - ``principal`` is the seam for per-principal upstream credentials (security is a later issue):
   a connection is opened *for* one principal and the pool keys connections by it.
 """
@@ -43,6 +47,7 @@ from .errors import SaslError
 from .sasl import sasl_authenticate
 
 if TYPE_CHECKING:
+    from .connection_states import ClusterConnectionStates
     from .security import BackendSecurity
 
 log = logging.getLogger("kshare.brokerconn")
@@ -54,6 +59,8 @@ _REAUTH_AT = 0.85  # fraction of the broker's session lifetime after which a con
 #: Kafka takes at most one re-authentication a second per connection (KafkaChannel); a session too
 #: short for that (a delegation token near its expiry) is renewed by reconnecting instead
 _MIN_REAUTH_GAP_S = 1.05
+#: connect and SASL bound of a connection given neither ``connect_timeout_s`` nor ``setup``
+_CONNECT_TIMEOUT_S = 10.0
 
 
 #: why the first answer on a connection is refused when it starts like a TLS record (alert 0x15 or
@@ -180,16 +187,19 @@ class BrokerConn:
         *,
         node_id: int = -1,
         principal: Any = None,
-        connect_timeout_s: float = 10.0,
+        connect_timeout_s: float | None = None,
         max_frame_bytes: int = 1 << 30,
         security: BackendSecurity | None = None,
         pool: FramePool | None = None,
+        setup: ClusterConnectionStates | None = None,
     ) -> None:
         self.host, self.port, self.node_id = host, port, node_id
         self._pool = pool
         self.principal = principal
         self.security = security
-        self._connect_timeout = connect_timeout_s
+        self._connect_timeout = connect_timeout_s if connect_timeout_s is not None else _CONNECT_TIMEOUT_S
+        self._cap = connect_timeout_s  # caps the setup timeout when the caller gave one
+        self._setup = setup
         self._max_frame = max_frame_bytes
         self._proto: _FrameProtocol | None = None
         self._pending: collections.deque[tuple[int, bytes, asyncio.Future[Any], bool]] = collections.deque()
@@ -309,13 +319,24 @@ class BrokerConn:
         proto = _FrameProtocol(self, self._max_frame, self._pool)
         security = self.security
         tls = security.ssl_context if security is not None and security.tls else None
+        setup = self._setup
+        attempt = setup.connecting(self.host, self.port) if setup is not None else None
+        timeout = self._connect_timeout if attempt is None else \
+            attempt.timeout_s if self._cap is None else min(self._cap, attempt.timeout_s)
         try:
             await asyncio.wait_for(loop.create_connection(
-                lambda: proto, self.host, self.port, ssl=tls, server_hostname=self.host if tls else None),
-                self._connect_timeout)
+                lambda: proto, self.host, self.port, ssl=tls, server_hostname=self.host if tls else None), timeout)
         except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
-            raise BrokerConnError(f"cannot connect to broker {self.node_id} at {self.host}:{self.port}: "
-                                  f"{exc!r}") from None
+            why = repr(exc)
+            if setup is not None and attempt is not None:
+                setup.failed(attempt)
+                if isinstance(exc, TimeoutError):
+                    why = (f"not set up within {timeout:.1f} s (socket.connection.setup.timeout.ms, after "
+                           f"{attempt.failures} consecutive failures)")
+            raise BrokerConnError(f"cannot connect to broker {self.node_id} at {self.host}:{self.port}: {why}") \
+                from None
+        if setup is not None and attempt is not None:
+            setup.ready(attempt)
         assert proto.transport is not None
         proto.transport.set_write_buffer_limits(high=_HIGH_WATER)
         self._proto, self._ready = proto, False

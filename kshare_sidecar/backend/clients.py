@@ -12,38 +12,67 @@ password (``passthrough.credentials = client``), credentials being checked for a
 (``sasl.authenticator = delegate``). They are made here too, with :meth:`BackendClients.broker_as`
 and a security derived from this one, so the backend's TLS settings still come from one place and
 every such connection is visible by its name.
+
+Every connection made here — aiokafka's and ``BrokerConn`` — is set up within Kafka's connection
+setup timeout (``socket.connection.setup.timeout.ms``, growing per consecutive failure to a broker up
+to ``socket.connection.setup.timeout.max.ms``), from one :class:`ClusterConnectionStates` shared by
+all of them (backend/connection_states.py; aiokafka's through backend/aiokafka_setup.py).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
 from ..protocol.address import parse_bootstrap
+from .aiokafka_setup import bound
 from .brokerconn import BrokerConn
+from .connection_states import DEFAULT_SETUP_TIMEOUT_MAX_MS, DEFAULT_SETUP_TIMEOUT_MS, ClusterConnectionStates
 from .security import BackendSecurity
+
+if TYPE_CHECKING:
+    from ..config import SidecarConfig
+
+T = TypeVar("T")
 
 
 class BackendClients:
     """Makes backend clients with the backend's address and security: ``producer``, ``consumer``,
     ``admin`` (aiokafka) and ``broker`` / ``bootstrap_brokers`` (raw pipelined connections)."""
 
-    def __init__(self, bootstrap_servers: str, security: BackendSecurity | None = None) -> None:
+    def __init__(self, bootstrap_servers: str, security: BackendSecurity | None = None, *,
+                 setup_timeout_ms: int = DEFAULT_SETUP_TIMEOUT_MS,
+                 setup_timeout_max_ms: int = DEFAULT_SETUP_TIMEOUT_MAX_MS) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.security = security if security is not None else BackendSecurity()
         #: aiokafka's security keywords (security_protocol, ssl_context, sasl_*), computed once
         self.options: dict[str, Any] = self.security.aiokafka_options()
+        #: the setup timeout of every connection to the backend (socket.connection.setup.timeout[.max].ms)
+        self.connection_states = ClusterConnectionStates(setup_timeout_ms, setup_timeout_max_ms)
+
+    @classmethod
+    def from_config(cls, cfg: SidecarConfig, security: BackendSecurity) -> BackendClients:
+        """The sidecar's: the backend's address and the setup timeouts from ``cfg``."""
+        b = cfg.backend
+        return cls(b.bootstrap_servers, security, setup_timeout_ms=b.socket_connection_setup_timeout_ms,
+                   setup_timeout_max_ms=b.socket_connection_setup_timeout_max_ms)
 
     def producer(self, **kwargs: Any) -> AIOKafkaProducer:
-        return AIOKafkaProducer(bootstrap_servers=self.bootstrap_servers, **kwargs, **self.options)
+        return self.bound(AIOKafkaProducer(bootstrap_servers=self.bootstrap_servers, **kwargs, **self.options))
 
     def consumer(self, *topics: str, **kwargs: Any) -> AIOKafkaConsumer:
-        return AIOKafkaConsumer(*topics, bootstrap_servers=self.bootstrap_servers, **kwargs, **self.options)
+        return self.bound(AIOKafkaConsumer(*topics, bootstrap_servers=self.bootstrap_servers, **kwargs,
+                                           **self.options))
 
     def admin(self, **kwargs: Any) -> AIOKafkaAdminClient:
-        return AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers, **kwargs, **self.options)
+        return self.bound(AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers, **kwargs, **self.options))
+
+    def bound(self, client: T) -> T:
+        """An aiokafka client made elsewhere (the ``Backend`` facade's, the persister's), its
+        connects bounded by the same setup timeouts as these clients'."""
+        return bound(client, self.connection_states)
 
     @property
     def bootstrap(self) -> list[tuple[str, int]]:
@@ -52,7 +81,7 @@ class BackendClients:
 
     def broker(self, host: str, port: int, **kwargs: Any) -> BrokerConn:
         """One raw pipelined connection to a backend broker, as the sidecar (its own credentials)."""
-        return BrokerConn(host, port, security=self.security, **kwargs)
+        return BrokerConn(host, port, security=self.security, setup=self.connection_states, **kwargs)
 
     def bootstrap_brokers(self, **kwargs: Any) -> list[BrokerConn]:
         """One connection per bootstrap address, as the sidecar: for services that ask whichever
@@ -62,4 +91,4 @@ class BackendClients:
     def broker_as(self, security: BackendSecurity, host: str, port: int, **kwargs: Any) -> BrokerConn:
         """A connection with other credentials than the sidecar's (see the module docstring):
         ``security`` is this one's with the credentials replaced (``dataclasses.replace``)."""
-        return BrokerConn(host, port, security=security, **kwargs)
+        return BrokerConn(host, port, security=security, setup=self.connection_states, **kwargs)

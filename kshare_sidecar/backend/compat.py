@@ -28,7 +28,7 @@ import logging
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
@@ -38,6 +38,9 @@ from ..protocol.requests import decode_response, request_payload
 from .brokerconn import BrokerConn, BrokerConnError
 from .kio_bridge import make, request_module
 from .releases import metadata_mode, release
+
+if TYPE_CHECKING:
+    from .connection_states import ClusterConnectionStates
 
 log = logging.getLogger("kshare.backend")
 
@@ -176,12 +179,13 @@ def _fix(versions: Mapping[int, tuple[int, int]]) -> str:
 
 
 async def check_backend(bootstrap_servers: str, security: Any, *, write_mode: str | None, refresh: bool,
-                        timeout_s: float = 30.0) -> BackendProfile:
+                        timeout_s: float = 30.0, setup: ClusterConnectionStates | None = None) -> BackendProfile:
     """Ask the backend (its first bootstrap server that answers) for its ApiVersions and topic ids;
     raise :class:`BackendIncompatibleError` with the refusal line, or log one INFO line naming the
     release and what differs, and return the profile. A connection failure raises
-    :class:`BrokerConnError` (the CLI then names the cause: TLS, SASL, nothing listening)."""
-    profile = await _ask(bootstrap_servers, security, timeout_s)
+    :class:`BrokerConnError` (the CLI then names the cause: TLS, SASL, nothing listening). ``setup``:
+    the sidecar's connection setup timeouts (backend/connection_states.py)."""
+    profile = await _ask(bootstrap_servers, security, timeout_s, setup)
     line = refusal(profile, write_mode, refresh)
     if line is not None:
         raise BackendIncompatibleError(line)
@@ -192,10 +196,11 @@ async def check_backend(bootstrap_servers: str, security: Any, *, write_mode: st
     return profile
 
 
-async def _ask(bootstrap_servers: str, security: Any, timeout_s: float) -> BackendProfile:
+async def _ask(bootstrap_servers: str, security: Any, timeout_s: float,
+               setup: ClusterConnectionStates | None = None) -> BackendProfile:
     last: Exception | None = None
     for host, port in parse_bootstrap(bootstrap_servers):
-        conn = BrokerConn(host, port, security=security, connect_timeout_s=min(10.0, timeout_s))
+        conn = BrokerConn(host, port, security=security, connect_timeout_s=min(10.0, timeout_s), setup=setup)
         try:
             return await _profile(conn, timeout_s)
         except (BrokerConnError, TimeoutError, OSError) as exc:

@@ -33,6 +33,7 @@ from .reads import FETCH_API, FETCH_VERSIONS, PartitionRead, empty_result, fetch
 from .types import FetchResult
 
 if TYPE_CHECKING:
+    from .connection_states import ClusterConnectionStates
     from .security import BackendSecurity
 
 log = logging.getLogger(__name__)
@@ -45,11 +46,12 @@ class FetchConns:
     """Raw Fetch connections per backend broker (reads and long polls apart)."""
 
     def __init__(self, address: Address, *, security: BackendSecurity | None = None, client_id: str = "kshare",
-                 request_timeout_ms: int = 30_000) -> None:
+                 request_timeout_ms: int = 30_000, setup: ClusterConnectionStates | None = None) -> None:
         self._address = address
         self._security = security
         self._client_id = client_id
         self._timeout_s = request_timeout_ms / 1000
+        self._setup = setup  # the connect's bound (socket.connection.setup.timeout.ms), not the request timeout
         self._conns: dict[tuple[int, bool], BrokerConn] = {}
         self._versions: dict[BrokerConn, int] = {}
         self._lock = asyncio.Lock()
@@ -100,7 +102,8 @@ class FetchConns:
                 if conn is not None:
                     await conn.close()
                 conn = self._conns[key] = BrokerConn(*address, node_id=node, security=self._security,
-                                                     connect_timeout_s=self._timeout_s, pool=self.pool)
+                                                     connect_timeout_s=self._timeout_s, pool=self.pool,
+                                                     setup=self._setup)
             if not conn.connected or conn not in self._versions:
                 self._versions[conn] = await self._version(conn)
         return conn

@@ -76,7 +76,7 @@ def _main(command: str, groups: list[str], bootstrap: str | None, config: Path |
         from ..backend.security import BackendSecurity
 
         security = BackendSecurity.from_config(cfg)
-        options = persister_options(cfg, BackendClients(cfg.backend.bootstrap_servers, security))["settings"]
+        options = persister_options(cfg, BackendClients.from_config(cfg, security))["settings"]
     except ConfigError as exc:
         typer.echo(f"{prog}: error: {exc}", err=True)
         raise typer.Exit(EXIT_USAGE) from None

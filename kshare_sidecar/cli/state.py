@@ -53,7 +53,7 @@ def migrate(
         from ..backend.clients import BackendClients
         from ..backend.security import BackendSecurity
 
-        clients = BackendClients(cfg.backend.bootstrap_servers, BackendSecurity.from_config(cfg))
+        clients = BackendClients.from_config(cfg, BackendSecurity.from_config(cfg))
         settings = persister_options(cfg, clients)["settings"]
     except ConfigError as exc:
         typer.echo(f"kshare state migrate: error: {exc}", err=True)

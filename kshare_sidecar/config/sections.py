@@ -171,6 +171,8 @@ class BackendSettings:
     ssl_keystore_location: str = _key("backend.ssl.keystore.location")
     ssl_key_password: str = _key("backend.ssl.key.password")
     ssl_endpoint_identification_algorithm: str = _key("backend.ssl.endpoint.identification.algorithm")
+    socket_connection_setup_timeout_ms: int = _key("socket.connection.setup.timeout.ms")
+    socket_connection_setup_timeout_max_ms: int = _key("socket.connection.setup.timeout.max.ms")
 
 
 @dataclass(frozen=True)

@@ -192,6 +192,15 @@ SETTINGS: tuple[Setting, ...] = (
     _S("backend.ssl.key.password", "", str, "Password of the key in backend.ssl.keystore.location.", secret=True),
     _S("backend.ssl.endpoint.identification.algorithm", "https", str, "https: verify the broker's host name "
        "against its certificate; '' : do not.", choices=("https", "")),
+    # Kafka's client (and broker) names: they bound every connection the sidecar opens to the backend
+    _S("socket.connection.setup.timeout.ms", 10000, int, "How long the sidecar waits for a connection to a backend "
+       "broker to be established (TCP and TLS; aiokafka's connections also their ApiVersions and SASL exchange) "
+       "before it drops the attempt, instead of waiting out TCP's SYN retransmissions (KIP-601). Each consecutive "
+       "failure to the same broker doubles it, up to socket.connection.setup.timeout.max.ms, with ±20 % jitter; "
+       "a connection established resets it (docs/architecture.md, \"Decisions\").", 1, 2**31 - 1),
+    _S("socket.connection.setup.timeout.max.ms", 30000, int, "Longest setup timeout the doubling reaches "
+       "(a value below socket.connection.setup.timeout.ms is used for every attempt, as Kafka does).",
+       1, 2**31 - 1),
     _S("share.partition.idle.eviction.ms", 600000, int, "kshare: a loaded share-partition with nothing acquired "
        "that no request asked for in this long is dropped from memory; its next fetch or acknowledgement loads it "
        "again from the state topic (0 = never; docs/capacity.md).", 0, 2**31 - 1),

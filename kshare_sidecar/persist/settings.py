@@ -10,14 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from kshare_sidecar.backend.aiokafka_setup import bound
 from kshare_sidecar.persist.placement import LAYOUT, PLACEMENTS
 from kshare_sidecar.persist.topicsetup import DEFAULT_TOPIC_CONFIGS
 
 if TYPE_CHECKING:
     from kshare_sidecar.backend.clients import BackendClients
+    from kshare_sidecar.backend.connection_states import ClusterConnectionStates
     from kshare_sidecar.config import SidecarConfig
+
+T = TypeVar("T")
 
 DEFAULT_TOPIC = "__kshare_state"
 
@@ -65,6 +69,9 @@ class TopicSettings:
     write_mode: str = "fenced"
     writer_refresh_s: float = WRITER_REFRESH_S
     placement: str = LAYOUT
+    #: the setup timeout of every backend connection (socket.connection.setup.timeout.ms; the
+    #: sidecar's BackendClients'); None: aiokafka's own (its request timeout)
+    connection_states: ClusterConnectionStates | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.placement not in PLACEMENTS:
@@ -86,6 +93,10 @@ class TopicSettings:
                 configs[k] = str(v)
         return configs
 
+    def bound(self, client: T) -> T:
+        """An aiokafka client of the persister, its connects bounded by ``connection_states``."""
+        return bound(client, self.connection_states)
+
     def transactional_id(self, partition: int) -> str:
         """The transactional id of state partition ``partition``'s writer."""
         return f"{self.transactional_id_prefix}-{self.topic}-{partition}"
@@ -102,4 +113,4 @@ class TopicSettings:
                    # past the transaction timeout a commit is settled by reading the state back
                    commit_timeout_s=min(30.0, state.transaction_timeout_ms / 1000),
                    write_mode=state.write_mode, writer_refresh_s=state.write_refresh_ms / 1000,
-                   client_options=clients.options)
+                   client_options=clients.options, connection_states=clients.connection_states)

@@ -79,8 +79,8 @@ class TopicStore(StateStore):
         """Create the state topic when missing (persist/topicsetup.py); adopt an existing topic's
         partition count; refuse a topic that is not compacted."""
         s = self.settings
-        admin = AIOKafkaAdminClient(bootstrap_servers=s.bootstrap_servers, request_timeout_ms=s.request_timeout_ms,
-                                    **s.client_options)
+        admin = s.bound(AIOKafkaAdminClient(bootstrap_servers=s.bootstrap_servers,
+                                            request_timeout_ms=s.request_timeout_ms, **s.client_options))
         await admin.start()
         try:
             await topicsetup.check_write_mode(admin, s.write_mode)  # before anything is created
@@ -104,7 +104,7 @@ class TopicStore(StateStore):
     async def replay(self, sink: ReplaySink, partitions: Sequence[int] | None = None, *,
                      start: Mapping[int, int] | None = None) -> None:
         s = self.settings
-        consumer = AIOKafkaConsumer(
+        consumer = s.bound(AIOKafkaConsumer(
             bootstrap_servers=s.bootstrap_servers,
             group_id=None,
             enable_auto_commit=False,
@@ -115,7 +115,7 @@ class TopicStore(StateStore):
             request_timeout_ms=s.request_timeout_ms,
             client_id="kshare-state-recovery",
             **s.client_options,
-        )
+        ))
         try:
             await consumer.start()  # inside: a replay cancelled while starting still stops its consumer
             tps = [TopicPartition(self.topic, p)
@@ -154,9 +154,9 @@ class TopicStore(StateStore):
         commit could miss it and adopt the older state (seen in tests/e2e/test_fencing_faults.py)."""
         s = self.settings
         tp = TopicPartition(self.topic, partition)
-        consumers = {iso: AIOKafkaConsumer(bootstrap_servers=s.bootstrap_servers, group_id=None,
-                                           isolation_level=iso, request_timeout_ms=s.request_timeout_ms,
-                                           client_id="kshare-state-stable", **s.client_options)
+        consumers = {iso: s.bound(AIOKafkaConsumer(bootstrap_servers=s.bootstrap_servers, group_id=None,
+                                                   isolation_level=iso, request_timeout_ms=s.request_timeout_ms,
+                                                   client_id="kshare-state-stable", **s.client_options))
                      for iso in ("read_uncommitted", "read_committed")}
         try:
             await asyncio.gather(*(c.start() for c in consumers.values()))

@@ -49,8 +49,9 @@ class FencedWriters(StateWriters):
         if self.client is not None:
             return
         s = self.settings
-        self.client = AIOKafkaClient(bootstrap_servers=s.bootstrap_servers, request_timeout_ms=s.request_timeout_ms,
-                                     client_id="kshare-state-writer", **s.client_options)
+        self.client = s.bound(AIOKafkaClient(bootstrap_servers=s.bootstrap_servers,
+                                             request_timeout_ms=s.request_timeout_ms, client_id="kshare-state-writer",
+                                             **s.client_options))
         await self.client.bootstrap()
         self.client.add_topic(s.topic)
         await self.client.force_metadata_update()

@@ -33,10 +33,10 @@ class IdempotentWriters(StateWriters):
 
     def new(self, partition: int) -> AIOKafkaProducer:
         s = self.settings
-        return AIOKafkaProducer(
+        return s.bound(AIOKafkaProducer(
             bootstrap_servers=s.bootstrap_servers, enable_idempotence=True, acks="all", linger_ms=0,
             retry_backoff_ms=20, max_batch_size=1024 * 1024, request_timeout_ms=s.request_timeout_ms,
-            client_id=f"kshare-state-writer-{partition}", **s.client_options)
+            client_id=f"kshare-state-writer-{partition}", **s.client_options))
 
     def unusable(self, producer: Any) -> bool:
         return is_fatal(producer)

@@ -35,7 +35,7 @@ class TransactionalWriters(StateWriters):
     def new(self, partition: int) -> AIOKafkaProducer:
         fast_concurrent_txn_retry()
         s = self.settings
-        return AIOKafkaProducer(
+        return s.bound(AIOKafkaProducer(
             bootstrap_servers=s.bootstrap_servers,
             transactional_id=s.transactional_id(partition),
             enable_idempotence=True,
@@ -49,7 +49,7 @@ class TransactionalWriters(StateWriters):
             transaction_timeout_ms=s.transaction_timeout_ms,
             client_id=f"kshare-state-writer-{partition}",
             **s.client_options,
-        )
+        ))
 
     def unusable(self, producer: Any) -> bool:
         return is_fatal(producer)

@@ -78,10 +78,10 @@ class StateWatch:
         every replay, and the key is written again by us so that compaction cannot keep it."""
         s = self.settings
         while not self._stopped():
-            consumer = AIOKafkaConsumer(bootstrap_servers=s.bootstrap_servers, group_id=None,
-                                        enable_auto_commit=False, isolation_level="read_uncommitted",
-                                        request_timeout_ms=s.request_timeout_ms, client_id="kshare-state-watch",
-                                        **s.client_options)
+            consumer = s.bound(AIOKafkaConsumer(bootstrap_servers=s.bootstrap_servers, group_id=None,
+                                                enable_auto_commit=False, isolation_level="read_uncommitted",
+                                                request_timeout_ms=s.request_timeout_ms,
+                                                client_id="kshare-state-watch", **s.client_options))
             try:
                 await consumer.start()
                 tps = [TopicPartition(s.topic, p) for p in range(self.persister.partitions)]
