@@ -339,6 +339,7 @@ class SharePartitionCache(Leadership, IdleEviction, StateWrites):
         gone = [s for k, s in self.slots.items() if k.group_id == group_id]
         for key in [k for k in self.evicted if k.group_id == group_id]:
             del self.evicted[key]
+        self.reload_memory.forget(lambda k: k.group_id == group_id)
         for slot in gone:
             del self.slots[slot.key]
             slot.wake()

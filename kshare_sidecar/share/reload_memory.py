@@ -72,8 +72,8 @@ class ReloadMemory:
         """Give the rebuilt share-partition's members back the records they held. Not in a
         key-ordered group: its key index knows only what it acquired itself, and a record held
         outside it could let a later record of the same key go to another member."""
-        if kept is None or not kept.held or ordered:
-            return
+        if kept is None or not kept.held or ordered or kept.floor.state_epoch != sp.state_epoch:
+            return  # (another state epoch: the group was reset meanwhile, nothing held survives it)
         taken = sp.adopt(kept.held)
         if taken:
             log.warning("share-partition %s: %d record(s) stay with the members that held them across the "

@@ -176,3 +176,18 @@ async def test_a_reload_keeps_the_delivery_counts_memory_had():
     assert [r.delivery_count for r in again.partition.acquire("m", [(0, 9, -1, False, False)], 10)] == [1]
     await mgr.close()
     await persister.close()
+
+
+async def test_a_group_reset_after_the_retirement_keeps_nothing_of_memory():
+    """An admin reset (alterShareGroupOffsets, a group deleted) between the retirement and the reload:
+    the group's share-partitions start over; no record is held or counted from before."""
+    now = [0]
+    persister, mgr = await cache_at(lambda: now[0])
+    slot = await mgr.get("g", TOPIC_ID, 0, "t")
+    assert slot.partition.acquire("m", [(0, 9, -1, False, False)], 10)
+    mgr.retire([KEY])
+    mgr.unload_group("g")
+    fresh = await mgr.get("g", TOPIC_ID, 0, "t")
+    assert [r.delivery_count for r in fresh.partition.acquire("other", [(0, 9, -1, False, False)], 10)] == [1]
+    await mgr.close()
+    await persister.close()
