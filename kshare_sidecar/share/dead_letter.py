@@ -38,6 +38,7 @@ from ..metrics import STATS
 from ..ratelog import RateLimitedLog
 from .engine.holds import CAUSE_LIMIT, DEAD_LETTER
 from .dead_letter_topics import GROUP_ENABLE, DeadLetterTopics, parse_bool
+from .state_writes import PendingAcks
 
 log = logging.getLogger("kshare.deadletter")
 _failures = RateLimitedLog(log)
@@ -349,8 +350,6 @@ class DeadLetterService:
 
     async def _archive(self, slot, pending) -> None:
         """The state write that ends the hold: the records become ARCHIVED (Kafka's ARCHIVING -> ARCHIVED)."""
-        from .state_writes import PendingAcks
-
         batches = [(first, last, [3]) for first, last, _c, _cause in pending]
         codes = await self.partitions.persist_plans([(slot, PendingAcks(DEAD_LETTER, batches))])
         code = codes[slot.key]

@@ -162,8 +162,10 @@ class DelayedShareFetch:
             offset = sp.next_fetch_offset()
             if offset is None:
                 return None
-            if offset < sp.end_offset and not await self.partitions.made_durable(slot):
-                return None  # records a lock expiry or a release made available: out again once written
+            # records a lock expiry or a release made available go out again once that is written
+            if offset < sp.end_offset and (slot.unsaved or slot.dirty) and \
+                    not await self.partitions.made_durable(slot):
+                return None
             result = await self.reader.read(slot, offset, self.isolation, budget)
             if result is None or slot.dead or not self.partitions.serving:
                 return None  # given up or past the lease while reading (share/cache.py)

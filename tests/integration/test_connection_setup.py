@@ -22,16 +22,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.netlab import available
+
 SCENARIO = Path(__file__).with_name("connsetup_scenario.py")
 BASE_S, MAX_S = 0.6, 1.5  # the scenario's socket.connection.setup.timeout[.max].ms
 SLACK_S = 1.0  # a loaded machine schedules late; a connect bounded by the request timeout takes 30 s
 
 
 def _unavailable() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root to make a network namespace and iptables rules in it"
-    missing = [tool for tool in ("ip", "iptables") if shutil.which(tool) is None]
-    return f"needs {' and '.join(missing)}" if missing else None
+    """The network lab's own check (root, iproute2), and iptables for the DROP rule."""
+    return available() or (None if shutil.which("iptables") else "needs iptables")
 
 
 @pytest.fixture
