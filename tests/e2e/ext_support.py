@@ -51,6 +51,25 @@ class ExtWorker:
         return self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
 
 
+def wait_for_assigned_members(bootstrap: str, group: str, members: int, timeout: float = 60) -> None:
+    """Until ``group`` has ``members`` members that each have a partition (ShareGroupDescribe through
+    kshare's admin client): records produced before a slow process joined would all go elsewhere."""
+    from kshare_sidecar.cli.kclient import AdminClient, ClientError
+
+    deadline, seen = time.monotonic() + timeout, 0
+    while time.monotonic() < deadline:
+        try:
+            with AdminClient(bootstrap) as admin:
+                described = admin.describe_group(group).members
+            seen = sum(1 for m in described if any(tp.partitions for tp in m.assignment.topic_partitions))
+        except ClientError:  # coordinator not available yet
+            seen = 0
+        if seen >= members:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"only {seen} of {members} members of {group} were assigned after {timeout} s")
+
+
 def produce_records(bootstrap: str, topic: str, records: list[tuple[str | None, str, list]], *,
                     partition: int = 0) -> None:
     """(key, value, headers) in order, to one partition."""

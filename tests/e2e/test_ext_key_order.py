@@ -6,7 +6,11 @@ redeliveries happen). Checked from the consumers' own timestamps on one machine'
   the previous delivery of that key was acknowledged (``t`` of an ack event is taken before the
   acknowledgement is sent, a receipt after the sidecar sent the record, so the check needs no margin);
 * each key's offsets are accepted in increasing order;
-* every consumer gets work, and every record is accepted once.
+* work is spread: at least half the consumers get some and none gets half of it (one ShareFetch
+  takes the head of every free key, up to its MaxRecords, so work moves in blocks of up to 100
+  records — which consumer takes the next block is the order their fetches arrive in, so
+  "every one of the 8" would be luck);
+* every record is accepted once.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from collections import defaultdict
 
 import pytest
 
-from tests.e2e.ext_support import ExtWorker, produce_records
+from tests.e2e.ext_support import ExtWorker, produce_records, wait_for_assigned_members
 from tests.support import create_topic, set_group_config, unique
 
 pytestmark = pytest.mark.kafka
@@ -28,9 +32,12 @@ def test_one_record_per_key_in_flight_in_offset_order(sidecar, kafka_39, tmp_pat
     create_topic(kafka_39.bootstrap, topic, 1)
     set_group_config(sidecar.bootstrap, group, {"share.key.ordering": "true"})
     records = [(f"key-{i % KEYS}", ("relonce-" if i % 50 == 7 else "ok-") + str(i), []) for i in range(TOTAL)]
-    produce_records(kafka_39.bootstrap, topic, records)
     workers = [ExtWorker(sidecar.bootstrap, group, topic, tmp_path / f"w{i}.jsonl", max_poll_records=10,
                          work_ms_max=5, idle_s=10) for i in range(CONSUMERS)]
+    # every consumer in the group before a record exists: one that joins after the others drained
+    # the partition would get no work, which says nothing about key ordering
+    wait_for_assigned_members(sidecar.bootstrap, group, CONSUMERS)
+    produce_records(kafka_39.bootstrap, topic, records)
     for w in workers:
         assert w.wait(300) == 0, w.stderr()
     deliveries = []  # (key, receipt t, ack-sent t, offset, worker)
@@ -46,7 +53,8 @@ def test_one_record_per_key_in_flight_in_offset_order(sidecar, kafka_39, tmp_pat
             deliveries.append((r["k"], r["t"], a["t"] if a and a["ok"] else float("inf"), r["o"], n))
             if a and a["ok"] and a["type"] == "accept":
                 accepted[r["k"]].append((a["t"], r["o"]))
-    assert all(per_worker), f"a consumer got no work: {per_worker}"
+    assert sum(1 for n in per_worker if n) >= CONSUMERS // 2, f"work went to too few consumers: {per_worker}"
+    assert max(per_worker) < sum(per_worker) / 2, f"one consumer did most of the work: {per_worker}"
     by_key = defaultdict(list)
     for d in deliveries:
         by_key[d[0]].append(d)
