@@ -77,18 +77,28 @@ async def _authorize(ctx: RequestContext, group_id: str):
 def _leader(ctx: RequestContext, mod, cluster=None, topic_id=None, partition: int = 0):
     """The partition's leader: this sidecar, or in a cluster the sidecar leading it —
     a NOT_LEADER_OR_FOLLOWER answer then names where to go, as a broker's does (KIP-951)."""
-    if cluster is not None and topic_id is not None:
-        leader = cluster.leader(str(topic_id), partition)
-        return mod.LeaderIdAndEpoch(leader_id=leader, leader_epoch=0 if leader >= 0 else -1)
-    return mod.LeaderIdAndEpoch(leader_id=ctx.node.node_id, leader_epoch=0)
+    leader, epoch = _leader_of(ctx, cluster)(topic_id, partition)
+    return mod.LeaderIdAndEpoch(leader_id=leader, leader_epoch=epoch)
 
 
 def _leader_of(ctx: RequestContext, cluster=None):
-    """``leader(topic_id, partition) -> (leader_id, leader_epoch)``, as :func:`_leader`."""
+    """``leader(topic_id, partition) -> (leader_id, leader_epoch)``.
+
+    A move between sidecars has no leader epoch of its own (Metadata passes the backend's epochs
+    through, which regular consumers' Fetch and OffsetsForLeaderEpoch must carry back unchanged),
+    so a hint naming *another* sidecar carries epoch -1: Kafka's Java share consumer follows a
+    hint only when its epoch is newer than the one it cached, and keeps fetching from a live old
+    leader otherwise (every answer NOT_LEADER_OR_FOLLOWER, for good); with -1 it drops its cached
+    leader and asks Metadata, which names the same sidecar. librdkafka refreshes Metadata on the
+    error and reads no hint; kshare's client follows the leader id."""
+    node = ctx.node.node_id
     if cluster is None:
-        node = ctx.node.node_id
         return lambda _topic_id, _partition: (node, 0)
-    return lambda topic_id, partition: (cluster.leader(str(topic_id), partition), 0)
+
+    def leader(topic_id, partition: int) -> tuple[int, int]:
+        led = cluster.leader(str(topic_id), partition)
+        return led, 0 if led == node else -1
+    return leader
 
 
 def _endpoint_rows(ctx: RequestContext, cluster=None) -> list[tuple[int, str, int, str | None]]:
