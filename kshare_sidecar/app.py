@@ -61,6 +61,10 @@ from .wire.server import Listener
 
 log = logging.getLogger("kshare.sidecar")
 
+#: how long a stopping sidecar waits for the requests in flight to be answered before it closes
+#: its connections (ShareFetches answer at once then; a pass-through long poll may take this long)
+_SETTLE_S = 1.0
+
 
 class Sidecar:
     """One kshare sidecar. ``await start()``, then ``await stop()``; ``port`` is the bound port."""
@@ -456,6 +460,13 @@ class Sidecar:
         if getattr(self, "metrics", None) is not None:  # Prometheus /metrics
             self.metrics.stop()
             self.metrics = None
+        partitions = getattr(self, "partitions", None)
+        if partitions is not None:
+            # acquire nothing more; parked ShareFetches answer with what they hold, and those
+            # answers are written before the connections close (a cancelled one would count a
+            # delivery no consumer saw)
+            partitions.quiesce()
+            await asyncio.gather(*(listener.settle(_SETTLE_S) for listener in self.listeners))
         for listener in self.listeners:
             await listener.stop()
         for task in self._tasks:

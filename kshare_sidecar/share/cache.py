@@ -97,6 +97,8 @@ class SharePartitionCache(Leadership, IdleEviction, StateWrites):
         self.lease: Any = None
         self._handing_over: set[int] = set()  # state partitions whose handover is being written
         self.handed_over = 0  # records released by planned handovers (tests, metrics)
+        #: the sidecar is stopping: no acquisition, no long poll (acknowledgements still apply)
+        self.quiescing = False
 
     def retire(self, keys: Iterable[SharePartitionKey], *, keep_counts: bool = True) -> None:
         """Drop the slots of ``keys`` (their durable state differs from memory); they reload on

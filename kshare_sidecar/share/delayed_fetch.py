@@ -110,7 +110,7 @@ class DelayedShareFetch:
                 try:
                     got = await self._acquire(slot)
                 except PartitionError as exc:
-                    out[tp] = PartitionOut(*tp, error=exc.code, message=str(exc))
+                    _fail(out, tp, exc)
                     continue
                 if got is not None:
                     records, acquired = got
@@ -120,7 +120,8 @@ class DelayedShareFetch:
             acquired_bytes = params.max_bytes - budget.bytes
             remaining_ms = self.deadline_ms - self.clock()
             if any(p.error != ErrorCode.none for p in out.values()) or remaining_ms <= 0 or \
-                    (acquired_bytes and acquired_bytes >= max(params.min_bytes, 1)) or budget.records <= 0:
+                    (acquired_bytes and acquired_bytes >= max(params.min_bytes, 1)) or budget.records <= 0 or \
+                    self.partitions.quiescing:
                 return out
             if on_park is not None:  # only waiting is left: let the connection's next request run
                 on_park()
@@ -148,14 +149,14 @@ class DelayedShareFetch:
             try:
                 slots.append(await slot_for(group_id, *tp))
             except PartitionError as exc:
-                out[tp] = PartitionOut(*tp, error=exc.code, message=str(exc))
+                _fail(out, tp, exc)
         return slots
 
     async def _acquire(self, slot: Slot) -> tuple[list[memoryview], list[AcquiredRecords]] | None:
         """Acquire whole batches of one share-partition from its next fetch offset; the views of
         exactly the acquired batches, unchanged, with the acquired ranges."""
         sp = slot.partition
-        if not sp.can_acquire() or not self.partitions.serving:
+        if not sp.can_acquire() or not self.partitions.serving or self.partitions.quiescing:
             return None
         params, budget = self.params, self.budget
         async with slot.fetch_lock:  # members of one share-partition read the log one at a time
@@ -218,6 +219,17 @@ class DelayedShareFetch:
                     fut.exception()  # retrieved: a failed long-poll just ends the wait
             for slot in slots:
                 slot.waiters.discard(waiter)
+
+
+def _fail(out: dict[TopicIdPartition, PartitionOut], tp: TopicIdPartition, exc: PartitionError) -> None:
+    """``tp`` cannot serve this request. Records this request already acquired from it (before a
+    wait, during which its leadership moved) are answered, not replaced by the error: their
+    acquisition counted, so an answer without them would be a delivery no consumer saw. The
+    client learns of the move at its next request."""
+    part = out.get(tp)
+    if part is not None and part.acquired:
+        return
+    out[tp] = PartitionOut(*tp, error=exc.code, message=str(exc))
 
 
 def _acquirable(batches: Sequence[BatchInfo], offset: int, last: int) -> Sequence[BatchInfo]:

@@ -34,13 +34,14 @@ class PartitionError(KafkaError):
 
 class Leadership:
     """Needs ``persister``, ``cluster``, ``epoch``, ``lease``, ``slots``, ``evicted``,
-    ``reload_memory``, ``_handing_over`` and ``handed_over`` (set by `SharePartitionCache`)."""
+    ``reload_memory``, ``_handing_over``, ``handed_over`` and ``quiescing`` (set by `SharePartitionCache`)."""
 
     persister: Any
     cluster: bool
     epoch: int
     lease: Any
     slots: dict[SharePartitionKey, Slot]
+    quiescing: bool
     evicted: dict
     reload_memory: ReloadMemory
     _handing_over: set[int]
@@ -50,6 +51,15 @@ class Leadership:
     def serving(self) -> bool:
         """Within the lease: records may be handed out and acknowledged here."""
         return self.lease is None or self.lease.valid()
+
+    def quiesce(self) -> None:
+        """The sidecar is stopping: acquire nothing more and wake every parked ShareFetch, so each
+        answers with the records it already acquired before its connection closes (cancelled
+        while parked, its records would be released with the attempt counted, a delivery no
+        consumer saw). Acknowledgements still apply until the handover."""
+        self.quiescing = True
+        for slot in list(self.slots.values()):
+            slot.wake()
 
     def home(self, key: SharePartitionKey) -> int:
         """The state partition holding ``key`` (its owner leads the share-partition)."""

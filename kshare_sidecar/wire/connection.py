@@ -174,6 +174,18 @@ class Connection:
     async def wait_closed(self) -> None:
         await self._done.wait()
 
+    async def settle(self, timeout: float) -> None:
+        """Wait (at most ``timeout`` s) for the requests in flight now to be answered and their
+        answers handed to the socket: a stopping sidecar closes connections after this, so a
+        parked ShareFetch woken to answer with what it acquired is not cancelled first."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        pending = list(self._jobs)
+        if pending:
+            await asyncio.wait(pending, timeout=timeout)
+        while (self._writing or not self._queue.empty()) and not self.closed and loop.time() < deadline:
+            await asyncio.sleep(0.005)
+
     async def run(self) -> None:
         """Serve until the peer disconnects, a protocol error occurs, or :meth:`close`."""
         log.debug("conn %d from %s: open", self.conn_id, self.peer)

@@ -98,6 +98,12 @@ class Listener:
             self._port = int(self._server.sockets[0].getsockname()[1])
         log.info("listening on %s:%d (%s, %s)", self._host, self.port, self.name, self.security_protocol)
 
+    async def settle(self, timeout: float) -> None:
+        """Let every connection answer what it has in flight (see ``Connection.settle``)."""
+        conns = list(self._connections.values())
+        if conns:
+            await asyncio.gather(*(conn.settle(timeout) for conn in conns))
+
     async def stop(self, *, grace: float = 5.0) -> None:
         """Stop accepting, close every connection (cancelling in-flight handlers), wait for them."""
         if self._server is None:
