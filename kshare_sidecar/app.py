@@ -462,9 +462,9 @@ class Sidecar:
             self.metrics = None
         partitions = getattr(self, "partitions", None)
         if partitions is not None:
-            # acquire nothing more; parked ShareFetches answer with what they hold, and those
-            # answers are written before the connections close (a cancelled one would count a
-            # delivery no consumer saw)
+            # acquire nothing more; parked ShareFetches answer with what they hold, and every
+            # answer in flight is written before the connections close (one never written would
+            # count a delivery no consumer saw)
             partitions.quiesce()
             await asyncio.gather(*(listener.settle(_SETTLE_S) for listener in self.listeners))
         for listener in self.listeners:

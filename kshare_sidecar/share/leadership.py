@@ -54,9 +54,9 @@ class Leadership:
 
     def quiesce(self) -> None:
         """The sidecar is stopping: acquire nothing more and wake every parked ShareFetch, so each
-        answers with the records it already acquired before its connection closes (cancelled
-        while parked, its records would be released with the attempt counted, a delivery no
-        consumer saw). Acknowledgements still apply until the handover."""
+        answers with the records it already acquired; the caller then lets the answers in flight
+        be written before closing connections (an answer with records that is never written
+        counts an attempt no consumer saw). Acknowledgements still apply until the handover."""
         self.quiescing = True
         for slot in list(self.slots.values()):
             slot.wake()

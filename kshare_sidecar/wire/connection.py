@@ -176,8 +176,8 @@ class Connection:
 
     async def settle(self, timeout: float) -> None:
         """Wait (at most ``timeout`` s) for the requests in flight now to be answered and their
-        answers handed to the socket: a stopping sidecar closes connections after this, so a
-        parked ShareFetch woken to answer with what it acquired is not cancelled first."""
+        answers handed to the socket: a stopping sidecar closes connections after this, so an
+        answer that acquired records is written, not dropped by the close."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         pending = list(self._jobs)
