@@ -213,7 +213,7 @@ class Spy:
             args.py_spy.mkdir(parents=True, exist_ok=True)
             spy = Path(sys.executable).parent / "py-spy"
             self.proc = subprocess.Popen([str(spy), "record", "--pid", str(pid), "--duration", str(int(seconds)),
-                                          "--rate", "200", "--format", "raw", "--nonblocking",
+                                          "--rate", "200", "--format", "raw", "--native",
                                           "--output", str(args.py_spy / f"{name}.txt")],
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 

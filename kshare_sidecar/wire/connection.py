@@ -116,6 +116,8 @@ class Connection:
         self._jobs: set[asyncio.Task[Any]] = set()
         self._callbacks: list[CloseCallback] = []
         self._loops: list[asyncio.Task[None]] = []
+        self._loop = asyncio.get_running_loop()  # made inside the server's callback, on its loop
+        self._read_task: asyncio.Task[None] | None = None
         self._done = asyncio.Event()
         self._closing = False
         self._draining = False
@@ -189,8 +191,9 @@ class Connection:
     async def run(self) -> None:
         """Serve until the peer disconnects, a protocol error occurs, or :meth:`close`."""
         log.debug("conn %d from %s: open", self.conn_id, self.peer)
+        self._read_task = asyncio.create_task(self._read_loop(), name=f"kshare-conn-{self.conn_id}-read")
         self._loops = [
-            asyncio.create_task(self._read_loop(), name=f"kshare-conn-{self.conn_id}-read"),
+            self._read_task,
             asyncio.create_task(self._write_loop(), name=f"kshare-conn-{self.conn_id}-write"),
         ]
         try:
@@ -211,20 +214,41 @@ class Connection:
             return data
         if self._eof_seen:
             return b""
-        loop = asyncio.get_running_loop()
         while True:
             if self._frame_started is not None:
                 deadline, what = self._frame_started + self._read_timeout, "request.read.timeout.ms"
             else:
                 deadline, what = self._last_activity + self._idle_timeout, "connections.max.idle.ms"
             try:
-                async with asyncio.timeout_at(deadline):
-                    return await self._reader.read(self._read_size)
+                return await self._read_by(deadline)
             except TimeoutError:
                 if what == "connections.max.idle.ms" and (self._jobs or self._writing or not self._queue.empty()):
-                    self._last_activity = loop.time()  # in flight (a long poll) or being written: not idle
+                    self._last_activity = self._loop.time()  # in flight (a long poll) or being written: not idle
                     continue
                 raise TimedOut(f"no complete request within {what}") from None
+
+    async def _read_by(self, deadline: float) -> bytes:
+        """One ``reader.read`` that raises TimeoutError at ``deadline`` (loop time): what
+        ``asyncio.timeout_at`` does, without asking for the running loop and the current task at
+        every read (on Python 3.11 each of those is a getpid() system call; this runs per request)."""
+        task = self._read_task
+        assert task is not None
+        fired = False
+
+        def expire() -> None:
+            nonlocal fired
+            fired = True
+            task.cancel()
+
+        handle = self._loop.call_at(deadline, expire)
+        try:
+            return await self._reader.read(self._read_size)
+        except asyncio.CancelledError:
+            if fired and task.uncancel() == 0:
+                raise TimeoutError from None
+            raise
+        finally:
+            handle.cancel()
 
     async def _read_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -246,7 +270,7 @@ class Connection:
                 for frame in frames:
                     await self._slots.acquire()
                     job = _Job()
-                    job.task = asyncio.create_task(self._process(frame, job))
+                    job.task = loop.create_task(self._process(frame, job))
                     self._jobs.add(job.task)
                     job.task.add_done_callback(_retrieve)  # a close may leave it unawaited
                     job.task.add_done_callback(self._jobs.discard)
@@ -295,6 +319,12 @@ class Connection:
         changing state — it finishes unobserved.
         """
         released = job.released
+        if released.is_set():
+            return
+        # Most requests (a heartbeat, a metadata answer from cache) finish in their task's first
+        # step: let it run before arming the read-while-waiting machinery below, which costs two
+        # futures, a wait and a cancelled read per request.
+        await asyncio.sleep(0)
         if released.is_set():
             return
         waiter = asyncio.ensure_future(released.wait())
@@ -350,8 +380,9 @@ class Connection:
             assert job.task is not None
             try:
                 # shielded: cancelling the write loop must not cancel the request it waits for
-                # (a request still being processed finishes unobserved, see _shutdown)
-                out = await asyncio.shield(job.task)
+                # (a request still being processed finishes unobserved, see _shutdown); one that
+                # is done already is read as it is (the same outcome, without the shield's future)
+                out = job.task.result() if job.task.done() else await asyncio.shield(job.task)
             except CloseAfterResponse as exc:
                 self._set_reason(str(exc))
                 log.debug("conn %d from %s: closing after the response: %s", self.conn_id, self.peer, exc)
@@ -384,10 +415,13 @@ class Connection:
                     else:
                         self._writer.write(out)
                     # A peer that never reads would pin its responses forever: bound the wait
-                    # like an idle connection (Kafka's connections.max.idle.ms).
-                    await asyncio.wait_for(self._writer.drain(), self._idle_timeout)
+                    # like an idle connection (Kafka's connections.max.idle.ms). A response the
+                    # socket took whole leaves nothing to drain: no wait (and no timer) then.
+                    transport = self._writer.transport
+                    if transport.get_write_buffer_size() or transport.is_closing():
+                        await asyncio.wait_for(self._writer.drain(), self._idle_timeout)
                     self._writing = False
-                    self._last_activity = asyncio.get_running_loop().time()
+                    self._last_activity = self._loop.time()
             except TimeoutError:  # before OSError, its base class
                 self._set_reason("peer did not read its responses within connections.max.idle.ms")
                 closing.log("TimedOut", logging.WARNING, "conn %d from %s: closing: %s", self.conn_id,
