@@ -180,6 +180,8 @@ class DelayedShareFetch:
             ext = getattr(sp, "ext", None)  # ExtendedSharePartition: groups using kshare's extensions
             if acquired and ext is not None and ext.key_ordering:
                 acquired = await keyorder.order(self.reader.backend, slot, self.member_id, acquired, result, batches)
+                if getattr(sp, "spared", 0):
+                    slot.wake()  # heads left for the other members: their parked fetches can take them
         if not acquired:
             return None
         self.reader.read_ahead(slot, result, self.isolation)

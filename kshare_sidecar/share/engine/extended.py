@@ -68,6 +68,10 @@ class ExtendedSharePartition(SharePartition):
         self.ext = ext or Extensions()
         self._wall = wall or clock
         self.key_index = KeyIndex()  # used with ext.key_ordering only
+        #: key ordering: members that acquired here lately (member id -> clock), to share the heads
+        self._fetchers: dict[str, int] = {}
+        #: heads the last ``order_by_key`` gave back for other members (the caller wakes their fetches)
+        self.spared = 0
 
     # ------------------------------------------------------------------ decisions
     def _after_failure(self, r: InFlightRange) -> Decision | None:
@@ -164,12 +168,22 @@ class ExtendedSharePartition(SharePartition):
                     idx.learn(o, key_of(o))
         out: list[AcquiredRecords] = []
         blocked: list[tuple[int, int]] = []  # runs of offsets that wait for their keys
+        spare: list[int] = []  # heads beyond this member's share: available again for the others
+        share = self._share_of_heads(member_id)
+        keys = idx.keys
         done = self._is_done
         deliverable = idx.deliverable
         for a in acquired:
             start = None
             for o in range(a.first_offset, a.last_offset + 1):
-                if deliverable(o, done):
+                take = deliverable(o, done)
+                if take and keys.get(o) is not None:  # a record without a key is not ordered nor counted
+                    if share > 0:
+                        share -= 1
+                    else:
+                        take = False
+                        spare.append(o)
+                if take:
                     if start is None:
                         start = o
                     continue
@@ -190,8 +204,26 @@ class ExtendedSharePartition(SharePartition):
             wait = Decision(KEY_ORDER, count_delta=-1)
             for first, last in blocked:
                 transfer(self, first, last, member_id, lambda _r: wait)
+            for o in spare:  # its key's turn is now: not held, given back (its delivery taken back)
+                self._release_head(o)
             self.version += 1
+        self.spared = len(spare)
         return out
+
+    def _share_of_heads(self, member_id: str) -> int:
+        """How many keys' heads one acquisition may hand ``member_id``: the keys with records not
+        done, divided among the members that acquired here within a lock duration (at least
+        one). Without it one fetch with a large MaxRecords takes every free key's head and the
+        other members wait for its whole poll to be acknowledged."""
+        now = self._clock()
+        fetchers = self._fetchers
+        fetchers[member_id] = now
+        if len(fetchers) > 1:
+            horizon = now - self._duration
+            for m in [m for m, seen in fetchers.items() if seen < horizon]:
+                del fetchers[m]
+        keys = self.key_index.pending_count()
+        return max(1, -(-keys // len(fetchers)))
 
     def unindexed_holds(self) -> list[tuple[int, int]]:
         """Held ranges whose keys are unknown (restored after a restart): their keys must be

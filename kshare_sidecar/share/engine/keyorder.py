@@ -74,3 +74,7 @@ class KeyIndex:
 
     def pending_keys(self) -> list[Key]:
         return list(self._pending)
+
+    def pending_count(self) -> int:
+        """Keys with records not known to be done (their heads in flight or waiting)."""
+        return len(self._pending)

@@ -130,3 +130,26 @@ def test_key_order_holds_records_behind_their_key_and_releases_them_in_order():
     assert [(a.first_offset, a.delivery_count) for a in got] == [(2, 2)]
     sp.acknowledge("m", [(2, 2, [REJECT])])  # ...until it is done
     assert sp.next_fetch_offset() == 4
+
+
+def test_key_order_spreads_the_heads_over_the_members_fetching():
+    """With many keys one acquisition would hand one member every free key's head; each member
+    takes its share (keys with work ÷ members that acquired lately), the rest stay available."""
+    clock = Clock()
+    sp = make(clock, key_ordering=True)
+    keys = {o: b"k%d" % (o % 8) for o in range(16)}.get  # 8 keys, two records each
+    first = sp.order_by_key("m", sp.acquire("m", [batch(0, 15)], 16), keys)
+    assert [(a.first_offset, a.last_offset) for a in first] == [(0, 7)], "alone, it takes every head"
+    assert sp.spared == 0
+    sp.acknowledge("m", [(0, 7, [RELEASE])])  # the heads again, now with a second member fetching
+    theirs = sp.order_by_key("n", sp.acquire("n", [batch(0, 15)], 16, fetch_offset=0), keys)
+    assert [(a.first_offset, a.last_offset) for a in theirs] == [(0, 3)], "8 keys, 2 members: 4 heads each"
+    assert sp.spared == 4 and sp.next_fetch_offset() == 4, "the other 4 heads are available at once"
+    mine = sp.order_by_key("m", sp.acquire("m", [batch(0, 15)], 16, fetch_offset=4), keys)
+    assert [(a.first_offset, a.last_offset, a.delivery_count) for a in mine] == [(4, 7, 2)], \
+        "their delivery was taken back when they were spared: this is their second"
+    sp.acknowledge("m", [(4, 7, [ACCEPT])])
+    clock.now += 31_000  # n stops fetching; its heads expire, and after a lock duration m has them all
+    sp.expire(clock.now)
+    got = sp.order_by_key("m", sp.acquire("m", [batch(0, 15)], 16, fetch_offset=sp.next_fetch_offset()), keys)
+    assert sorted(o for a in got for o in range(a.first_offset, a.last_offset + 1)) == [0, 1, 2, 3, 12, 13, 14, 15]
