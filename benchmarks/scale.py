@@ -195,6 +195,7 @@ def busy_phase(gens: LoadGens, plan: Plan, args, sidecar: SidecarProcess, name: 
     # latencies of the fetches that delivered: an empty one (the backlog consumed) waits out its
     # MaxWaitMs by design
     return {"fetches": fetches, "empty_fetches": empty, "records": records, "records_per_s": round(records / seconds),
+            "gc": gc_figures(before_m, after_m),
             "fetch_p50_ms": _r(percentile(lat, 50)), "fetch_p99_ms": _r(percentile(lat, 99)),
             "fetch_max_ms": _r(lat[-1] if lat else None), "errors": sum(a["errors"] for a in answers),
             "sidecar_cpu_s": round(cpu, 2), "sidecar_cpu_s_per_1m_records": round(cpu / records * 1e6, 2)
@@ -203,6 +204,21 @@ def busy_phase(gens: LoadGens, plan: Plan, args, sidecar: SidecarProcess, name: 
             "state_records_per_fetch": round(writes / fetches, 3) if fetches else None,
             "state_bytes_per_record_written": round(wbytes / writes) if writes else None,
             "sidecar_runnable_waiting_share": round(waited / seconds, 3), "seconds": round(seconds, 1)}
+
+
+def gc_figures(before: dict[str, float], after: dict[str, float]) -> dict:
+    """The sidecar's garbage collections between two scrapes, per generation: how many, and the
+    seconds it stood still in them (kshare_gc_*; a full collection walks every object not frozen)."""
+    out = {}
+    for gen in ("0", "1", "2"):
+        def d(name: str) -> float:
+            key = f'{name}{{generation="{gen}"}}'
+            return after.get(key, 0.0) - before.get(key, 0.0)
+        out[gen] = {"collections": int(d("kshare_gc_collections_total")),
+                    "pause_s": round(d("kshare_gc_pause_seconds_total"), 3)}
+    out["longest_pause_s"] = round(max((v for k, v in after.items() if k.startswith("kshare_gc_pause_max_seconds")),
+                                       default=0.0), 3)
+    return out
 
 
 def _r(x: float | None) -> float | None:
@@ -252,6 +268,7 @@ def heartbeat_window(gens: LoadGens, sidecar: SidecarProcess, seconds: float, ar
     writes = metric_sum(after_m, "kshare_state_records_written_total") - \
         metric_sum(before_m, "kshare_state_records_written_total")
     return {"heartbeats": len(lat), "heartbeats_per_s": round(len(lat) / wall, 1),
+            "gc": gc_figures(before_m, after_m),
             "p50_ms": _r(percentile(lat, 50)), "p99_ms": _r(percentile(lat, 99)), "max_ms": _r(lat[-1] if lat else None),
             "errors": errors, "sidecar_cpu_share": round(cpu / wall, 4),
             "sidecar_cpu_us_per_heartbeat": round(cpu / len(lat) * 1e6) if lat else None,

@@ -37,6 +37,7 @@ kshare_share_partition_oldest_in_flight_age_seconds{group,topic,partition}, ksha
 
 from __future__ import annotations
 
+import gc
 import logging
 import resource
 import threading
@@ -146,6 +147,37 @@ class InFlightAge:
 
 IN_FLIGHT_AGE = InFlightAge()
 
+
+class GcPauses:
+    """CPython's garbage-collector pauses, per generation: the event loop stands still during
+    each, so a full collection over a large heap shows as latency on every connection. Kept as
+    plain numbers: a gc callback runs inside whatever allocation triggered it, and taking a
+    lock there (a prometheus_client metric's) could deadlock with the code it interrupted."""
+
+    def __init__(self) -> None:
+        self.count = [0, 0, 0]
+        self.seconds = [0.0, 0.0, 0.0]
+        self.longest = [0.0, 0.0, 0.0]
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        g = info["generation"]
+        took = time.perf_counter() - self._started
+        self.count[g] += 1
+        self.seconds[g] += took
+        if took > self.longest[g]:
+            self.longest[g] = took
+
+    def install(self) -> None:
+        if self not in gc.callbacks:
+            gc.callbacks.append(self)
+
+
+GC_PAUSES = GcPauses()
+
 # One registry for the process (not prometheus-client's global one, so importing kshare never
 # changes what other code exports).
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -235,6 +267,18 @@ class KshareCollector:
             c = CounterMetricFamily(name, doc)
             c.add_metric([], written)
             yield c
+        pauses = GC_PAUSES
+        for name, doc, values, family in (
+                ("kshare_gc_collections", "CPython garbage collections, per generation (2: a full one, "
+                 "which walks every object not frozen).", pauses.count, CounterMetricFamily),
+                ("kshare_gc_pause_seconds", "Seconds the process stood still in garbage collections, per "
+                 "generation.", pauses.seconds, CounterMetricFamily),
+                ("kshare_gc_pause_max_seconds", "The longest garbage-collection pause so far, per generation.",
+                 pauses.longest, GaugeMetricFamily)):
+            fam: Any = family(name, doc, labels=["generation"])
+            for gen, value in enumerate(values):
+                fam.add_metric([str(gen)], value)
+            yield fam
         c = CounterMetricFamily("kshare_state_write_failures", "Share-state writes that failed (the change they "
                                 "carried was rolled back; clients retry).")
         c.add_metric([], s.state_write_failures)
@@ -285,16 +329,25 @@ class KshareCollector:
             partitions = getattr(sc, "partitions", None)
             if partitions is not None:
                 hwms = s.high_watermarks
-                for key, slot in list(partitions.slots.items()):
-                    loaded += 1
+                loaded += len(partitions.slots)
+                idle: list[tuple[Any, int]] = []
+                # Only the share-partitions requests asked for since they were last found idle
+                # (share/watch.py): walking all of them held the GIL for a second at 100,000.
+                for i, (key, slot, mark) in enumerate(partitions.watched_slots()):
+                    if not i % 256 and i:
+                        # After a mass load (a restart, a takeover) every share-partition is marked
+                        # once: let the event loop's thread take the GIL between slices instead of
+                        # queueing behind this one for the whole walk.
+                        time.sleep(0)
+                    if slot is None:
+                        idle.append((key, mark))
+                        continue
                     sp = slot.partition
                     n = sp.in_flight
                     hwm = hwms.get(key)
                     behind = sp.lag(hwm) if hwm is not None else 0
                     if not n and not behind:
-                        # Idle (nothing in flight, no lag): no series, every value would be 0. A
-                        # sidecar holds up to 100,000s of idle share-partitions; three series each
-                        # made a scrape hold the event loop (the GIL) for seconds (docs/capacity.md).
+                        idle.append((key, mark))  # no series: every value would be 0
                         continue
                     labels = [key.group_id, slot.topic, str(key.partition)]
                     in_flight.add_metric(labels, n)
@@ -302,6 +355,7 @@ class KshareCollector:
                     age.add_metric(labels, IN_FLIGHT_AGE.observe(key, sp.spso, n > 0, now))
                     if hwm is not None:
                         lag.add_metric(labels, behind)
+                partitions.forget_idle(idle)
         g = GaugeMetricFamily("kshare_group_count", "Groups served, by protocol.", labels=["protocol"])
         g.add_metric(["share"], sum(by_state.values()))
         yield g

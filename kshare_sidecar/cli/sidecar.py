@@ -57,6 +57,9 @@ def _tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)
+    from ..metrics import GC_PAUSES
+
+    GC_PAUSES.install()  # kshare_gc_pause_seconds: what the collections still cost
 
 
 async def _serve(cfg: SidecarConfig) -> int:

@@ -38,6 +38,7 @@ from ..timeutil import parse_iso_duration_ms, wall_ms
 from .leadership import Leadership, PartitionError, _name
 from .reload_memory import ReloadMemory
 from .slot import IdleEviction, Slot
+from .watch import MetricWatch
 from .state_writes import StateWrites
 
 log = logging.getLogger("kshare.partitions")
@@ -49,7 +50,7 @@ def owner_epoch(now_wall_ms: int) -> int:
     return now_wall_ms // 1000 - 1_577_836_800
 
 
-class SharePartitionCache(Leadership, IdleEviction, StateWrites):
+class SharePartitionCache(Leadership, IdleEviction, StateWrites, MetricWatch):
     """Owns every `SharePartition` this sidecar serves (idle ones are dropped: share/slot.py)."""
 
     def __init__(self, *, persister, backend, clock: Callable[[], int], wall: Callable[[], int] = wall_ms,
@@ -64,6 +65,7 @@ class SharePartitionCache(Leadership, IdleEviction, StateWrites):
         backend_epoch = persister.owner_epoch
         self.epoch = epoch if epoch is not None else backend_epoch if backend_epoch is not None else owner_epoch(wall())
         self.slots: dict[SharePartitionKey, Slot] = {}
+        self._init_watch()
         self._loading: dict[SharePartitionKey, asyncio.Task] = {}
         #: share.partition.idle.eviction.ms (0: never): idle share-partitions are dropped from
         #: memory, so what a sidecar holds follows what is consumed, not everything ever fetched
@@ -142,6 +144,7 @@ class SharePartitionCache(Leadership, IdleEviction, StateWrites):
         slot = self.slots.get(key)
         if slot is not None:
             slot.last_used = self.clock()
+            self.watch(slot)
             return slot
         task = self._loading.get(key)
         if task is None:
@@ -153,6 +156,7 @@ class SharePartitionCache(Leadership, IdleEviction, StateWrites):
         slot = self.slots.get(SharePartitionKey(group_id, str(topic_id), partition))
         if slot is not None:
             slot.last_used = self.clock()
+            self.watch(slot)
         return slot
 
     async def slot_for(self, group_id: str, topic_id: uuid.UUID, partition: int, *, load: bool = True) -> Slot:
@@ -328,6 +332,7 @@ class SharePartitionCache(Leadership, IdleEviction, StateWrites):
             raise PartitionError(ErrorCode.not_leader_or_follower, f"share-partition {_name(key, topic)} is led by "
                                                                    f"another sidecar now")
         slot = self.slots[key] = Slot(key, topic, sp, last_used=self.clock(), start_unset=unset)
+        self.watch(slot)
         self.evicted.pop(key, None)
         self.reload_memory.drop(key)
         _LOAD_TIME.observe(time.perf_counter() - started)

@@ -46,6 +46,7 @@ class Leadership:
     reload_memory: ReloadMemory
     _handing_over: set[int]
     handed_over: int
+    watch: Any  # MetricWatch.watch
 
     @property
     def serving(self) -> bool:
@@ -81,7 +82,10 @@ class Leadership:
         the caller then finds out why, through :meth:`leads`)."""
         if not self.serving:
             return None
-        return self.slots.get(SharePartitionKey(group_id, str(topic_id), partition))
+        slot = self.slots.get(SharePartitionKey(group_id, str(topic_id), partition))
+        if slot is not None:
+            self.watch(slot)
+        return slot
 
     def leads(self, topic_id: uuid.UUID, partition: int) -> bool:
         """Does this sidecar lead the share-partitions of this user partition (always, alone, while
