@@ -34,6 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import (  # noqa: E402
+    CpuMeter,
     CpuSampler,
     SidecarProcess,
     base_parser,
@@ -44,7 +45,7 @@ from common import (  # noqa: E402
     metric_sum,
     produce_records,
 )
-from throughput import CONSUMERS, PARTITIONS, RECORD_BYTES, consume  # noqa: E402
+from throughput import CONSUMERS, PARTITIONS, consume  # noqa: E402
 
 
 WARMUP_RECORDS = 200_000  # one unreported run through one sidecar first: the broker's JIT warms up there
@@ -119,7 +120,7 @@ def settled(sidecars: list[SidecarProcess], topic: str, timeout_s: float = 90) -
 
 
 def run(bootstrap: str, topic: str, n: int, count: int, timeout_s: float, broker_pid: int,
-        idle_s: float = 10.0) -> dict:
+        idle_s: float = 10.0, record_bytes: int = 1024) -> dict:
     from tests.support import unique
 
     name, state_topic = unique("bench-cl"), f"__kshare_state_{unique('bench')}"
@@ -143,7 +144,7 @@ def run(bootstrap: str, topic: str, n: int, count: int, timeout_s: float, broker
         load = loadavg()
         cpu = CpuSampler().start()
         bootstrap_list = ",".join(sc.bootstrap for sc in sidecars)  # each consumer may reach every sidecar
-        result = consume("share", bootstrap_list, unique("bench-g"), topic, n, timeout_s)
+        result = consume("share", bootstrap_list, unique("bench-g"), topic, n, timeout_s, record_bytes, CpuMeter())
         result["machine_cpu_utilisation"] = busy = cpu.stop()
         wall = time.monotonic() - wall_before  # the sampled window: consumers' start-up and exit included
         result["sidecar_cpu_s"] = [round(_cpu_seconds(sc.proc.pid) - b, 2) for sc, b in zip(sidecars, before)]
@@ -177,7 +178,7 @@ def main() -> None:
     ap.add_argument("--sidecars", default="1,2,3", help="cluster sizes to run, e.g. 1,3")
     ap.add_argument("--timeout", type=float, default=None, help="per-run limit in seconds")
     ap.add_argument("--no-warmup", action="store_true", help="skip the unreported warm-up run")
-    ap.add_argument("--record-bytes", type=int, default=RECORD_BYTES, help="value size of the records (default 1 KiB)")
+    ap.add_argument("--record-bytes", type=int, default=1024, help="value size of the records (default 1 KiB)")
     args = ap.parse_args()
     n = args.records or (100_000 if args.quick else 1_000_000)
     timeout = args.timeout or (180 if args.quick else 1200)
@@ -197,9 +198,10 @@ def main() -> None:
             warm = unique("cl-warm")
             produce_records(broker.bootstrap, warm, WARMUP_RECORDS, partitions=PARTITIONS,
                             record_bytes=args.record_bytes)
-            run(broker.bootstrap, warm, WARMUP_RECORDS, 1, timeout, broker_pid, idle_s=0)
+            run(broker.bootstrap, warm, WARMUP_RECORDS, 1, timeout, broker_pid, idle_s=0,
+                record_bytes=args.record_bytes)
         for count in sizes:
-            r = run(broker.bootstrap, topic, n, count, timeout, broker_pid)
+            r = run(broker.bootstrap, topic, n, count, timeout, broker_pid, record_bytes=args.record_bytes)
             results[f"{count}_sidecars"] = r
             print(f"{count} sidecar(s): {r['records']:>9} records in {r['seconds']:>8.2f} s  "
                   f"{r['records_per_s']:>10,.0f} rec/s  machine CPU {r['machine_cpu_utilisation']}, sidecar CPU s "

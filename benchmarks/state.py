@@ -37,6 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
+    CpuMeter,
     SidecarProcess,
     base_parser,
     finish,
@@ -189,7 +190,8 @@ def main() -> None:
             group = unique("kshare-state")
             m0 = parse_prometheus(sc.metrics_text())
             t = time.monotonic()
-            load = consume("share", sc.bootstrap, group, topic, n, 600 if not args.quick else 180)
+            load = consume("share", sc.bootstrap, group, topic, n, 600 if not args.quick else 180, RECORD_BYTES,
+                           CpuMeter())
             # Acks of the last polls are committed on close; wait until the counter stops moving.
             last, stable_since = -1.0, time.monotonic()
             while time.monotonic() - stable_since < 2 and time.monotonic() - t < 700:
