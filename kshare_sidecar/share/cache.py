@@ -216,7 +216,9 @@ class SharePartitionCache(Leadership, IdleEviction, StateWrites, MetricWatch):
             if touched:
                 sp.reconfigure(config)
             if isinstance(sp, ExtendedSharePartition):
-                touched |= sp.ext != ext
+                if sp.ext != ext:
+                    touched = True
+                    sp.holds_indexed = False  # holds made while keys were not ordered: learn them
                 sp.ext = ext
             elif ext.enabled:
                 # a plain share-partition gains kshare's extensions: the extended engine is the same

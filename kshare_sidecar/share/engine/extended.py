@@ -72,6 +72,9 @@ class ExtendedSharePartition(SharePartition):
         self._fetchers: dict[str, int] = {}
         #: heads the last ``order_by_key`` gave back for other members (the caller wakes their fetches)
         self.spared = 0
+        #: every held record's key is known (holds made while ordering keys learn them first); False
+        #: after a restore or a change of extensions, until ``unindexed_holds`` finds none again
+        self.holds_indexed = True
 
     # ------------------------------------------------------------------ decisions
     def _after_failure(self, r: InFlightRange) -> Decision | None:
@@ -228,9 +231,12 @@ class ExtendedSharePartition(SharePartition):
     def unindexed_holds(self) -> list[tuple[int, int]]:
         """Held ranges whose keys are unknown (restored after a restart): their keys must be
         learned before anything is ordered, or a later record could overtake them."""
+        if self.holds_indexed:  # the common case: no walk over the held ranges per fetch
+            return []
         idx = self.key_index
-        return [(r.first, r.last) for r, _h in held(self)
-                if not (idx.knows(r.first) and idx.knows(r.last))]
+        out = [(r.first, r.last) for r, _h in held(self) if not (idx.knows(r.first) and idx.knows(r.last))]
+        self.holds_indexed = not out
+        return out
 
     def _keys_under(self, lock) -> set:
         """Keys of the records still under ``lock`` (key ordering only: they may be unblocked)."""
@@ -282,6 +288,7 @@ class ExtendedSharePartition(SharePartition):
         one the records are simply available again)."""
         sp = cls.restore(state, clock, config)
         sp.ext, sp._wall = ext, wall
+        sp.holds_indexed = False  # the holds below come back without their keys
         now, wall_now = clock(), wall()
         for b in state.state_batches:
             if b.delivery_state != RecordState.AVAILABLE:

@@ -153,3 +153,16 @@ def test_key_order_spreads_the_heads_over_the_members_fetching():
     sp.expire(clock.now)
     got = sp.order_by_key("m", sp.acquire("m", [batch(0, 15)], 16, fetch_offset=sp.next_fetch_offset()), keys)
     assert sorted(o for a in got for o in range(a.first_offset, a.last_offset + 1)) == [0, 1, 2, 3, 12, 13, 14, 15]
+
+
+def test_holds_restored_without_their_keys_are_learned_before_ordering_and_then_not_walked_again():
+    clock = Clock()
+    sp = make(clock, key_ordering=True, backoff_ms=500)
+    keys = {o: b"k" for o in range(4)}.get
+    sp.order_by_key("m", sp.acquire("m", [batch(0, 3)], 4), keys)  # 0 goes out, 1-3 wait for key k
+    assert sp.unindexed_holds() == [] and sp.holds_indexed, "holds made while ordering know their keys"
+    sp.acknowledge("m", [(0, 0, [RELEASE])])  # 0 backs off
+    back = ExtendedSharePartition.restore_with(sp.snapshot(), clock, sp.config, sp.ext, clock.wall)
+    assert not back.holds_indexed and back.unindexed_holds() == [(0, 0)], "the backoff hold came back keyless"
+    back.key_index.learn(0, b"k")
+    assert back.unindexed_holds() == [] and back.holds_indexed
