@@ -109,6 +109,7 @@ class SharePartitionCache(Leadership, IdleEviction, StateWrites, MetricWatch):
         (share/reload_memory.py; ``keep_counts=False``: this sidecar is superseded, nothing is kept)."""
         for key in keys:
             self.evicted.pop(key, None)
+            self.watched.pop(key, None)
             slot = self.slots.pop(key, None)
             if slot is not None:
                 if keep_counts:
@@ -351,6 +352,7 @@ class SharePartitionCache(Leadership, IdleEviction, StateWrites, MetricWatch):
         self.reload_memory.forget(lambda k: k.group_id == group_id)
         for slot in gone:
             del self.slots[slot.key]
+            self.watched.pop(slot.key, None)
             slot.wake()
         return gone
 

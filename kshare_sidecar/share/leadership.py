@@ -47,6 +47,7 @@ class Leadership:
     _handing_over: set[int]
     handed_over: int
     watch: Any  # MetricWatch.watch
+    watched: dict[SharePartitionKey, int]
 
     @property
     def serving(self) -> bool:
@@ -108,6 +109,7 @@ class Leadership:
         self.reload_memory.forget(lambda k: self.home(k) == p)
         for key in gone:
             slot = self.slots.pop(key)
+            self.watched.pop(key, None)
             slot.dead = True
             slot.wake()
         if gone:
@@ -122,6 +124,7 @@ class Leadership:
         try:
             slots = [self.slots.pop(key) for key in [k for k in self.slots if self.home(k) == p]]
             for slot in slots:
+                self.watched.pop(slot.key, None)
                 slot.dead = True  # no acquisition from here on (checked before each one), no other write
                 slot.wake()
             await asyncio.gather(*(self._write_handover(slot) for slot in slots))

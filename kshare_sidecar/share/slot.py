@@ -84,6 +84,7 @@ class IdleEviction:
 
     # the manager's (declared for the type checker)
     slots: dict[SharePartitionKey, Slot]
+    watched: dict[SharePartitionKey, int]
     evicted: dict[SharePartitionKey, int | None]
     idle_eviction_ms: int
     clock: Callable[[], int]
@@ -117,6 +118,7 @@ class IdleEviction:
                 and slot.key not in self._loading]
         for slot in gone:
             del self.slots[slot.key]
+            self.watched.pop(slot.key, None)  # (the metrics have nothing to look at: kept only while loaded)
             slot.dead = True  # a reference someone still holds writes nothing
             self.evicted[slot.key] = slot.partition.spso if slot.start_unset else None
         if gone:
