@@ -36,7 +36,8 @@ def rows(summary: dict, costs: UnitCosts | None = None) -> list[tuple[str, float
     out = [("CPU while members heartbeat", idle.cpu_share_per_sidecar, hb["sidecar_cpu_share"], "of a core")]
     rate = busy["records"] / busy["seconds"] if busy.get("seconds") else 0.0
     # records a ShareFetch delivered: MaxRecords is soft (whole log batches), so the run's own figure
-    per_fetch = busy["records"] / busy["fetches"] if busy.get("fetches") else params["max_records"]
+    delivered = busy.get("fetches", 0) - busy.get("empty_fetches", 0)  # an empty long poll writes nothing
+    per_fetch = busy["records"] / delivered if delivered else params["max_records"]
     working = plan(Workload(records_per_s=rate, record_bytes=RECORD_BYTES, share_partitions=sps, members=members,
                             records_per_fetch=per_fetch, partitions_per_fetch=1.0), c,
                    target_utilization=1.0, spare=0)

@@ -18,36 +18,38 @@ class UnitCosts:
 
     #: sidecar CPU seconds per million records delivered and acknowledged, at 100 B and at 1 KiB
     #: (interpolated linearly in between, extrapolated beyond)
-    cpu_s_per_1m_records_100b: float = 1.12
-    cpu_s_per_1m_records_1kib: float = 4.58
+    cpu_s_per_1m_records_100b: float = 0.72
+    cpu_s_per_1m_records_1kib: float = 2.17
     #: the records' CPU grows by this share of itself for each sidecar of a cluster beyond the first
-    #: (measured: x1.31 with 2, x1.49 with 3 — more event-loop wake-ups for the same requests);
-    #: counted up to ``cluster_growth_measured_up_to`` sidecars and assumed flat beyond (not measured)
-    cluster_record_cost_growth: float = 0.25
+    #: (measured on a quiet host: x0.91-0.99 with 2, x1.25-1.46 with 3 — a sidecar leading one of
+    #: 4 partitions pays per event-loop wake-up); counted up to ``cluster_growth_measured_up_to``
+    #: sidecars and assumed flat beyond (not measured)
+    cluster_record_cost_growth: float = 0.15
     cluster_growth_measured_up_to: int = 3
     #: CPU per ShareGroupHeartbeat answered (steady state: nothing changed)
-    cpu_us_per_heartbeat: float = 430.0
+    cpu_us_per_heartbeat: float = 300.0
     #: CPU of a sidecar doing nothing (timers, its backend probe, a cluster's membership and tail)
-    idle_cpu_share: float = 0.003
+    idle_cpu_share: float = 0.01
     #: resident memory of a sidecar holding nothing
-    rss_base_mb: float = 62.0
+    rss_base_mb: float = 73.0
     #: per share-partition with state (initialized), held by every sidecar owning its state partition
-    bytes_per_share_partition: float = 1750.0
+    bytes_per_share_partition: float = 740.0
     #: more per share-partition loaded in memory (fetched from in the last share.partition.idle.eviction.ms)
-    bytes_per_loaded_share_partition: float = 500.0
+    bytes_per_loaded_share_partition: float = 1270.0
     #: per group member (coordinator state, its record, its connection)
-    kb_per_member: float = 21.0
+    kb_per_member: float = 18.6
     #: the read cache's bound (ShareLogReader): counted in full
     read_cache_mb: float = 64.0
     #: state-topic records written per share-partition acknowledged in one request, and their size
     state_records_per_ack: float = 1.03
     state_bytes_per_record: float = 117.0
     #: start-up of a sidecar before its replay, and the replay per 10,000 share-partitions (their
-    #: records in the state topic: an initialization and a claim each before compaction)
+    #: records in the state topic: an initialization and a claim each before compaction), wall
+    #: seconds after a kill -9 on a core of its own (a clean restart is about a third faster)
     startup_s: float = 0.9
-    replay_s_per_10k_share_partitions: float = 0.28
+    replay_s_per_10k_share_partitions: float = 0.87
     #: where these figures come from
-    source: str = "benchmarks/scale.py and benchmarks/cluster.py, 2 shared vCPUs (provisional; docs/capacity.md)"
+    source: str = "benchmarks/scale.py, cluster.py and throughput.py on a quiet 2-vCPU host, 2026-11-30 (docs/capacity.md)"
 
     def cluster_factor(self, sidecars: int) -> float:
         """What a record costs in a cluster of ``sidecars`` over what it costs on one."""
