@@ -20,7 +20,8 @@ coordinate; that tail reads in batches (at most about one fetch a second) rather
 state write of the whole cluster, which made the summed CPU per record grow with each sidecar
 (the figures before and after: docs/capacity.md).
 
-Usage: python benchmarks/cluster.py [--quick] [--records N] [--sidecars 1,2,3] [--record-bytes B] [--out DIR]
+Usage: python benchmarks/cluster.py [--quick] [--records N] [--sidecars 1,2,3] [--partitions P] [--record-bytes B]
+       [--out DIR]
 """
 
 from __future__ import annotations
@@ -178,6 +179,8 @@ def main() -> None:
     ap.add_argument("--sidecars", default="1,2,3", help="cluster sizes to run, e.g. 1,3")
     ap.add_argument("--timeout", type=float, default=None, help="per-run limit in seconds")
     ap.add_argument("--no-warmup", action="store_true", help="skip the unreported warm-up run")
+    ap.add_argument("--partitions", type=int, default=PARTITIONS,
+                    help="partitions of the topic (default 4; 12 divides evenly over 1, 2, 3 sidecars in number)")
     ap.add_argument("--record-bytes", type=int, default=1024, help="value size of the records (default 1 KiB)")
     args = ap.parse_args()
     n = args.records or (100_000 if args.quick else 1_000_000)
@@ -193,10 +196,10 @@ def main() -> None:
         assert broker._proc is not None
         broker_pid = broker._proc.pid
         topic = unique("cl-tput")
-        produce_records(broker.bootstrap, topic, n, partitions=PARTITIONS, record_bytes=args.record_bytes)
+        produce_records(broker.bootstrap, topic, n, partitions=args.partitions, record_bytes=args.record_bytes)
         if not args.no_warmup:  # the broker's JIT warms up here, not in the first measured run
             warm = unique("cl-warm")
-            produce_records(broker.bootstrap, warm, WARMUP_RECORDS, partitions=PARTITIONS,
+            produce_records(broker.bootstrap, warm, WARMUP_RECORDS, partitions=args.partitions,
                             record_bytes=args.record_bytes)
             run(broker.bootstrap, warm, WARMUP_RECORDS, 1, timeout, broker_pid, idle_s=0,
                 record_bytes=args.record_bytes)
@@ -222,7 +225,7 @@ def main() -> None:
             return None
         return round(a["cpu_s_per_1m_records"][key] / b["cpu_s_per_1m_records"][key], 3)
 
-    summary = {"scenario": "cluster", "records": n, "record_bytes": args.record_bytes, "partitions": PARTITIONS,
+    summary = {"scenario": "cluster", "records": n, "record_bytes": args.record_bytes, "partitions": args.partitions,
                "consumers": CONSUMERS, "machine": machine(), "results": results,
                "scaling": {f"{k}_to_1": ratio(k) for k in sizes if k != 1},
                "cost_scaling": {f"{k}_to_1": cost_ratio(k) for k in sizes if k != 1},
