@@ -20,7 +20,7 @@ from kio.static.primitive import i32, i32Timedelta
 
 from ..auth.acls import Op, Res
 from ..protocol.constants import ApiKey
-from ..protocol.varint import uvarint
+from ..protocol.varint import compact_string, uvarint
 from .context import RequestContext, acl_of
 from .registry import EncodedBody
 
@@ -63,7 +63,7 @@ def answer(member_id: str | None, member_epoch: int, interval_ms: int,
         | partitions [i32]]} | tagged fields (empty)
     """
     # share.heartbeat.interval.ms is validated to an int32 range
-    parts = [_HEAD(0, 0), _string(message), _string(member_id), _EPOCHS(member_epoch, interval_ms)]
+    parts = [_HEAD(0, 0), compact_string(message), compact_string(member_id), _EPOCHS(member_epoch, interval_ms)]
     if assignment is None:
         parts.append(_NO_ASSIGNMENT)
     else:
@@ -74,14 +74,6 @@ def answer(member_id: str | None, member_epoch: int, interval_ms: int,
             parts += (tid.bytes, uvarint(len(ordered) + 1), b"".join(map(_I32, ordered)), b"\x00")
         parts.append(b"\x00\x00")  # the assignment's tagged fields, then the answer's
     return EncodedBody([b"".join(parts)], flexible=True)
-
-
-def _string(text: str | None) -> bytes:
-    """A compact nullable string."""
-    if text is None:
-        return b"\x00"
-    raw = text.encode()
-    return uvarint(len(raw) + 1) + raw
 
 
 def _error(code, message: str | None = None):

@@ -29,7 +29,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 
 from ..metrics import STATS as _METRICS
-from ..protocol.varint import uvarint
+from ..protocol.varint import compact_string as _string, uvarint
 from .registry import EncodedBody
 
 _I16 = struct.Struct(">h").pack
@@ -45,14 +45,6 @@ _INLINE_BYTES = 8192
 
 #: ``leader(topic_id, partition) -> (leader_id, leader_epoch)``
 Leader = Callable[[uuid.UUID, int], tuple[int, int]]
-
-
-def _string(value: str | None) -> bytes:
-    """A compact nullable string."""
-    if value is None:
-        return b"\x00"
-    data = value.encode()
-    return uvarint(len(data) + 1) + data
 
 
 def share_fetch_body(*, throttle_ms: int, error_code: int, error_message: str | None, lock_timeout_ms: int,

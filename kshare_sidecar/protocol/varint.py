@@ -53,3 +53,11 @@ def uvarint(n: int) -> bytes:
         n >>= 7
     out.append(n)
     return bytes(out)
+
+
+def compact_string(text: str | None) -> bytes:
+    """A flexible version's compact nullable string: uvarint(length + 1) and the UTF-8 bytes, 0 for null."""
+    if text is None:
+        return b"\x00"
+    raw = text.encode()
+    return uvarint(len(raw) + 1) + raw
