@@ -20,8 +20,13 @@ coordinate; that tail reads in batches (at most about one fetch a second) rather
 state write of the whole cluster, which made the summed CPU per record grow with each sidecar
 (the figures before and after: docs/capacity.md).
 
+``--native`` runs the same workload on native Kafka 4.4 clusters of as many brokers as there
+were sidecars (share groups on, the same consumers, the same partitions), in the same run: whether
+a figure is kshare's or the client's shows there. librdkafka's share consumer, for one, slows
+down natively too once a consumer's partitions are led by more than one broker.
+
 Usage: python benchmarks/cluster.py [--quick] [--records N] [--sidecars 1,2,3] [--partitions P] [--record-bytes B]
-       [--out DIR]
+       [--native] [--out DIR]
 """
 
 from __future__ import annotations
@@ -173,6 +178,33 @@ def run(bootstrap: str, topic: str, n: int, count: int, timeout_s: float, broker
             sc.stop()
 
 
+def native_run(count: int, n: int, partitions: int, record_bytes: int, timeout_s: float, warmup: bool) -> dict:
+    """The same consume on a native Kafka 4.4 cluster of ``count`` brokers: records/s and the
+    brokers' CPU seconds summed, per 1M records."""
+    from kshare_sidecar.testing.multibroker import KafkaCluster
+    from tests.support import set_group_config, unique
+
+    with KafkaCluster("4.4", brokers=count, share_groups=True, heap="768m") as cluster:
+        pids = [node._proc.pid for node in cluster.nodes if node._proc is not None]
+        if warmup:
+            warm, group = unique("cl-nwarm"), unique("cl-nwarm-g")
+            produce_records(cluster.bootstrap, warm, WARMUP_RECORDS, partitions=partitions, record_bytes=record_bytes)
+            set_group_config(cluster.bootstrap, group, {"share.auto.offset.reset": "earliest"})
+            consume("share", cluster.bootstrap, group, warm, WARMUP_RECORDS, timeout_s, record_bytes, CpuMeter())
+        topic, group = unique("cl-native"), unique("cl-native-g")
+        produce_records(cluster.bootstrap, topic, n, partitions=partitions, record_bytes=record_bytes)
+        set_group_config(cluster.bootstrap, group, {"share.auto.offset.reset": "earliest"})
+        load, before = loadavg(), sum(_cpu_seconds(p) for p in pids)
+        cpu = CpuSampler().start()
+        result = consume("share", cluster.bootstrap, group, topic, n, timeout_s, record_bytes, CpuMeter())
+        result["machine_cpu_utilisation"] = cpu.stop()
+        brokers = sum(_cpu_seconds(p) for p in pids) - before
+        result["cpu_s"] = {"brokers": round(brokers, 2)}
+        result["cpu_s_per_1m_records"] = {"brokers": round(brokers / max(result["records"], 1) * 1e6, 2)}
+        result["loadavg_before"], result["loadavg_after"] = load, loadavg()
+        return result
+
+
 def main() -> None:
     ap = base_parser(__doc__)
     ap.add_argument("--records", type=int)
@@ -182,6 +214,8 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=PARTITIONS,
                     help="partitions of the topic (default 4; 12 divides evenly over 1, 2, 3 sidecars in number)")
     ap.add_argument("--record-bytes", type=int, default=1024, help="value size of the records (default 1 KiB)")
+    ap.add_argument("--native", action="store_true",
+                    help="also run the workload on native Kafka 4.4 clusters of 1, 2, 3 brokers (as --sidecars)")
     args = ap.parse_args()
     n = args.records or (100_000 if args.quick else 1_000_000)
     timeout = args.timeout or (180 if args.quick else 1200)
@@ -215,6 +249,18 @@ def main() -> None:
                   f"{r['leaders']}, load {r['loadavg_before']}"
                   + ("" if r["complete"] else "  INCOMPLETE (timed out)"), flush=True)
 
+    native: dict[str, dict] = {}
+    for count in sizes if args.native else []:
+        r = native_run(count, n, args.partitions, args.record_bytes, timeout, not args.no_warmup)
+        native[f"{count}_brokers"] = r
+        mine = results[f"{count}_sidecars"]
+        r["kshare_to_native"] = round(mine["records_per_s"] / r["records_per_s"], 3) if r["records_per_s"] else None
+        print(f"native 4.4, {count} broker(s): {r['records']:>9} records in {r['seconds']:>8.2f} s  "
+              f"{r['records_per_s']:>10,.0f} rec/s  machine CPU {r['machine_cpu_utilisation']}, brokers "
+              f"{r['cpu_s_per_1m_records']['brokers']} CPU s per 1M; kshare with {count} sidecar(s) ÷ native "
+              f"{r['kshare_to_native']}, load {r['loadavg_before']}"
+              + ("" if r["complete"] else "  INCOMPLETE (timed out)"), flush=True)
+
     def ratio(k: int) -> float | None:
         a, b = results.get(f"{k}_sidecars"), results.get("1_sidecars")
         return round(a["records_per_s"] / b["records_per_s"], 3) if a and b and b["records_per_s"] else None
@@ -230,6 +276,12 @@ def main() -> None:
                "scaling": {f"{k}_to_1": ratio(k) for k in sizes if k != 1},
                "cost_scaling": {f"{k}_to_1": cost_ratio(k) for k in sizes if k != 1},
                "cost_scaling_less_idle": {f"{k}_to_1": cost_ratio(k, "sidecars_less_idle") for k in sizes if k != 1}}
+    if native:
+        one = native.get("1_brokers")
+        summary["native_4_4"] = native
+        summary["native_scaling"] = {
+            f"{k}_to_1": round(native[f"{k}_brokers"]["records_per_s"] / one["records_per_s"], 3)
+            for k in sizes if k != 1 and one and one["records_per_s"]}
     finish(summary, args.out, "cluster")
 
 
