@@ -26,8 +26,10 @@ from typing import Any, Protocol
 
 from ..metrics import STATS as _METRICS
 from ..ratelog import RateLimitedLog
+from .deadline import ReadDeadline
 from .errors import CloseAfterResponse, CloseConnection, TimedOut
 from .framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FramePieces
+from .job import Job, Response, current_task_cancelling, retrieve
 from .limits import RequestMemoryPool
 
 log = logging.getLogger("kshare.wire")
@@ -52,8 +54,6 @@ _conn_ids = itertools.count(1)
 CloseCallback = Callable[["Connection"], Awaitable[None] | None]
 
 
-#: A framed response: one buffer, or consecutive pieces (``FramePieces``) never joined.
-Response = bytes | bytearray | FramePieces
 
 
 class FrameHandler(Protocol):
@@ -65,14 +65,6 @@ class FrameHandler(Protocol):
     """
 
     async def __call__(self, conn: Connection, frame: bytes, release: Callable[[], None]) -> Response | None: ...
-
-
-class _Job:
-    __slots__ = ("released", "task")
-
-    def __init__(self) -> None:
-        self.released = asyncio.Event()
-        self.task: asyncio.Task[Response | None] | None = None
 
 
 class Connection:
@@ -105,19 +97,24 @@ class Connection:
         # sasl.server.max.receive.size bounds what an unauthenticated client can make it buffer.
         self._decoder = FrameDecoder(min(max_frame_bytes, initial_max_frame_bytes or max_frame_bytes))
         self._max_frame_bytes = max_frame_bytes
-        self._slots = asyncio.Semaphore(max_inflight)
+        # Responses outstanding at most (max_inflight): only the read loop takes a slot, so a
+        # counter and one future when it has to wait do what a semaphore would, for less per request.
+        self._free_slots = max_inflight
+        self._slot_freed: asyncio.Future[None] | None = None
         self._read_size = read_size
         self._idle_timeout = idle_timeout_s
         self._read_timeout = read_timeout_s
         self._frame_started: float | None = None  # when the partial frame being read began
         self._last_activity = 0.0
         self._writing = False  # a response is being handed to the socket (the write loop waits in drain)
-        self._queue: asyncio.Queue[_Job] = asyncio.Queue()
+        self._queue: asyncio.Queue[Job] = asyncio.Queue()
         self._jobs: set[asyncio.Task[Any]] = set()
         self._callbacks: list[CloseCallback] = []
         self._loops: list[asyncio.Task[None]] = []
         self._loop = asyncio.get_running_loop()  # made inside the server's callback, on its loop
         self._read_task: asyncio.Task[None] | None = None
+        self._deadline = ReadDeadline(self._loop, lambda: self._read_task)
+        self._pending = 0  # responses handed to the write loop and not yet written
         self._done = asyncio.Event()
         self._closing = False
         self._draining = False
@@ -185,7 +182,7 @@ class Connection:
         pending = list(self._jobs)
         if pending:
             await asyncio.wait(pending, timeout=timeout)
-        while (self._writing or not self._queue.empty()) and not self.closed and loop.time() < deadline:
+        while (self._writing or self._pending) and not self.closed and loop.time() < deadline:
             await asyncio.sleep(0.005)
 
     async def run(self) -> None:
@@ -220,35 +217,12 @@ class Connection:
             else:
                 deadline, what = self._last_activity + self._idle_timeout, "connections.max.idle.ms"
             try:
-                return await self._read_by(deadline)
+                return await self._deadline.read(self._reader, self._read_size, deadline)
             except TimeoutError:
-                if what == "connections.max.idle.ms" and (self._jobs or self._writing or not self._queue.empty()):
+                if what == "connections.max.idle.ms" and (self._jobs or self._writing or self._pending):
                     self._last_activity = self._loop.time()  # in flight (a long poll) or being written: not idle
                     continue
                 raise TimedOut(f"no complete request within {what}") from None
-
-    async def _read_by(self, deadline: float) -> bytes:
-        """One ``reader.read`` that raises TimeoutError at ``deadline`` (loop time): what
-        ``asyncio.timeout_at`` does, without asking for the running loop and the current task at
-        every read (on Python 3.11 each of those is a getpid() system call; this runs per request)."""
-        task = self._read_task
-        assert task is not None
-        fired = False
-
-        def expire() -> None:
-            nonlocal fired
-            fired = True
-            task.cancel()
-
-        handle = self._loop.call_at(deadline, expire)
-        try:
-            return await self._reader.read(self._read_size)
-        except asyncio.CancelledError:
-            if fired and task.uncancel() == 0:
-                raise TimeoutError from None
-            raise
-        finally:
-            handle.cancel()
 
     async def _read_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -268,16 +242,19 @@ class Connection:
                 if self._pool is not None and self._decoder.partial_frame_bytes != self._reserved:
                     await self._reserve(self._decoder.partial_frame_bytes)
                 for frame in frames:
-                    await self._slots.acquire()
-                    job = _Job()
-                    job.task = loop.create_task(self._process(frame, job))
-                    self._jobs.add(job.task)
-                    job.task.add_done_callback(_retrieve)  # a close may leave it unawaited
-                    job.task.add_done_callback(self._jobs.discard)
-                    self._unreleased.add(job.task)
-                    job.task.add_done_callback(self._unreleased.discard)
-                    self._queue.put_nowait(job)
+                    while not self._free_slots:
+                        self._slot_freed = self._loop.create_future()
+                        await self._slot_freed
+                    self._free_slots -= 1
+                    job = Job()
+                    job.task = task = loop.create_task(self._process(frame, job))
+                    self._jobs.add(task)
+                    self._unreleased.add(task)
+                    task.add_done_callback(self._job_done)
                     await self._await_release(job)  # Kafka-style: next request only after this one
+                    if not (task.done() and self._write_now(task)):
+                        self._pending += 1
+                        self._queue.put_nowait(job)
                     if self._draining:
                         # A handler asked to close: process nothing more, but let the write
                         # loop flush the responses that precede it (it ends the connection).
@@ -295,6 +272,37 @@ class Connection:
         except (ConnectionError, OSError) as exc:
             self._set_reason(f"read failed: {exc}")
 
+    def _release_slot(self) -> None:
+        self._free_slots += 1
+        freed = self._slot_freed
+        if freed is not None and not freed.done():
+            freed.set_result(None)
+
+    def _job_done(self, task: asyncio.Task[Any]) -> None:
+        self._jobs.discard(task)
+        self._unreleased.discard(task)
+        retrieve(task)  # a close may leave it unawaited
+
+    def _write_now(self, task: asyncio.Task[Response | None]) -> bool:
+        """Write a finished request's answer from the read loop, when nothing is ahead of it and
+        the socket takes it: most requests (a heartbeat, a cached metadata answer) finish in their
+        first step, and handing them to the write loop cost a queue and a task wake-up each.
+        False leaves it to the write loop (an error to act on, answers ahead, a full buffer)."""
+        if self._pending or task.cancelled() or task.exception() is not None:
+            return False
+        transport = self._writer.transport
+        if transport.is_closing() or transport.get_write_buffer_size():
+            return False
+        out = task.result()
+        if out:
+            if isinstance(out, FramePieces):
+                self._write_pieces(out)
+            else:
+                transport.write(out)
+            self._last_activity = self._loop.time()
+        self._release_slot()
+        return True
+
     async def _reserve(self, size: int) -> None:
         """Hold ``size`` bytes of the memory pool for the frame being received (queued.max.request.bytes):
         waiting here is not reading, and the wait does not count against request.read.timeout.ms."""
@@ -308,7 +316,7 @@ class Connection:
         if self._frame_started is not None:
             self._frame_started = asyncio.get_running_loop().time()
 
-    async def _await_release(self, job: _Job) -> None:
+    async def _await_release(self, job: Job) -> None:
         """Wait until ``job`` releases ordering, but notice a peer that leaves meanwhile.
 
         Kafka mutes a channel while its request is processed; a slow request (a state write, an
@@ -318,19 +326,18 @@ class Connection:
         and an EOF ends the connection at once. The request itself is not cancelled — it may be
         changing state — it finishes unobserved.
         """
-        released = job.released
-        if released.is_set():
+        if job.released:
             return
         # Most requests (a heartbeat, a metadata answer from cache) finish in their task's first
         # step: let it run before arming the read-while-waiting machinery below, which costs two
         # futures, a wait and a cancelled read per request.
         await asyncio.sleep(0)
-        if released.is_set():
+        if job.released:
             return
-        waiter = asyncio.ensure_future(released.wait())
+        job.waiter = waiter = self._loop.create_future()
         reading: asyncio.Future[bytes] | None = None
         try:
-            while not released.is_set():
+            while not job.released:
                 if self._early_bytes >= _READ_AHEAD_BYTES:
                     await waiter  # enough buffered: plain backpressure from here on
                     return
@@ -360,9 +367,9 @@ class Connection:
                     else:
                         self._eof_seen = True
 
-    async def _process(self, frame: bytes, job: _Job) -> Response | None:
+    async def _process(self, frame: bytes, job: Job) -> Response | None:
         try:
-            return await self._handler(self, frame, job.released.set)
+            return await self._handler(self, frame, job.release)
         except CloseConnection:
             self._draining = True
             # Requests ahead of this one can only be parked long polls (they released ordering).
@@ -372,7 +379,7 @@ class Connection:
                     task.cancel()
             raise
         finally:
-            job.released.set()
+            job.release()
 
     async def _write_loop(self) -> None:
         while True:
@@ -430,7 +437,8 @@ class Connection:
             except (ConnectionError, OSError) as exc:
                 self._set_reason(f"write failed: {exc}")
                 return
-            self._slots.release()
+            self._pending -= 1
+            self._release_slot()
 
     def _write_pieces(self, pieces: FramePieces) -> None:
         """Hand a frame's pieces to the transport without joining them. A transport with a
@@ -455,6 +463,7 @@ class Connection:
         if self._closing:
             return
         self._closing = True
+        self._deadline.cancel()
         for task in self._loops:
             task.cancel()
         # Parked requests (they released ordering: long polls) are cancelled; a request still
@@ -484,19 +493,6 @@ class Connection:
 
 class _PeerGone(Exception):
     """EOF from the peer while a request was still being processed."""
-
-
-def current_task_cancelling() -> bool:
-    """Whether the running task itself is being cancelled (vs. a task it awaited was)."""
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
-
-
-def _retrieve(task: asyncio.Task[Any]) -> None:
-    """Mark a job's exception as seen: after a close nobody awaits it, and asyncio would print
-    "Task exception was never retrieved" with a traceback for a client's malformed frame."""
-    if not task.cancelled():
-        task.exception()
 
 
 async def _run_callback(conn: Connection, callback: CloseCallback) -> None:
