@@ -22,6 +22,7 @@ from ..auth.acls import Op, Res
 from ..protocol.constants import ApiKey
 from ..protocol.varint import compact_string, uvarint
 from .context import RequestContext, acl_of
+from .heartbeat_request import decode
 from .registry import EncodedBody
 
 _ZERO = i32Timedelta.parse(datetime.timedelta(0))
@@ -83,4 +84,4 @@ def _error(code, message: str | None = None):
 
 
 def register(registry, groups) -> None:
-    registry.register(ApiKey.SHARE_GROUP_HEARTBEAT, 1, 1, make_handler(groups))
+    registry.register(ApiKey.SHARE_GROUP_HEARTBEAT, 1, 1, make_handler(groups), decode=decode)
