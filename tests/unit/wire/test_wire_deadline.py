@@ -52,51 +52,41 @@ async def test_many_reads_arm_one_timer(monkeypatch) -> None:
     assert len(armed) == 1  # deadlines only moved later: the first timer still bounds them all
 
 
-async def test_an_earlier_deadline_rearms_the_timer() -> None:
-    # a read with a later deadline, then one whose deadline is earlier (a frame started: the
-    # shorter request.read.timeout.ms) and no data: it times out at its own deadline
+async def _second_read_times_out(first: float, second: float) -> float | None:
+    """A read answered (deadline ``first`` from now), then one with no data (deadline ``second``):
+    when the second raised TimeoutError, in seconds from the start."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     task: asyncio.Task | None = None
     bound = ReadDeadline(loop, lambda: task)
 
-    async def run():
+    async def run() -> float | None:
         start = loop.time()
         reader.feed_data(b"a")
-        await bound.read(reader, 10, start + 5.0)
+        assert await bound.read(reader, 10, start + first) == b"a"
         try:
-            await bound.read(reader, 10, start + 0.1)
+            await bound.read(reader, 10, start + second)
         except TimeoutError:
             return loop.time() - start
         return None
 
     task = asyncio.create_task(run())
-    took = await task
-    bound.cancel()
+    try:
+        return await task
+    finally:
+        bound.cancel()
+
+
+async def test_an_earlier_deadline_rearms_the_timer() -> None:
+    # the second read's deadline is earlier (a frame started: the shorter request.read.timeout.ms)
+    took = await _second_read_times_out(5.0, 0.1)
     assert took is not None and 0.09 <= took < 1.0
 
 
 async def test_a_timer_that_fires_early_waits_for_the_moved_deadline() -> None:
-    # the first read arms the timer at +0.1; it is answered; the second read's deadline is +0.4:
-    # the timer fires at +0.1, finds the deadline moved, re-arms, and the read times out at +0.4
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    task: asyncio.Task | None = None
-    bound = ReadDeadline(loop, lambda: task)
-
-    async def run():
-        start = loop.time()
-        reader.feed_data(b"a")
-        assert await bound.read(reader, 10, start + 0.1) == b"a"
-        try:
-            await bound.read(reader, 10, start + 0.4)
-        except TimeoutError:
-            return loop.time() - start
-        return None
-
-    task = asyncio.create_task(run())
-    took = await task
-    bound.cancel()
+    # armed at +0.1 by the first read; the second read's deadline is +0.4: the timer fires at
+    # +0.1, finds the deadline moved, re-arms, and the read times out at +0.4
+    took = await _second_read_times_out(0.1, 0.4)
     assert took is not None and 0.38 <= took < 1.5
 
 
