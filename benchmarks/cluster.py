@@ -25,8 +25,12 @@ were sidecars (share groups on, the same consumers, the same partitions), in the
 a figure is kshare's or the client's shows there. librdkafka's share consumer, for one, slows
 down natively too once a consumer's partitions are led by more than one broker.
 
+``--client java`` consumes with Kafka's own Java share consumer instead (the
+kafka-share-consumer-perf-test tool, ``ShareConsumerPerformance``, 4 consumer threads in one JVM
+started with the tools' small heap and C1 only: its rate is the tool's as much as the servers').
+
 Usage: python benchmarks/cluster.py [--quick] [--records N] [--sidecars 1,2,3] [--partitions P] [--record-bytes B]
-       [--native] [--out DIR]
+       [--native] [--client confluent|java] [--out DIR]
 """
 
 from __future__ import annotations
@@ -125,6 +129,34 @@ def settled(sidecars: list[SidecarProcess], topic: str, timeout_s: float = 90) -
     raise RuntimeError("the sidecars did not agree on the cluster")
 
 
+#: which consumers read: confluent-kafka processes (throughput.consume) or Kafka's Java tool
+CLIENT = {"name": "confluent"}
+
+
+def consume_with(bootstrap: str, group: str, topic: str, n: int, timeout_s: float, record_bytes: int) -> dict:
+    """:func:`throughput.consume`, or with ``--client java`` ShareConsumerPerformance's 4 threads."""
+    if CLIENT["name"] != "java":
+        return consume("share", bootstrap, group, topic, n, timeout_s, record_bytes, CpuMeter())
+    from kshare_sidecar.testing.tools import run_java_tool
+
+    run = run_java_tool("org.apache.kafka.tools.ShareConsumerPerformance",
+                        ["--bootstrap-server", bootstrap, "--topic", topic, "--group", group, "--num-records",
+                         str(n), "--threads", str(CONSUMERS), "--timeout", str(int(timeout_s * 1000))],
+                        timeout=timeout_s + 60)
+    lines = run.stdout.strip().splitlines()
+    head = next((i for i, line in enumerate(lines) if line.startswith("start.time")), None)  # log lines may follow
+    fields = dict(zip([f.strip() for f in lines[head].split(",")], [v.strip() for v in lines[head + 1].split(",")])) \
+        if run.returncode == 0 and head is not None and head + 1 < len(lines) else {}
+    if not fields:
+        print(f"the Java tool's output had no result (exit {run.returncode}): {run.stdout[-500:]} {run.stderr[-500:]}",
+              flush=True)
+    got, fetch_ms = int(fields.get("data.consumed.in.nMsg", 0)), float(fields.get("fetch.time.ms", 0) or 0)
+    seconds = fetch_ms / 1000 if fetch_ms else float("nan")
+    return {"records": got, "seconds": round(seconds, 3), "records_per_s": round(got / seconds, 1) if fetch_ms else 0.0,
+            "mb_per_s": round(got / seconds * record_bytes / 1e6, 2) if fetch_ms else 0.0, "complete": got >= n,
+            "client": "java ShareConsumerPerformance", "tool_exit": run.returncode}
+
+
 def run(bootstrap: str, topic: str, n: int, count: int, timeout_s: float, broker_pid: int,
         idle_s: float = 10.0, record_bytes: int = 1024) -> dict:
     from tests.support import unique
@@ -150,7 +182,7 @@ def run(bootstrap: str, topic: str, n: int, count: int, timeout_s: float, broker
         load = loadavg()
         cpu = CpuSampler().start()
         bootstrap_list = ",".join(sc.bootstrap for sc in sidecars)  # each consumer may reach every sidecar
-        result = consume("share", bootstrap_list, unique("bench-g"), topic, n, timeout_s, record_bytes, CpuMeter())
+        result = consume_with(bootstrap_list, unique("bench-g"), topic, n, timeout_s, record_bytes)
         result["machine_cpu_utilisation"] = busy = cpu.stop()
         wall = time.monotonic() - wall_before  # the sampled window: consumers' start-up and exit included
         result["sidecar_cpu_s"] = [round(_cpu_seconds(sc.proc.pid) - b, 2) for sc, b in zip(sidecars, before)]
@@ -190,13 +222,13 @@ def native_run(count: int, n: int, partitions: int, record_bytes: int, timeout_s
             warm, group = unique("cl-nwarm"), unique("cl-nwarm-g")
             produce_records(cluster.bootstrap, warm, WARMUP_RECORDS, partitions=partitions, record_bytes=record_bytes)
             set_group_config(cluster.bootstrap, group, {"share.auto.offset.reset": "earliest"})
-            consume("share", cluster.bootstrap, group, warm, WARMUP_RECORDS, timeout_s, record_bytes, CpuMeter())
+            consume_with(cluster.bootstrap, group, warm, WARMUP_RECORDS, timeout_s, record_bytes)
         topic, group = unique("cl-native"), unique("cl-native-g")
         produce_records(cluster.bootstrap, topic, n, partitions=partitions, record_bytes=record_bytes)
         set_group_config(cluster.bootstrap, group, {"share.auto.offset.reset": "earliest"})
         load, before = loadavg(), sum(_cpu_seconds(p) for p in pids)
         cpu = CpuSampler().start()
-        result = consume("share", cluster.bootstrap, group, topic, n, timeout_s, record_bytes, CpuMeter())
+        result = consume_with(cluster.bootstrap, group, topic, n, timeout_s, record_bytes)
         result["machine_cpu_utilisation"] = cpu.stop()
         brokers = sum(_cpu_seconds(p) for p in pids) - before
         result["cpu_s"] = {"brokers": round(brokers, 2)}
@@ -214,9 +246,12 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=PARTITIONS,
                     help="partitions of the topic (default 4; 12 divides evenly over 1, 2, 3 sidecars in number)")
     ap.add_argument("--record-bytes", type=int, default=1024, help="value size of the records (default 1 KiB)")
+    ap.add_argument("--client", choices=("confluent", "java"), default="confluent",
+                    help="the consumers: confluent-kafka processes (default) or Kafka's Java share consumer tool")
     ap.add_argument("--native", action="store_true",
                     help="also run the workload on native Kafka 4.4 clusters of 1, 2, 3 brokers (as --sidecars)")
     args = ap.parse_args()
+    CLIENT["name"] = args.client
     n = args.records or (100_000 if args.quick else 1_000_000)
     timeout = args.timeout or (180 if args.quick else 1200)
     sizes = [int(x) for x in args.sidecars.split(",")]
@@ -271,7 +306,7 @@ def main() -> None:
             return None
         return round(a["cpu_s_per_1m_records"][key] / b["cpu_s_per_1m_records"][key], 3)
 
-    summary = {"scenario": "cluster", "records": n, "record_bytes": args.record_bytes, "partitions": args.partitions,
+    summary = {"scenario": "cluster", "client": args.client, "records": n, "record_bytes": args.record_bytes, "partitions": args.partitions,
                "consumers": CONSUMERS, "machine": machine(), "results": results,
                "scaling": {f"{k}_to_1": ratio(k) for k in sizes if k != 1},
                "cost_scaling": {f"{k}_to_1": cost_ratio(k) for k in sizes if k != 1},
