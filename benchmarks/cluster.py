@@ -129,13 +129,10 @@ def settled(sidecars: list[SidecarProcess], topic: str, timeout_s: float = 90) -
     raise RuntimeError("the sidecars did not agree on the cluster")
 
 
-#: which consumers read: confluent-kafka processes (throughput.consume) or Kafka's Java tool
-CLIENT = {"name": "confluent"}
-
-
-def consume_with(bootstrap: str, group: str, topic: str, n: int, timeout_s: float, record_bytes: int) -> dict:
-    """:func:`throughput.consume`, or with ``--client java`` ShareConsumerPerformance's 4 threads."""
-    if CLIENT["name"] != "java":
+def consume_with(client: str, bootstrap: str, group: str, topic: str, n: int, timeout_s: float,
+                 record_bytes: int) -> dict:
+    """:func:`throughput.consume` (``client`` "confluent"), or ShareConsumerPerformance's 4 threads ("java")."""
+    if client != "java":
         return consume("share", bootstrap, group, topic, n, timeout_s, record_bytes, CpuMeter())
     from kshare_sidecar.testing.tools import run_java_tool
 
@@ -158,7 +155,7 @@ def consume_with(bootstrap: str, group: str, topic: str, n: int, timeout_s: floa
 
 
 def run(bootstrap: str, topic: str, n: int, count: int, timeout_s: float, broker_pid: int,
-        idle_s: float = 10.0, record_bytes: int = 1024) -> dict:
+        idle_s: float = 10.0, record_bytes: int = 1024, client: str = "confluent") -> dict:
     from tests.support import unique
 
     name, state_topic = unique("bench-cl"), f"__kshare_state_{unique('bench')}"
@@ -182,7 +179,7 @@ def run(bootstrap: str, topic: str, n: int, count: int, timeout_s: float, broker
         load = loadavg()
         cpu = CpuSampler().start()
         bootstrap_list = ",".join(sc.bootstrap for sc in sidecars)  # each consumer may reach every sidecar
-        result = consume_with(bootstrap_list, unique("bench-g"), topic, n, timeout_s, record_bytes)
+        result = consume_with(client, bootstrap_list, unique("bench-g"), topic, n, timeout_s, record_bytes)
         result["machine_cpu_utilisation"] = busy = cpu.stop()
         wall = time.monotonic() - wall_before  # the sampled window: consumers' start-up and exit included
         result["sidecar_cpu_s"] = [round(_cpu_seconds(sc.proc.pid) - b, 2) for sc, b in zip(sidecars, before)]
@@ -210,7 +207,8 @@ def run(bootstrap: str, topic: str, n: int, count: int, timeout_s: float, broker
             sc.stop()
 
 
-def native_run(count: int, n: int, partitions: int, record_bytes: int, timeout_s: float, warmup: bool) -> dict:
+def native_run(count: int, n: int, partitions: int, record_bytes: int, timeout_s: float, warmup: bool,
+               client: str = "confluent") -> dict:
     """The same consume on a native Kafka 4.4 cluster of ``count`` brokers: records/s and the
     brokers' CPU seconds summed, per 1M records."""
     from kshare_sidecar.testing.multibroker import KafkaCluster
@@ -222,13 +220,13 @@ def native_run(count: int, n: int, partitions: int, record_bytes: int, timeout_s
             warm, group = unique("cl-nwarm"), unique("cl-nwarm-g")
             produce_records(cluster.bootstrap, warm, WARMUP_RECORDS, partitions=partitions, record_bytes=record_bytes)
             set_group_config(cluster.bootstrap, group, {"share.auto.offset.reset": "earliest"})
-            consume_with(cluster.bootstrap, group, warm, WARMUP_RECORDS, timeout_s, record_bytes)
+            consume_with(client, cluster.bootstrap, group, warm, WARMUP_RECORDS, timeout_s, record_bytes)
         topic, group = unique("cl-native"), unique("cl-native-g")
         produce_records(cluster.bootstrap, topic, n, partitions=partitions, record_bytes=record_bytes)
         set_group_config(cluster.bootstrap, group, {"share.auto.offset.reset": "earliest"})
         load, before = loadavg(), sum(_cpu_seconds(p) for p in pids)
         cpu = CpuSampler().start()
-        result = consume_with(cluster.bootstrap, group, topic, n, timeout_s, record_bytes)
+        result = consume_with(client, cluster.bootstrap, group, topic, n, timeout_s, record_bytes)
         result["machine_cpu_utilisation"] = cpu.stop()
         brokers = sum(_cpu_seconds(p) for p in pids) - before
         result["cpu_s"] = {"brokers": round(brokers, 2)}
@@ -251,7 +249,6 @@ def main() -> None:
     ap.add_argument("--native", action="store_true",
                     help="also run the workload on native Kafka 4.4 clusters of 1, 2, 3 brokers (as --sidecars)")
     args = ap.parse_args()
-    CLIENT["name"] = args.client
     n = args.records or (100_000 if args.quick else 1_000_000)
     timeout = args.timeout or (180 if args.quick else 1200)
     sizes = [int(x) for x in args.sidecars.split(",")]
@@ -270,10 +267,11 @@ def main() -> None:
             warm = unique("cl-warm")
             produce_records(broker.bootstrap, warm, WARMUP_RECORDS, partitions=args.partitions,
                             record_bytes=args.record_bytes)
-            run(broker.bootstrap, warm, WARMUP_RECORDS, 1, timeout, broker_pid, idle_s=0,
+            run(broker.bootstrap, warm, WARMUP_RECORDS, 1, timeout, broker_pid, idle_s=0, client=args.client,
                 record_bytes=args.record_bytes)
         for count in sizes:
-            r = run(broker.bootstrap, topic, n, count, timeout, broker_pid, record_bytes=args.record_bytes)
+            r = run(broker.bootstrap, topic, n, count, timeout, broker_pid, record_bytes=args.record_bytes,
+                    client=args.client)
             results[f"{count}_sidecars"] = r
             print(f"{count} sidecar(s): {r['records']:>9} records in {r['seconds']:>8.2f} s  "
                   f"{r['records_per_s']:>10,.0f} rec/s  machine CPU {r['machine_cpu_utilisation']}, sidecar CPU s "
@@ -286,7 +284,7 @@ def main() -> None:
 
     native: dict[str, dict] = {}
     for count in sizes if args.native else []:
-        r = native_run(count, n, args.partitions, args.record_bytes, timeout, not args.no_warmup)
+        r = native_run(count, n, args.partitions, args.record_bytes, timeout, not args.no_warmup, args.client)
         native[f"{count}_brokers"] = r
         mine = results[f"{count}_sidecars"]
         r["kshare_to_native"] = round(mine["records_per_s"] / r["records_per_s"], 3) if r["records_per_s"] else None

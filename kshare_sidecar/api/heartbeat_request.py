@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..protocol.constants import ApiKey
-from ..protocol.varint import VarintError, read_uvarint
+from ..protocol.varint import read_compact_string, read_uvarint
 from ..wire import codec
 
 _PREFIX = int(ApiKey.SHARE_GROUP_HEARTBEAT).to_bytes(2, "big") + (1).to_bytes(2, "big")
@@ -46,20 +46,6 @@ class HeartbeatRequest(NamedTuple):
     subscribed_topic_names: tuple[str, ...] | None
 
 
-class _Unusual(Exception):
-    """Not the usual shape: kio decides."""
-
-
-def _compact(frame: bytes, pos: int) -> tuple[str | None, int]:
-    n, pos = read_uvarint(frame, pos)
-    if n == 0:
-        return None, pos
-    end = pos + n - 1
-    if end > len(frame):
-        raise _Unusual
-    return frame[pos:end].decode(), end
-
-
 def decode(frame: bytes) -> codec.DecodedRequest | None:
     """The request in ``frame`` (a payload without its size prefix), or None when it is not a
     ShareGroupHeartbeat v1 of the usual shape."""
@@ -78,25 +64,25 @@ def decode(frame: bytes) -> codec.DecodedRequest | None:
             return None
         if frame[pos] != 0:  # header tagged fields
             return None
-        group_id, pos = _compact(frame, pos + 1)
-        member_id, pos = _compact(frame, pos)
+        group_id, pos = read_compact_string(frame, pos + 1)
+        member_id, pos = read_compact_string(frame, pos)
         if group_id is None or member_id is None or pos + 4 > len(frame):
             return None  # null in a non-nullable field: kio's path answers INVALID_REQUEST
         member_epoch = int.from_bytes(frame[pos:pos + 4], "big", signed=True)
-        rack_id, pos = _compact(frame, pos + 4)
+        rack_id, pos = read_compact_string(frame, pos + 4)
         count, pos = read_uvarint(frame, pos)
         topics: tuple[str, ...] | None = None
         if count:
             names = []
             for _ in range(count - 1):
-                name, pos = _compact(frame, pos)
+                name, pos = read_compact_string(frame, pos)
                 if name is None:
                     return None
                 names.append(name)
             topics = tuple(names)
         if frame[pos] != 0 or pos + 1 != len(frame):  # body tagged fields; trailing bytes
             return None
-    except (IndexError, UnicodeDecodeError, VarintError, _Unusual):
+    except (IndexError, ValueError):  # truncated, not UTF-8, an overlong varint
         return None
     return codec.DecodedRequest(
         header=HeartbeatHeader(int(ApiKey.SHARE_GROUP_HEARTBEAT), 1, correlation_id, client_id),

@@ -55,6 +55,18 @@ def uvarint(n: int) -> bytes:
     return bytes(out)
 
 
+def read_compact_string(buf: bytes, pos: int) -> tuple[str | None, int]:
+    """``(text or None, position after it)`` of the compact nullable string at ``pos``; ValueError
+    when it runs past the end of ``buf`` or is not UTF-8 (UnicodeDecodeError)."""
+    n, pos = read_uvarint(buf, pos)
+    if n == 0:
+        return None, pos
+    end = pos + n - 1
+    if end > len(buf):
+        raise ValueError(f"a compact string at offset {pos} runs past the end")
+    return buf[pos:end].decode(), end
+
+
 def compact_string(text: str | None) -> bytes:
     """A flexible version's compact nullable string: uvarint(length + 1) and the UTF-8 bytes, 0 for null."""
     if text is None:

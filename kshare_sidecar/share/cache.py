@@ -109,8 +109,7 @@ class SharePartitionCache(Leadership, IdleEviction, StateWrites, MetricWatch):
         (share/reload_memory.py; ``keep_counts=False``: this sidecar is superseded, nothing is kept)."""
         for key in keys:
             self.evicted.pop(key, None)
-            self.watched.pop(key, None)
-            slot = self.slots.pop(key, None)
+            slot = self.drop_slot(key) if key in self.slots else None
             if slot is not None:
                 if keep_counts:
                     self.reload_memory.keep(key, slot.partition)
@@ -351,8 +350,7 @@ class SharePartitionCache(Leadership, IdleEviction, StateWrites, MetricWatch):
             del self.evicted[key]
         self.reload_memory.forget(lambda k: k.group_id == group_id)
         for slot in gone:
-            del self.slots[slot.key]
-            self.watched.pop(slot.key, None)
+            self.drop_slot(slot.key)
             slot.wake()
         return gone
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -47,7 +48,7 @@ class Leadership:
     _handing_over: set[int]
     handed_over: int
     watch: Any  # MetricWatch.watch
-    watched: dict[SharePartitionKey, int]
+    drop_slot: Callable[[SharePartitionKey], Slot]  # MetricWatch.drop_slot
 
     @property
     def serving(self) -> bool:
@@ -108,8 +109,7 @@ class Leadership:
             del self.evicted[key]
         self.reload_memory.forget(lambda k: self.home(k) == p)
         for key in gone:
-            slot = self.slots.pop(key)
-            self.watched.pop(key, None)
+            slot = self.drop_slot(key)
             slot.dead = True
             slot.wake()
         if gone:
@@ -122,9 +122,8 @@ class Leadership:
         release, Kafka 4.2+'s rule) — so the next owner's delivery counts up."""
         self._handing_over.add(p)
         try:
-            slots = [self.slots.pop(key) for key in [k for k in self.slots if self.home(k) == p]]
+            slots = [self.drop_slot(key) for key in [k for k in self.slots if self.home(k) == p]]
             for slot in slots:
-                self.watched.pop(slot.key, None)
                 slot.dead = True  # no acquisition from here on (checked before each one), no other write
                 slot.wake()
             await asyncio.gather(*(self._write_handover(slot) for slot in slots))

@@ -84,7 +84,7 @@ class IdleEviction:
 
     # the manager's (declared for the type checker)
     slots: dict[SharePartitionKey, Slot]
-    watched: dict[SharePartitionKey, int]
+    drop_slot: Callable[[SharePartitionKey], Slot]  # MetricWatch.drop_slot
     evicted: dict[SharePartitionKey, int | None]
     idle_eviction_ms: int
     clock: Callable[[], int]
@@ -117,8 +117,7 @@ class IdleEviction:
                 if slot.last_used <= limit and not slot.busy() and slot.partition.quiet()
                 and slot.key not in self._loading]
         for slot in gone:
-            del self.slots[slot.key]
-            self.watched.pop(slot.key, None)  # (the metrics have nothing to look at: kept only while loaded)
+            self.drop_slot(slot.key)
             slot.dead = True  # a reference someone still holds writes nothing
             self.evicted[slot.key] = slot.partition.spso if slot.start_unset else None
         if gone:

@@ -37,6 +37,14 @@ class MetricWatch:
         self._watch_seq += 1
         self.watched[slot.key] = self._watch_seq
 
+    def drop_slot(self, key: SharePartitionKey) -> Slot:
+        """Remove a loaded share-partition (evicted, retired, unloaded, led elsewhere) with its
+        mark, so the marks stay bounded by what is loaded even when nothing scrapes; KeyError when
+        it is not loaded."""
+        slot = self.slots.pop(key)
+        self.watched.pop(key, None)
+        return slot
+
     def watched_slots(self) -> list[tuple[SharePartitionKey, Slot | None, int]]:
         """The marked share-partitions, from any thread: (key, slot or None once dropped, mark)."""
         slots = self.slots

@@ -54,8 +54,6 @@ _conn_ids = itertools.count(1)
 CloseCallback = Callable[["Connection"], Awaitable[None] | None]
 
 
-
-
 class FrameHandler(Protocol):
     """Turns one request frame into one framed response (or ``None`` for no response).
 
@@ -295,10 +293,7 @@ class Connection:
             return False
         out = task.result()
         if out:
-            if isinstance(out, FramePieces):
-                self._write_pieces(out)
-            else:
-                transport.write(out)
+            self._send(out)
             self._last_activity = self._loop.time()
         self._release_slot()
         return True
@@ -417,10 +412,7 @@ class Connection:
             try:
                 if out:
                     self._writing = True
-                    if isinstance(out, FramePieces):
-                        self._write_pieces(out)
-                    else:
-                        self._writer.write(out)
+                    self._send(out)
                     # A peer that never reads would pin its responses forever: bound the wait
                     # like an idle connection (Kafka's connections.max.idle.ms). A response the
                     # socket took whole leaves nothing to drain: no wait (and no timer) then.
@@ -439,6 +431,13 @@ class Connection:
                 return
             self._pending -= 1
             self._release_slot()
+
+    def _send(self, out: Response) -> None:
+        """Hand one answer to the transport (it sends what the socket takes, buffers the rest)."""
+        if isinstance(out, FramePieces):
+            self._write_pieces(out)
+        else:
+            self._writer.transport.write(out)
 
     def _write_pieces(self, pieces: FramePieces) -> None:
         """Hand a frame's pieces to the transport without joining them. A transport with a
