@@ -32,11 +32,11 @@ from types import ModuleType
 from typing import Any
 
 from aiokafka.errors import KafkaError
-from kio.index import load_payload_module, load_response_schema
+from kio.index import load_payload_module
 from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
 
-from ..protocol.requests import read_response_header, reader, request_body, request_header
+from ..protocol.requests import read_response_header, reader, request_body, request_header, response_class_of
 from .errors import BackendError
 
 Builder = Callable[[Any, int], Any]
@@ -145,7 +145,8 @@ class _KioStruct:
 
     def __init__(self, entity: Any, versions: dict[int, tuple[int, int]]) -> None:
         self.entity = entity
-        self._response_cls = load_response_schema(entity.__api_key__, entity.__version__)
+        cls: Any = type(entity)
+        self._response_cls = response_class_of(cls)  # cached: kio resolves its import path on every call
         self.RESPONSE_TYPE = _ResponseDecoder(self._response_cls, entity.__api_key__, entity.__version__, versions)
 
     def build_request_header(self, correlation_id: int, client_id: str) -> _Encoded:
