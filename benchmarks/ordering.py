@@ -14,7 +14,7 @@ key count, and the load average before and after. Ideal rate: 16 / 2.5 ms = 6,40
 
 Prints one line per run, then one JSON object as the LAST line; writes ordering.json (and
 ordering.png with matplotlib) into --out (default: $TMPDIR/kshare-bench).
-Usage: python benchmarks/ordering.py [--quick] [--keys 1,10,100,10000] [--records 10000] [--cap 120]
+Usage: python benchmarks/ordering.py [--quick] [--keys 1,10,100,10000] [--records 10000] [--cap 120] [--pyspy]
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import SidecarProcess, base_parser, finish, free_port, loadavg, machine, metric_sum, pyplot
+from common import PySpy, SidecarProcess, base_parser, finish, free_port, loadavg, machine, metric_sum, pyplot
 
 CONSUMERS = 16
 WORK_MAX_S = 0.005
@@ -53,10 +53,17 @@ def _worker(idx: int, bootstrap: str, group: str, topic: str, counts, ready, sto
         consumer.close()
 
 
-def run(sc: SidecarProcess, backend: str, keys: int, ordered: bool, records: int, cap: float) -> dict:
-    """One run, plus what the sidecar did for it (its /metrics before and after)."""
+def run(sc: SidecarProcess, backend: str, keys: int, ordered: bool, records: int, cap: float,
+        pyspy: Path | None = None) -> dict:
+    """One run, plus what the sidecar did for it (its /metrics before and after); ``pyspy``: a
+    py-spy profile of the sidecar during the run into that file (speedscope; benchmarks/pyspy_top.py)."""
     before = sc.samples()
-    out = _run(sc.bootstrap, backend, keys, ordered, records, cap)
+    spy = PySpy(sc.proc.pid, pyspy) if pyspy is not None else None
+    try:
+        out = _run(sc.bootstrap, backend, keys, ordered, records, cap)
+    finally:
+        if spy is not None:
+            spy.stop()
     after = sc.samples()
 
     def d(name: str) -> float:
@@ -150,6 +157,8 @@ def main() -> None:
     ap.add_argument("--keys", default="1,10,100,10000")
     ap.add_argument("--records", type=int, default=10_000)
     ap.add_argument("--cap", type=float, help="seconds a run may take before it is cut (default 120, quick 40)")
+    ap.add_argument("--pyspy", action="store_true", help="py-spy record (native frames) on the sidecar during each "
+                                                          "run: pyspy_<keys>_<mode>.json in --out")
     args = ap.parse_args()
     keys = [int(k) for k in args.keys.split(",")]
     records = 2_000 if args.quick and args.records == 10_000 else args.records
@@ -162,7 +171,8 @@ def main() -> None:
     with KafkaBroker("3.9") as b39, SidecarProcess(b39.bootstrap, metrics_port=free_port()) as sc:
         for k in keys:
             for ordered in (False, True):
-                r = run(sc, b39.bootstrap, k, ordered, records, cap)
+                spy = args.out / f"pyspy_{k}_{'ordered' if ordered else 'unordered'}.json" if args.pyspy else None
+                r = run(sc, b39.bootstrap, k, ordered, records, cap, spy)
                 rows.append(r)
                 print(f"{k:>6} keys {r['mode']:<12} {r['records_per_s']:>8,.1f} rec/s  {r['records']} records in "
                       f"{r['seconds']} s{'' if r['complete'] else ' (cut at the cap)'}, "

@@ -21,7 +21,7 @@ from kio.schema.errors import ErrorCode
 
 from kshare_sidecar.persist.model import PartitionState
 from kshare_sidecar.share.engine.locks import Lock
-from kshare_sidecar.share.engine.persisted import to_partition_state
+from kshare_sidecar.share.engine.persisted import Piece, to_partition_state
 from kshare_sidecar.share.engine.ranges import InFlight, InFlightRange
 from kshare_sidecar.states import (
     ACCEPT,
@@ -321,7 +321,7 @@ class Acknowledgement(InFlight):
     def _state_after(self, member_id: str, runs: list[Run]) -> PartitionState:
         """The persisted form the partition would have after `member_id`'s `runs` (no mutation)."""
 
-        def pieces() -> Iterator[tuple[int, int, int, int]]:
+        def pieces() -> Iterator[Piece]:
             ri = 0
             nr = len(runs)
             for r in self._rs:
@@ -338,16 +338,16 @@ class Acknowledgement(InFlight):
                     if a > lst:
                         break
                     if a > pos:
-                        yield pos, a - 1, r.state, r.count
+                        yield pos, a - 1, r.state, r.count, None, None
                         pos = a
                     hi = b if b < lst else lst
                     st, c = self._outcome(r, t)
-                    yield pos, hi, st, c
+                    yield pos, hi, st, c, None, None
                     pos = hi + 1
                     if b > lst:
                         break
                     k += 1
                 if pos <= lst:
-                    yield pos, lst, r.state, r.count
+                    yield pos, lst, r.state, r.count, None, None
 
         return to_partition_state(pieces(), self._end, self.state_epoch, self.leader_epoch)

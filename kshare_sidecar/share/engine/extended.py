@@ -19,10 +19,10 @@ from the injected clocks (``clock`` monotonic for deadlines, ``wall`` for what i
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from kshare_sidecar.persist.model import PartitionState, StateBatch
+from kshare_sidecar.persist.model import PartitionState
 from kshare_sidecar.share.engine.acks import Run
 from kshare_sidecar.share.engine.backoff import backoff_ms
 from kshare_sidecar.share.engine.config import Extensions, ShareConfig
@@ -37,13 +37,14 @@ from kshare_sidecar.share.engine.holds import (
     Hold,
     held,
     hold_available,
-    persisted_piece,
+    hold_extras,
     release_with,
     transfer,
     under_lock,
 )
 from kshare_sidecar.share.engine.keyorder import KeyIndex
 from kshare_sidecar.share.engine.partition import SharePartition
+from kshare_sidecar.share.engine.persisted import Piece, to_partition_state
 from kshare_sidecar.share.engine.ranges import InFlightRange
 from kshare_sidecar.share.engine.types import AcquiredRecords
 from kshare_sidecar.states import (
@@ -305,87 +306,63 @@ class ExtendedSharePartition(SharePartition):
     # ------------------------------------------------------------------ dead-letter writer API
     def dead_letter_pending(self) -> list[tuple[int, int, int, str]]:
         """Records waiting for the dead-letter write: (first, last, delivery count, cause), ascending."""
+        if not self._locks.holds_any(DEAD_LETTER):  # asked after every change: no scan of the window then
+            return []
         return [(r.first, r.last, r.count, h.cause or CAUSE_REJECTED) for r, h in held(self, DEAD_LETTER)]
 
     # ------------------------------------------------------------------ persisted form
     def persisted(self, member_id: str, runs: list[Run]) -> PartitionState:
-        """The persisted state after ``member_id``'s ``runs`` (validated) are applied; no mutation."""
-        out: list[StateBatch] = []
-        spso: int | None = None
+        """The persisted state after ``member_id``'s ``runs`` (validated) are applied; no mutation.
 
-        def emit(first: int, last: int, state: int, count: int, at: int | None = None,
-                 dlq: str | None = None) -> None:
-            nonlocal spso
-            if spso is None:
-                if state >= ACKNOWLEDGED:
-                    return
-                spso = first
-            if state == AVAILABLE and count <= 0 and at is None and dlq is None:
-                return
-            if out:
-                p = out[-1]
-                if p.last_offset + 1 == first and p.delivery_state == state and p.delivery_count == count \
-                        and p.available_at == at and p.dead_letter == dlq:
-                    out[-1] = StateBatch(p.first_offset, last, p.delivery_state, count, at, dlq)
-                    return
-            out.append(StateBatch(first, last, RecordState(state), count, at, dlq))
+        It walks the whole window (every acknowledgement asks it), so each range is one tuple and
+        no object: with key ordering most of the window is held, a range per record."""
 
-        def unchanged(r: InFlightRange, a: int, b: int) -> None:
+        def unchanged(r: InFlightRange, a: int, b: int) -> Piece:
             lk = r.lock
             if r.state == ACQUIRED and isinstance(lk, Hold):
-                p = persisted_piece(a, b, r.count, lk.member, lk.wall_until, lk.cause)
-                emit(a, b, AVAILABLE, p.delivery_count, p.available_at, p.dead_letter)
-            elif r.state == ACQUIRED:
-                emit(a, b, AVAILABLE, r.count - 1)
-            else:
-                emit(a, b, r.state, r.count)
+                return (a, b, AVAILABLE, r.count) + hold_extras(lk.member, lk.wall_until, lk.cause)
+            return a, b, r.state, r.count, None, None  # ACQUIRED: to_partition_state counts it back
 
-        def acked(r: InFlightRange, a: int, b: int, t: int) -> None:
+        def acked(r: InFlightRange, a: int, b: int, t: int) -> Piece:
             if r.state != ACQUIRED or t == RENEW:
-                unchanged(r, a, b)
-                return
+                return unchanged(r, a, b)
             decide = self._decide(member_id, t)
             d = decide(r) if decide is not None else None
             if d is not None:
-                p = persisted_piece(a, b, r.count + d.count_delta, d.holder, d.wall_until, d.cause)
-                emit(a, b, AVAILABLE, p.delivery_count, p.available_at, p.dead_letter)
-            elif t == ACCEPT:
-                emit(a, b, ACKNOWLEDGED, r.count)
-            elif t == RELEASE:
-                emit(a, b, self._release_state(r), r.count)
-            else:
-                emit(a, b, ARCHIVED, r.count)
+                return (a, b, AVAILABLE, r.count + d.count_delta) + hold_extras(d.holder, d.wall_until, d.cause)
+            if t == ACCEPT:
+                return a, b, ACKNOWLEDGED, r.count, None, None
+            if t == RELEASE:
+                return a, b, self._release_state(r), r.count, None, None
+            return a, b, ARCHIVED, r.count, None, None
 
-        ri, nr = 0, len(runs)
-        for r in self._rs:
-            f, lst = r.first, r.last
-            while ri < nr:  # skip runs that end before this range
-                _a, b, _t = runs[ri]
-                if b >= f:
-                    break
-                ri += 1
-            pos, k = f, ri
-            while k < nr:
-                a, b, t = runs[k]
-                if a > lst:
-                    break
-                if a > pos:
-                    unchanged(r, pos, a - 1)
-                    pos = a
-                hi = min(lst, b)
-                acked(r, pos, hi, t)
-                pos = hi + 1
-                if b > lst:
-                    break
-                k += 1
-            if pos <= lst:
-                unchanged(r, pos, lst)
-        return PartitionState(
-            state_epoch=self.state_epoch,
-            leader_epoch=self.leader_epoch,
-            start_offset=self._end if spso is None else spso,
-            state_batches=tuple(out),
-        )
+        def pieces() -> Iterator[Piece]:
+            ri, nr = 0, len(runs)
+            for r in self._rs:
+                f, lst = r.first, r.last
+                while ri < nr:  # skip runs that end before this range
+                    _a, b, _t = runs[ri]
+                    if b >= f:
+                        break
+                    ri += 1
+                pos, k = f, ri
+                while k < nr:
+                    a, b, t = runs[k]
+                    if a > lst:
+                        break
+                    if a > pos:
+                        yield unchanged(r, pos, a - 1)
+                        pos = a
+                    hi = min(lst, b)
+                    yield acked(r, pos, hi, t)
+                    pos = hi + 1
+                    if b > lst:
+                        break
+                    k += 1
+                if pos <= lst:
+                    yield unchanged(r, pos, lst)
+
+        return to_partition_state(pieces(), self._end, self.state_epoch, self.leader_epoch)
 
 
 def _always(d: Decision) -> Callable[[InFlightRange], Decision]:

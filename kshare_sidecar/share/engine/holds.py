@@ -167,13 +167,12 @@ def held(sp: InFlight, holder: str | None = None) -> Iterator[tuple[InFlightRang
             yield r, lk
 
 
-def persisted_piece(first: int, last: int, count: int, holder: str, wall_until: int | None,
-                    cause: str | None) -> StateBatch:
-    """How held records are persisted: AVAILABLE with their delivery count (not count - 1 as for a
-    consumer's acquisition: no delivery is in progress), plus the backoff end or dead-letter cause
-    (key-order holds persist as plain AVAILABLE: the order is recomputed after a restart)."""
-    return StateBatch(first, last, RecordState.AVAILABLE, count,
-                      wall_until if holder == BACKOFF else None, cause if holder == DEAD_LETTER else None)
+def hold_extras(holder: str, wall_until: int | None, cause: str | None) -> tuple[int | None, str | None]:
+    """What a hold adds to its records' persisted form, (available_at, dead_letter): held records
+    persist as AVAILABLE with their delivery count (not count - 1 as for a consumer's acquisition:
+    no delivery is in progress), plus the backoff end or dead-letter cause (key-order holds persist
+    as plain AVAILABLE: the order is recomputed after a restart)."""
+    return (wall_until if holder == BACKOFF else None, cause if holder == DEAD_LETTER else None)
 
 
 def overlay(state: PartitionState, pieces: Iterable[StateBatch]) -> PartitionState:

@@ -84,6 +84,10 @@ class LockTable:
     def member_locks(self, member: str) -> list[Lock]:
         return list(self._by_member.get(member, ()))
 
+    def holds_any(self, member: str) -> bool:
+        """Whether ``member`` has a live lock (a lock's entry goes when its last record does)."""
+        return member in self._by_member
+
     def members(self) -> list[str]:
         return list(self._by_member)
 

@@ -155,7 +155,7 @@ class SharePartition(Acquisition, Acknowledgement):
         (count - 1), so a crash replays the attempt; AVAILABLE with count 0 is left out.
         """
         return to_partition_state(
-            ((r.first, r.last, r.state, r.count) for r in self._rs),
+            ((r.first, r.last, r.state, r.count, None, None) for r in self._rs),
             self._end,
             self.state_epoch,
             self.leader_epoch,
@@ -165,7 +165,7 @@ class SharePartition(Acquisition, Acknowledgement):
         """:meth:`snapshot` with every acquisition counted (count, not count - 1): what this
         share-partition handed out, the floor for a reload of it in the same process."""
         return to_partition_state(
-            ((r.first, r.last, AVAILABLE if r.state == ACQUIRED else r.state, r.count) for r in self._rs),
+            ((r.first, r.last, AVAILABLE if r.state == ACQUIRED else r.state, r.count, None, None) for r in self._rs),
             self._end,
             self.state_epoch,
             self.leader_epoch,

@@ -10,24 +10,33 @@ from kshare_sidecar.states import ACKNOWLEDGED, ACQUIRED, AVAILABLE, RecordState
 _STATES = {s.value: s for s in RecordState}  # int -> enum member without an enum call per batch
 
 
+#: (first, last, state, delivery count, available_at, dead_letter): one run of the window as
+#: persisted; the last two are the extensions' (docs/extensions.md), None for plain records
+Piece = tuple[int, int, int, int, "int | None", "str | None"]
+
+
 def to_partition_state(
-    pieces: Iterable[tuple[int, int, int, int]],
+    pieces: Iterable[Piece],
     end: int,
     state_epoch: int,
     leader_epoch: int,
 ) -> PartitionState:
-    """Build the persisted form from ascending, contiguous (first, last, state, count) pieces.
+    """Build the persisted form from ascending, contiguous pieces.
 
     SPSO is the first non-terminal offset (or `end` when everything is terminal). ACQUIRED is
     written as AVAILABLE with count - 1, the count before the current attempt (seed 000 and
-    Kafka: acquisition is never persisted); AVAILABLE with count 0 is implied and left out;
-    equal neighbours are merged.
+    Kafka: acquisition is never persisted); AVAILABLE with count 0 and no extension is implied
+    and left out; equal neighbours are merged. Pieces are plain tuples and the batch being merged
+    lives in locals: this runs over the whole window for every acknowledgement, and a
+    ``StateBatch`` per range (frozen: six ``object.__setattr__`` each) was most of its cost.
     """
     batches: list[StateBatch] = []
     spso: int | None = None
     # the piece being merged, written out when the next one differs (p_first < 0: none yet)
     p_first = p_last = p_state = p_count = -1
-    for first, last, state, count in pieces:
+    p_at: int | None = None
+    p_dlq: str | None = None
+    for first, last, state, count, at, dlq in pieces:
         if spso is None:
             if state >= ACKNOWLEDGED:
                 continue
@@ -35,16 +44,16 @@ def to_partition_state(
         if state == ACQUIRED:
             state = AVAILABLE
             count -= 1
-        if state == AVAILABLE and count <= 0:
+        if state == AVAILABLE and count <= 0 and at is None and dlq is None:
             continue
         if p_first >= 0:
-            if p_last + 1 == first and p_state == state and p_count == count:
+            if p_last + 1 == first and p_state == state and p_count == count and p_at == at and p_dlq == dlq:
                 p_last = last
                 continue
-            batches.append(StateBatch(p_first, p_last, _STATES[p_state], p_count))
-        p_first, p_last, p_state, p_count = first, last, state, count
+            batches.append(StateBatch(p_first, p_last, _STATES[p_state], p_count, p_at, p_dlq))
+        p_first, p_last, p_state, p_count, p_at, p_dlq = first, last, state, count, at, dlq
     if p_first >= 0:
-        batches.append(StateBatch(p_first, p_last, _STATES[p_state], p_count))
+        batches.append(StateBatch(p_first, p_last, _STATES[p_state], p_count, p_at, p_dlq))
     return PartitionState(
         state_epoch=state_epoch,
         leader_epoch=leader_epoch,
