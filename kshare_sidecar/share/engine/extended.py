@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
+from itertools import chain
 from typing import Any
 
 from kshare_sidecar.persist.model import PartitionState
@@ -336,9 +337,17 @@ class ExtendedSharePartition(SharePartition):
                 return a, b, self._release_state(r), r.count, None, None
             return a, b, ARCHIVED, r.count, None, None
 
-        def pieces() -> Iterator[Piece]:
+        def as_is(ranges: list[InFlightRange]) -> Iterator[Piece]:
+            for r in ranges:  # unchanged(r, r.first, r.last), inlined: most of the window is this
+                if r.state == ACQUIRED and isinstance(r.lock, Hold):
+                    lk = r.lock
+                    yield (r.first, r.last, AVAILABLE, r.count) + hold_extras(lk.member, lk.wall_until, lk.cause)
+                else:
+                    yield r.first, r.last, r.state, r.count, None, None
+
+        def touched(ranges: list[InFlightRange]) -> Iterator[Piece]:
             ri, nr = 0, len(runs)
-            for r in self._rs:
+            for r in ranges:
                 f, lst = r.first, r.last
                 while ri < nr:  # skip runs that end before this range
                     _a, b, _t = runs[ri]
@@ -362,7 +371,14 @@ class ExtendedSharePartition(SharePartition):
                 if pos <= lst:
                     yield unchanged(r, pos, lst)
 
-        return to_partition_state(pieces(), self._end, self.state_epoch, self.leader_epoch)
+        rs = self._rs
+        if not runs:
+            return to_partition_state(as_is(rs), self._end, self.state_epoch, self.leader_epoch)
+        # the ranges the runs touch, found by bisection; those before and after are as they are
+        lo = max(bisect_right(self._firsts, runs[0][0]) - 1, 0)
+        hi = bisect_right(self._firsts, runs[-1][1])
+        return to_partition_state(chain(as_is(rs[:lo]), touched(rs[lo:hi]), as_is(rs[hi:])), self._end,
+                                  self.state_epoch, self.leader_epoch)
 
 
 def _always(d: Decision) -> Callable[[InFlightRange], Decision]:
