@@ -6,6 +6,10 @@
 (b) random single-offset acks: a 2,000-record window kept full; acks arrive in random order,
     mostly ACCEPT, some RELEASE and REJECT; released records are re-acquired on refill. Each ack
     is its own two-phase request (prepare + commit). Only engine calls are timed.
+(c) key-ordered window: a share-partition with share.key.ordering, 2,000 records in flight in
+    5-record log batches, keys ``offset % 100``, acquired 5 at a time by 16 members (most of the
+    window waits behind its key, in holds); timed: the state one member's 5-record acknowledgement
+    would leave (``persisted``), which every acknowledgement of an ordered group computes.
 
 Timing uses process CPU time (time.process_time), so other load on a shared machine does not
 distort the figures. Prints human-readable lines, then one JSON object as the LAST line.
@@ -106,6 +110,33 @@ def bench_random_acks(total_acks: int, window: int = 2000, seed: int = 7) -> tup
     return acks / engine_time, sp.spso
 
 
+def bench_key_ordered_state(calls: int, keys: int = 100, members: int = 16) -> tuple[float, int]:
+    """Microseconds per ``persisted()`` call, and the ranges in the window it walks."""
+    from kshare_sidecar.share.engine.config import Extensions
+    from kshare_sidecar.share.engine.extended import ExtendedSharePartition
+
+    now = [0]
+    sp = ExtendedSharePartition(ShareConfig(record_lock_duration_ms=30_000, max_record_locks=2000), lambda: now[0],
+                                ext=Extensions(key_ordering=True), wall=lambda: 1_700_000_000_000 + now[0],
+                                start_offset=0)
+    log = [(base, base + 4, -1, False, False) for base in range(0, 2000, 5)]
+    key_of = (lambda o: b"k%d" % (o % keys))
+    names = [f"member-{i}" for i in range(members)]
+    delivered: list[tuple[str, int, int]] = []
+    while (off := sp.next_fetch_offset()) is not None and sp.can_acquire():
+        name = names[len(delivered) % members]
+        got = sp.order_by_key(name, sp.acquire(name, [b for b in log if b[1] >= off], 5, fetch_offset=off), key_of)
+        delivered += [(name, a.first_offset, a.last_offset) for a in got]
+        if not got and sp.next_fetch_offset() == off:
+            break
+    name, first, last = delivered[len(delivered) // 2]
+    runs = [(first, last, ACCEPT)]
+    start = time.process_time()
+    for _ in range(calls):
+        sp.persisted(name, runs)
+    return (time.process_time() - start) / calls * 1e6, sum(1 for _ in sp.ranges())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="1M records / 50k acks instead of 10M / 300k")
@@ -131,12 +162,16 @@ def main() -> None:
     print(f"(a) batch acquire+accept: {total:,} records, {a:,.0f} records/s", flush=True)
     b, spso = bench_random_acks(total_acks)
     print(f"(b) random single-offset acks: {total_acks:,} acks, {b:,.0f} acks/s (SPSO {spso:,})", flush=True)
+    c, ranges = bench_key_ordered_state(2_000 if args.quick else 10_000)
+    print(f"(c) key-ordered window: {c:,.0f} us per acknowledgement's state ({ranges} ranges in the window)", flush=True)
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(
         json.dumps(
             {
                 "batch_acquire_accept_records_per_s": round(a),
                 "random_acks_per_s": round(b),
+                "key_ordered_state_us_per_ack": round(c),
+                "key_ordered_window_ranges": ranges,
                 "peak_rss_mb": round(rss_mb, 1),
                 "records": total,
                 "acks": total_acks,
