@@ -21,7 +21,7 @@ from kio.schema.errors import ErrorCode
 
 from kshare_sidecar.persist.model import PartitionState
 from kshare_sidecar.share.engine.locks import Lock
-from kshare_sidecar.share.engine.persisted import Piece, to_partition_state
+from kshare_sidecar.share.engine.persisted import Piece, pieces_after, to_partition_state
 from kshare_sidecar.share.engine.ranges import InFlight, InFlightRange
 from kshare_sidecar.states import (
     ACCEPT,
@@ -321,33 +321,17 @@ class Acknowledgement(InFlight):
     def _state_after(self, member_id: str, runs: list[Run]) -> PartitionState:
         """The persisted form the partition would have after `member_id`'s `runs` (no mutation)."""
 
-        def pieces() -> Iterator[Piece]:
-            ri = 0
-            nr = len(runs)
-            for r in self._rs:
-                f, lst = r.first, r.last
-                while ri < nr:  # skip runs that end before this range
-                    _a, b, _t = runs[ri]
-                    if b >= f:
-                        break
-                    ri += 1
-                pos = f
-                k = ri
-                while k < nr:
-                    a, b, t = runs[k]
-                    if a > lst:
-                        break
-                    if a > pos:
-                        yield pos, a - 1, r.state, r.count, None, None
-                        pos = a
-                    hi = b if b < lst else lst
-                    st, c = self._outcome(r, t)
-                    yield pos, hi, st, c, None, None
-                    pos = hi + 1
-                    if b > lst:
-                        break
-                    k += 1
-                if pos <= lst:
-                    yield pos, lst, r.state, r.count, None, None
+        return to_partition_state(pieces_after(self._rs, self._firsts, runs, _as_is, _unchanged, self._acked_piece),
+                                  self._end, self.state_epoch, self.leader_epoch)
 
-        return to_partition_state(pieces(), self._end, self.state_epoch, self.leader_epoch)
+    def _acked_piece(self, r: InFlightRange, a: int, b: int, t: int) -> Piece:
+        state, count = self._outcome(r, t)
+        return a, b, state, count, None, None
+
+
+def _as_is(ranges: list[InFlightRange]) -> Iterator[Piece]:
+    return ((r.first, r.last, r.state, r.count, None, None) for r in ranges)
+
+
+def _unchanged(r: InFlightRange, a: int, b: int) -> Piece:
+    return a, b, r.state, r.count, None, None

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
-from itertools import chain
 from typing import Any
 
 from kshare_sidecar.persist.model import PartitionState
@@ -45,7 +44,7 @@ from kshare_sidecar.share.engine.holds import (
 )
 from kshare_sidecar.share.engine.keyorder import KeyIndex
 from kshare_sidecar.share.engine.partition import SharePartition
-from kshare_sidecar.share.engine.persisted import Piece, to_partition_state
+from kshare_sidecar.share.engine.persisted import Piece, pieces_after, to_partition_state
 from kshare_sidecar.share.engine.ranges import InFlightRange
 from kshare_sidecar.share.engine.types import AcquiredRecords
 from kshare_sidecar.states import (
@@ -345,39 +344,7 @@ class ExtendedSharePartition(SharePartition):
                 else:
                     yield r.first, r.last, r.state, r.count, None, None
 
-        def touched(ranges: list[InFlightRange]) -> Iterator[Piece]:
-            ri, nr = 0, len(runs)
-            for r in ranges:
-                f, lst = r.first, r.last
-                while ri < nr:  # skip runs that end before this range
-                    _a, b, _t = runs[ri]
-                    if b >= f:
-                        break
-                    ri += 1
-                pos, k = f, ri
-                while k < nr:
-                    a, b, t = runs[k]
-                    if a > lst:
-                        break
-                    if a > pos:
-                        yield unchanged(r, pos, a - 1)
-                        pos = a
-                    hi = min(lst, b)
-                    yield acked(r, pos, hi, t)
-                    pos = hi + 1
-                    if b > lst:
-                        break
-                    k += 1
-                if pos <= lst:
-                    yield unchanged(r, pos, lst)
-
-        rs = self._rs
-        if not runs:
-            return to_partition_state(as_is(rs), self._end, self.state_epoch, self.leader_epoch)
-        # the ranges the runs touch, found by bisection; those before and after are as they are
-        lo = max(bisect_right(self._firsts, runs[0][0]) - 1, 0)
-        hi = bisect_right(self._firsts, runs[-1][1])
-        return to_partition_state(chain(as_is(rs[:lo]), touched(rs[lo:hi]), as_is(rs[hi:])), self._end,
+        return to_partition_state(pieces_after(self._rs, self._firsts, runs, as_is, unchanged, acked), self._end,
                                   self.state_epoch, self.leader_epoch)
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import chain
 
 from kshare_sidecar.persist.model import PartitionState, StateBatch
+from kshare_sidecar.share.engine.ranges import InFlightRange
 from kshare_sidecar.states import ACKNOWLEDGED, ACQUIRED, AVAILABLE, RecordState
 
 _STATES = {s.value: s for s in RecordState}  # int -> enum member without an enum call per batch
@@ -13,6 +16,59 @@ _STATES = {s.value: s for s in RecordState}  # int -> enum member without an enu
 #: (first, last, state, delivery count, available_at, dead_letter): one run of the window as
 #: persisted; the last two are the extensions' (docs/extensions.md), None for plain records
 Piece = tuple[int, int, int, int, "int | None", "str | None"]
+
+
+#: an acknowledgement's run: (first offset, last offset, acknowledge type)
+AckRun = tuple[int, int, int]
+
+
+def pieces_after(
+    ranges: list[InFlightRange],
+    firsts: Sequence[int],
+    runs: Sequence[AckRun],
+    as_is: Callable[[list[InFlightRange]], Iterator[Piece]],
+    unchanged: Callable[[InFlightRange, int, int], Piece],
+    acked: Callable[[InFlightRange, int, int, int], Piece],
+) -> Iterator[Piece]:
+    """The window's pieces after ``runs`` (ascending, validated) are applied, for
+    :func:`to_partition_state`: the ranges the runs touch (found by bisection of ``firsts``, the
+    ranges' first offsets) are split at the runs' edges — ``acked(range, a, b, type)`` inside a
+    run, ``unchanged(range, a, b)`` between runs — and the ranges before and after go through
+    ``as_is`` whole. Every acknowledgement asks this of the whole window, so the untouched ranges
+    take the engine's cheapest path."""
+    if not runs:
+        return as_is(ranges)
+    lo = max(bisect_right(firsts, runs[0][0]) - 1, 0)
+    hi = bisect_right(firsts, runs[-1][1])
+    return chain(as_is(ranges[:lo]), _split_at_runs(ranges[lo:hi], runs, unchanged, acked), as_is(ranges[hi:]))
+
+
+def _split_at_runs(ranges: list[InFlightRange], runs: Sequence[AckRun],
+                   unchanged: Callable[[InFlightRange, int, int], Piece],
+                   acked: Callable[[InFlightRange, int, int, int], Piece]) -> Iterator[Piece]:
+    ri, nr = 0, len(runs)
+    for r in ranges:
+        f, lst = r.first, r.last
+        while ri < nr:  # skip runs that end before this range
+            if runs[ri][1] >= f:
+                break
+            ri += 1
+        pos, k = f, ri
+        while k < nr:
+            a, b, t = runs[k]
+            if a > lst:
+                break
+            if a > pos:
+                yield unchanged(r, pos, a - 1)
+                pos = a
+            hi = b if b < lst else lst
+            yield acked(r, pos, hi, t)
+            pos = hi + 1
+            if b > lst:
+                break
+            k += 1
+        if pos <= lst:
+            yield unchanged(r, pos, lst)
 
 
 def to_partition_state(
