@@ -23,6 +23,7 @@ from kshare_sidecar.persist.model import PartitionState
 from kshare_sidecar.share.engine.locks import Lock
 from kshare_sidecar.share.engine.persisted import Piece, pieces_after, to_partition_state
 from kshare_sidecar.share.engine.ranges import InFlight, InFlightRange
+from kshare_sidecar.share.engine.types import Run
 from kshare_sidecar.states import (
     ACCEPT,
     ACKNOWLEDGED,
@@ -39,13 +40,6 @@ _OK = ErrorCode.none
 _BAD_STATE = ErrorCode.invalid_record_state
 _BAD_REQUEST = ErrorCode.invalid_request
 
-
-# A run is (first_offset, last_offset, ack_type): offsets acknowledged with one AcknowledgeType
-# number, the unit the engine works on (per range, not per record). Always unpacked into those
-# three names, never indexed. A plain tuple, not a NamedTuple: one is made per acknowledgement
-# batch, and a NamedTuple's constructor costs ~8% of the single-offset ack path (measured with
-# benchmarks/engine.py).
-Run = tuple[int, int, int]
 
 
 def _fields(batch: Any) -> tuple[int, int, Sequence[int]]:

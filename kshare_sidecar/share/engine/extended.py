@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from kshare_sidecar.persist.model import PartitionState
-from kshare_sidecar.share.engine.acks import Run
 from kshare_sidecar.share.engine.backoff import backoff_ms
 from kshare_sidecar.share.engine.config import Extensions, ShareConfig
 from kshare_sidecar.share.engine.holds import (
@@ -46,7 +45,7 @@ from kshare_sidecar.share.engine.keyorder import KeyIndex
 from kshare_sidecar.share.engine.partition import SharePartition
 from kshare_sidecar.share.engine.persisted import Piece, pieces_after, to_partition_state
 from kshare_sidecar.share.engine.ranges import InFlightRange
-from kshare_sidecar.share.engine.types import AcquiredRecords
+from kshare_sidecar.share.engine.types import AcquiredRecords, Run
 from kshare_sidecar.states import (
     ACCEPT,
     ACKNOWLEDGED,

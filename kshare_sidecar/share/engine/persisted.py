@@ -8,6 +8,7 @@ from itertools import chain
 
 from kshare_sidecar.persist.model import PartitionState, StateBatch
 from kshare_sidecar.share.engine.ranges import InFlightRange
+from kshare_sidecar.share.engine.types import Run
 from kshare_sidecar.states import ACKNOWLEDGED, ACQUIRED, AVAILABLE, RecordState
 
 _STATES = {s.value: s for s in RecordState}  # int -> enum member without an enum call per batch
@@ -18,14 +19,10 @@ _STATES = {s.value: s for s in RecordState}  # int -> enum member without an enu
 Piece = tuple[int, int, int, int, "int | None", "str | None"]
 
 
-#: an acknowledgement's run: (first offset, last offset, acknowledge type)
-AckRun = tuple[int, int, int]
-
-
 def pieces_after(
     ranges: list[InFlightRange],
     firsts: Sequence[int],
-    runs: Sequence[AckRun],
+    runs: Sequence[Run],
     as_is: Callable[[list[InFlightRange]], Iterator[Piece]],
     unchanged: Callable[[InFlightRange, int, int], Piece],
     acked: Callable[[InFlightRange, int, int, int], Piece],
@@ -43,7 +40,7 @@ def pieces_after(
     return chain(as_is(ranges[:lo]), _split_at_runs(ranges[lo:hi], runs, unchanged, acked), as_is(ranges[hi:]))
 
 
-def _split_at_runs(ranges: list[InFlightRange], runs: Sequence[AckRun],
+def _split_at_runs(ranges: list[InFlightRange], runs: Sequence[Run],
                    unchanged: Callable[[InFlightRange, int, int], Piece],
                    acked: Callable[[InFlightRange, int, int, int], Piece]) -> Iterator[Piece]:
     ri, nr = 0, len(runs)
