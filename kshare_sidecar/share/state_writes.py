@@ -45,6 +45,9 @@ class StateWrites:
 
         Holds each share-partition's write lock from prepare to commit, so durable snapshots are
         written in the order their changes are applied."""
+        if len(planned) == 1:  # the usual ShareFetch: one partition's acks, awaited without a task of its own
+            key, code = await self._persist_plan(*planned[0])
+            return {key: code}
         return dict(await asyncio.gather(*(self._persist_plan(slot, plan) for slot, plan in planned)))
 
     async def _persist_plan(self, slot: Slot, plan) -> tuple[SharePartitionKey, ErrorCode]:

@@ -65,7 +65,10 @@ class StateWriters:
         if producer is None:
             raise WriterFencedError(f"state partition {partition} of {self.settings.topic!r} has no usable writer")
         try:
-            await asyncio.wait_for(self.write(producer, partition, records), self.settings.commit_timeout_s)
+            # a timeout scope, not wait_for: no task of its own per state write (Python 3.11's
+            # wait_for wraps the coroutine in one)
+            async with asyncio.timeout(self.settings.commit_timeout_s):
+                await self.write(producer, partition, records)
         except PersistError:
             raise
         except BaseException as exc:
