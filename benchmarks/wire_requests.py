@@ -9,7 +9,11 @@ request decoding, no API work) and the wall time per request. The spread between
 quiet host is a few microseconds; compare two trees by running the script from each, alternating
 (``PYTHONPATH=/path/to/other/tree python benchmarks/wire_requests.py``).
 
-Usage: python benchmarks/wire_requests.py [--quick] [--requests N] [--connections C] [--rounds R] [--out DIR]
+``--wait``: the handler answers after one pass of the event loop, holding request ordering
+meanwhile — what the connection costs a request that waits on I/O (a ShareFetch's state write, a
+forwarded request): the wait for its release, and the written answer from the write loop.
+
+Usage: python benchmarks/wire_requests.py [--quick] [--requests N] [--connections C] [--rounds R] [--wait] [--out DIR]
 """
 
 from __future__ import annotations
@@ -51,11 +55,20 @@ async def _answer(conn, frame: bytes, release) -> bytes:
     return ANSWER
 
 
-async def _rounds(requests: int, connections: int, rounds: int) -> list[dict]:
+async def _answer_later(conn, frame: bytes, release) -> bytes:
+    """Answers after one pass of the event loop, holding request ordering meanwhile: the shape of
+    a request that waits for a backend answer or a state write (``--wait``)."""
+    await asyncio.sleep(0)
+    return ANSWER
+
+
+async def _rounds(requests: int, connections: int, rounds: int, wait: bool = False) -> list[dict]:
     from kshare_sidecar.wire.connection import Connection
 
+    handler = _answer_later if wait else _answer
+
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await Connection(reader, writer, _answer).run()
+        await Connection(reader, writer, handler).run()
 
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
@@ -91,12 +104,14 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=None, help="requests per round (default 20,000; --quick 5,000)")
     ap.add_argument("--connections", type=int, default=4, help="client connections, used in turn (default 4)")
     ap.add_argument("--rounds", type=int, default=5, help="measured rounds (default 5)")
+    ap.add_argument("--wait", action="store_true", help="the handler answers after one pass of the event loop, "
+                                                        "holding ordering meanwhile (a request waiting on I/O)")
     args = ap.parse_args()
     requests = args.requests or (5_000 if args.quick else 20_000)
     load = loadavg()
-    rounds = asyncio.run(_rounds(requests, args.connections, args.rounds))
+    rounds = asyncio.run(_rounds(requests, args.connections, args.rounds, args.wait))
     cpu = [r["cpu_us_per_request"] for r in rounds]
-    finish({"scenario": "wire_requests", "machine": machine(), "requests": requests,
+    finish({"scenario": "wire_requests", "machine": machine(), "requests": requests, "wait": args.wait,
             "connections": args.connections, "rounds": rounds, "cpu_us_per_request_median": statistics.median(cpu),
             "cpu_us_per_request_min": min(cpu), "loadavg_before": load, "loadavg_after": loadavg()},
            args.out, "wire_requests")

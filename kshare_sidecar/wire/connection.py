@@ -42,11 +42,6 @@ DEFAULT_IDLE_TIMEOUT_S = 600.0
 DEFAULT_READ_TIMEOUT_S = 60.0
 #: How long closing waits for buffered responses to reach a peer before aborting the socket.
 _CLOSE_GRACE_S = 2.0
-#: Bytes read ahead while a request holds ordering (see _await_release), per connection: beyond
-#: this the socket is not read, so a client pipelining without end fills the kernel's buffers, not
-#: the sidecar's memory (a flood of small requests read ahead without a bound grew the sidecar by
-#: 130 MiB in 20 s).
-_READ_AHEAD_BYTES = 1024 * 1024
 
 _conn_ids = itertools.count(1)
 
@@ -116,11 +111,11 @@ class Connection:
         self._done = asyncio.Event()
         self._closing = False
         self._draining = False
-        self._early: list[bytes] = []  # bytes read while a request was in flight (see _await_release)
-        self._early_bytes = 0
         self._pool = memory_pool
         self._reserved = 0  # bytes of the pool this connection holds for its partial frame
-        self._eof_seen = False
+        self._peer_gone = False  # the peer's EOF (or a broken connection) reached the reader
+        self._held: asyncio.Future[None] | None = None  # the wait of a request holding ordering
+        _watch_end(reader, self._on_peer_gone)
         self._unreleased: set[asyncio.Task[Any]] = set()  # jobs still holding request ordering
         self.close_reason: str | None = None
         self.peer_host, self.peer_port = _address(writer.get_extra_info("peername"))
@@ -202,13 +197,6 @@ class Connection:
         """One socket read, bounded in time (Kafka's ``connections.max.idle.ms`` between
         requests; ``request.read.timeout.ms`` once a frame has started, so a peer trickling a
         frame byte by byte — slow-loris — cannot pin its buffer forever)."""
-        if self._early:
-            data = b"".join(self._early)
-            self._early.clear()
-            self._early_bytes = 0
-            return data
-        if self._eof_seen:
-            return b""
         while True:
             if self._frame_started is not None:
                 deadline, what = self._frame_started + self._read_timeout, "request.read.timeout.ms"
@@ -316,51 +304,35 @@ class Connection:
 
         Kafka mutes a channel while its request is processed; a slow request (a state write, an
         admin call forwarded to a busy backend) would then pin a connection whose client is gone.
-        So while waiting, the socket is still read: bytes (pipelined requests) are kept for
-        later, at most _READ_AHEAD_BYTES for the connection however many requests wait in turn,
-        and an EOF ends the connection at once. The request itself is not cancelled — it may be
-        changing state — it finishes unobserved.
+        The socket is not read meanwhile — pipelined requests wait in the stream's buffer, and
+        beyond its limit (asyncio pauses reading at twice the stream limit) in the kernel's, so a
+        client pipelining without end costs the sidecar no memory — but the stream tells the
+        connection when the peer's EOF or a broken connection reaches it (``_watch_end``), which
+        ends the connection at once. The request itself is not cancelled — it may be changing
+        state — it finishes unobserved.
         """
         if job.released:
             return
         # Most requests (a heartbeat, a metadata answer from cache) finish in their task's first
-        # step: let it run before arming the read-while-waiting machinery below, which costs two
-        # futures, a wait and a cancelled read per request.
+        # step: let it run before making the future to wait on.
         await asyncio.sleep(0)
         if job.released:
             return
-        job.waiter = waiter = self._loop.create_future()
-        reading: asyncio.Future[bytes] | None = None
+        if self._peer_gone:
+            raise _PeerGone
+        job.waiter = self._held = waiter = self._loop.create_future()
         try:
-            while not job.released:
-                if self._early_bytes >= _READ_AHEAD_BYTES:
-                    await waiter  # enough buffered: plain backpressure from here on
-                    return
-                reading = asyncio.ensure_future(self._reader.read(self._read_size))
-                await asyncio.wait({waiter, reading}, return_when=asyncio.FIRST_COMPLETED)
-                if not reading.done():
-                    return  # released first; `finally` stops the read (it consumes nothing)
-                data = reading.result()
-                reading = None
-                if not data:
-                    raise _PeerGone
-                self._early.append(data)
-                self._early_bytes += len(data)
+            await waiter
         finally:
+            self._held = None
             if not waiter.done():
                 waiter.cancel()
-            if reading is not None:
-                if not reading.done():
-                    reading.cancel()
-                    # let the cancellation land before anyone reads the stream again
-                    await asyncio.wait({reading})
-                if not reading.cancelled() and reading.exception() is None:
-                    data = reading.result()  # it completed meanwhile: keep what it read
-                    if data:
-                        self._early.append(data)
-                        self._early_bytes += len(data)
-                    else:
-                        self._eof_seen = True
+
+    def _on_peer_gone(self) -> None:
+        self._peer_gone = True
+        held = self._held
+        if held is not None and not held.done():
+            held.set_exception(_PeerGone())
 
     async def _process(self, frame: bytes, job: Job) -> Response | None:
         try:
@@ -492,6 +464,27 @@ class Connection:
 
 class _PeerGone(Exception):
     """EOF from the peer while a request was still being processed."""
+
+
+def _watch_end(reader: asyncio.StreamReader, notify: Callable[[], None]) -> None:
+    """Call ``notify`` when the peer's EOF or a connection error reaches ``reader``.
+
+    The stream's protocol hands both to the reader (``feed_eof``, ``set_exception``), which wakes
+    a pending read only; a connection holding request ordering has none pending (it leaves
+    pipelined bytes in the stream), so it is told here instead — without a read task and a wait
+    on two futures for each request that does not finish in its first step."""
+    feed_eof, set_exception = reader.feed_eof, reader.set_exception
+
+    def eof() -> None:
+        feed_eof()
+        notify()
+
+    def failed(exc: Exception) -> None:
+        set_exception(exc)
+        notify()
+
+    reader.feed_eof = eof  # type: ignore[method-assign]
+    reader.set_exception = failed  # type: ignore[method-assign]
 
 
 async def _run_callback(conn: Connection, callback: CloseCallback) -> None:

@@ -93,9 +93,10 @@ def test_bad_overrides_and_sessions_below_the_group_size_are_one_line_naming_the
 
 
 async def test_a_client_pipelining_without_end_is_read_ahead_at_most_a_bounded_amount() -> None:
-    """Requests held in order (a slow handler): the connection reads ahead at most
-    _READ_AHEAD_BYTES, so a flood of small frames stays in the kernel's buffers."""
-    from kshare_sidecar.wire import Listener, connection, frame
+    """Requests held in order (a slow handler): the connection does not read while a request
+    holds ordering, the stream stops reading at twice its limit, so a flood of small frames stays
+    in the kernel's buffers."""
+    from kshare_sidecar.wire import Listener, frame
 
     async def slow(conn, payload: bytes, release) -> bytes:
         await asyncio.sleep(0.005)
@@ -116,9 +117,9 @@ async def test_a_client_pipelining_without_end_is_read_ahead_at_most_a_bounded_a
             except TimeoutError:
                 pass
         (conn,) = lst.connections.values()
-        held = conn._early_bytes + conn._decoder.buffered
-        assert written > 4 * connection._READ_AHEAD_BYTES
-        assert held <= connection._READ_AHEAD_BYTES + 2 * 65536, held
+        held = len(conn._reader._buffer) + conn._decoder.buffered
+        assert written > 4 * 1024 * 1024
+        assert held <= 2 * 65536 + 2 * 65536, held  # the stream's buffer and a read, the decoder's partial frame
         writer.transport.abort()
     finally:
         await lst.stop()
