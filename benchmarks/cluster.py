@@ -29,8 +29,14 @@ down natively too once a consumer's partitions are led by more than one broker.
 kafka-share-consumer-perf-test tool, ``ShareConsumerPerformance``, 4 consumer threads in one JVM
 started with the tools' small heap and C1 only: its rate is the tool's as much as the servers').
 
+Each sidecar's CPU is also split into user and system time (its own Python vs the kernel's work
+for it), and ``--pyspy`` records every sidecar of each measured run with py-spy (native frames;
+``pyspy_<N>_sidecars_node<i>.json``, read with benchmarks/pyspy_top.py). py-spy samples a thread
+that waits for a CPU as busy: on a crowded 2-core host it puts time in ``socket.send`` that the
+system CPU does not show.
+
 Usage: python benchmarks/cluster.py [--quick] [--records N] [--sidecars 1,2,3] [--partitions P] [--record-bytes B]
-       [--native] [--client confluent|java] [--out DIR]
+       [--native] [--client confluent|java] [--pyspy] [--out DIR]
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import (  # noqa: E402
     CpuMeter,
     CpuSampler,
+    PySpy,
     SidecarProcess,
     base_parser,
     finish,
@@ -83,6 +90,14 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _user_system(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds of a process so far (from /proc): whether a sidecar's extra
+    cost is its own Python (user) or the kernel's work for it (system)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
 def _requests(before: list[dict], after: list[dict], records: int) -> dict:
     """Requests the sidecars served and sent, summed over them, per 1M records consumed: what the
     per-record CPU follows (a consumer sends a ShareFetch to every sidecar leading one of its
@@ -94,9 +109,10 @@ def _requests(before: list[dict], after: list[dict], records: int) -> dict:
              "share_acknowledge": "kshare_total_share_acknowledgement_requests_total",
              "backend_fetch": "kshare_backend_fetch_requests_total",
              "state_writes": "kshare_share_coordinator_write_latency_seconds_count"}
-    out = {k: round(total(v) / max(records, 1) * 1e6) for k, v in names.items()}
+    out: dict[str, float | None] = {k: round(total(v) / max(records, 1) * 1e6) for k, v in names.items()}
     delivered = total("kshare_share_fetch_delivered_bytes_total")
     out["read_amplification"] = round(total("kshare_backend_fetch_bytes_total") / delivered, 3) if delivered else None
+    out["copied_per_delivered"] = round(total("kshare_record_bytes_copied_total") / delivered, 3) if delivered else None
     return out
 
 
@@ -155,7 +171,8 @@ def consume_with(client: str, bootstrap: str, group: str, topic: str, n: int, ti
 
 
 def run(bootstrap: str, topic: str, n: int, count: int, timeout_s: float, broker_pid: int,
-        idle_s: float = 10.0, record_bytes: int = 1024, client: str = "confluent") -> dict:
+        idle_s: float = 10.0, record_bytes: int = 1024, client: str = "confluent",
+        pyspy: Path | None = None) -> dict:
     from tests.support import unique
 
     name, state_topic = unique("bench-cl"), f"__kshare_state_{unique('bench')}"
@@ -174,13 +191,18 @@ def run(bootstrap: str, topic: str, n: int, count: int, timeout_s: float, broker
                      for sc, b in zip(sidecars, idle_before)]
         before = [_cpu_seconds(sc.proc.pid) for sc in sidecars]
         switches = [_switches(sc.proc.pid) for sc in sidecars]
+        user_system = [_user_system(sc.proc.pid) for sc in sidecars]
         scraped = [sc.samples() for sc in sidecars]
         broker_before, children_before, wall_before = _cpu_seconds(broker_pid), _children_cpu_s(), time.monotonic()
         load = loadavg()
+        spies = [PySpy(sc.proc.pid, pyspy / f"pyspy_{count}_sidecars_node{i}.json", rate=200)
+                 for i, sc in enumerate(sidecars, 1)] if pyspy is not None else []
         cpu = CpuSampler().start()
         bootstrap_list = ",".join(sc.bootstrap for sc in sidecars)  # each consumer may reach every sidecar
         result = consume_with(client, bootstrap_list, unique("bench-g"), topic, n, timeout_s, record_bytes)
         result["machine_cpu_utilisation"] = busy = cpu.stop()
+        for spy in spies:
+            spy.stop()
         wall = time.monotonic() - wall_before  # the sampled window: consumers' start-up and exit included
         result["sidecar_cpu_s"] = [round(_cpu_seconds(sc.proc.pid) - b, 2) for sc, b in zip(sidecars, before)]
         result["sidecar_cpu_utilisation"] = [round(c / result["seconds"], 3) for c in result["sidecar_cpu_s"]]
@@ -192,6 +214,9 @@ def run(bootstrap: str, topic: str, n: int, count: int, timeout_s: float, broker
         result["requests_per_1m_records"] = _requests(scraped, [sc.samples() for sc in sidecars], result["records"])
         result["requests_per_1m_records"]["sidecar_context_switches"] = round(
             sum(_switches(sc.proc.pid) - b for sc, b in zip(sidecars, switches)) / max(result["records"], 1) * 1e6)
+        result["sidecar_user_system_cpu_s"] = [
+            [round(a - b, 2) for a, b in zip(_user_system(sc.proc.pid), before_us)]
+            for sc, before_us in zip(sidecars, user_system)]
         result["cpu_window_s"] = round(wall, 2)
         result["cpu_s_per_1m_records"] = {k: round(v / max(result["records"], 1) * 1e6, 2) for k, v in cpu_s.items()
                                           if k != "others"}
@@ -248,6 +273,8 @@ def main() -> None:
                     help="the consumers: confluent-kafka processes (default) or Kafka's Java share consumer tool")
     ap.add_argument("--native", action="store_true",
                     help="also run the workload on native Kafka 4.4 clusters of 1, 2, 3 brokers (as --sidecars)")
+    ap.add_argument("--pyspy", action="store_true", help="py-spy record (native frames) on every sidecar during "
+                                                          "each measured run: pyspy_<N>_sidecars_node<i>.json in --out")
     args = ap.parse_args()
     n = args.records or (100_000 if args.quick else 1_000_000)
     timeout = args.timeout or (180 if args.quick else 1200)
@@ -271,7 +298,7 @@ def main() -> None:
                 record_bytes=args.record_bytes)
         for count in sizes:
             r = run(broker.bootstrap, topic, n, count, timeout, broker_pid, record_bytes=args.record_bytes,
-                    client=args.client)
+                    client=args.client, pyspy=args.out if args.pyspy else None)
             results[f"{count}_sidecars"] = r
             print(f"{count} sidecar(s): {r['records']:>9} records in {r['seconds']:>8.2f} s  "
                   f"{r['records_per_s']:>10,.0f} rec/s  machine CPU {r['machine_cpu_utilisation']}, sidecar CPU s "
@@ -279,7 +306,8 @@ def main() -> None:
                   f"{r['cpu_s_per_1m_records']['sidecars_less_idle']} less idle {r['sidecar_idle_cpu_per_s']}/s), broker "
                   f"{r['cpu_s_per_1m_records']['broker']}, consumers {r['cpu_s_per_1m_records']['consumers']} per 1M, "
                   f"others {r['cpu_s'].get('others')} s, requests per 1M {r['requests_per_1m_records']}, leaders "
-                  f"{r['leaders']}, load {r['loadavg_before']}"
+                  f"{r['leaders']}, load {r['loadavg_before']}, "
+                  f"user/system CPU s per sidecar {r['sidecar_user_system_cpu_s']}"
                   + ("" if r["complete"] else "  INCOMPLETE (timed out)"), flush=True)
 
     native: dict[str, dict] = {}
