@@ -243,8 +243,10 @@ class KafkaBroker(BrokerProcess):
         format_cmd += self.format_args  # e.g. --add-scram for SCRAM users (tests/e2e/test_secured_backend.py)
         fmt = subprocess.run(format_cmd, capture_output=True, text=True, timeout=120)
         if fmt.returncode != 0:
-            tail = " | ".join((fmt.stdout + fmt.stderr).strip().splitlines()[-3:])
-            raise HarnessError(f"formatting the Kafka {self.version} storage failed: {tail}")
+            lines = (fmt.stdout + fmt.stderr).strip().splitlines()
+            # the exception's own line says why; the stack's last lines below it never do
+            why = [ln.strip() for ln in lines if not ln.lstrip().startswith("at ") and ln.strip()][-1:]
+            raise HarnessError(f"formatting the Kafka {self.version} storage failed: {' | '.join(why or lines[-3:])}")
 
     def _java(self, java: str, libs: Path) -> list[str]:
         assert self.workdir is not None

@@ -25,11 +25,23 @@ from .errors import HarnessError
 from .probe import broker_ready
 
 
+#: Ports this process has handed out lately: the kernel may give a just-closed port to the next
+#: bind, and a broker given one port for two listeners fails its start-up (Kafka's "Each
+#: listener must have a different port", seen as a failed storage format).
+_HANDED: deque[int] = deque(maxlen=1024)
+
+
 def free_port() -> int:
-    """A loopback port nothing listens on now (a broker or ZooKeeper binds it next)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A loopback port nothing listens on now (a broker or ZooKeeper binds it next), and not
+    one this process handed out lately."""
+    for _ in range(100):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if port not in _HANDED:
+            break
+    _HANDED.append(port)
+    return port
 
 
 class BrokerProcess:
