@@ -69,8 +69,8 @@ _CONNECT_TIMEOUT_S = 10.0
 #: kernel then wakes the sidecar once per that many bytes instead of per arriving segment. A Fetch
 #: answer of a few MB otherwise arrived in a dozen or more wake-ups, each an epoll round, a
 #: ``recv`` and a pass of the event loop; a sidecar with little else to do paid each one alone (the
-#: cluster benchmark's sidecars leading one partition: 2.7 wake-ups per ShareFetch above the
-#: single sidecar's, docs/capacity.md).
+#: cluster benchmark's sidecars serving one consumer blocked in epoll 8.9 times per ShareFetch, a
+#: sidecar serving four 3.3 times: docs/capacity.md).
 _LOWAT_MIN = 256 * 1024
 _LOWAT_CAP = 1024 * 1024
 
