@@ -60,6 +60,7 @@ from common import (  # noqa: E402
     loadavg,
     machine,
     metric_sum,
+    process_user_system_s,
     produce_records,
 )
 from throughput import CONSUMERS, PARTITIONS, consume  # noqa: E402
@@ -84,18 +85,17 @@ def _switches(pid: int) -> int:
     return out
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process (from /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _user_system(pid: int) -> tuple[float, float]:
-    """User and system CPU seconds of a process so far (from /proc): whether a sidecar's extra
-    cost is its own Python (user) or the kernel's work for it (system)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    tick = os.sysconf("SC_CLK_TCK")
-    return int(fields[11]) / tick, int(fields[12]) / tick
+    """User and system CPU seconds of a running process (its own Python vs the kernel's work for it)."""
+    split = process_user_system_s(pid)
+    if split is None:
+        raise RuntimeError(f"cannot read the CPU time of process {pid}")
+    return split
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a running process."""
+    return sum(_user_system(pid))
 
 
 def _requests(before: list[dict], after: list[dict], records: int) -> dict:

@@ -25,6 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from kshare_sidecar.testing.process import free_port  # noqa: E402,F401 - the harness's: never one port twice
+
 DEFAULT_OUT = Path(tempfile.gettempdir()) / "kshare-bench"
 
 
@@ -104,11 +106,6 @@ def pyplot():
 
 
 # -- backend set-up ---------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def produce_records(bootstrap: str, topic: str, n: int, *, partitions: int, value=None, record_bytes: int = 1024,
                     producer_config: dict | None = None, create: bool = True) -> None:
@@ -290,8 +287,8 @@ def percentile(sorted_values: list[float], q: float) -> float | None:
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def process_cpu_s(pid: int | None) -> float | None:
-    """User + system CPU seconds a process (all its threads) has used so far, from /proc; None
+def process_user_system_s(pid: int | None) -> tuple[float, float] | None:
+    """User and system CPU seconds a process (all its threads) has used so far, from /proc; None
     when it cannot be read (no such process, not Linux)."""
     if not pid:
         return None
@@ -300,7 +297,13 @@ def process_cpu_s(pid: int | None) -> float | None:
     except OSError:
         return None
     fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "; utime, stime are fields 14, 15
-    return (int(fields[11]) + int(fields[12])) / _TICKS
+    return int(fields[11]) / _TICKS, int(fields[12]) / _TICKS
+
+
+def process_cpu_s(pid: int | None) -> float | None:
+    """User + system CPU seconds a process has used so far; None when it cannot be read."""
+    split = process_user_system_s(pid)
+    return None if split is None else split[0] + split[1]
 
 
 class CpuMeter:

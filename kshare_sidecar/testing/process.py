@@ -26,8 +26,8 @@ from .probe import broker_ready
 
 
 #: Ports this process has handed out lately: the kernel may give a just-closed port to the next
-#: bind, and a broker given one port for two listeners fails its start-up (Kafka's "Each
-#: listener must have a different port", seen as a failed storage format).
+#: bind, and a broker given one port for two listeners fails to format its storage ("If you have
+#: two listeners on the same port then one needs to be IPv4 and the other IPv6").
 _HANDED: deque[int] = deque(maxlen=1024)
 
 
