@@ -6,15 +6,17 @@ answers 60-byte frames with 40-byte ones, without any work per request, in two s
 
 - ``protocol``: an ``asyncio.Protocol`` answering from ``data_received`` (no task, no stream): the
   least asyncio can do per request — one readiness wake-up, one ``recv``, one ``send``;
-- ``streams``: the shape of ``wire/connection.py`` — a ``StreamReader`` read loop that starts a
-  task per request and writes its answer when the task is done.
+- ``streams``: a ``StreamReader`` read loop that starts a task per request and writes its answer
+  when the task is done (the shape of ``wire/connection.py`` until 2026-11-30);
+- ``connection``: the sidecar's own ``wire.Listener`` and ``Connection`` with a handler that
+  answers at once (request ordering, backpressure, deadlines: everything but the API work).
 
 A client process keeps N connections, each sending one frame, waiting for the answer and
 pausing, at a fixed total rate (like the scale benchmark's load generators). Reported: the
 server's CPU (user + system, from /proc) per request. Run it on the machine the other figures
 come from; nothing else should run meanwhile.
 
-Usage: python benchmarks/asyncio_floor.py [--rate 400] [--connections 200] [--seconds 10] [--rounds 2]
+Usage: python benchmarks/asyncio_floor.py [--rate 400] [--connections 200] [--seconds 10] [--rounds 2] [--shapes ...]
 """
 
 from __future__ import annotations
@@ -64,9 +66,20 @@ async def _stream_connection(reader: asyncio.StreamReader, writer: asyncio.Strea
         writer.write(task.result())
 
 
+async def _connection_handler(conn: object, frame: bytes, release: object) -> bytes:
+    return _answer(frame)  # the connection hands over the frame without its size prefix
+
+
 def _serve(shape: str, ports: mp.Queue) -> None:
     async def main() -> None:
         loop = asyncio.get_running_loop()
+        if shape == "connection":
+            from kshare_sidecar.wire import Listener
+
+            listener = Listener(_connection_handler, "127.0.0.1", 0)
+            await listener.start()
+            ports.put(listener.port)
+            await asyncio.sleep(3600)
         if shape == "protocol":
             server = await loop.create_server(_Answering, "127.0.0.1", 0)
         else:
@@ -128,10 +141,11 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=400.0, help="requests per second, all connections together")
     ap.add_argument("--connections", type=int, default=200)
     ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--rounds", type=int, default=2, help="alternations of the two shapes")
+    ap.add_argument("--rounds", type=int, default=2, help="alternations of the shapes")
+    ap.add_argument("--shapes", default="protocol,streams,connection", help="which shapes, comma-separated")
     args = ap.parse_args()
     for _ in range(args.rounds):
-        for shape in ("protocol", "streams"):
+        for shape in args.shapes.split(","):
             r = measure(shape, args.connections, args.rate, args.seconds)
             print(f"{shape:>8}: {r['requests']} requests, server CPU {r['server_cpu_s']} s, "
                   f"{r['us_per_request']} us per request", flush=True)

@@ -12,6 +12,14 @@ processed concurrently, while responses are still written strictly in request or
 ``max_inflight`` responses may be outstanding; beyond that the connection stops reading
 (backpressure instead of unbounded buffering).
 
+The connection is the transport's ``asyncio.Protocol``: bytes arrive in ``data_received``, which
+splits them into frames and starts the next request's task there and then; a request's task
+hands its own answer to the socket when nothing is ahead of it. So a request that finishes in its
+first step (a heartbeat, a cached answer) costs one wake-up for its bytes and one for its task —
+no read loop, no stream buffer in between, no write loop (docs/wire.md). The listener accepts
+and runs the TLS handshake with asyncio's streams; :meth:`Connection.run` then takes the
+transport over, with whatever the stream had already read.
+
 The handler is anything matching :class:`FrameHandler`; this module knows nothing of APIs.
 """
 
@@ -21,15 +29,15 @@ import asyncio
 import inspect
 import itertools
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from ..metrics import STATS as _METRICS
 from ..ratelog import RateLimitedLog
-from .deadline import ReadDeadline
 from .errors import CloseAfterResponse, CloseConnection, TimedOut
 from .framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FramePieces
-from .job import Job, Response, current_task_cancelling, retrieve
+from .job import Job, Response
 from .limits import RequestMemoryPool
 
 log = logging.getLogger("kshare.wire")
@@ -42,6 +50,10 @@ DEFAULT_IDLE_TIMEOUT_S = 600.0
 DEFAULT_READ_TIMEOUT_S = 60.0
 #: How long closing waits for buffered responses to reach a peer before aborting the socket.
 _CLOSE_GRACE_S = 2.0
+#: Bytes read ahead (complete frames waiting, plus a partial one) while a request holds ordering
+#: or every response slot is taken; beyond this the socket is not read (the rest waits in the
+#: kernel), so a client pipelining without end costs the sidecar no memory.
+READ_AHEAD_BYTES = 65536
 
 _conn_ids = itertools.count(1)
 
@@ -60,8 +72,9 @@ class FrameHandler(Protocol):
     async def __call__(self, conn: Connection, frame: bytes, release: Callable[[], None]) -> Response | None: ...
 
 
-class Connection:
-    """Owns one ``asyncio`` stream pair for its whole life; ``run()`` returns when it is closed."""
+class Connection(asyncio.Protocol):
+    """One client connection; ``run()`` takes the stream pair's transport over and returns when
+    the connection is closed."""
 
     def __init__(
         self,
@@ -71,7 +84,6 @@ class Connection:
         *,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         max_inflight: int = 64,
-        read_size: int = 65536,
         conn_id: int | None = None,
         idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
         read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
@@ -83,40 +95,38 @@ class Connection:
         if max_inflight < 1:
             raise ValueError("max_inflight must be at least 1")
         self.conn_id: int = next(_conn_ids) if conn_id is None else conn_id
-        self._reader = reader
-        self._writer = writer
+        self._stream: asyncio.StreamReader | None = reader  # until run() takes the transport over
+        self._transport: asyncio.WriteTransport = writer.transport
         self._handler = handler
         # Until lift_frame_limit(), frames are held to initial_max_frame_bytes: Kafka's
         # sasl.server.max.receive.size bounds what an unauthenticated client can make it buffer.
         self._decoder = FrameDecoder(min(max_frame_bytes, initial_max_frame_bytes or max_frame_bytes))
         self._max_frame_bytes = max_frame_bytes
-        # Responses outstanding at most (max_inflight): only the read loop takes a slot, so a
-        # counter and one future when it has to wait do what a semaphore would, for less per request.
-        self._free_slots = max_inflight
-        self._slot_freed: asyncio.Future[None] | None = None
-        self._read_size = read_size
+        self._free_slots = max_inflight  # responses that may still be outstanding
         self._idle_timeout = idle_timeout_s
         self._read_timeout = read_timeout_s
+        self._loop = asyncio.get_running_loop()  # made inside the listener's callback, on its loop
         self._frame_started: float | None = None  # when the partial frame being read began
-        self._last_activity = 0.0
-        self._writing = False  # a response is being handed to the socket (the write loop waits in drain)
-        self._queue: asyncio.Queue[Job] = asyncio.Queue()
-        self._jobs: set[asyncio.Task[Any]] = set()
-        self._callbacks: list[CloseCallback] = []
-        self._loops: list[asyncio.Task[None]] = []
-        self._loop = asyncio.get_running_loop()  # made inside the server's callback, on its loop
-        self._read_task: asyncio.Task[None] | None = None
-        self._deadline = ReadDeadline(self._loop, lambda: self._read_task)
-        self._pending = 0  # responses handed to the write loop and not yet written
-        self._done = asyncio.Event()
-        self._closing = False
-        self._draining = False
+        self._last_activity = self._loop.time()
+        self._waiting: deque[bytes] = deque()  # complete frames not started yet (ordering held)
+        self._waiting_bytes = 0
+        self._order: deque[Job] = deque()  # started requests whose answers are not yet written
+        self._holder: Job | None = None  # the request holding ordering (not released yet)
+        self._jobs: dict[asyncio.Task[None], Job] = {}  # requests still running
+        self._reading = True  # False while this side paused the transport's reading
+        self._write_paused = False  # the transport's buffer is over its high-water mark
+        self._write_paused_at = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
         self._pool = memory_pool
         self._reserved = 0  # bytes of the pool this connection holds for its partial frame
-        self._peer_gone = False  # the peer's EOF (or a broken connection) reached the reader
-        self._held: asyncio.Future[None] | None = None  # the wait of a request holding ordering
-        _watch_end(reader, self._on_peer_gone)
-        self._unreleased: set[asyncio.Task[Any]] = set()  # jobs still holding request ordering
+        self._pool_wait: asyncio.Task[None] | None = None
+        self._draining = False  # a handler asked to close: nothing more is processed
+        self._ending = False  # the connection is over: run() is shutting it down
+        self._end: asyncio.Future[None] = self._loop.create_future()
+        self._lost: asyncio.Future[None] = self._loop.create_future()  # connection_lost came
+        self._done = asyncio.Event()
+        self._callbacks: list[CloseCallback] = []
         self.close_reason: str | None = None
         self.peer_host, self.peer_port = _address(writer.get_extra_info("peername"))
         self.local_host, self.local_port = _address(writer.get_extra_info("sockname"))
@@ -158,10 +168,7 @@ class Connection:
     def close(self, reason: str = "closed by server") -> None:
         """Ask the connection to close now; parked handlers are cancelled, a request still being
         processed finishes unobserved (it may be changing state)."""
-        if self.close_reason is None:
-            self.close_reason = reason
-        for task in self._loops:
-            task.cancel()
+        self._finish(reason)
 
     async def wait_closed(self) -> None:
         await self._done.wait()
@@ -170,321 +177,330 @@ class Connection:
         """Wait (at most ``timeout`` s) for the requests in flight now to be answered and their
         answers handed to the socket: a stopping sidecar closes connections after this, so an
         answer that acquired records is written, not dropped by the close."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        deadline = self._loop.time() + timeout
         pending = list(self._jobs)
         if pending:
             await asyncio.wait(pending, timeout=timeout)
-        while (self._writing or self._pending) and not self.closed and loop.time() < deadline:
+        while (self._order or self._write_paused) and not self.closed and self._loop.time() < deadline:
             await asyncio.sleep(0.005)
 
     async def run(self) -> None:
         """Serve until the peer disconnects, a protocol error occurs, or :meth:`close`."""
         log.debug("conn %d from %s: open", self.conn_id, self.peer)
-        self._read_task = asyncio.create_task(self._read_loop(), name=f"kshare-conn-{self.conn_id}-read")
-        self._loops = [
-            self._read_task,
-            asyncio.create_task(self._write_loop(), name=f"kshare-conn-{self.conn_id}-write"),
-        ]
         try:
-            await asyncio.wait(self._loops, return_when=asyncio.FIRST_COMPLETED)
+            self._take_over()
+            self._arm(self._last_activity + self._idle_timeout)
+            await self._end
         finally:
             await self._shutdown()
 
-    # --- loops --------------------------------------------------------------------------------
+    # --- the transport's callbacks -------------------------------------------------------------
 
-    async def _read(self) -> bytes:
-        """One socket read, bounded in time (Kafka's ``connections.max.idle.ms`` between
-        requests; ``request.read.timeout.ms`` once a frame has started, so a peer trickling a
-        frame byte by byte — slow-loris — cannot pin its buffer forever)."""
-        while True:
-            if self._frame_started is not None:
-                deadline, what = self._frame_started + self._read_timeout, "request.read.timeout.ms"
-            else:
-                deadline, what = self._last_activity + self._idle_timeout, "connections.max.idle.ms"
-            try:
-                return await self._deadline.read(self._reader, self._read_size, deadline)
-            except TimeoutError:
-                if what == "connections.max.idle.ms" and (self._jobs or self._writing or self._pending):
-                    self._last_activity = self._loop.time()  # in flight (a long poll) or being written: not idle
-                    continue
-                raise TimedOut(f"no complete request within {what}") from None
-
-    async def _read_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._last_activity = loop.time()
+    def data_received(self, data: bytes) -> None:
+        if self._ending or self._draining:
+            return  # over, or a handler asked to close: read (so a peer's EOF is seen), not processed
+        now = self._last_activity = self._loop.time()
+        decoder = self._decoder
         try:
-            while True:
-                data = await self._read()
-                if not data:
-                    self._set_reason("peer closed the connection")
-                    return
-                self._last_activity = loop.time()
-                frames = self._decoder.feed(data)
-                if not self._decoder.pending:
-                    self._frame_started = None
-                elif frames or self._frame_started is None:
-                    self._frame_started = self._last_activity
-                if self._pool is not None and self._decoder.partial_frame_bytes != self._reserved:
-                    await self._reserve(self._decoder.partial_frame_bytes)
-                for frame in frames:
-                    while not self._free_slots:
-                        self._slot_freed = self._loop.create_future()
-                        await self._slot_freed
-                    self._free_slots -= 1
-                    job = Job()
-                    job.task = task = loop.create_task(self._process(frame, job))
-                    self._jobs.add(task)
-                    self._unreleased.add(task)
-                    task.add_done_callback(self._job_done)
-                    await self._await_release(job)  # Kafka-style: next request only after this one
-                    if not (task.done() and self._write_now(task)):
-                        self._pending += 1
-                        self._queue.put_nowait(job)
-                    if self._draining:
-                        # A handler asked to close: process nothing more, but let the write
-                        # loop flush the responses that precede it (it ends the connection).
-                        # Keep reading (and discarding) so that a peer's EOF still ends it.
-                        while await self._read():
-                            pass
-                        self._set_reason("peer closed the connection")
-                        return
-        except _PeerGone:
-            self._set_reason("peer closed the connection while a request was in flight")
+            frames = decoder.feed(data)
         except CloseConnection as exc:
-            self._set_reason(str(exc))
-            closing.log(type(exc).__name__, logging.WARNING, "conn %d from %s: closing: %s",
-                        self.conn_id, self.peer, exc)
-        except (ConnectionError, OSError) as exc:
-            self._set_reason(f"read failed: {exc}")
-
-    def _release_slot(self) -> None:
-        self._free_slots += 1
-        freed = self._slot_freed
-        if freed is not None and not freed.done():
-            freed.set_result(None)
-
-    def _job_done(self, task: asyncio.Task[Any]) -> None:
-        self._jobs.discard(task)
-        self._unreleased.discard(task)
-        retrieve(task)  # a close may leave it unawaited
-
-    def _write_now(self, task: asyncio.Task[Response | None]) -> bool:
-        """Write a finished request's answer from the read loop, when nothing is ahead of it and
-        the socket takes it: most requests (a heartbeat, a cached metadata answer) finish in their
-        first step, and handing them to the write loop cost a queue and a task wake-up each.
-        False leaves it to the write loop (an error to act on, answers ahead, a full buffer)."""
-        if self._pending or task.cancelled() or task.exception() is not None:
-            return False
-        transport = self._writer.transport
-        if transport.is_closing() or transport.get_write_buffer_size():
-            return False
-        out = task.result()
-        if out:
-            self._send(out)
-            self._last_activity = self._loop.time()
-        self._release_slot()
-        return True
-
-    async def _reserve(self, size: int) -> None:
-        """Hold ``size`` bytes of the memory pool for the frame being received (queued.max.request.bytes):
-        waiting here is not reading, and the wait does not count against request.read.timeout.ms."""
-        assert self._pool is not None
-        if size < self._reserved:
-            self._pool.release(self._reserved - size)
-            self._reserved = size
+            self._close_for(exc)
             return
-        await self._pool.acquire(size - self._reserved)
-        self._reserved = size
-        if self._frame_started is not None:
-            self._frame_started = asyncio.get_running_loop().time()
+        if not decoder.pending:
+            self._frame_started = None
+        elif frames or self._frame_started is None:
+            self._frame_started = now
+            self._arm(now + self._read_timeout)
+        if self._pool is not None and decoder.partial_frame_bytes != self._reserved:
+            self._reserve(decoder.partial_frame_bytes)
+        if frames:
+            if len(frames) == 1 and not self._waiting:
+                self._start(frames[0])  # the usual case: one request, nothing waiting before it
+            else:
+                self._waiting.extend(frames)
+                self._waiting_bytes += sum(map(len, frames))
+                self._next()
+        if not self._reading or self._waiting_bytes + decoder.buffered >= READ_AHEAD_BYTES:
+            self._steer_reading()
 
-    async def _await_release(self, job: Job) -> None:
-        """Wait until ``job`` releases ordering, but notice a peer that leaves meanwhile.
+    def eof_received(self) -> bool | None:
+        if self._holder is not None or self._waiting:
+            # Kafka mutes a channel while its request is processed; a slow request (a state write,
+            # an admin call forwarded to a busy backend) would then pin a connection whose client
+            # is gone. The request itself is not cancelled (it may be changing state): it
+            # finishes unobserved.
+            self._finish("peer closed the connection while a request was in flight")
+        else:
+            self._finish("peer closed the connection")
+        return None  # the transport closes itself
 
-        Kafka mutes a channel while its request is processed; a slow request (a state write, an
-        admin call forwarded to a busy backend) would then pin a connection whose client is gone.
-        The socket is not read meanwhile — pipelined requests wait in the stream's buffer, and
-        beyond its limit (asyncio pauses reading at twice the stream limit) in the kernel's, so a
-        client pipelining without end costs the sidecar no memory — but the stream tells the
-        connection when the peer's EOF or a broken connection reaches it (``_watch_end``), which
-        ends the connection at once. The request itself is not cancelled — it may be changing
-        state — it finishes unobserved.
-        """
-        if job.released:
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self._lost.done():
+            self._lost.set_result(None)
+        self._finish(f"read failed: {exc}" if exc is not None else "peer closed the connection")
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        self._write_paused_at = self._loop.time()
+        # A peer that never reads would pin its responses forever: bound the wait like an idle
+        # connection (Kafka's connections.max.idle.ms).
+        self._arm(self._write_paused_at + self._idle_timeout)
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._last_activity = self._loop.time()
+        self._flush()
+
+    # --- requests -----------------------------------------------------------------------------
+
+    def _next(self) -> None:
+        """Start waiting requests while nothing holds ordering and a response slot is free."""
+        waiting = self._waiting
+        while waiting and self._holder is None and self._free_slots and not self._draining and not self._ending:
+            frame = waiting.popleft()
+            self._waiting_bytes -= len(frame)
+            self._start(frame)
+
+    def _start(self, frame: bytes) -> None:
+        if self._holder is not None or not self._free_slots or self._draining or self._ending:
+            self._waiting.append(frame)
+            self._waiting_bytes += len(frame)
             return
-        # Most requests (a heartbeat, a metadata answer from cache) finish in their task's first
-        # step: let it run before making the future to wait on.
-        await asyncio.sleep(0)
-        if job.released:
-            return
-        if self._peer_gone:
-            raise _PeerGone
-        job.waiter = self._held = waiter = self._loop.create_future()
+        self._free_slots -= 1
+        job = Job(self._released)
+        self._holder = job  # Kafka-style: the next request only after this one releases
+        self._order.append(job)
+        job.task = task = self._loop.create_task(self._process(frame, job))
+        self._jobs[task] = job
+
+    def _released(self, job: Job) -> None:
+        if self._holder is job:
+            self._holder = None
+            if self._waiting:
+                self._next()
+            if not self._reading:
+                self._steer_reading()
+
+    async def _process(self, frame: bytes, job: Job) -> None:
         try:
-            await waiter
-        finally:
-            self._held = None
-            if not waiter.done():
-                waiter.cancel()
-
-    def _on_peer_gone(self) -> None:
-        self._peer_gone = True
-        held = self._held
-        if held is not None and not held.done():
-            held.set_exception(_PeerGone())
-
-    async def _process(self, frame: bytes, job: Job) -> Response | None:
-        try:
-            return await self._handler(self, frame, job.release)
-        except CloseConnection:
+            job.response = await self._handler(self, frame, job.release)
+        except CloseConnection as exc:
+            job.error = exc
             self._draining = True
             # Requests ahead of this one can only be parked long polls (they released ordering).
             # Kafka closes at once; waiting for them could hold the connection for MaxWaitMs.
             for task in list(self._jobs):
-                if task is not job.task and not task.done():
+                if task is not job.task:
                     task.cancel()
+        except asyncio.CancelledError as exc:
+            job.error = exc
             raise
+        except Exception as exc:  # the connection closes, with the traceback in its log line
+            job.error = exc
         finally:
+            self._jobs.pop(job.task, None)  # type: ignore[arg-type]
+            job.finished = True
             job.release()
+            self._flush()
 
-    async def _write_loop(self) -> None:
-        while True:
-            job = await self._queue.get()
-            assert job.task is not None
-            try:
-                # shielded: cancelling the write loop must not cancel the request it waits for
-                # (a request still being processed finishes unobserved, see _shutdown); one that
-                # is done already is read as it is (the same outcome, without the shield's future)
-                out = job.task.result() if job.task.done() else await asyncio.shield(job.task)
-            except CloseAfterResponse as exc:
-                self._set_reason(str(exc))
-                log.debug("conn %d from %s: closing after the response: %s", self.conn_id, self.peer, exc)
-                if exc.response:
-                    try:
-                        self._writer.write(exc.response)
-                        await asyncio.wait_for(self._writer.drain(), _CLOSE_GRACE_S)
-                    except (TimeoutError, ConnectionError, OSError):
-                        pass
+    def _flush(self) -> None:
+        """Hand finished answers to the socket in request order, from the first one on."""
+        order = self._order
+        while order and not self._write_paused and not self._ending:
+            job = order[0]
+            if not job.finished:
                 return
-            except CloseConnection as exc:
-                self._set_reason(str(exc))
-                closing.log(type(exc).__name__, logging.WARNING, "conn %d from %s: closing: %s",
-                            self.conn_id, self.peer, exc)
+            order.popleft()
+            if job.error is not None:
+                self._close_after(job.error)
                 return
-            except asyncio.CancelledError:
-                if current_task_cancelling():
-                    raise
-                self._set_reason("closing: a parked request was cancelled")  # see _process
-                return
-            except Exception:
-                self._set_reason("handler failed")
-                log.exception("conn %d from %s: handler failed, closing", self.conn_id, self.peer)
-                return
-            try:
-                if out:
-                    self._writing = True
-                    self._send(out)
-                    # A peer that never reads would pin its responses forever: bound the wait
-                    # like an idle connection (Kafka's connections.max.idle.ms). A response the
-                    # socket took whole leaves nothing to drain: no wait (and no timer) then.
-                    transport = self._writer.transport
-                    if transport.get_write_buffer_size() or transport.is_closing():
-                        await asyncio.wait_for(self._writer.drain(), self._idle_timeout)
-                    self._writing = False
-                    self._last_activity = self._loop.time()
-            except TimeoutError:  # before OSError, its base class
-                self._set_reason("peer did not read its responses within connections.max.idle.ms")
-                closing.log("TimedOut", logging.WARNING, "conn %d from %s: closing: %s", self.conn_id,
-                            self.peer, self.close_reason)
-                return
-            except (ConnectionError, OSError) as exc:
-                self._set_reason(f"write failed: {exc}")
-                return
-            self._pending -= 1
-            self._release_slot()
+            out = job.response
+            if out:
+                self._send(out)
+                self._last_activity = self._loop.time()
+            self._free_slots += 1
+            if self._free_slots == 1:  # it was zero: reading or a waiting request may go on
+                if self._waiting:
+                    self._next()
+                if not self._reading:
+                    self._steer_reading()
 
     def _send(self, out: Response) -> None:
         """Hand one answer to the transport (it sends what the socket takes, buffers the rest)."""
         if isinstance(out, FramePieces):
             self._write_pieces(out)
         else:
-            self._writer.transport.write(out)
+            self._transport.write(out)
 
     def _write_pieces(self, pieces: FramePieces) -> None:
         """Hand a frame's pieces to the transport without joining them. A transport with a
         gathering ``writelines`` (uvloop; asyncio from Python 3.12) gets them all at once; asyncio's
         3.11 one would join them (a copy of every record byte), so each goes by ``write``, which
         sends at once while the socket takes it and buffers (copies) only what it does not."""
-        transport = self._writer.transport
+        transport = self._transport
         if type(transport).writelines is not asyncio.WriteTransport.writelines:
             transport.writelines(pieces)
             return
+        before = transport.get_write_buffer_size()
         for piece in pieces:
             transport.write(piece)
-        _METRICS.record_bytes_copied += transport.get_write_buffer_size()
+        _METRICS.record_bytes_copied += transport.get_write_buffer_size() - before
 
-    # --- teardown -----------------------------------------------------------------------------
+    # --- reading: backpressure, memory, deadlines ---------------------------------------------
 
-    def _set_reason(self, reason: str) -> None:
+    def _steer_reading(self) -> None:
+        """Pause the transport's reading while requests cannot start and enough is read ahead,
+        or while the memory pool cannot hold the frame being received; resume it otherwise."""
+        blocked = (self._holder is not None or not self._free_slots) and (
+            self._waiting_bytes + self._decoder.buffered >= READ_AHEAD_BYTES)
+        want = not (self._ending or blocked or self._pool_wait is not None)
+        if want == self._reading:
+            return
+        self._reading = want
+        if want:
+            if self._decoder.pending:  # the wait does not count against request.read.timeout.ms
+                self._frame_started = self._loop.time()
+            self._transport.resume_reading()  # type: ignore[attr-defined]
+        else:
+            self._transport.pause_reading()  # type: ignore[attr-defined]
+
+    def _reserve(self, size: int) -> None:
+        """Hold ``size`` bytes of the memory pool for the frame being received
+        (queued.max.request.bytes); while the pool cannot, the socket is not read."""
+        pool = self._pool
+        assert pool is not None
+        if size < self._reserved:
+            pool.release(self._reserved - size)
+            self._reserved = size
+        elif pool.try_acquire(size - self._reserved):
+            self._reserved = size
+        elif self._pool_wait is None:
+            self._pool_wait = self._loop.create_task(self._wait_for_pool(size))
+            self._steer_reading()
+
+    async def _wait_for_pool(self, size: int) -> None:
+        assert self._pool is not None
+        await self._pool.acquire(size - self._reserved)
+        self._reserved = size
+        self._pool_wait = None
+        self._steer_reading()
+
+    def _arm(self, when: float) -> None:
+        """One timer per connection, armed for the earliest deadline; when it fires before the
+        deadline has come (activity moved it on) it is armed again — no timer per read."""
+        if self._timer is not None:
+            if self._timer_at <= when:
+                return
+            self._timer.cancel()
+        self._timer, self._timer_at = self._loop.call_at(when, self._on_timer), when
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if self._ending:
+            return
+        now = self._loop.time()
+        if self._write_paused:
+            if now >= self._write_paused_at + self._idle_timeout:
+                self._finish("peer did not read its responses within connections.max.idle.ms")
+                closing.log("TimedOut", logging.WARNING, "conn %d from %s: closing: %s", self.conn_id,
+                            self.peer, self.close_reason)
+                return
+            self._arm(self._write_paused_at + self._idle_timeout)
+        elif self._frame_started is not None and self._reading:
+            if now >= self._frame_started + self._read_timeout:
+                self._close_for(TimedOut("no complete request within request.read.timeout.ms"))
+                return
+            self._arm(self._frame_started + self._read_timeout)
+        elif self._order or self._jobs or self._waiting or not self._reading:
+            self._arm(now + self._idle_timeout)  # in flight (a long poll): not idle
+        elif now >= self._last_activity + self._idle_timeout:
+            self._close_for(TimedOut("no complete request within connections.max.idle.ms"))
+        else:
+            self._arm(self._last_activity + self._idle_timeout)
+
+    # --- ending -------------------------------------------------------------------------------
+
+    def _take_over(self) -> None:
+        """Become the transport's protocol, with what the stream had read already."""
+        stream, self._stream = self._stream, None
+        assert stream is not None
+        # The stream's state is read from its attributes: asyncio offers no call that hands over
+        # its buffer without awaiting (stable from Python 3.8 to 3.13).
+        buffered, eof, failed = bytes(stream._buffer), stream._eof, stream._exception  # type: ignore[attr-defined]
+        stream._buffer.clear()  # type: ignore[attr-defined]
+        transport = self._transport
+        transport.set_protocol(self)
+        if stream._paused:  # type: ignore[attr-defined]
+            transport.resume_reading()  # type: ignore[attr-defined]
+        if failed is not None:
+            self._finish(f"read failed: {failed}")
+            return
+        if buffered:
+            self.data_received(buffered)
+        if eof:
+            self.eof_received()
+        elif transport.is_closing():
+            self._finish("peer closed the connection")
+
+    def _close_for(self, exc: CloseConnection) -> None:
+        self._finish(str(exc))
+        closing.log(type(exc).__name__, logging.WARNING, "conn %d from %s: closing: %s",
+                    self.conn_id, self.peer, exc)
+
+    def _close_after(self, error: BaseException) -> None:
+        """End the connection for the first answer in order that is an error."""
+        if isinstance(error, CloseAfterResponse):
+            self._finish(str(error))
+            log.debug("conn %d from %s: closing after the response: %s", self.conn_id, self.peer, error)
+            if error.response:
+                self._transport.write(error.response)  # the close below flushes it first
+        elif isinstance(error, CloseConnection):
+            self._close_for(error)
+        elif isinstance(error, asyncio.CancelledError):
+            self._finish("closing: a parked request was cancelled")  # see _process
+        else:
+            self._finish("handler failed")
+            log.error("conn %d from %s: handler failed, closing", self.conn_id, self.peer, exc_info=error)
+
+    def _finish(self, reason: str) -> None:
         if self.close_reason is None:
             self.close_reason = reason
+        if not self._end.done():
+            self._end.set_result(None)
 
     async def _shutdown(self) -> None:
-        if self._closing:
+        if self._ending:
             return
-        self._closing = True
-        self._deadline.cancel()
-        for task in self._loops:
-            task.cancel()
+        self._ending = True
+        if self.close_reason is None:
+            self.close_reason = "closed by server"
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         # Parked requests (they released ordering: long polls) are cancelled; a request still
         # being processed may be changing state, so it finishes on its own, unobserved.
-        jobs = [task for task in self._jobs if task not in self._unreleased]
-        for task in jobs:
+        parked = [task for task, job in self._jobs.items() if job.released]
+        if self._pool_wait is not None:
+            parked.append(self._pool_wait)
+        for task in parked:
             task.cancel()
-        await asyncio.gather(*self._loops, *jobs, return_exceptions=True)
+        await asyncio.gather(*parked, return_exceptions=True)
         if self._pool is not None:
             self._pool.release(self._reserved)
             self._reserved = 0
-        self._writer.close()
+        transport = self._transport
+        transport.close()
         try:
             # close() flushes what is buffered first; a peer that does not read would make that
             # wait forever, so after a short grace the socket is aborted.
-            await asyncio.wait_for(self._writer.wait_closed(), _CLOSE_GRACE_S)
-        except TimeoutError:  # before OSError, its base class
-            self._writer.transport.abort()
-        except (ConnectionError, OSError):
-            pass
+            await asyncio.wait_for(asyncio.shield(self._lost), _CLOSE_GRACE_S)
+        except TimeoutError:
+            transport.abort()
         log.debug("conn %d from %s: closed (%s)", self.conn_id, self.peer, self.close_reason)
         callbacks, self._callbacks = self._callbacks, []
         for callback in callbacks:
             await _run_callback(self, callback)
         self._done.set()
-
-
-class _PeerGone(Exception):
-    """EOF from the peer while a request was still being processed."""
-
-
-def _watch_end(reader: asyncio.StreamReader, notify: Callable[[], None]) -> None:
-    """Call ``notify`` when the peer's EOF or a connection error reaches ``reader``.
-
-    The stream's protocol hands both to the reader (``feed_eof``, ``set_exception``), which wakes
-    a pending read only; a connection holding request ordering has none pending (it leaves
-    pipelined bytes in the stream), so it is told here instead — without a read task and a wait
-    on two futures for each request that does not finish in its first step."""
-    feed_eof, set_exception = reader.feed_eof, reader.set_exception
-
-    def eof() -> None:
-        feed_eof()
-        notify()
-
-    def failed(exc: Exception) -> None:
-        set_exception(exc)
-        notify()
-
-    reader.feed_eof = eof  # type: ignore[method-assign]
-    reader.set_exception = failed  # type: ignore[method-assign]
 
 
 async def _run_callback(conn: Connection, callback: CloseCallback) -> None:

@@ -1,14 +1,15 @@
-"""One request on a connection (`Job`): its task, and whether it has released request ordering.
+"""One request on a connection (`Job`): its task, whether it has released request ordering, and
+its outcome once finished.
 
-Whether a request released ordering is a plain flag; a future to wait on is made only when the
-reading side has to wait (most requests finish in their task's first step, and an
-``asyncio.Event`` per request cost more than that request's whole ordering).
+Whether a request released ordering is a plain flag plus a call back into the connection (which
+then starts the next request at once): most requests finish in their task's first step, and an
+``asyncio.Event`` or a future per request cost more than that request's whole ordering.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Callable
 
 from .framing import FramePieces
 
@@ -17,32 +18,22 @@ Response = bytes | bytearray | FramePieces
 
 
 class Job:
-    """One request: its task, and whether it has released ordering (a plain flag; a future to wait
-    on is made only when the reader has to wait, which most requests never make it do)."""
+    """One request: its task, whether it released ordering, and — once ``finished`` — its answer
+    (``response``) or what ended it (``error``: an exception the handler raised, or the
+    cancellation of a parked request)."""
 
-    __slots__ = ("released", "task", "waiter")
+    __slots__ = ("_on_release", "error", "finished", "released", "response", "task")
 
-    def __init__(self) -> None:
+    def __init__(self, on_release: Callable[[Job], None]) -> None:
         self.released = False
-        self.task: asyncio.Task[Response | None] | None = None
-        self.waiter: asyncio.Future[None] | None = None
+        self.finished = False
+        self.task: asyncio.Task[None] | None = None
+        self.response: Response | None = None
+        self.error: BaseException | None = None
+        self._on_release = on_release
 
     def release(self) -> None:
         if not self.released:
             self.released = True
-            waiter = self.waiter
-            if waiter is not None and not waiter.done():
-                waiter.set_result(None)
+            self._on_release(self)
 
-
-def current_task_cancelling() -> bool:
-    """Whether the running task itself is being cancelled (vs. a task it awaited was)."""
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
-
-
-def retrieve(task: asyncio.Task[Any]) -> None:
-    """Mark a job's exception as seen: after a close nobody awaits it, and asyncio would print
-    "Task exception was never retrieved" with a traceback for a client's malformed frame."""
-    if not task.cancelled():
-        task.exception()

@@ -97,6 +97,15 @@ class RequestMemoryPool:
         self.waits = 0  # reservations that had to wait (a gauge of memory pressure, for tests)
         self._waiters: list[asyncio.Future[None]] = []
 
+    def try_acquire(self, n: int) -> bool:
+        """Take ``n`` bytes if the pool holds them now (or is empty); False leaves it to :meth:`acquire`."""
+        if self.limit <= 0 or n <= 0:
+            return True
+        if self.used and self.used + n > self.limit:
+            return False
+        self.used += n
+        return True
+
     async def acquire(self, n: int) -> None:
         if self.limit <= 0 or n <= 0:
             return
