@@ -122,6 +122,8 @@ class Connection(asyncio.Protocol):
         self._reserved = 0  # bytes of the pool this connection holds for its partial frame
         self._pool_wait: asyncio.Task[None] | None = None
         self._draining = False  # a handler asked to close: nothing more is processed
+        self._tls = writer.get_extra_info("sslcontext") is not None
+        self._eof_holder: Job | None = None  # the request holding ordering when the EOF was last looked at
         self._ending = False  # the connection is over: run() is shutting it down
         self._end: asyncio.Future[None] = self._loop.create_future()
         self._lost: asyncio.Future[None] = self._loop.create_future()  # connection_lost came
@@ -224,15 +226,27 @@ class Connection(asyncio.Protocol):
             self._steer_reading()
 
     def eof_received(self) -> bool | None:
-        if self._holder is not None or self._waiting:
+        """The peer closed its side. Requests it sent before that and that finish in their first
+        step (a client that writes its requests and then shuts its side down) are still answered;
+        the first one still being processed after its first step ends the connection at once."""
+        self._after_eof()
+        # Keep a plain socket open for those answers (the connection closes it); TLS closes here.
+        return None if self._tls else True
+
+    def _after_eof(self) -> None:
+        if self._ending or self._end.done():
+            return
+        if self._holder is None and not self._waiting:
+            self._finish("peer closed the connection")
+        elif self._tls or self._holder is self._eof_holder:
             # Kafka mutes a channel while its request is processed; a slow request (a state write,
             # an admin call forwarded to a busy backend) would then pin a connection whose client
             # is gone. The request itself is not cancelled (it may be changing state): it
             # finishes unobserved.
             self._finish("peer closed the connection while a request was in flight")
-        else:
-            self._finish("peer closed the connection")
-        return None  # the transport closes itself
+        else:  # look again once the holder's first step has run (it was scheduled before this)
+            self._eof_holder = self._holder
+            self._loop.call_soon(self._after_eof)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self._lost.done():

@@ -239,3 +239,54 @@ async def test_a_peer_leaving_during_a_slow_request_closes_at_once_and_the_reque
         writer.close()
     finally:
         await lst.stop()
+
+
+async def test_many_requests_arm_one_deadline_timer(monkeypatch) -> None:
+    """Deadlines are one timer per connection, moved on by activity without a new timer per read."""
+    loop = asyncio.get_running_loop()
+    armed: list[float] = []
+    real = loop.call_at
+
+    def counting(when, callback, *args, **kwargs):
+        if getattr(callback, "__name__", "") == "_on_timer":
+            armed.append(when)
+        return real(when, callback, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "call_at", counting)
+    lst = await listener(idle_timeout_s=30.0, read_timeout_s=20.0)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", lst.port)
+        for _ in range(200):
+            assert await answered(reader, writer)
+        writer.close()
+        # the idle deadline, then the (earlier) read deadline of the first frame: none after that
+        assert len(armed) <= 2, armed
+    finally:
+        await lst.stop()
+
+
+async def test_requests_the_stream_read_before_the_take_over_are_answered(monkeypatch) -> None:
+    """Bytes the listener's stream read before the connection took the transport over (a client
+    that writes its first requests with the connect, during a TLS listener's handshake) are not
+    lost, nor is the EOF that followed them."""
+    from kshare_sidecar.wire.connection import Connection
+
+    run = Connection.run
+
+    async def late(self: Connection) -> None:
+        await asyncio.sleep(0.3)  # the requests and the EOF reach the stream first
+        assert self._stream is not None and len(self._stream._buffer) == 3 * len(API_VERSIONS)
+        await run(self)
+
+    monkeypatch.setattr(Connection, "run", late)
+    lst = await listener()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", lst.port)
+        writer.write(API_VERSIONS * 3)
+        writer.write_eof()
+        for _ in range(3):
+            size = int.from_bytes(await asyncio.wait_for(reader.readexactly(4), 10), "big")
+            await reader.readexactly(size)
+        writer.close()
+    finally:
+        await lst.stop()
