@@ -3,7 +3,6 @@ ShareConsumer: which acknowledgement each outcome sends. No broker, no worker.""
 
 from __future__ import annotations
 
-import dataclasses
 import weakref
 
 import pytest
@@ -169,7 +168,7 @@ def test_lower_offsets_are_not_dropped_as_already_read(consumer):
 
 def test_acks_disabled_topic_accepts_on_delivery(consumer):
     """An ``acks=False`` topic: Faust never acks its messages, so delivery is the acknowledgement."""
-    record = dataclasses.replace(rec(6), topic="noacks")
+    record = rec(6)._replace(topic="noacks")
     consumer._share.held.add(6)
     message = consumer._to_message(TP("noacks", 0), record)
     assert consumer._share.acks == [(6, AcknowledgeType.ACCEPT)] and message.settled
