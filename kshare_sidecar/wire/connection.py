@@ -402,6 +402,8 @@ class Connection(asyncio.Protocol):
     def _arm(self, when: float) -> None:
         """One timer per connection, armed for the earliest deadline; when it fires before the
         deadline has come (activity moved it on) it is armed again — no timer per read."""
+        if self._ending:
+            return  # a timer after the close would keep the connection alive until it fired
         if self._timer is not None:
             if self._timer_at <= when:
                 return
