@@ -33,6 +33,8 @@ class Slot:
     dead: bool = False  # retired after its durable state was found to differ: never written again
     #: Log bytes per record seen in this partition's reads (sizes the next read).
     bytes_per_record: float = 0.0
+    #: Log bytes per batch seen in them (reads are sized in whole batches: log_reader._in_whole_batches).
+    bytes_per_batch: float = 0.0
     #: the manager's clock when a request last asked for it (idle eviction)
     last_used: int = 0
     #: writes of its current state queued with nobody awaiting them (lock expiry, a release)

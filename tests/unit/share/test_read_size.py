@@ -43,3 +43,16 @@ def test_the_window_part_is_bounded_by_the_client_budget_the_extra_is_not():
 
 def test_tiny_records_still_read_a_useful_chunk():
     assert _read_size(_slot(bytes_per_record=1.0), 0, _Budget(500, CLIENT_MAX)) == _MIN_READ
+
+
+def test_reads_are_sized_in_whole_batches_of_the_size_seen():
+    """A read of about one batch asks for one byte (Kafka returns the first batch whole: nothing
+    cut and read again); a longer one for whole batches and an eighth; no sample, no change."""
+    from kshare_sidecar.share.log_reader import _in_whole_batches
+
+    assert _in_whole_batches(800_000, 0.0) == 800_000
+    assert _in_whole_batches(700_000, 500_000.0) == 1  # 1.4 batches: one, whole
+    assert _in_whole_batches(800_000, 500_000.0) == 2 * 500_000 + 62_500  # 1.6: two
+    assert _in_whole_batches(200_000, 500_000.0) == 1  # less than a batch: Kafka returns one anyway
+    assert _in_whole_batches(7_500_000, 1_000_000.0) == 8 * 1_000_000 + 125_000
+    assert _in_whole_batches(65_536, 150.0) == 437 * 150 + 18
