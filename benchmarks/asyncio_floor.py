@@ -79,13 +79,13 @@ def _serve(shape: str, ports: mp.Queue) -> None:
             listener = Listener(_connection_handler, "127.0.0.1", 0)
             await listener.start()
             ports.put(listener.port)
-            await asyncio.sleep(3600)
-        if shape == "protocol":
-            server = await loop.create_server(_Answering, "127.0.0.1", 0)
         else:
-            server = await asyncio.start_server(_stream_connection, "127.0.0.1", 0)
-        ports.put(server.sockets[0].getsockname()[1])
-        await asyncio.sleep(3600)
+            if shape == "protocol":
+                server = await loop.create_server(_Answering, "127.0.0.1", 0)
+            else:
+                server = await asyncio.start_server(_stream_connection, "127.0.0.1", 0)
+            ports.put(server.sockets[0].getsockname()[1])
+        await asyncio.sleep(3600)  # killed by the measuring process
 
     asyncio.run(main())
 

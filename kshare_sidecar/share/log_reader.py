@@ -104,11 +104,9 @@ class ShareLogReader:
         if batches:
             count = batches[-1].last_offset - batches[0].base_offset + 1
             sample = len(result.records) / max(count, 1)
-            slot.bytes_per_record = sample if not slot.bytes_per_record else \
-                0.7 * slot.bytes_per_record + 0.3 * sample
+            slot.bytes_per_record = _ewma(slot.bytes_per_record, sample)
             per_batch = (batches[-1].end - batches[0].start) / len(batches)  # whole batches only
-            slot.bytes_per_batch = per_batch if not slot.bytes_per_batch else \
-                0.7 * slot.bytes_per_batch + 0.3 * per_batch
+            slot.bytes_per_batch = _ewma(slot.bytes_per_batch, per_batch)
         return result
 
     async def _forget_if_deleted(self, topic: str) -> None:
@@ -262,6 +260,11 @@ def _read_size(slot: Slot, offset: int, budget: _Budget) -> int:
     if not behind_end:
         wanted += int(_EXTRA_WINDOWS * (sp.in_flight + sp.free_locks) * slot.bytes_per_record)
     return max(_MIN_READ, wanted)
+
+
+def _ewma(seen: float, sample: float) -> float:
+    """A read's sample folded into what earlier reads saw (the first sample as it is)."""
+    return sample if not seen else 0.7 * seen + 0.3 * sample
 
 
 def _in_whole_batches(size: int, batch_bytes: float) -> int:

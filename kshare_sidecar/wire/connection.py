@@ -267,16 +267,27 @@ class Connection(asyncio.Protocol):
 
     # --- requests -----------------------------------------------------------------------------
 
+    def _may_start(self) -> bool:
+        """Whether a request may start now: nothing holds ordering, a response slot is free."""
+        return self._holder is None and self._free_slots > 0 and not self._draining and not self._ending
+
     def _next(self) -> None:
-        """Start waiting requests while nothing holds ordering and a response slot is free."""
+        """Start waiting requests while one may start."""
         waiting = self._waiting
-        while waiting and self._holder is None and self._free_slots and not self._draining and not self._ending:
+        while waiting and self._may_start():
             frame = waiting.popleft()
             self._waiting_bytes -= len(frame)
             self._start(frame)
 
+    def _unblocked(self) -> None:
+        """Ordering released or a response slot freed: waiting requests and reading may go on."""
+        if self._waiting:
+            self._next()
+        if not self._reading:
+            self._steer_reading()
+
     def _start(self, frame: bytes) -> None:
-        if self._holder is not None or not self._free_slots or self._draining or self._ending:
+        if not self._may_start():
             self._waiting.append(frame)
             self._waiting_bytes += len(frame)
             return
@@ -290,10 +301,7 @@ class Connection(asyncio.Protocol):
     def _released(self, job: Job) -> None:
         if self._holder is job:
             self._holder = None
-            if self._waiting:
-                self._next()
-            if not self._reading:
-                self._steer_reading()
+            self._unblocked()
 
     async def _process(self, frame: bytes, job: Job) -> None:
         try:
@@ -333,11 +341,8 @@ class Connection(asyncio.Protocol):
                 self._send(out)
                 self._last_activity = self._loop.time()
             self._free_slots += 1
-            if self._free_slots == 1:  # it was zero: reading or a waiting request may go on
-                if self._waiting:
-                    self._next()
-                if not self._reading:
-                    self._steer_reading()
+            if self._free_slots == 1:  # it was zero
+                self._unblocked()
 
     def _send(self, out: Response) -> None:
         """Hand one answer to the transport (it sends what the socket takes, buffers the rest)."""

@@ -107,11 +107,10 @@ class RequestMemoryPool:
         return True
 
     async def acquire(self, n: int) -> None:
-        if self.limit <= 0 or n <= 0:
+        if self.try_acquire(n):
             return
-        if self.used and self.used + n > self.limit:
-            self.waits += 1
-        while self.used and self.used + n > self.limit:
+        self.waits += 1
+        while not self.try_acquire(n):
             waiter = asyncio.get_running_loop().create_future()
             self._waiters.append(waiter)
             try:
@@ -119,7 +118,6 @@ class RequestMemoryPool:
             finally:
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)
-        self.used += n
 
     def release(self, n: int) -> None:
         if self.limit <= 0 or n <= 0:
