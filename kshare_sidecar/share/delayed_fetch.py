@@ -252,23 +252,28 @@ def _base_offset(b: BatchInfo) -> int:
     return b.base_offset
 
 
-def _within_bytes(batches: Sequence[BatchInfo], room: int, *, first: bool) -> list[BatchInfo]:
+def _within_bytes(batches: Sequence[BatchInfo], room: int, *, first: bool) -> Sequence[BatchInfo]:
     """The leading batches that fit in the ShareFetch's remaining MaxBytes, whole batches only; the
     first batch of a response goes even when it is larger, so that a consumer always progresses
     (Kafka's rule for Fetch and ShareFetch). The backend read is larger than that (it reads at least
-    64 KiB): without this a ShareFetch with a small MaxBytes acquired everything the read held."""
-    out: list[BatchInfo] = []
-    used = 0
-    for b in batches:
-        size = b.end - b.start
-        if used + size > room and (out or not first):
-            break
-        out.append(b)
-        used += size
-    return out
+    64 KiB): without this a ShareFetch with a small MaxBytes acquired everything the read held.
+
+    A read's batches lie end to end in its buffer, so the cut is a bisection on their ends (a walk
+    over every batch of the read cost more than the rest of a small ShareFetch); where a read has a
+    gap between batches the cut comes no later than the sizes allow."""
+    if not batches:
+        return batches
+    n = bisect_right(batches, batches[0].start + room, key=_end)
+    if n == 0 and first:
+        n = 1
+    return batches[:n]
 
 
-def _slice(records: bytes | memoryview, batches: list[BatchInfo], acquired: list[AcquiredRecords]
+def _end(b: BatchInfo) -> int:
+    return b.end
+
+
+def _slice(records: bytes | memoryview, batches: Sequence[BatchInfo], acquired: list[AcquiredRecords]
            ) -> list[memoryview]:
     """The fetched bytes of exactly the log batches that overlap an acquired range, unchanged
     (never decoded: batches are forwarded as the backend wrote them), as views. Choosing the

@@ -13,6 +13,7 @@ before the first ordering, so no later record of their key can overtake them.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from ..client.records import RecordDecodeError, decode_batches
 from ..backend.types import BatchInfo, FetchResult
@@ -45,7 +46,7 @@ async def _learn_held(backend, slot) -> None:
 
 
 async def order(backend, slot, member_id: str, acquired: list[AcquiredRecords], result: FetchResult,
-                batches: list[BatchInfo]) -> list[AcquiredRecords]:
+                batches: Sequence[BatchInfo]) -> list[AcquiredRecords]:
     """What ``member_id`` may have of ``acquired`` under key ordering; the rest is held back."""
     sp = slot.partition
     if sp.unindexed_holds():
