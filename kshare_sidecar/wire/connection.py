@@ -37,6 +37,7 @@ from ..metrics import STATS as _METRICS
 from ..ratelog import RateLimitedLog
 from .errors import CloseAfterResponse, CloseConnection, TimedOut
 from .framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FramePieces
+from .gather import write_pieces
 from .job import Job, Response
 from .limits import RequestMemoryPool
 
@@ -346,24 +347,10 @@ class Connection(asyncio.Protocol):
 
     def _send(self, out: Response) -> None:
         """Hand one answer to the transport (it sends what the socket takes, buffers the rest)."""
-        if isinstance(out, FramePieces):
-            self._write_pieces(out)
+        if isinstance(out, FramePieces):  # without joining them (wire/gather.py)
+            _METRICS.record_bytes_copied += write_pieces(self._transport, out)
         else:
             self._transport.write(out)
-
-    def _write_pieces(self, pieces: FramePieces) -> None:
-        """Hand a frame's pieces to the transport without joining them. A transport with a
-        gathering ``writelines`` (uvloop; asyncio from Python 3.12) gets them all at once; asyncio's
-        3.11 one would join them (a copy of every record byte), so each goes by ``write``, which
-        sends at once while the socket takes it and buffers (copies) only what it does not."""
-        transport = self._transport
-        if type(transport).writelines is not asyncio.WriteTransport.writelines:
-            transport.writelines(pieces)
-            return
-        before = transport.get_write_buffer_size()
-        for piece in pieces:
-            transport.write(piece)
-        _METRICS.record_bytes_copied += transport.get_write_buffer_size() - before
 
     # --- reading: backpressure, memory, deadlines ---------------------------------------------
 
