@@ -32,11 +32,11 @@ from types import ModuleType
 from typing import Any
 
 from aiokafka.errors import KafkaError
-from kio.index import load_payload_module
+from kio.index import load_payload_module, load_request_schema
 from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
 
-from ..protocol.requests import read_response_header, reader, request_body, request_header, response_class_of
+from ..protocol.requests import header_of, read_response_header, reader, request_body, response_class_of
 from .errors import BackendError
 
 Builder = Callable[[Any, int], Any]
@@ -48,6 +48,12 @@ log = logging.getLogger("kshare.backend")
 def request_module(api_key: int, version: int) -> ModuleType:
     """The kio payload module of one request version (nested classes live there)."""
     return load_payload_module(api_key, version, EntityType.request)
+
+
+@functools.cache
+def request_class(api_key: int, version: int) -> Any:
+    """kio's request class of one version (what a hand-written body's header and answer follow)."""
+    return load_request_schema(api_key, version)
 
 
 def make(cls: type, **kwargs: Any) -> Any:
@@ -139,21 +145,24 @@ async def send(client: Any, node: int, request: KioRequest, **kwargs: Any) -> An
 
 
 class _KioStruct:
-    """The prepared request aiokafka's connection encodes and matches responses against."""
+    """The prepared request aiokafka's connection encodes and matches responses against: a kio
+    entity, or a body already written (``cls`` then names the request's kio class)."""
 
-    __slots__ = ("entity", "RESPONSE_TYPE", "_response_cls")
+    __slots__ = ("entity", "RESPONSE_TYPE", "_response_cls", "_cls", "_body")
 
-    def __init__(self, entity: Any, versions: dict[int, tuple[int, int]]) -> None:
+    def __init__(self, entity: Any, versions: dict[int, tuple[int, int]], *, cls: Any = None,
+                 body: bytes | None = None) -> None:
         self.entity = entity
-        cls: Any = type(entity)
+        self._cls = cls = cls if cls is not None else type(entity)
+        self._body = body
         self._response_cls = response_class_of(cls)  # cached: kio resolves its import path on every call
-        self.RESPONSE_TYPE = _ResponseDecoder(self._response_cls, entity.__api_key__, entity.__version__, versions)
+        self.RESPONSE_TYPE = _ResponseDecoder(self._response_cls, cls.__api_key__, cls.__version__, versions)
 
     def build_request_header(self, correlation_id: int, client_id: str) -> _Encoded:
-        return _Encoded(request_header(self.entity, correlation_id, client_id))
+        return _Encoded(header_of(self._cls, correlation_id, client_id))
 
     def encode(self) -> bytes:
-        return request_body(self.entity)
+        return self._body if self._body is not None else request_body(self.entity)
 
     def parse_response_header(self, buf: io.BytesIO) -> Any:
         view = buf.getbuffer().toreadonly()
@@ -165,7 +174,7 @@ class _KioStruct:
         return header
 
     def __repr__(self) -> str:  # aiokafka logs requests at debug level
-        return f"<kio {type(self.entity).__name__} v{self.entity.__version__}>"
+        return f"<kio {self._cls.__name__} v{self._cls.__version__}>"
 
 
 class KioRequest:
@@ -174,10 +183,14 @@ class KioRequest:
     ``versions`` is the range kshare knows how to build and read, highest preferred.
     """
 
-    def __init__(self, api_key: int, versions: range, build: Builder) -> None:
+    def __init__(self, api_key: int, versions: range, build: Builder | None = None,
+                 body: Callable[[int], bytes] | None = None) -> None:
+        if (build is None) == (body is None):
+            raise TypeError("KioRequest takes a build or a body")
         self.API_KEY = api_key
         self._versions = versions
         self._build = build
+        self._body = body  # ``body(version) -> bytes``: the body written by hand (no entity built)
         self.version: int | None = None
 
     def prepare(self, broker_versions: dict[int, tuple[int, int]]) -> _KioStruct:
@@ -189,5 +202,9 @@ class KioRequest:
                 f"backend supports api {self.API_KEY} v{low}..v{high}; kshare needs "
                 f"v{self._versions.start}..v{self._versions.stop - 1}",
             )
-        self.version = max(usable)
-        return _KioStruct(self._build(request_module(self.API_KEY, self.version), self.version), broker_versions)
+        self.version = version = max(usable)
+        if self._body is not None:
+            return _KioStruct(None, broker_versions, cls=request_class(self.API_KEY, version),
+                              body=self._body(version))
+        assert self._build is not None
+        return _KioStruct(self._build(request_module(self.API_KEY, version), version), broker_versions)

@@ -28,7 +28,8 @@ the owner rule (docs/persistence.md) as a second line behind the broker's fence.
 
 aiokafka's producer cannot send a non-transactional batch under a transactional id, so this
 sends Produce and InitProducerId itself — kio request types over aiokafka's client (its
-connections, metadata, security), aiokafka's record-batch builder for the batch.
+connections, metadata, security), aiokafka's record-batch builder for the batch; the Produce
+body of the one batch is written by hand (protocol/produce.py).
 """
 
 from __future__ import annotations
@@ -47,10 +48,11 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from kshare_sidecar.backend.kio_bridge import KioRequest, make
 from kshare_sidecar.backend.kio_bridge import send as kio_send
+from kshare_sidecar.protocol.produce import FIRST_VERSION, LAST_VERSION, produce_body
 
 log = logging.getLogger("kshare_sidecar.persist.topic")
 
-PRODUCE_API, PRODUCE_VERSIONS = 0, range(3, 13)  # v13 names topics by id
+PRODUCE_API, PRODUCE_VERSIONS = 0, range(FIRST_VERSION, LAST_VERSION + 1)  # v13 names topics by id
 INIT_PRODUCER_ID_API, INIT_PRODUCER_ID_VERSIONS = 22, range(0, 6)
 
 # Kafka error codes met on this path (names as in Kafka's Errors).
@@ -216,13 +218,10 @@ class EpochWriter:
     async def _deliver(self, batch: bytes, count: int) -> int:
         """Send until the leader answers definitively (retriable errors and lost connections are
         retried with the same bytes, so the same sequence). The caller bounds the time."""
-        timeout = datetime.timedelta(milliseconds=self.request_timeout_ms)
         tp = self.tp
 
-        def build(module: Any, _version: int) -> Any:
-            return make(module.ProduceRequest, transactional_id=None, acks=-1, timeout=timeout, topic_data=(
-                make(module.TopicProduceData, name=tp.topic, partition_data=(
-                    make(module.PartitionProduceData, index=tp.partition, records=batch),)),))
+        def body(version: int) -> bytes:  # written by hand: no kio entities per write (protocol/produce.py)
+            return produce_body(version, tp.topic, tp.partition, batch, acks=-1, timeout_ms=self.request_timeout_ms)
 
         backoff = RETRY_BACKOFF_S
         while True:
@@ -233,7 +232,7 @@ class EpochWriter:
                 await asyncio.sleep(backoff)
                 continue
             try:
-                response = await kio_send(self.client, node, KioRequest(PRODUCE_API, PRODUCE_VERSIONS, build))
+                response = await kio_send(self.client, node, KioRequest(PRODUCE_API, PRODUCE_VERSIONS, body=body))
             except KafkaError as exc:  # connection lost or request timed out: same batch again
                 log.debug("%r: produce: %r", self, exc)
                 await asyncio.sleep(backoff)

@@ -66,7 +66,11 @@ def request_header(request: Any, correlation_id: int, client_id: str | None) -> 
     Byte for byte kio's (tests/unit/protocol/test_request_header.py): v0 the three ints; v1 and v2
     add ``client_id`` as a nullable *non-compact* string (it stays one in flexible headers);
     v2 ends with an empty tagged-field section."""
-    cls = type(request)
+    return header_of(type(request), correlation_id, client_id)
+
+
+def header_of(cls: Any, correlation_id: int, client_id: str | None) -> bytes:
+    """The request header of a request of kio class ``cls`` (a body written without an entity)."""
     return _HEADER.pack(cls.__api_key__, cls.__version__, correlation_id) + \
         _header_tail(cls.__header_schema__.__version__, client_id)
 
