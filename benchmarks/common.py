@@ -318,6 +318,7 @@ class CpuMeter:
         return self
 
     def stop(self) -> dict[str, float | None]:
+        """CPU seconds since ``start()`` (also usable as a lap: the meter keeps running)."""
         out: dict[str, float | None] = {}
         for name, pid in self._pids.items():
             now, then = process_cpu_s(pid), self._start.get(name)

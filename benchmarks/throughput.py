@@ -16,8 +16,10 @@ every scenario alike). Everything (brokers, sidecar, consumers) shares one machi
 
 The cost of a record: CPU seconds per million records of the sidecar process and of the backend
 broker's JVM (every scenario: the backend broker behind kshare, the native 4.x broker), from
-/proc over the whole consume (group join included, the same for every scenario), and "total
-server CPU per record" = (sidecar + its backend) ÷ native broker. The sidecar's read path from
+/proc over the whole consume (group join included, the same for every scenario) and again from
+the first record on (the window the rate is taken over: the join and the first requests' one-time
+work left out, and printed apart as "CPU before the first record"), and "total server CPU per
+record" = (sidecar + its backend) ÷ native broker, for both windows. The sidecar's read path from
 its /metrics: read amplification, record bytes copied in the sidecar per byte delivered
 (``kshare_record_bytes_copied_total``: every copy of record bytes in user space; receiving from
 and sending to sockets is not counted), backend Fetches, ShareFetches.
@@ -116,13 +118,17 @@ def consume(kind: str, bootstrap: str, group: str, topic: str, target: int, time
         p.start()
     deadline = time.monotonic() + timeout_s
     end = None
+    at_first: dict[str, float | None] | None = None  # CPU until the first record: the group's start
     while time.monotonic() < deadline:
         if stop.wait(0.01):
             end = time.monotonic()
             break
+        if at_first is None and first_ts.value:
+            at_first = cpu.stop()
     else:
         stop.set()
     used = cpu.stop()
+    at_first = at_first or {name: 0.0 for name in used}
     got = total.value
     end = end or time.monotonic()
     for p in procs:
@@ -133,9 +139,15 @@ def consume(kind: str, bootstrap: str, group: str, topic: str, target: int, time
     rps = got / elapsed
     per_1m = {f"{name}_cpu_s_per_1m_records": round(s / got * 1e6, 2) if s is not None and got else None
               for name, s in used.items()}
+    # the same CPU from the first record on (the window the rate is taken over): what a record
+    # costs once the group runs, without the join and the first requests' one-time work
+    start = {f"{name}_cpu_s_before_first_record": at_first.get(name) for name in used}
+    steady = {f"{name}_cpu_s_per_1m_records_steady":
+              round((s - (at_first.get(name) or 0.0)) / got * 1e6, 2) if s is not None and got else None
+              for name, s in used.items()}
     return {"records": got, "seconds": round(elapsed, 3), "records_per_s": round(rps, 1),
             "mb_per_s": round(rps * record_bytes / 1e6, 2), "complete": got >= target,
-            "loadavg_before": load, "cpu_s": used, **per_1m}
+            "loadavg_before": load, "cpu_s": used, **per_1m, **start, **steady}
 
 
 def kshare_consume(sc: SidecarProcess, broker, group: str, topic: str, target: int, timeout_s: float,
@@ -259,22 +271,23 @@ def summarize(results: dict, kinds: list[str], names: dict[str, str]) -> dict:
         a, b = results.get(x, {}).get(field), results.get(y, {}).get(field)
         return round(a / b, 3) if a and b else None
 
-    def server_cpu(name: str) -> float | None:
+    def server_cpu(name: str, window: str = "") -> float | None:
         r = results.get(name)
         if r is None:
             return None
-        parts = [r.get("sidecar_cpu_s_per_1m_records"), r.get("backend_broker_cpu_s_per_1m_records")]
+        parts = [r.get(f"sidecar_cpu_s_per_1m_records{window}"), r.get(f"backend_broker_cpu_s_per_1m_records{window}")]
         return round(sum(p for p in parts if p is not None), 2) if parts[1] is not None else None
 
     out: dict = {"ratio_kshare_to_native": ratio(names["a"], names["c"]),
                  "ratio_kshare_on_4_to_native": ratio(names["b"], names["c"])}
-    for key in "ab":
-        total, native = server_cpu(names[key]), server_cpu(names["c"])
-        if total is not None and native:
-            out[f"server_cpu_per_1m_{key}_s"] = total
-            out[f"ratio_server_cpu_{key}_to_native"] = round(total / native, 2)
-    if "c" in {k for k, n in names.items() if n in results}:
-        out["server_cpu_per_1m_native_s"] = server_cpu(names["c"])
+    for window in ("", "_steady"):
+        for key in "ab":
+            total, native = server_cpu(names[key], window), server_cpu(names["c"], window)
+            if total is not None and native:
+                out[f"server_cpu_per_1m_{key}_s{window}"] = total
+                out[f"ratio_server_cpu_{key}_to_native{window}"] = round(total / native, 2)
+        if "c" in {k for k, n in names.items() if n in results}:
+            out[f"server_cpu_per_1m_native_s{window}"] = server_cpu(names["c"], window)
     if "asyncio" in kinds:
         out["ratio_asyncio_kshare_to_native_asyncio"] = ratio(names["a"] + "_asyncio", names["c"] + "_asyncio")
         out["ratio_asyncio_to_confluent"] = {
@@ -333,9 +346,13 @@ def main() -> None:
         print(f"({key}) {size:>5} B {name:<28} {r['records']:>9} records in {r['seconds']:>7.2f} s  "
               f"{r['records_per_s']:>10,.0f} rec/s  {r['mb_per_s']:>7.2f} MB/s  load {r['loadavg_before'][:1]}"
               + ("" if r["complete"] else "  INCOMPLETE (timed out)"), flush=True)
-        cpu = "  ".join(f"{k.removesuffix('_cpu_s_per_1m_records')} {v} s" for k, v in r.items()
+        cpu = "  ".join(f"{k.removesuffix('_cpu_s_per_1m_records')} {v} s "
+                        f"({r.get(k + '_steady')} s from the first record)" for k, v in r.items()
                         if k.endswith("_cpu_s_per_1m_records") and v is not None)
         print(f"    CPU per 1M records: {cpu}", flush=True)
+        before = "  ".join(f"{k.removesuffix('_cpu_s_before_first_record')} {v} s" for k, v in r.items()
+                           if k.endswith("_cpu_s_before_first_record") and v is not None)
+        print(f"    CPU before the first record (join, first requests): {before}", flush=True)
         if "sidecar" in r:
             f = r["sidecar"]
             print(f"    read amplification {f['read_amplification']}, bytes copied per byte delivered "
@@ -401,7 +418,9 @@ def main() -> None:
         line = f"{size:>5} B: kshare on {backend} ÷ native {native} {s['ratio_kshare_to_native']}"
         if "server_cpu_per_1m_a_s" in s:
             line += (f"; server CPU per 1M records: kshare + {backend} broker {s['server_cpu_per_1m_a_s']} s, native "
-                     f"{s['server_cpu_per_1m_native_s']} s, ratio {s['ratio_server_cpu_a_to_native']}")
+                     f"{s['server_cpu_per_1m_native_s']} s, ratio {s['ratio_server_cpu_a_to_native']} "
+                     f"(from the first record: {s.get('server_cpu_per_1m_a_s_steady')} s, "
+                     f"{s.get('server_cpu_per_1m_native_s_steady')} s, ratio {s.get('ratio_server_cpu_a_to_native_steady')})")
         print(line, flush=True)
     summary = {"scenario": "throughput", "records": n, "record_sizes": sizes, "partitions": PARTITIONS,
                "consumers": CONSUMERS, "machine": machine(), "backend": backend, "native": native,
