@@ -16,28 +16,32 @@ from dataclasses import asdict, dataclass, field
 class UnitCosts:
     """What one unit of work costs a sidecar (CPU seconds are user + system of its process)."""
 
-    #: sidecar CPU seconds per million records delivered and acknowledged, at 100 B and at 1 KiB
-    #: (interpolated linearly in between, extrapolated beyond)
-    cpu_s_per_1m_records_100b: float = 0.72
-    cpu_s_per_1m_records_1kib: float = 2.17
+    #: sidecar CPU per ShareFetch that delivers records, with the acknowledgement of them (carried
+    #: by the member's next ShareFetch) and its state write: the cost of a request, whatever it carries
+    cpu_us_per_share_fetch: float = 490.0
+    #: sidecar CPU seconds per million records delivered and acknowledged beyond their ShareFetches
+    #: (the bytes' way through the sidecar), at 100 B and at 1 KiB (interpolated linearly in
+    #: between, extrapolated beyond)
+    cpu_s_per_1m_records_100b: float = 0.29
+    cpu_s_per_1m_records_1kib: float = 0.85
     #: the records' CPU grows by this share of itself for each sidecar of a cluster beyond the first
-    #: (measured on a quiet host: x0.91-0.99 with 2, x1.25-1.46 with 3 — a sidecar leading one of
-    #: 4 partitions pays per event-loop wake-up); counted up to ``cluster_growth_measured_up_to``
-    #: sidecars and assumed flat beyond (not measured)
-    cluster_record_cost_growth: float = 0.15
+    #: (measured on a quiet host: x1.35-1.52 with 3 — a sidecar leading one of 4 partitions pays
+    #: per event-loop wake-up); counted up to ``cluster_growth_measured_up_to`` sidecars and
+    #: assumed flat beyond (not measured)
+    cluster_record_cost_growth: float = 0.22
     cluster_growth_measured_up_to: int = 3
     #: CPU per ShareGroupHeartbeat answered (steady state: nothing changed)
-    cpu_us_per_heartbeat: float = 300.0
+    cpu_us_per_heartbeat: float = 220.0
     #: CPU of a sidecar doing nothing (timers, its backend probe, a cluster's membership and tail)
-    idle_cpu_share: float = 0.01
+    idle_cpu_share: float = 0.005
     #: resident memory of a sidecar holding nothing
-    rss_base_mb: float = 73.0
+    rss_base_mb: float = 63.0
     #: per share-partition with state (initialized), held by every sidecar owning its state partition
-    bytes_per_share_partition: float = 740.0
+    bytes_per_share_partition: float = 622.0
     #: more per share-partition loaded in memory (fetched from in the last share.partition.idle.eviction.ms)
-    bytes_per_loaded_share_partition: float = 1270.0
+    bytes_per_loaded_share_partition: float = 1400.0
     #: per group member (coordinator state, its record, its connection)
-    kb_per_member: float = 18.6
+    kb_per_member: float = 11.4
     #: the read cache's bound (ShareLogReader): counted in full
     read_cache_mb: float = 64.0
     #: state-topic records written per share-partition acknowledged in one request, and their size
@@ -47,9 +51,10 @@ class UnitCosts:
     #: records in the state topic: an initialization and a claim each before compaction), wall
     #: seconds after a kill -9 on a core of its own (a clean restart is about a third faster)
     startup_s: float = 0.9
-    replay_s_per_10k_share_partitions: float = 0.87
+    replay_s_per_10k_share_partitions: float = 0.48
     #: where these figures come from
-    source: str = "benchmarks/scale.py, cluster.py and throughput.py on a quiet 2-vCPU host, 2026-11-30 (docs/capacity.md)"
+    source: str = ("benchmarks/share_fetch_cost.py, throughput.py, scale.py and cluster.py on a quiet 2-vCPU host, "
+                   "2026-11-30 (docs/capacity.md)")
 
     def cluster_factor(self, sidecars: int) -> float:
         """What a record costs in a cluster of ``sidecars`` over what it costs on one."""
@@ -101,7 +106,9 @@ def plan(w: Workload, costs: UnitCosts | None = None, *, target_utilization: flo
     active = w.share_partitions if w.active_share_partitions is None else min(w.active_share_partitions,
                                                                                w.share_partitions)
     heartbeats = w.members * 1000 / w.heartbeat_interval_ms if w.heartbeat_interval_ms > 0 else 0.0
-    records_cpu = w.records_per_s * c.cpu_s_per_1m_records(w.record_bytes) / 1e6
+    fetches = w.records_per_s / w.records_per_fetch if w.records_per_fetch > 0 else 0.0
+    records_cpu = (w.records_per_s * c.cpu_s_per_1m_records(w.record_bytes) / 1e6
+                   + fetches * c.cpu_us_per_share_fetch / 1e6)
     heartbeat_cpu = heartbeats * c.cpu_us_per_heartbeat / 1e6
 
     def work(sidecars: int) -> float:  # cores, summed over ``sidecars`` serving the workload
@@ -122,7 +129,6 @@ def plan(w: Workload, costs: UnitCosts | None = None, *, target_utilization: flo
         if (fits_cpu and fits_mem and n > spare) or n >= 10_000:
             break
         n += 1
-    fetches = w.records_per_s / w.records_per_fetch if w.records_per_fetch > 0 else 0.0
     state_records = fetches * w.partitions_per_fetch * c.state_records_per_ack
     replay_total = c.replay_s_per_10k_share_partitions * w.share_partitions / 10_000
     return Plan(
@@ -134,7 +140,8 @@ def plan(w: Workload, costs: UnitCosts | None = None, *, target_utilization: flo
         heartbeats_per_s=round(heartbeats, 1),
         recovery_s_restart=round(c.startup_s + replay_total / n, 2),
         recovery_s_takeover=round(replay_total / n, 2),
-        breakdown={"records_cpu_cores": round(records_cpu * c.cluster_factor(n), 3), "heartbeat_cpu_cores": round(heartbeat_cpu, 3),
+        breakdown={"records_cpu_cores": round(records_cpu * c.cluster_factor(n), 3),
+                   "share_fetches_per_s": round(fetches, 1), "heartbeat_cpu_cores": round(heartbeat_cpu, 3),
                    "idle_cpu_cores": round(n * c.idle_cpu_share, 3),
                    "share_partition_and_member_mb": round(shared_mb, 1), "costs": asdict(c)})
 
@@ -147,7 +154,8 @@ def fmt(p: Plan) -> list[str]:
     return [
         f"sidecars:            {p.sidecars} (each {p.cpu_share_per_sidecar:.0%} of a core; "
         f"{p.cpu_share_after_failure:.0%} with the spare down)",
-        f"CPU:                 {p.cores} cores in all ({p.breakdown['records_cpu_cores']} records, "
+        f"CPU:                 {p.cores} cores in all ({p.breakdown['records_cpu_cores']} records in "
+        f"{p.breakdown['share_fetches_per_s']} ShareFetches/s, "
         f"{p.breakdown['heartbeat_cpu_cores']} heartbeats, {p.breakdown['idle_cpu_cores']} idle)",
         f"memory:              {p.memory_mb_per_sidecar} MB per sidecar, {p.memory_mb_total} MB in all "
         f"(read cache included)",

@@ -7,7 +7,8 @@ from typer.testing import CliRunner
 
 from kshare_sidecar.capacity import UnitCosts, Workload, plan
 
-COSTS = UnitCosts(cpu_s_per_1m_records_100b=2.0, cpu_s_per_1m_records_1kib=4.0, cluster_record_cost_growth=0.0,
+COSTS = UnitCosts(cpu_us_per_share_fetch=0.0, cpu_s_per_1m_records_100b=2.0, cpu_s_per_1m_records_1kib=4.0,
+                  cluster_record_cost_growth=0.0,
                   cpu_us_per_heartbeat=500,
                   idle_cpu_share=0.0, rss_base_mb=60, bytes_per_share_partition=1000,
                   bytes_per_loaded_share_partition=1000, kb_per_member=4, read_cache_mb=0,
@@ -28,6 +29,18 @@ def test_cpu_decides_the_number_of_sidecars_with_a_spare():
     assert p.cpu_share_per_sidecar == pytest.approx(0.4)
     assert p.cpu_share_after_failure == pytest.approx(0.6)
     assert plan(Workload(records_per_s=300_000), COSTS, target_utilization=0.6, spare=0).sidecars == 2
+
+
+def test_each_share_fetch_costs_its_own_cpu_beside_the_records():
+    costs = UnitCosts(**{**COSTS.__dict__, "cpu_us_per_share_fetch": 400.0})
+    # 10k records/s of 1 KiB: 0.04 cores for the records; in ShareFetches of 5 records, 2,000/s
+    # at 400 µs each are 0.8 cores more; of 500 records, 20/s: 0.008
+    small = plan(Workload(records_per_s=10_000, records_per_fetch=5), costs, spare=0)
+    large = plan(Workload(records_per_s=10_000, records_per_fetch=500), costs, spare=0)
+    assert small.breakdown["records_cpu_cores"] == pytest.approx(0.04 + 0.8)
+    assert large.breakdown["records_cpu_cores"] == pytest.approx(0.04 + 0.008)
+    assert small.breakdown["share_fetches_per_s"] == 2000
+    assert small.sidecars == 2 and large.sidecars == 1
 
 
 def test_heartbeats_count_members_over_their_interval():
