@@ -71,6 +71,7 @@ def run(sc: SidecarProcess, backend: str, keys: int, ordered: bool, records: int
 
     fetches, delivered = d("kshare_total_share_fetch_requests_total"), d("kshare_share_fetch_delivered_records_total")
     out["share_fetches"] = int(fetches)
+    out["share_acknowledges"] = int(d("kshare_total_share_acknowledgement_requests_total"))
     out["records_per_share_fetch"] = round(delivered / fetches, 2) if fetches else None
     out["sidecar_cpu_ms_per_1k_records"] = round(d("kshare_process_cpu_seconds_total") / max(out["records"], 1) * 1e6, 1)
     return out
@@ -168,6 +169,8 @@ def main() -> None:
 
     rows = []
     load_start = loadavg()
+    if args.pyspy:
+        args.out.mkdir(parents=True, exist_ok=True)  # py-spy writes its profiles there during the runs
     with KafkaBroker("3.9") as b39, SidecarProcess(b39.bootstrap, metrics_port=free_port()) as sc:
         for k in keys:
             for ordered in (False, True):
@@ -177,7 +180,7 @@ def main() -> None:
                 print(f"{k:>6} keys {r['mode']:<12} {r['records_per_s']:>8,.1f} rec/s  {r['records']} records in "
                       f"{r['seconds']} s{'' if r['complete'] else ' (cut at the cap)'}, "
                       f"{r['consumers_active']}/{CONSUMERS} consumers active, {r['records_per_share_fetch']} records "
-                      f"per ShareFetch, sidecar CPU {r['sidecar_cpu_ms_per_1k_records']} ms per 1k records, "
+                      f"per ShareFetch, {r['share_acknowledges']} ShareAcknowledges, sidecar CPU {r['sidecar_cpu_ms_per_1k_records']} ms per 1k records, "
                       f"load {r['loadavg_after']}", flush=True)
     ratios = {}
     for k in keys:
