@@ -57,7 +57,9 @@ class ShareLogReader:
         self.backend = backend
         self.cache = BatchCache(cache_bytes)
         self.read_ahead_enabled = read_ahead  # read.ahead.enable
-        self._reading_ahead: dict[LogKey, asyncio.Task[None]] = {}  # log key -> its read-ahead (read_cache.py)
+        #: log key -> its read-ahead in flight (read_cache.py): the task, the offset it reads from
+        #: and its isolation level
+        self._reading_ahead: dict[LogKey, tuple[asyncio.Task[None], int, int]] = {}
 
     async def read(self, slot: Slot, offset: int, isolation: int, budget: _Budget) -> FetchResult | None:
         """The bytes at ``offset``: the cached read covering it, else one backend Fetch sized by
@@ -72,7 +74,7 @@ class ShareLogReader:
         serving only the cached part cut a poll short wherever a cached read ended (through the
         sidecar, 20,000-record polls on 2 partitions averaged ~13.5k)."""
         log_key = (slot.key.topic_id, slot.key.partition)
-        result = self.cache.get(log_key, offset, isolation)
+        result = self.cache.get(log_key, offset, isolation) or await self._landed(log_key, offset, isolation)
         if result is None:
             return await self._fetch(slot, log_key, offset, isolation, budget)
         if _short_of(slot, result, offset, budget, isolation):
@@ -131,7 +133,8 @@ class ShareLogReader:
         backend read fails the cached read is served as it is; when the log start moved past its
         end, nothing of it is left to acquire (None, as :meth:`read`)."""
         after = cached.batches[-1].last_offset + 1
-        more = self.cache.get(log_key, after, isolation)  # a read-ahead starting there (promoted)
+        # a read-ahead starting there (promoted), landed or still in flight
+        more = self.cache.get(log_key, after, isolation) or await self._landed(log_key, after, isolation)
         if more is None:
             try:
                 more = await self._fetch(slot, log_key, after, isolation, budget)
@@ -162,8 +165,20 @@ class ShareLogReader:
         if self.cache.bytes + max(size, int(slot.bytes_per_batch)) > self.cache.max_bytes:
             return  # a read-ahead never evicts: bytes read and dropped unused are read amplification
         task = asyncio.ensure_future(self._read_ahead_into_cache(slot, log_key, end + 1, size, isolation))
-        self._reading_ahead[log_key] = task
+        self._reading_ahead[log_key] = (task, end + 1, isolation)
         task.add_done_callback(lambda _t: self._reading_ahead.pop(log_key, None))
+
+    async def _landed(self, log_key: LogKey, offset: int, isolation: int) -> FetchResult | None:
+        """The cached read at ``offset`` once the read-ahead in flight from at or before it has
+        landed; None when there is none (or it failed, or stopped short of ``offset``). The
+        acquisition that needs those bytes arrives while they are on their way whenever a
+        ShareFetch's round trip is shorter than a backend read — at 100 B records most of them
+        did — and reading them again cost a second backend round trip and the same bytes twice."""
+        pending = self._reading_ahead.get(log_key)
+        if pending is None or pending[2] != isolation or pending[1] > offset:
+            return None
+        await asyncio.wait((pending[0],))  # not cancelled with this request: the read is shared
+        return self.cache.get(log_key, offset, isolation)
 
     async def _read_ahead_into_cache(self, slot: Slot, log_key: LogKey, offset: int, size: int,
                                      isolation: int) -> None:
@@ -191,7 +206,7 @@ class ShareLogReader:
 
     async def close(self) -> None:
         """Stop background reads (the backend is closed after this)."""
-        tasks = list(self._reading_ahead.values())
+        tasks = [task for task, _, _ in self._reading_ahead.values()]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -126,6 +126,64 @@ async def test_a_read_ahead_entry_extends_without_a_backend_read():
     assert log.fetches == [] and got.batches[-1].last_offset == 159 and intact(got)
 
 
+class SlowLog(SizedLog):
+    """A SizedLog whose fetches wait for ``gate``: a read that is still on its way."""
+
+    def __init__(self, records: int) -> None:
+        super().__init__(records)
+        self.gate = asyncio.Event()
+
+    async def fetch(self, topic, partition, offset, *, max_bytes, max_wait_ms=0, isolation_level=0):
+        self.fetches.append((offset, max_bytes))
+        await self.gate.wait()
+        return read_log(offset, self.end, max_bytes)
+
+
+async def _reading_ahead_from_60(log: SlowLog, s: Slot) -> ShareLogReader:
+    """A reader whose read-ahead from offset 60 (after a read of 0..59) is in flight."""
+    reader = ShareLogReader(log, read_ahead=True)  # type: ignore[arg-type]
+    first = read_log(0, 1000, 6 * PER_BATCH * RECORD)
+    s.bytes_per_batch = float(PER_BATCH * RECORD)
+    s.partition.acquire("m", first.batches, 60)  # the window holds 0..59: its end is close
+    reader.read_ahead(s, first, 0)
+    await asyncio.sleep(0)
+    assert [offset for offset, _ in log.fetches] == [60]
+    return reader
+
+
+async def test_an_acquisition_waits_for_the_read_ahead_in_flight_instead_of_reading_again():
+    s, log = slot(window=100), SlowLog(1000)
+    reader = await _reading_ahead_from_60(log, s)
+    read = asyncio.ensure_future(reader.read(s, 60, 0, _Budget(40, 50_000_000)))
+    await asyncio.sleep(0.01)
+    assert not read.done()  # waiting for the read on its way, not reading again
+    log.gate.set()
+    got = await read
+    assert got is not None and got.batches[0].base_offset == 60 and intact(got)
+    assert [offset for offset, _ in log.fetches] == [60]  # the bytes were read once
+
+
+async def test_a_cancelled_acquisition_leaves_the_read_ahead_to_land():
+    s, log = slot(window=100), SlowLog(1000)
+    reader = await _reading_ahead_from_60(log, s)
+    read = asyncio.ensure_future(reader.read(s, 60, 0, _Budget(40, 50_000_000)))
+    await asyncio.sleep(0.01)
+    read.cancel()
+    log.gate.set()
+    await asyncio.sleep(0.01)
+    assert reader.cache.get((s.key.topic_id, 0), 60, 0) is not None  # landed in the cache all the same
+    assert len(log.fetches) == 1
+
+
+async def test_a_read_before_the_read_ahead_reads_itself():
+    s, log = slot(window=100), SlowLog(1000)
+    reader = await _reading_ahead_from_60(log, s)
+    log.gate.set()  # the read of 0.. must not wait for (or use) the read-ahead from 60
+    got = await reader.read(s, 0, 0, _Budget(40, 50_000_000))
+    assert got is not None and got.batches[0].base_offset == 0
+    assert [offset for offset, _ in log.fetches][:2] == [60, 0]
+
+
 async def test_the_joined_read_leaves_out_batches_below_the_window_start():
     s, log = slot(window=100), SizedLog(1000)
     reader = await reader_with(read_log(0, 1000, 6 * PER_BATCH * RECORD), log, s)
