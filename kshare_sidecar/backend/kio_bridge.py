@@ -32,11 +32,12 @@ from types import ModuleType
 from typing import Any
 
 from aiokafka.errors import KafkaError
-from kio.index import load_payload_module, load_request_schema
+from kio.index import load_payload_module
 from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
 
-from ..protocol.requests import header_of, read_response_header, reader, request_body, response_class_of
+from ..protocol.requests import (header_of, read_response_header, reader, request_body, request_class_of,
+                                 response_class_of)
 from .errors import BackendError
 
 Builder = Callable[[Any, int], Any]
@@ -48,12 +49,6 @@ log = logging.getLogger("kshare.backend")
 def request_module(api_key: int, version: int) -> ModuleType:
     """The kio payload module of one request version (nested classes live there)."""
     return load_payload_module(api_key, version, EntityType.request)
-
-
-@functools.cache
-def request_class(api_key: int, version: int) -> Any:
-    """kio's request class of one version (what a hand-written body's header and answer follow)."""
-    return load_request_schema(api_key, version)
 
 
 def make(cls: type, **kwargs: Any) -> Any:
@@ -204,7 +199,7 @@ class KioRequest:
             )
         self.version = version = max(usable)
         if self._body is not None:
-            return _KioStruct(None, broker_versions, cls=request_class(self.API_KEY, version),
+            return _KioStruct(None, broker_versions, cls=request_class_of(self.API_KEY, version),
                               body=self._body(version))
         assert self._build is not None
         return _KioStruct(self._build(request_module(self.API_KEY, version), version), broker_versions)

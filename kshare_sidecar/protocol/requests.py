@@ -20,7 +20,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from kio.index import load_response_from_request
+from kio.index import load_request_schema, load_response_from_request
 from kio.serial import entity_reader, entity_writer
 from kio.serial.readers import read_int16
 
@@ -42,6 +42,12 @@ def reader(cls: type) -> Reader:
 def writer(cls: type) -> Writer:
     """Cached kio writer: ``writer(cls)(io, entity)``."""
     return entity_writer(cls)
+
+
+@functools.cache
+def request_class_of(api_key: int, version: int) -> Any:  # a kio class: its ClassVars are not on `type`
+    """kio's request class for (key, version); kio's ``KioIndexError`` when it has none."""
+    return load_request_schema(api_key, version)
 
 
 @functools.cache

@@ -19,14 +19,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from kio.index import KioIndexError, load_request_schema, load_response_schema
+from kio.index import KioIndexError, load_response_schema
 from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16
 
 from ..protocol.constants import ApiKey
-from ..protocol.requests import decode_response, reader, request_frame, writer
+from ..protocol.requests import decode_response, reader, request_class_of, request_frame, writer
 from .errors import MalformedFrame, UnsupportedRequest
 from .framing import frame
 from .prescan import prescan
@@ -93,7 +93,7 @@ def peek(frame_bytes: bytes) -> RequestPeek:
 def request_class(api_key: int, api_version: int) -> Any:  # a kio class: its ClassVars are not on `type`
     """kio's request class for (key, version); :class:`UnsupportedRequest` when kio has none."""
     try:
-        return load_request_schema(api_key, api_version)
+        return request_class_of(api_key, api_version)
     except KioIndexError as exc:
         raise UnsupportedRequest(f"api key {api_key} version {api_version} is unknown") from exc
 
