@@ -159,31 +159,40 @@ class DelayedShareFetch:
         if not sp.can_acquire() or not self.partitions.serving or self.partitions.quiescing:
             return None
         params, budget = self.params, self.budget
+        ext = getattr(sp, "ext", None)  # ExtendedSharePartition: groups using kshare's extensions
+        key_ordering = ext is not None and ext.key_ordering
         async with slot.fetch_lock:  # members of one share-partition read the log one at a time
-            offset = sp.next_fetch_offset()
-            if offset is None:
-                return None
-            # records a lock expiry or a release made available go out again once that is written
-            if offset < sp.end_offset and (slot.unsaved or slot.dirty) and \
-                    not await self.partitions.made_durable(slot):
-                return None
-            result = await self.reader.read(slot, offset, self.isolation, budget)
-            if result is None or slot.dead or not self.partitions.serving:
-                return None  # given up or past the lease while reading (share/cache.py)
-            batches = _within_bytes(_acquirable(result.batches, offset, sp.speo + sp.free_locks), budget.bytes,
-                                    first=budget.bytes == params.max_bytes)
-            if not batches:
-                return None
-            acquired = sp.acquire(self.member_id, batches,  # BatchInfo: (base, last, producer, txn, control, ...)
-                                  budget.records, params.batch_size, mode=params.mode, fetch_offset=offset,
-                                  aborted_transactions=result.aborted_transactions if self.read_committed else None)
-            ext = getattr(sp, "ext", None)  # ExtendedSharePartition: groups using kshare's extensions
-            if acquired and ext is not None and ext.key_ordering:
+            # Under key ordering an acquisition may find only records whose keys are in flight
+            # (held back, nothing delivered): the next batches are tried at once, not after a park
+            # and a wake-up each, up to a bound that keeps one request from holding the loop long.
+            for _ in range(_KEY_ORDER_TRIES if key_ordering else 1):
+                offset = sp.next_fetch_offset()
+                if offset is None:
+                    return None
+                # records a lock expiry or a release made available go out again once that is written
+                if offset < sp.end_offset and (slot.unsaved or slot.dirty) and \
+                        not await self.partitions.made_durable(slot):
+                    return None
+                result = await self.reader.read(slot, offset, self.isolation, budget)
+                if result is None or slot.dead or not self.partitions.serving:
+                    return None  # given up or past the lease while reading (share/cache.py)
+                batches = _within_bytes(_acquirable(result.batches, offset, sp.speo + sp.free_locks), budget.bytes,
+                                        first=budget.bytes == params.max_bytes)
+                if not batches:
+                    return None
+                acquired = sp.acquire(self.member_id, batches,  # BatchInfo: (base, last, producer, txn, control, ...)
+                                      budget.records, params.batch_size, mode=params.mode, fetch_offset=offset,
+                                      aborted_transactions=result.aborted_transactions if self.read_committed else None)
+                if not acquired or not key_ordering:
+                    break
                 acquired = await keyorder.order(self.reader.backend, slot, self.member_id, acquired, result, batches)
                 if getattr(sp, "spared", 0):
-                    slot.wake()  # heads left for the other members: their parked fetches can take them
-        if not acquired:
+                    slot.wake_acquirers()  # heads left for the other members: their parked fetches can take them
+                if acquired or slot.dead or not sp.can_acquire():
+                    break
+        if not acquired or result is None:
             return None
+        slot.wake_acquirers()  # more may be there: the next parked fetch looks (it waits for the lock)
         self.reader.read_ahead(slot, result, self.isolation)
         self.partitions.track(slot)
         records = _slice(result.records, batches, acquired)
@@ -203,7 +212,7 @@ class DelayedShareFetch:
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
         for slot in slots:
-            slot.waiters.add(waiter)
+            slot.waiters[waiter] = None
         pending: list[asyncio.Future[None]] = [waiter]
         for slot in slots:
             offset = slot.partition.next_fetch_offset()
@@ -220,7 +229,12 @@ class DelayedShareFetch:
                 if fut.done() and not fut.cancelled():
                     fut.exception()  # retrieved: a failed long-poll just ends the wait
             for slot in slots:
-                slot.waiters.discard(waiter)
+                slot.waiters.pop(waiter, None)
+
+
+#: acquisitions one fetch tries in a row on a key-ordered share-partition while each finds only
+#: records whose keys are in flight
+_KEY_ORDER_TRIES = 16
 
 
 def _fail(out: dict[TopicIdPartition, PartitionOut], tp: TopicIdPartition, exc: PartitionError) -> None:

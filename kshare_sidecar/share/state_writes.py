@@ -85,7 +85,7 @@ class StateWrites:
                 group = slot.key.group_id
                 _METRICS.group_dead_lettered[group] = _METRICS.group_dead_lettered.get(group, 0) + sum(
                     last - first + 1 for first, last, _t in plan.runs)
-        slot.wake()
+        slot.wake_acquirers()
         self.track(slot)
         self._changed(slot)
         return slot.key, code
