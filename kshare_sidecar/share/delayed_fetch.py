@@ -186,9 +186,12 @@ class DelayedShareFetch:
                 if not acquired or not key_ordering:
                     break
                 acquired = await keyorder.order(self.reader.backend, slot, self.member_id, acquired, result, batches)
-                if getattr(sp, "spared", 0):
+                spared = getattr(sp, "spared", 0)
+                if spared:
                     slot.wake_acquirers()  # heads left for the other members: their parked fetches can take them
-                if acquired or slot.dead or not sp.can_acquire():
+                # tried again only when everything went into holds: heads beyond this member's
+                # share are the others' (trying again would acquire and give back the same ones)
+                if acquired or spared or slot.dead or not sp.can_acquire():
                     break
         if not acquired or result is None:
             return None

@@ -49,11 +49,6 @@ class Acquisition(InFlight):
         """Records the window may still grow by before max_record_locks (0 when full)."""
         return max(0, self._cap - (self._end - self._spso))
 
-    @property
-    def available_count(self) -> int:
-        """Records in the window a fetch may acquire again (AVAILABLE: released, expired, restored)."""
-        return self._available
-
     def can_acquire(self) -> bool:
         """Whether a fetch could acquire anything (re-available records, or room to grow the window)."""
         return self._available > 0 or self._end - self._spso < self._cap
