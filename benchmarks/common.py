@@ -3,7 +3,9 @@
 Kept free of scenario logic: argument defaults, the machine description, the kshare sidecar run
 as a subprocess, topic set-up, Prometheus scraping, CPU/load sampling and plot boilerplate.
 Importing this module puts the repository root on ``sys.path`` so ``kshare_sidecar`` and
-``tests.support`` import from a checkout.
+``tests.support`` import from a checkout — after any ``PYTHONPATH`` entries, so that
+``PYTHONPATH=<other checkout> python benchmarks/<scenario>.py`` measures that checkout's code —
+and the sidecars a scenario starts run the same code as the scenario (``SidecarProcess``).
 """
 
 from __future__ import annotations
@@ -23,9 +25,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+    # sys.path[0] is the script's folder, then PYTHONPATH's entries: they keep precedence (an
+    # installed editable kshare_sidecar would otherwise be the one measured whatever was asked)
+    given = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path.insert(min(len(sys.path), 1 + len(given)), str(ROOT))
 
+import kshare_sidecar  # noqa: E402
 from kshare_sidecar.testing.process import free_port  # noqa: E402,F401 - the harness's: never one port twice
+
+#: the checkout whose kshare_sidecar this process imported: the sidecars it starts run it too
+CODE_ROOT = Path(kshare_sidecar.__file__).resolve().parents[1]
 
 DEFAULT_OUT = Path(tempfile.gettempdir()) / "kshare-bench"
 
@@ -159,6 +168,7 @@ class SidecarProcess:
         full_env = dict(os.environ, KSHARE_SHARE_AUTO_OFFSET_RESET="earliest",
                         KSHARE_STATE_TOPIC_REPLICATION_FACTOR="1")
         full_env.update(env or {})
+        full_env["PYTHONPATH"] = os.pathsep.join([str(CODE_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
         if metrics_port:
             full_env["KSHARE_METRICS_PORT"] = str(metrics_port)
         # the kshare of the interpreter running the benchmark (its venv), else the one on PATH

@@ -41,6 +41,7 @@ Usage: python benchmarks/throughput.py [--quick] [--records N] [--record-size 10
 from __future__ import annotations
 
 import multiprocessing as mp
+import resource
 import sys
 import threading
 import time
@@ -70,11 +71,36 @@ def _count(n: int, total, first_ts, stop, target: int) -> None:
             stop.set()
 
 
-def _asyncio_worker(bootstrap: str, group: str, topic: str, total, first_ts, stop, target: int, ready) -> None:
+class _ClientCpu:
+    """A consumer process's CPU (every thread of it: librdkafka's too) from its first record on,
+    added to a value the processes share when it stops: the client's cost of a record."""
+
+    def __init__(self, shared) -> None:
+        self.shared, self.start = shared, None
+
+    @staticmethod
+    def _now() -> float:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+
+    def first_record(self) -> None:
+        if self.start is None:
+            self.start = self._now()
+
+    def report(self) -> None:
+        if self.start is not None:
+            with self.shared.get_lock():
+                self.shared.value += self._now() - self.start
+
+
+def _asyncio_worker(bootstrap: str, group: str, topic: str, total, first_ts, stop, target: int, ready,
+                    client_cpu) -> None:
     """kshare's asyncio ShareConsumer, implicit mode: each getmany accepts the previous batch."""
     import asyncio
 
     from kshare_sidecar.client import ShareConsumer
+
+    meter = _ClientCpu(client_cpu)
 
     async def run() -> None:
         async with ShareConsumer(topic, bootstrap_servers=bootstrap, group_id=group, acknowledgement_mode="implicit",
@@ -83,25 +109,30 @@ def _asyncio_worker(bootstrap: str, group: str, topic: str, total, first_ts, sto
             while not stop.is_set():
                 n = sum(len(records) for records in (await consumer.getmany(timeout_ms=500)).values())
                 if n:
+                    meter.first_record()
                     _count(n, total, first_ts, stop, target)
+            meter.report()
 
     asyncio.run(run())
 
 
 def _worker(kind: str, bootstrap: str, group: str, topic: str, total, first_ts, stop, target: int,
-            ready) -> None:
+            ready, client_cpu) -> None:
     if kind == "asyncio":
-        return _asyncio_worker(bootstrap, group, topic, total, first_ts, stop, target, ready)
+        return _asyncio_worker(bootstrap, group, topic, total, first_ts, stop, target, ready, client_cpu)
     from confluent_kafka import ShareConsumer
 
     consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group})
     consumer.subscribe([topic])
+    meter = _ClientCpu(client_cpu)
     ready.release()
     try:
         while not stop.is_set():
             n = sum(1 for m in consumer.poll(0.5) if not m.error())
             if n:
+                meter.first_record()
                 _count(n, total, first_ts, stop, target)
+        meter.report()
     finally:
         consumer.close()
 
@@ -111,8 +142,9 @@ def consume(kind: str, bootstrap: str, group: str, topic: str, target: int, time
     ctx = mp.get_context("spawn")
     load = loadavg()
     total, first_ts, stop, ready = ctx.Value("q", 0), ctx.Value("d", 0.0), ctx.Event(), ctx.Semaphore(0)
-    procs = [ctx.Process(target=_worker, args=(kind, bootstrap, group, topic, total, first_ts, stop, target, ready),
-                         daemon=True) for _ in range(CONSUMERS)]
+    client_cpu = ctx.Value("d", 0.0)
+    procs = [ctx.Process(target=_worker, args=(kind, bootstrap, group, topic, total, first_ts, stop, target, ready,
+                                               client_cpu), daemon=True) for _ in range(CONSUMERS)]
     cpu.start()
     for p in procs:
         p.start()
@@ -145,9 +177,12 @@ def consume(kind: str, bootstrap: str, group: str, topic: str, target: int, time
     steady = {f"{name}_cpu_s_per_1m_records_steady":
               round((s - (at_first.get(name) or 0.0)) / got * 1e6, 2) if s is not None and got else None
               for name, s in used.items()}
+    # reported by each consumer as it stops (after the join above)
+    clients = round(client_cpu.value / got * 1e6, 2) if got else None
     return {"records": got, "seconds": round(elapsed, 3), "records_per_s": round(rps, 1),
             "mb_per_s": round(rps * record_bytes / 1e6, 2), "complete": got >= target,
-            "loadavg_before": load, "cpu_s": used, **per_1m, **start, **steady}
+            "loadavg_before": load, "cpu_s": used, **per_1m, **start, **steady,
+            "consumers_cpu_s_per_1m_records_steady": clients}
 
 
 def kshare_consume(sc: SidecarProcess, broker, group: str, topic: str, target: int, timeout_s: float,
@@ -292,6 +327,10 @@ def summarize(results: dict, kinds: list[str], names: dict[str, str]) -> dict:
         out["ratio_asyncio_kshare_to_native_asyncio"] = ratio(names["a"] + "_asyncio", names["c"] + "_asyncio")
         out["ratio_asyncio_to_confluent"] = {
             names[k]: ratio(names[k] + "_asyncio", names[k]) for k in "abc" if names[k] in results}
+        # the client's cost of a record: asyncio ÷ confluent-kafka consumers' CPU per record
+        out["ratio_asyncio_to_confluent_consumer_cpu"] = {
+            names[k]: ratio(names[k] + "_asyncio", names[k], "consumers_cpu_s_per_1m_records_steady")
+            for k in "abc" if names[k] in results}
     return out
 
 
@@ -350,6 +389,8 @@ def main() -> None:
                         f"({r.get(k + '_steady')} s from the first record)" for k, v in r.items()
                         if k.endswith("_cpu_s_per_1m_records") and v is not None)
         print(f"    CPU per 1M records: {cpu}", flush=True)
+        print(f"    the {CONSUMERS} consumers' CPU per 1M records from each one's first record (all their "
+              f"threads): {r.get('consumers_cpu_s_per_1m_records_steady')} s", flush=True)
         before = "  ".join(f"{k.removesuffix('_cpu_s_before_first_record')} {v} s" for k, v in r.items()
                            if k.endswith("_cpu_s_before_first_record") and v is not None)
         print(f"    CPU before the first record (join, first requests): {before}", flush=True)

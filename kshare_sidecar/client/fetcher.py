@@ -191,11 +191,11 @@ class ShareConsumeRequestManager:
     def _records(self, topic: str, partition: int, data: bytes, ranges: list[tuple[int, int, int]]
                  ) -> list[ShareRecord]:
         """The records of ``data`` inside the acquired ``ranges`` (sorted), built straight from
-        aiokafka's C record reader: the one object per record is the ShareRecord asked for, made
-        as the tuple it is (no Python ``__new__`` per record); no headers are the shared ``()``."""
+        aiokafka's C record reader: the one object per record is the ShareRecord asked for (made
+        in C); no headers are the shared ``()``."""
         key_de, value_de = self.config.key_deserializer, self.config.value_deserializer
         out: list[ShareRecord] = []
-        append, new, cls = out.append, tuple.__new__, ShareRecord
+        append, new = out.append, ShareRecord
         i, n = 0, len(ranges)
         if not n:
             return out
@@ -212,9 +212,9 @@ class ShareConsumeRequestManager:
                     if offset < first:
                         continue  # someone else's: the broker sends whole batches
                     key, value, headers = r.key, r.value, r.headers
-                    append(new(cls, (topic, partition, offset, r.timestamp, r.timestamp_type,
-                                     key_de(key) if key_de else key, value_de(value) if value_de else value,
-                                     tuple(headers) if headers else (), count)))
+                    append(new(topic, partition, offset, r.timestamp, r.timestamp_type,
+                               key_de(key) if key_de else key, value_de(value) if value_de else value,
+                               tuple(headers) if headers else (), count))
         except (KafkaError, ValueError, UnicodeDecodeError) as exc:  # aiokafka's reader: a codec not installed,
             raise RecordDecodeError(str(exc)) from None                 # a record it cannot read
         return out

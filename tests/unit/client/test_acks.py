@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kshare_sidecar.client.acks import AckBatch, PartitionInFlight, RangesInFlight, ack_batches
@@ -166,3 +166,83 @@ def test_an_ack_replaced_by_a_new_acquisition_of_its_record_is_counted_as_supers
     inf.acknowledge(1, T.ACCEPT)
     inf.add_acquired([(0, 0, 2)], record_offsets=[0])
     assert inf.pending == {1: T.ACCEPT} and inf.acquired == {0: 2, 1: 1} and inf.superseded == 1
+
+
+class _NaiveInFlight:
+    """PartitionInFlight's rules one offset at a time (the model of the property test below)."""
+
+    def __init__(self) -> None:
+        self.acquired: dict[int, int] = {}
+        self.delivered: set[int] = set()
+        self.pending: dict[int, int] = {}
+        self.superseded = 0
+
+    def add_acquired(self, ranges, record_offsets) -> list[int]:
+        kept = []
+        for first, last, count in ranges:
+            for offset in range(first, last + 1):
+                if offset in record_offsets:
+                    self.acquired[offset] = count
+                    self.delivered.discard(offset)
+                    if self.pending.pop(offset, None) is not None:
+                        self.superseded += 1
+                    kept.append(offset)
+                else:
+                    self.pending[offset] = T.GAP
+        return sorted(kept)
+
+    def take_pending(self) -> dict[int, int]:
+        sent = dict(self.pending)
+        for offset in sent:
+            self.acquired.pop(offset, None)
+        self.pending.clear()
+        return sent
+
+
+_OFFSET = st.integers(0, 20)
+_OPS = st.lists(st.one_of(
+    st.tuples(st.just("acquire"), st.integers(0, 16), st.integers(0, 6), st.integers(1, 4),
+              st.frozensets(_OFFSET, min_size=2)),
+    st.tuples(st.just("deliver"), _OFFSET),
+    st.tuples(st.just("ack"), _OFFSET, st.sampled_from([1, 2, 3])),
+    st.tuples(st.just("accept"), st.frozensets(_OFFSET, max_size=3)),
+    st.tuples(st.just("take"))), max_size=30)
+
+
+@settings(max_examples=300)
+@given(_OPS)
+def test_partition_in_flight_agrees_with_a_model_that_walks_every_offset(ops):
+    """The books keep whole runs with set and dict operations; a model that takes every offset
+    one at a time must end every step in the same state, send the same acks and count the same
+    superseded ones."""
+    inf, model = PartitionInFlight(node=1), _NaiveInFlight()
+    for op in ops:
+        if op[0] == "acquire":
+            _, first, length, count, records = op
+            ranges = [(first, first + length, count)]
+            assert inf.add_acquired(ranges, records) == model.add_acquired(ranges, records)
+        elif op[0] == "deliver":
+            inf.deliver(op[1])
+            if op[1] in model.acquired:
+                model.delivered.add(op[1])
+        elif op[0] == "ack":
+            _, offset, kind = op
+            if offset in model.acquired:
+                inf.acknowledge(offset, kind)
+                model.pending[offset] = kind
+                model.delivered.discard(offset)
+            else:
+                with pytest.raises(AckStateError):
+                    inf.acknowledge(offset, kind)
+        elif op[0] == "accept":
+            inf.accept_delivered(op[1])
+            keep = model.delivered & op[1]
+            for offset in model.delivered - keep:
+                model.pending.setdefault(offset, int(T.ACCEPT))
+            model.delivered = keep
+        else:
+            batches = inf.take_pending()
+            sent = model.take_pending()
+            assert batches == ack_batches(sent)
+        assert (inf.acquired, inf.delivered, inf.pending, inf.superseded) == \
+            (model.acquired, model.delivered, model.pending, model.superseded)

@@ -8,11 +8,14 @@ import uuid
 
 import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from aiokafka.record.memory_records import MemoryRecords
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kio.serial import entity_reader, entity_writer
 
 from kshare_sidecar.client import protocol
 from kshare_sidecar.client.acks import AckBatch
-from kshare_sidecar.client.records import LOG_APPEND_TIME, RecordDecodeError, decode_batches
+from kshare_sidecar.client.records import LOG_APPEND_TIME, RecordDecodeError, batches, decode_batches
 
 
 def _batch(base: int, records, *, compression: int = 0, transactional: bool = False) -> bytes:
@@ -82,6 +85,53 @@ def test_corruption_is_detected():
         list(decode_batches(bytes(data)))
 
 
+_RECORDS = st.lists(st.tuples(st.none() | st.binary(max_size=8), st.none() | st.binary(max_size=64),
+                               st.just([])), min_size=1, max_size=5)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_RECORDS, min_size=1, max_size=3), st.sampled_from([0, 1]), st.data())
+def test_crc_check_agrees_with_aiokafka_and_catches_any_flipped_byte(groups, codec, data):
+    """The hardware CRC-32C check accepts exactly what aiokafka's own ``validate_crc`` accepts:
+    every batch as built, and no batch with one byte flipped anywhere the CRC covers (byte 21 on)."""
+    blob, base = b"", 0
+    for records in groups:
+        blob += _batch(base, records, compression=codec)
+        base += len(records)
+    assert sum(1 for _ in batches(blob)) == len(groups)
+    assert all(b.validate_crc() for b in _aiokafka_batches(blob))
+    starts, pos = [], 0
+    while pos < len(blob):
+        starts.append(pos)
+        pos += 12 + struct.unpack_from(">i", blob, pos + 8)[0]
+    which = data.draw(st.sampled_from(starts))
+    end = which + 12 + struct.unpack_from(">i", blob, which + 8)[0]
+    at = data.draw(st.integers(which + 17, end - 1))  # the CRC itself or anything it covers
+    bad = bytearray(blob)
+    bad[at] ^= data.draw(st.integers(1, 255))
+    with pytest.raises(RecordDecodeError):
+        list(decode_batches(bytes(bad)))
+    if at >= which + 21:  # aiokafka's check (where it can read the batch at all) says the same
+        try:
+            verdicts = [b.validate_crc() for b in _aiokafka_batches(bytes(bad))]
+        except Exception:  # noqa: BLE001 - a flipped length or count: aiokafka cannot walk it
+            return
+        assert not all(verdicts)
+
+
+def _aiokafka_batches(blob: bytes):
+    records, out = MemoryRecords(blob), []
+    while (batch := records.next_batch()) is not None:
+        out.append(batch)
+    return out
+
+
+def test_the_crc_check_can_be_turned_off():
+    data = bytearray(_batch(0, [(None, b"abc", [])]))
+    data[-2] ^= 0xFF
+    assert [r.value for r in decode_batches(bytes(data), check_crcs=False)] == [b"ab\x9c"]
+
+
 def _roundtrip(req):
     buf = io.BytesIO()
     entity_writer(type(req))(buf, req)
@@ -126,3 +176,18 @@ def test_requests_encode_with_a_header():
 
 def test_version_cap_forces_v1():
     assert protocol.negotiate({76: (1, 1), 78: (1, 2), 79: (1, 2)}, cap=1) == {76: 1, 78: 1, 79: 1}
+
+
+def test_share_records_are_frozen_and_never_tracked_by_the_garbage_collector():
+    import gc
+
+    from kshare_sidecar.client import ShareRecord
+
+    record = ShareRecord("t", 0, 5, 1_700_000_000_000, 0, None, b"v", (("h", b"1"),), 2)
+    assert not gc.is_tracked(record)  # a batch held across a collection never reaches the old generations
+    with pytest.raises(AttributeError):
+        record.offset = 6  # type: ignore[misc]
+    moved = record._replace(offset=6)
+    assert (moved.offset, moved.value, moved.headers, record.offset) == (6, b"v", (("h", b"1"),), 5)
+    assert record == ShareRecord("t", 0, 5, 1_700_000_000_000, 0, None, b"v", (("h", b"1"),), 2)
+    assert ShareRecord("t", 0, 1, 0, 0, None, None).headers == ()
