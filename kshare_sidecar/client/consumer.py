@@ -17,7 +17,11 @@ and :mod:`.fetcher` (Kafka's ShareConsumeRequestManager) moves the requests and 
   they are accepted only when the application asks again, and go with the fetch after. It waits
   for nothing (MaxWaitMs 0; an empty answer leaves the long poll to ``getmany``) and is one
   ShareFetch per node ahead at most, so the records it holds locked are at most one poll's
-  (``max_poll_records``); ``commit``, ``renew`` and ``close`` wait for it (a round trip);
+  (``max_poll_records``); ``commit``, ``renew`` and ``close`` wait for it (a round trip). One
+  that comes back empty turns it off for the next ``PREFETCH_BACKOFF_POLLS`` polls: the share-
+  partition's window is full of the records being handled (a producer batch larger than
+  ``share.partition.max.record.locks`` — 100-byte records — is acquired whole) or the log is
+  drained, and every fetch sent ahead would be a round trip for nothing;
 - one :class:`~.conn.NodeConn` per node (Metadata gives leaders and topic ids, FindCoordinator the
   coordinator); per node one lock serialises the share-session epochs;
 - ``close`` accepts (implicit mode), sends the final ShareAcknowledge (epoch -1: the broker
@@ -46,6 +50,10 @@ from .security import client_security
 from .session import FINAL_EPOCH
 
 log = logging.getLogger("kshare.client")
+
+#: polls without a fetch sent ahead after one came back empty: a window-bound consumer (100-byte
+#: records; docs/benchmarks.md) wastes one round trip in this many + 1 polls, not in every one
+PREFETCH_BACKOFF_POLLS = 8
 
 
 class ShareConsumer:
@@ -93,6 +101,7 @@ class ShareConsumer:
         #: the ShareFetch sent ahead while the application handles what getmany returned
         self._prefetch_enabled = prefetch and not offsets_only
         self._prefetch: asyncio.Task[bool] | None = None
+        self._prefetch_skips = 0  # polls left without a fetch sent ahead (one came back empty)
         #: handed out by ``getmany`` to ``getone`` / ``async for``, not yielded yet
         self._iter: collections.deque[ShareRecord] = collections.deque()
         self._fatal: Exception | None = None
@@ -205,7 +214,10 @@ class ShareConsumer:
         limit = max_records or self._max_poll_records
         out = await self._poll(timeout_ms, lambda: self._requests.drain(limit))
         if out and not self._requests.buffer and self._prefetch_enabled:
-            self._prefetch = asyncio.ensure_future(self._requests.fetch(self._assigned, 0))
+            if self._prefetch_skips:
+                self._prefetch_skips -= 1
+            else:
+                self._prefetch = asyncio.ensure_future(self._requests.fetch(self._assigned, 0))
         return out
 
     async def getranges(self, timeout_ms: int = 0) -> dict[TopicPartition, list[tuple[int, int, int]]]:
@@ -304,6 +316,8 @@ class ShareConsumer:
         task, self._prefetch = self._prefetch, None
         if task is not None:
             await task
+            if not self._requests.buffer:  # nothing was there to take ahead: stop trying for a while
+                self._prefetch_skips = PREFETCH_BACKOFF_POLLS
 
     def _tp(self, record: ShareRecord) -> Tp:
         topic_id = self._cluster.ids.get(record.topic)

@@ -321,6 +321,41 @@ async def test_prefetch_sends_the_next_fetch_without_the_acks_of_the_batch_being
     assert len(b.requests("ShareFetchRequest")) == 3  # one fetch ahead at most, none after close
 
 
+class FullWindowBroker(StreamingBroker):
+    """Hands out the next three records only once the previous three are acknowledged: the share-
+    partition's window is full of the records being handled (a producer batch larger than
+    share.partition.max.record.locks is acquired whole), so a fetch sent ahead finds nothing."""
+
+    def ShareFetchRequest(self, port, req):
+        if self.next and not _acked(req):
+            return sf.ShareFetchResponse(throttle_time=_ms * 0, error_code=ErrorCode.none,
+                                         acquisition_lock_timeout=_ms * 30000, responses=(
+                                             sf.ShareFetchableTopicResponse(topic_id=T, partitions=(self._part(),)),),
+                                         node_endpoints=())
+        return super().ShareFetchRequest(port, req)
+
+
+async def test_a_fetch_sent_ahead_that_finds_nothing_pauses_fetching_ahead(monkeypatch):
+    from kshare_sidecar.client.consumer import PREFETCH_BACKOFF_POLLS
+
+    b = FullWindowBroker()
+    monkeypatch.setattr(cluster_mod, "NodeConn", lambda node, host, port, *a, **kw: FakeConn(b, node, host, port))
+    c = ShareConsumer("t", bootstrap_servers="fake:1", group_id="g", retry_backoff_ms=5)
+    await c.start()
+    polls = PREFETCH_BACKOFF_POLLS + 3
+    got = []
+    for _ in range(polls):
+        got += [r.offset for recs in (await c.getmany(timeout_ms=2000)).values() for r in recs]
+        await asyncio.sleep(0.01)  # the application works: a fetch ahead goes out meanwhile
+    assert got == list(range(3 * polls))  # every record, in order: nothing lost or repeated
+    fetches = b.requests("ShareFetchRequest")
+    empty = [f for f in fetches if not _acked(f) and f is not fetches[0]]
+    # one empty fetch ahead, then the backoff's polls fetch only when asked, then one more try
+    assert len(empty) == 2, [len(_acked(f)) for f in fetches]
+    assert len(fetches) == polls + len(empty)
+    await c.close()
+
+
 async def test_without_prefetch_each_fetch_waits_for_getmany(monkeypatch):
     b = StreamingBroker()
     monkeypatch.setattr(cluster_mod, "NodeConn", lambda node, host, port, *a, **kw: FakeConn(b, node, host, port))
