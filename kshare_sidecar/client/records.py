@@ -109,8 +109,7 @@ def batches(data: bytes | bytearray | memoryview, *, check_crcs: bool = True) ->
             raise RecordDecodeError(f"record batch at byte {pos} has impossible length {length}")
         # The CRC is checked here, with the crc32c package (kio's dependency: SSE 4.2 / ARMv8
         # instructions where the CPU has them), not with aiokafka's ``validate_crc``, a table
-        # lookup per byte: at 1 KiB records that was ~0.5 µs a record, a fifth of the consumer's
-        # CPU per record against ~0.02 µs here.
+        # lookup per byte: ~0.55 µs a 1 KiB record, more than building the record; ~0.02 µs here.
         if check_crcs and crc32c(view[pos + 21:end]) != _CRC(buf, pos + 17)[0]:
             (base_offset,) = _BASE(buf, pos)
             raise RecordDecodeError(f"record batch at offset {base_offset} fails its CRC check")
