@@ -168,7 +168,8 @@ class SidecarProcess:
         full_env = dict(os.environ, KSHARE_SHARE_AUTO_OFFSET_RESET="earliest",
                         KSHARE_STATE_TOPIC_REPLICATION_FACTOR="1")
         full_env.update(env or {})
-        full_env["PYTHONPATH"] = os.pathsep.join([str(CODE_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
+        given = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        full_env["PYTHONPATH"] = os.pathsep.join([str(CODE_ROOT), *given])  # the code this scenario imported
         if metrics_port:
             full_env["KSHARE_METRICS_PORT"] = str(metrics_port)
         # the kshare of the interpreter running the benchmark (its venv), else the one on PATH

@@ -76,10 +76,13 @@ class _ClientCpu:
     added to a value the processes share when it stops: the client's cost of a record."""
 
     def __init__(self, shared) -> None:
-        self.shared, self.start = shared, None
+        self.shared = shared
+        self.start: float | None = None
 
     @staticmethod
     def _now() -> float:
+        # getrusage, not common.process_cpu_s (/proc, in clock ticks): a consumer's share of a
+        # run is a few tenths of a second, where 10 ms ticks at each end would be a few per cent
         usage = resource.getrusage(resource.RUSAGE_SELF)
         return usage.ru_utime + usage.ru_stime
 
