@@ -55,6 +55,7 @@ from common import (  # noqa: E402
     PySpy,
     SidecarProcess,
     base_parser,
+    context_switches,
     finish,
     free_port,
     loadavg,
@@ -76,13 +77,9 @@ def _children_cpu_s() -> float:
 
 
 def _switches(pid: int) -> int:
-    """Context switches of a process so far, voluntary + involuntary (from /proc): one voluntary
-    switch per wait of its event loop, so they count the loop's wake-ups."""
-    out = 0
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
-            out += int(line.split()[1])
-    return out
+    """Context switches of a process so far, voluntary + involuntary: the voluntary ones count its
+    event loop's wake-ups."""
+    return sum(context_switches(pid))
 
 
 def _user_system(pid: int) -> tuple[float, float]:

@@ -311,6 +311,20 @@ def process_user_system_s(pid: int | None) -> tuple[float, float] | None:
     return int(fields[11]) / _TICKS, int(fields[12]) / _TICKS
 
 
+def context_switches(pid: int) -> tuple[int, int]:
+    """Voluntary and involuntary context switches of a process's main thread so far (from /proc).
+    A sidecar's event loop runs there and gives up the CPU voluntarily once per wait in epoll, so
+    the voluntary count is the loop's wake-ups; the involuntary, the times another process took
+    the core from it."""
+    vol = invol = 0
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("voluntary_ctxt_switches"):
+            vol = int(line.split()[1])
+        elif line.startswith("nonvoluntary_ctxt_switches"):
+            invol = int(line.split()[1])
+    return vol, invol
+
+
 def process_cpu_s(pid: int | None) -> float | None:
     """User + system CPU seconds a process has used so far; None when it cannot be read."""
     split = process_user_system_s(pid)

@@ -51,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import (
     SidecarProcess,
     base_parser,
+    context_switches,
     finish,
     free_port,
     loadavg,
@@ -178,10 +179,12 @@ def busy_phase(gens: LoadGens, plan: Plan, args, sidecar: SidecarProcess, name: 
         return {}
     before_m = sidecar.samples()
     c0, t0, w0 = cpu_s(sidecar.proc.pid), time.monotonic(), wait_s(sidecar.proc.pid)
+    s0 = context_switches(sidecar.proc.pid)
     spy = Spy(args, sidecar.proc.pid, name, args.busy_seconds)
     answers = gens.call(per_gen)
     spy.wait()
     seconds, cpu = time.monotonic() - t0, cpu_s(sidecar.proc.pid) - c0
+    wakeups = context_switches(sidecar.proc.pid)[0] - s0[0]
     waited = wait_s(sidecar.proc.pid) - w0
     after_m = sidecar.samples()
     lat = sorted(x for a in answers for x in a["fetch_ms"])
@@ -203,6 +206,7 @@ def busy_phase(gens: LoadGens, plan: Plan, args, sidecar: SidecarProcess, name: 
             "state_records_per_s": round(writes / seconds, 1), "state_bytes_per_s": round(wbytes / seconds),
             "state_records_per_fetch": round(writes / fetches, 3) if fetches else None,
             "state_bytes_per_record_written": round(wbytes / writes) if writes else None,
+            "sidecar_wakeups_per_s": round(wakeups / seconds, 1),
             "sidecar_runnable_waiting_share": round(waited / seconds, 3), "seconds": round(seconds, 1)}
 
 
@@ -251,9 +255,11 @@ def heartbeat_window(gens: LoadGens, sidecar: SidecarProcess, seconds: float, ar
     gens.all({"cmd": "stats"})  # reset
     spy = Spy(args, sidecar.proc.pid, name, seconds) if args is not None else None
     c0, t0, w0 = cpu_s(sidecar.proc.pid), time.monotonic(), wait_s(sidecar.proc.pid)
+    s0 = context_switches(sidecar.proc.pid)
     gw0 = [wait_s(p.pid) for p in gens.procs]
     time.sleep(seconds)
     cpu, wall = cpu_s(sidecar.proc.pid) - c0, time.monotonic() - t0
+    wakeups = context_switches(sidecar.proc.pid)[0] - s0[0]
     waited = wait_s(sidecar.proc.pid) - w0
     gen_waited = max((wait_s(p.pid) - w for p, w in zip(gens.procs, gw0)), default=0.0)
     stats = gens.all({"cmd": "stats"})
@@ -272,6 +278,8 @@ def heartbeat_window(gens: LoadGens, sidecar: SidecarProcess, seconds: float, ar
             "p50_ms": _r(percentile(lat, 50)), "p99_ms": _r(percentile(lat, 99)), "max_ms": _r(lat[-1] if lat else None),
             "errors": errors, "sidecar_cpu_share": round(cpu / wall, 4),
             "sidecar_cpu_us_per_heartbeat": round(cpu / len(lat) * 1e6) if lat else None,
+            "sidecar_wakeups_per_s": round(wakeups / wall, 1),
+            "sidecar_wakeups_per_heartbeat": round(wakeups / len(lat), 3) if lat else None,
             "state_records_per_s": round(writes / wall, 2),
             "sidecar_runnable_waiting_share": round(waited / wall, 3),
             "loadgen_runnable_waiting_share": round(gen_waited / wall, 3), "seconds": round(wall, 1)}

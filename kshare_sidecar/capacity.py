@@ -31,9 +31,16 @@ class UnitCosts:
     cluster_record_cost_growth: float = 0.22
     cluster_growth_measured_up_to: int = 3
     #: CPU per ShareGroupHeartbeat answered (steady state: nothing changed)
-    cpu_us_per_heartbeat: float = 220.0
+    cpu_us_per_heartbeat: float = 185.0
     #: CPU of a sidecar doing nothing (timers, its backend probe, a cluster's membership and tail)
     idle_cpu_share: float = 0.005
+    #: more CPU of a sidecar once it answers requests at all, and more again once they include
+    #: ShareFetches: a floor that does not grow with the request rate. Measured from 50 to 600
+    #: heartbeats/s, a sidecar's CPU rose by a constant plus a cost per request, not in proportion;
+    #: on a host that otherwise idles, a request that finds the event loop asleep pays for waking it
+    #: and the requests of a light load pay most of it (docs/capacity.md, "The light-load floor")
+    serving_cpu_share: float = 0.007
+    fetching_cpu_share: float = 0.0145
     #: resident memory of a sidecar holding nothing
     rss_base_mb: float = 63.0
     #: per share-partition with state (initialized), held by every sidecar owning its state partition
@@ -111,8 +118,11 @@ def plan(w: Workload, costs: UnitCosts | None = None, *, target_utilization: flo
                    + fetches * c.cpu_us_per_share_fetch / 1e6)
     heartbeat_cpu = heartbeats * c.cpu_us_per_heartbeat / 1e6
 
+    floor = ((c.serving_cpu_share if heartbeats or fetches else 0.0)
+             + (c.fetching_cpu_share if fetches else 0.0))  # per sidecar serving the workload
+
     def work(sidecars: int) -> float:  # cores, summed over ``sidecars`` serving the workload
-        return records_cpu * c.cluster_factor(sidecars) + heartbeat_cpu
+        return records_cpu * c.cluster_factor(sidecars) + heartbeat_cpu + sidecars * floor
 
     shared_mb = (w.share_partitions * c.bytes_per_share_partition + active * c.bytes_per_loaded_share_partition
                  + w.members * c.kb_per_member * 1024) / 2**20
@@ -142,6 +152,7 @@ def plan(w: Workload, costs: UnitCosts | None = None, *, target_utilization: flo
         recovery_s_takeover=round(replay_total / n, 2),
         breakdown={"records_cpu_cores": round(records_cpu * c.cluster_factor(n), 3),
                    "share_fetches_per_s": round(fetches, 1), "heartbeat_cpu_cores": round(heartbeat_cpu, 3),
+                   "light_load_floor_cores": round(n * floor, 3),
                    "idle_cpu_cores": round(n * c.idle_cpu_share, 3),
                    "share_partition_and_member_mb": round(shared_mb, 1), "costs": asdict(c)})
 
@@ -156,7 +167,8 @@ def fmt(p: Plan) -> list[str]:
         f"{p.cpu_share_after_failure:.0%} with the spare down)",
         f"CPU:                 {p.cores} cores in all ({p.breakdown['records_cpu_cores']} records in "
         f"{p.breakdown['share_fetches_per_s']} ShareFetches/s, "
-        f"{p.breakdown['heartbeat_cpu_cores']} heartbeats, {p.breakdown['idle_cpu_cores']} idle)",
+        f"{p.breakdown['heartbeat_cpu_cores']} heartbeats, {p.breakdown['light_load_floor_cores']} serving at all, "
+        f"{p.breakdown['idle_cpu_cores']} idle)",
         f"memory:              {p.memory_mb_per_sidecar} MB per sidecar, {p.memory_mb_total} MB in all "
         f"(read cache included)",
         f"state topic writes:  {p.state_records_per_s} records/s, {p.state_bytes_per_s} B/s",

@@ -10,7 +10,7 @@ from kshare_sidecar.capacity import UnitCosts, Workload, plan
 COSTS = UnitCosts(cpu_us_per_share_fetch=0.0, cpu_s_per_1m_records_100b=2.0, cpu_s_per_1m_records_1kib=4.0,
                   cluster_record_cost_growth=0.0,
                   cpu_us_per_heartbeat=500,
-                  idle_cpu_share=0.0, rss_base_mb=60, bytes_per_share_partition=1000,
+                  idle_cpu_share=0.0, serving_cpu_share=0.0, fetching_cpu_share=0.0, rss_base_mb=60, bytes_per_share_partition=1000,
                   bytes_per_loaded_share_partition=1000, kb_per_member=4, read_cache_mb=0,
                   state_records_per_ack=1.0, startup_s=2, replay_s_per_10k_share_partitions=0.5)
 
@@ -49,6 +49,23 @@ def test_heartbeats_count_members_over_their_interval():
     assert p.breakdown["heartbeat_cpu_cores"] == pytest.approx(0.2)
     assert plan(Workload(records_per_s=0, members=2000, heartbeat_interval_ms=10_000), COSTS,
                 spare=0).heartbeats_per_s == 200
+
+
+def test_a_serving_sidecar_pays_a_floor_whatever_its_request_rate():
+    import dataclasses
+
+    floored = dataclasses.replace(COSTS, idle_cpu_share=0.005, serving_cpu_share=0.01, fetching_cpu_share=0.02)
+    quiet = plan(Workload(records_per_s=0), floored, spare=0)
+    heartbeating = plan(Workload(records_per_s=0, members=100), floored, spare=0)  # 20 heartbeats/s
+    fetching = plan(Workload(records_per_s=1000, records_per_fetch=500, members=100), floored, spare=0)
+    assert quiet.cores == pytest.approx(0.005)
+    assert heartbeating.cores == pytest.approx(0.005 + 0.01 + 20 * 500e-6)
+    assert fetching.cores == pytest.approx(0.005 + 0.01 + 0.02 + 20 * 500e-6 + 1000 * 4.0 / 1e6)
+    assert fetching.breakdown["light_load_floor_cores"] == pytest.approx(0.03)
+    # every sidecar serving the workload pays it: three sidecars, three floors
+    three = plan(Workload(records_per_s=300_000, members=100), floored, target_utilization=0.6, spare=1)
+    assert three.sidecars == 4
+    assert three.breakdown["light_load_floor_cores"] == pytest.approx(4 * 0.03)
 
 
 def test_memory_splits_state_over_the_sidecars_and_a_limit_adds_sidecars():
