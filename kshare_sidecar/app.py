@@ -414,6 +414,7 @@ class Sidecar:
         """Route by ownership (Metadata leaders, FindCoordinator) and join the sidecars' group;
         the listener opens once the first assignment is taken over (or after a bounded wait)."""
         from .cluster.membership import ClusterMembership, GroupConfigTail, PeerConfigs
+        from .cluster.peers import reset_clients
 
         cfg, view = self.config, self.cluster_view
         assert view is not None  # built with the registry when cluster.name is set
@@ -430,6 +431,7 @@ class Sidecar:
         self.partitions.lease = self.membership.lease
         self.membership.on_lapse.append(lambda: self.backend.suspend("this sidecar's cluster lease lapsed"))
         self.membership.on_renew.append(self.backend.resume)
+        self.membership.on_renew.append(lambda: reset_clients(self.listeners))
         self.group_configs.listeners.append(self.partitions.reconfigure_group)
         await self.group_configs.start()
         self.admin.remote_group_configs = self.group_configs.configs

@@ -24,6 +24,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..auth.acls import CLUSTER_NAME, Decider, Op, Res
+from ..cluster.peers import settle
 from ..protocol.constants import ApiKey, CoordinatorType
 from .context import RequestContext, acl_of
 from .registry import ApiRegistry
@@ -99,6 +100,7 @@ def local(cluster: Any = None):
     async def find_coordinator(ctx: RequestContext, header: Any, request: Any) -> dict[str, Any]:
         keys, key_type = _keys(ctx, request)
         acl = await acl_of(ctx)
+        await settle(cluster)  # lapsed: name only peers it can reach (cluster/peers.py)
         return _shape(ctx, [await _denied(acl, key, key_type) or _coordinator(ctx, key, key_type, cluster=cluster)
                             for key in keys])
     return find_coordinator
@@ -117,6 +119,7 @@ def forwarding(check, cluster: Any = None):
     async def find_coordinator(ctx: RequestContext, header: Any, request: Any) -> dict[str, Any]:
         keys, key_type = _keys(ctx, request)
         acl = await acl_of(ctx)
+        await settle(cluster)  # lapsed: name only peers it can reach (cluster/peers.py)
         out = []
         for key in keys:
             denied = await _denied(acl, key, key_type)

@@ -22,6 +22,7 @@ from kio.static.primitive import i32, i32Timedelta
 from ..protocol.constants import ApiKey
 from ..auth.acls import CLUSTER_NAME, NOT_PROVIDED, Decider, Op, Res
 from ..backend.types import TopicInfo
+from ..cluster.peers import settle
 from .catalog import TopicCatalog
 from .context import KafkaError, RequestContext, acl_of
 from .registry import ApiRegistry
@@ -73,6 +74,7 @@ class MetadataHandler:
         if getattr(request, "include_cluster_authorized_operations", False) and 8 <= ctx.api_version <= 10:
             cluster_ops = await cluster_operations(ctx, self._backend, self._backend_operations)
         if self._cluster is not None:
+            await settle(self._cluster)  # lapsed: name only peers it can reach (cluster/peers.py)
             return _response(ctx, [_led_by(self._cluster, t) for t in topics],
                              brokers=self._cluster.nodes(ctx.listener), cluster_ops=cluster_ops)
         return _response(ctx, topics, cluster_ops=cluster_ops)

@@ -58,6 +58,7 @@ from .assign import (
     sticky_assign,
 )
 from .lease import Lease, safety_margin_ms
+from .peers import PeerProbe
 from .view import ClusterView
 from ..backend.clients import BackendClients
 from ..backend.health import drop_connections
@@ -151,6 +152,8 @@ class ClusterMembership(ConsumerRebalanceListener):
         #: reader fails fast while lapsed)
         self.on_lapse: list = []
         self.on_renew: list = []
+        #: while lapsed, which peers can be reached: the only ones clients are sent to (cluster/view.py)
+        self.peers = PeerProbe(view)
 
     def info(self) -> MemberInfo:
         return MemberInfo(self.view.node_id, self.view.endpoints,
@@ -205,6 +208,8 @@ class ClusterMembership(ConsumerRebalanceListener):
             self._confirmed = True
             self._changed.set()
         if not self.lease.lapsed:
+            if self.view.lapsed:
+                self.peers.stop()
             self.view.lapsed = False
         self._lease_changed.set()
 
@@ -223,6 +228,7 @@ class ClusterMembership(ConsumerRebalanceListener):
     def _lapse(self) -> None:
         silent = self.clock() - self.lease.renewed_at
         self.view.lapsed = True
+        self.peers.start()
         self._confirmed = False
         self._settled.clear()
         dropped = self.persister.drop_all(f"cluster {self.name}: lease lapsed (no answer from the group coordinator "
@@ -367,6 +373,7 @@ class ClusterMembership(ConsumerRebalanceListener):
         """Give every partition up first (writes in flight finish), then leave the group, so the
         others take over at once instead of after the session timeout."""
         self._stopping = True
+        self.peers.stop()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -15,11 +15,23 @@ again, so it never learned the new owner (the nemesis's "cut for good" stalled t
 sidecar named answers with the real owner, or NOT_LEADER_OR_FOLLOWER / NOT_COORDINATOR, after
 which the client's next metadata request goes to it. Only a sidecar that knows no other names
 none (-1).
+
+A lapsed sidecar's map is stale, and the sidecar it names must be one a client can get an answer
+from: while lapsed it probes its peers (cluster/peers.py) and names only those it reached
+(``reachable``) — for what it owned, and for what its map gives to a peer it cannot reach (that
+peer is most likely what the fault cut off, and its partitions are being moved). With no peer
+reached (this sidecar is the one cut off, and so most likely are the clients asking it) it names
+none for what it owned, and the map's owner for the rest. Measured (the nemesis, seed 1381822026:
+one sidecar cut from the backend while another was split off with a client): naming an
+unreachable peer sent librdkafka's share consumer there, and it fetches from one broker at a
+time, so that one request held every partition of the consumer until its 60 s socket timeout or
+TCP's next retransmission after the heal — twice in a row across two faults, 82-105 s.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..persist.ownership import group_home, share_partition_home
 from .assign import ClusterMap, Endpoints
@@ -40,6 +52,11 @@ class ClusterView:
         self.map = ClusterMap(0, {node_id: dict(endpoints)}, {})
         #: the lease lapsed (cluster/membership.py): claim nothing until it is renewed
         self.lapsed = False
+        #: while lapsed, the peers the last probe reached (cluster/peers.py); None: not probed
+        #: (every peer counts)
+        self.reachable: frozenset[int] | None = None
+        #: the probe itself (``async settled()``: its first round is done), set by the membership
+        self.peers: Any = None
 
     def update(self, new: ClusterMap) -> None:
         nodes = dict(new.nodes)
@@ -48,9 +65,15 @@ class ClusterView:
 
     def owner(self, state_partition: int) -> int | None:
         owner = self.map.owners.get(state_partition)
-        if self.lapsed and owner == self.node_id:
+        if self.lapsed and (owner == self.node_id or (owner is not None and self._cut_off(owner))):
             return None
         return owner
+
+    def _cut_off(self, node: int) -> bool:
+        """Lapsed: ``node`` did not answer the last probe while another peer did (reaching none,
+        this sidecar cannot tell a peer's cut from its own: the map's owner stands)."""
+        reached = self.reachable
+        return reached is not None and bool(reached) and node not in reached
 
     def leader(self, topic_id: str, partition: int) -> int:
         """The sidecar leading every share-partition of this user partition (-1: none known)."""
@@ -69,8 +92,10 @@ class ClusterView:
         return owner
 
     def _elsewhere(self, state_partition: int) -> int:
-        """Lapsed: another live sidecar to send clients to (spread by state partition), -1 if none."""
-        others = sorted(n for n in self.map.nodes if n != self.node_id)
+        """Lapsed: another sidecar to send clients to (spread by state partition), one the last
+        probe reached when there was a probe; -1 if none."""
+        reached = self.reachable
+        others = sorted(n for n in self.map.nodes if n != self.node_id and (reached is None or n in reached))
         return others[state_partition % len(others)] if others else -1
 
     def node(self, node_id: int, listener: str | None) -> Node | None:

@@ -104,6 +104,13 @@ class Listener:
         if conns:
             await asyncio.gather(*(conn.settle(timeout) for conn in conns))
 
+    def close_connections(self, reason: str) -> int:
+        """Close every connection now (the listener goes on accepting); how many."""
+        conns = list(self._connections.values())
+        for conn in conns:
+            conn.close(reason)
+        return len(conns)
+
     async def stop(self, *, grace: float = 5.0) -> None:
         """Stop accepting, close every connection (cancelling in-flight handlers), wait for them."""
         if self._server is None:

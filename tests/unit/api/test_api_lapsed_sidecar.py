@@ -113,3 +113,29 @@ async def test_metadata_answers_without_the_backends_epochs_when_it_is_slow(cata
     body = await handle(cluster_dispatcher(catalog, two_node_view()), metadata_request(12, by_name("orders")))
     (topic,) = body.topics
     assert topic.error_code == ErrorCode.none and len(topic.partitions) == ORDERS.partitions
+
+
+async def test_a_lapsed_sidecar_names_the_peer_its_probe_reached(catalog):
+    """cluster/peers.py: Metadata waits for the probe's first round after the lapse, then names
+    the peer that answered — for what it owned and for what its map gave the one that did not
+    (the nemesis' seed 1381822026: a consumer sent to an unreachable peer stalled 60 s)."""
+    from kshare_sidecar.cluster.peers import PeerProbe
+
+    view = two_node_view()
+    view.update(ClusterMap(4, {9: {"PLAINTEXT": ("other", 9092)}, 5: {"PLAINTEXT": ("cut-off", 9092)}},
+                           {p: 5 if o == 9 else o for p, o in view.map.owners.items()}))
+
+    async def connect(host, port, timeout_s):
+        await asyncio.sleep(0.05)
+        return host == "other"
+
+    probe = PeerProbe(view, interval_s=60, timeout_s=1, connect=connect)
+    view.lapsed = True
+    probe.start()
+    try:
+        body = await handle(cluster_dispatcher(catalog, view), metadata_request(12, by_name("orders")))
+    finally:
+        probe.stop()
+    (topic,) = body.topics
+    assert {p.leader_id for p in topic.partitions} == {9}  # never node 5, owner of partition 2 in its map
+    assert sorted(b.node_id for b in body.brokers) == [5, NODE.node_id, 9]  # still every sidecar listed
