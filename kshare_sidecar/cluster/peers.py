@@ -5,10 +5,10 @@ A lapsed sidecar sends its clients to another sidecar (Metadata leaders, FindCoo
 map that may be stale: the fault that cut it off may have cut a peer off too. A client sent to a
 peer it cannot reach waits for its request timeout — librdkafka's share consumer fetches from one
 broker at a time, so all its partitions wait (measured: 82-105 s across two faults, the nemesis'
-seed 1381822026). So while lapsed the sidecar probes every peer of its map, a TCP connection to
-the peer's listener within ``timeout_s`` every ``interval_s``, and names only those it reached.
-Its own reachability is the best proxy it has for its clients': a client asking a sidecar is on
-its side of whatever the network did.
+seed 1381822026). So while lapsed the sidecar probes every peer of its map — a TCP connection to
+any of the peer's advertised listeners within ``timeout_s``, every ``interval_s`` — and names
+only those it reached. Its own reachability is the best proxy it has for its clients': a client
+asking a sidecar is on its side of whatever the network did.
 
 Only while lapsed: with the lease held the map is the group's current assignment and is trusted
 as it is. Metadata and FindCoordinator of a lapsed sidecar wait for the first round (``settled``,
@@ -91,15 +91,21 @@ class PeerProbe:
     async def probe_once(self) -> frozenset[int]:
         """One round: every peer of the map at once; who answered."""
         peers = [n for n in sorted(self.view.map.nodes) if n != self.view.node_id]
-        listener = next(iter(self.view.endpoints), None)  # the sidecars share their listeners' names
-        nodes = [node for n in peers if (node := self.view.node(n, listener)) is not None]
-        results = await asyncio.gather(*(self.connect(node.host, node.port, self.timeout_s) for node in nodes))
-        reached = frozenset(node.node_id for node, ok in zip(nodes, results) if ok)
+        answered = await asyncio.gather(*(self._answers(n) for n in peers))
+        reached = frozenset(n for n, ok in zip(peers, answered) if ok)
         if reached != self.view.reachable:
             log.warning("cluster: lease lapsed; peers reachable from node %d: %s (of %s): clients are sent to "
                         "those only", self.view.node_id, sorted(reached) or "none", peers)
         self.view.reachable = reached
         return reached
+
+    async def _answers(self, node_id: int) -> bool:
+        """Whether any of the peer's advertised addresses takes a connection: one listener may be
+        advertised for another network (a published port for the Docker host, say) that this
+        sidecar cannot use."""
+        addresses = sorted(set((self.view.map.nodes.get(node_id) or {}).values()))
+        results = await asyncio.gather(*(self.connect(host, port, self.timeout_s) for host, port in addresses))
+        return any(results)
 
     async def _run(self) -> None:
         while True:

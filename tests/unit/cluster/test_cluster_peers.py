@@ -93,6 +93,16 @@ async def test_the_probe_runs_from_the_lapse_to_the_renewal():
     assert len(connect.calls) == n  # stopped
 
 
+async def test_a_peer_counts_as_reached_by_any_of_its_addresses():
+    """An EXTERNAL listener advertised for the Docker host (localhost:9193) is not reachable from
+    another container; the INTERNAL one is."""
+    view = three_node_view()
+    view.update(ClusterMap(4, {A: {"EXTERNAL": ("localhost", 9193), "INTERNAL": ("s1", 19192)},
+                               B: {"EXTERNAL": ("localhost", 9194), "INTERNAL": ("s3", 19192)}}, view.map.owners))
+    probe = PeerProbe(view, connect=FakeConnect({"s1"}))
+    assert await probe.probe_once() == frozenset({A})
+
+
 async def test_settled_is_bounded_when_a_probe_hangs():
     view = three_node_view()
 
