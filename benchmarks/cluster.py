@@ -76,12 +76,6 @@ def _children_cpu_s() -> float:
     return t.children_user + t.children_system
 
 
-def _switches(pid: int) -> int:
-    """Context switches of a process so far, voluntary + involuntary: the voluntary ones count its
-    event loop's wake-ups."""
-    return sum(context_switches(pid))
-
-
 def _user_system(pid: int) -> tuple[float, float]:
     """User and system CPU seconds of a running process (its own Python vs the kernel's work for it)."""
     split = process_user_system_s(pid)
@@ -187,7 +181,7 @@ def run(bootstrap: str, topic: str, n: int, count: int, timeout_s: float, broker
         idle_rate = [(_cpu_seconds(sc.proc.pid) - b) / max(time.monotonic() - idle_t0, 1e-9)
                      for sc, b in zip(sidecars, idle_before)]
         before = [_cpu_seconds(sc.proc.pid) for sc in sidecars]
-        switches = [_switches(sc.proc.pid) for sc in sidecars]
+        switches = [sum(context_switches(sc.proc.pid)) for sc in sidecars]
         user_system = [_user_system(sc.proc.pid) for sc in sidecars]
         scraped = [sc.samples() for sc in sidecars]
         broker_before, children_before, wall_before = _cpu_seconds(broker_pid), _children_cpu_s(), time.monotonic()
@@ -209,8 +203,9 @@ def run(bootstrap: str, topic: str, n: int, count: int, timeout_s: float, broker
             cpu_s["others"] = max(0.0, busy * wall * (os.cpu_count() or 1) - sum(cpu_s.values()))
         result["cpu_s"] = {k: round(v, 2) for k, v in cpu_s.items()}
         result["requests_per_1m_records"] = _requests(scraped, [sc.samples() for sc in sidecars], result["records"])
+        switched = sum(sum(context_switches(sc.proc.pid)) - b for sc, b in zip(sidecars, switches))
         result["requests_per_1m_records"]["sidecar_context_switches"] = round(
-            sum(_switches(sc.proc.pid) - b for sc, b in zip(sidecars, switches)) / max(result["records"], 1) * 1e6)
+            switched / max(result["records"], 1) * 1e6)
         result["sidecar_user_system_cpu_s"] = [
             [round(a - b, 2) for a, b in zip(_user_system(sc.proc.pid), before_us)]
             for sc, before_us in zip(sidecars, user_system)]

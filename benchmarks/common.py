@@ -24,11 +24,12 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+#: the PYTHONPATH this process was started with
+GIVEN_PYTHONPATH = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 if str(ROOT) not in sys.path:
     # sys.path[0] is the script's folder, then PYTHONPATH's entries: they keep precedence (an
     # installed editable kshare_sidecar would otherwise be the one measured whatever was asked)
-    given = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    sys.path.insert(min(len(sys.path), 1 + len(given)), str(ROOT))
+    sys.path.insert(min(len(sys.path), 1 + len(GIVEN_PYTHONPATH)), str(ROOT))
 
 import kshare_sidecar  # noqa: E402
 from kshare_sidecar.testing.process import free_port  # noqa: E402,F401 - the harness's: never one port twice
@@ -168,8 +169,7 @@ class SidecarProcess:
         full_env = dict(os.environ, KSHARE_SHARE_AUTO_OFFSET_RESET="earliest",
                         KSHARE_STATE_TOPIC_REPLICATION_FACTOR="1")
         full_env.update(env or {})
-        given = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-        full_env["PYTHONPATH"] = os.pathsep.join([str(CODE_ROOT), *given])  # the code this scenario imported
+        full_env["PYTHONPATH"] = os.pathsep.join([str(CODE_ROOT), *GIVEN_PYTHONPATH])  # the code it imported
         if metrics_port:
             full_env["KSHARE_METRICS_PORT"] = str(metrics_port)
         # the kshare of the interpreter running the benchmark (its venv), else the one on PATH
