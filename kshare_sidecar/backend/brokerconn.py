@@ -306,9 +306,11 @@ class BrokerConn:
         if proto is not None and not proto._can_write.is_set():
             await proto._can_write.wait()
 
-    async def request(self, payload: bytes, *, timeout_s: float | None = None, _raw: bool = False) -> bytes:
-        """``send`` and wait for the answer; a timeout drops the connection (the pipeline is stuck)."""
-        fut = self._write(payload, True, False) if _raw else await self.send(payload)
+    async def request(self, payload: bytes, *, timeout_s: float | None = None, framed: bool = False,
+                      _raw: bool = False) -> Any:
+        """``send`` and wait for the answer (``framed``: as :meth:`send`); a timeout drops the
+        connection (the pipeline is stuck)."""
+        fut = self._write(payload, True, framed) if _raw else await self.send(payload, framed=framed)
         try:
             result = await asyncio.wait_for(fut, timeout_s)
         except TimeoutError:

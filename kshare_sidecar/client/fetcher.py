@@ -368,8 +368,9 @@ class ShareConsumeRequestManager:
             if not wanted:
                 return
             plan = session.fetch_plan(wanted, piggy)
-            req = protocol.share_fetch(
-                conn.versions[protocol.SHARE_FETCH], group_id=self.group_id, member_id=self._membership.member_id,
+            req = protocol.share_fetch_wire(
+                conn.versions[protocol.SHARE_FETCH], conn.client_id, group_id=self.group_id,
+                member_id=self._membership.member_id,
                 epoch=plan.epoch, max_wait_ms=max_wait_ms, min_bytes=cfg.min_bytes, max_bytes=cfg.max_bytes,
                 max_records=cfg.max_poll_records, batch_size=cfg.max_poll_records, listed=plan.listed,
                 acks=piggy, forgotten=plan.forgotten, acquire_mode=cfg.acquire_mode)

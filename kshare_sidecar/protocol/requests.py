@@ -125,14 +125,14 @@ def leading_error_code(payload: bytes, response_cls: Any) -> tuple[int, int]:
     return int(code), offset + size
 
 
-def decode_response(payload: bytes, response_cls: Any) -> tuple[Any, Any]:
+def decode_response(payload: bytes | memoryview, response_cls: Any) -> tuple[Any, Any]:
     """A response frame's payload (no size prefix) as (header, body) entities of ``response_cls``."""
     header, offset = read_response_header(payload, 0, response_cls)
     body, _ = reader(response_cls)(payload, offset)
     return header, body
 
 
-def decode_response_to(request: Any, payload: bytes) -> Any:
+def decode_response_to(request: Any, payload: bytes | memoryview) -> Any:
     """The response body answering ``request`` from a frame's payload (its header dropped)."""
     request_cls: type = type(request)
     return decode_response(payload, response_class_of(request_cls))[1]

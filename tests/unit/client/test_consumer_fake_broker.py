@@ -15,10 +15,14 @@ from kio.schema.find_coordinator.v3 import response as fc
 from kio.schema.metadata.v12 import response as md
 from kio.schema.share_acknowledge.v1 import response as sa
 from kio.schema.share_fetch.v1 import response as sf
+from kio.schema.share_fetch.v1 import request as sf_req
+from kio.schema.share_fetch.v2 import request as sf_req2
 from kio.schema.share_group_heartbeat.v1 import response as hb
+from kio.serial import entity_reader
 
 from kshare_sidecar.client import AcknowledgementError, AcknowledgeType, ShareConsumer
 from kshare_sidecar.client import cluster as cluster_mod
+from kshare_sidecar.client import protocol
 
 T = uuid.uuid4()
 _ms = datetime.timedelta(milliseconds=1)
@@ -39,18 +43,30 @@ class FakeConn:
         self.broker, self.node_id, self.host, self.port = broker, node_id, host, port
         self.versions = {76: 1, 78: 1, 79: 1}
         self.generation = 1
+        self.client_id = "fake"
 
     async def ensure(self) -> None:
         pass
 
     async def call(self, request, *, timeout_s=None):
         await asyncio.sleep(0)
+        request = _entity(request)
         name = type(request).__name__
         self.broker.log.append((self.port, name, request))
         return getattr(self.broker, name)(self.port, request)
 
     async def close(self) -> None:
         pass
+
+
+def _entity(request):
+    """A request the consumer wrote straight to the wire (ShareFetch), read back as kio's entity."""
+    if not isinstance(request, protocol.WireRequest):
+        return request
+    version = struct.unpack_from(">h", request.payload, 2)[0]
+    cls = {1: sf_req.ShareFetchRequest, 2: sf_req2.ShareFetchRequest}[version]
+    _, offset = entity_reader(cls.__header_schema__)(request.payload, 0)
+    return entity_reader(cls)(request.payload, offset)[0]
 
 
 class FakeBroker:

@@ -153,6 +153,29 @@ def test_share_fetch_carries_listed_acks_and_forgotten(version):
     assert [(f.topic_id, tuple(f.partitions)) for f in back.forgotten_topics_data] == [(t2, (4,))]
 
 
+_TOPICS = [uuid.UUID(int=i * 0x1111) for i in range(1, 4)]
+_TPS = st.tuples(st.sampled_from(_TOPICS), st.integers(0, 2**31 - 1))
+_ACK_BATCH = st.builds(lambda first, n, types: AckBatch(first, first + n, tuple(types)),
+                       st.integers(0, 2**62), st.integers(0, 10**6), st.lists(st.integers(0, 4), min_size=1, max_size=5))
+
+
+@settings(max_examples=300, deadline=None)
+@given(version=st.sampled_from([1, 2]), client_id=st.text(max_size=20), group=st.text(max_size=30),
+       member=st.text(max_size=30), epoch=st.integers(-1, 2**31 - 1), wait=st.integers(0, 2**31 - 1),
+       sizes=st.tuples(st.integers(0, 2**31 - 1), st.integers(0, 2**31 - 1), st.integers(0, 2**31 - 1),
+                       st.integers(0, 2**31 - 1)),
+       listed=st.lists(_TPS, max_size=6, unique=True), forgotten=st.lists(_TPS, max_size=4, unique=True),
+       ack_lists=st.lists(st.lists(_ACK_BATCH, min_size=1, max_size=3), max_size=6), mode=st.integers(0, 1))
+def test_share_fetch_wire_is_what_kio_writes(version, client_id, group, member, epoch, wait, sizes, listed,
+                                             forgotten, ack_lists, mode):
+    acks = dict(zip(listed, ack_lists))
+    kw = dict(group_id=group, member_id=member, epoch=epoch, max_wait_ms=wait, min_bytes=sizes[0],
+              max_bytes=sizes[1], max_records=sizes[2], batch_size=sizes[3], listed=listed, acks=acks,
+              forgotten=forgotten, acquire_mode=mode)
+    wire = protocol.share_fetch_wire(version, client_id, **kw)
+    assert protocol.encode(wire, client_id) == protocol.encode(protocol.share_fetch(version, **kw), client_id)
+
+
 def test_share_acknowledge_renew_needs_v2():
     t = uuid.uuid4()
     acks = {(t, 0): [AckBatch(1, 1, (4,))]}
