@@ -148,7 +148,7 @@ def share_fetch_wire(version: int, client_id: str, *, group_id: str, member_id: 
                      acquire_mode: int = 0) -> WireRequest:
     """:func:`share_fetch` written straight to its wire form, the same bytes kio writes (a
     property test holds them equal): the consumer sends one per poll, and building kio's entities
-    and writing them cost ~100 µs of a poll in a profile of a drain (~5 % of its CPU), a few here."""
+    and writing them cost ~75 µs of a poll in a timed drain, this ~25 µs."""
     client = client_id.encode()
     out = [_HEAD.pack(SHARE_FETCH, version, 0), len(client).to_bytes(2, "big"), client, b"\x00",
            compact_string(group_id), compact_string(member_id),
