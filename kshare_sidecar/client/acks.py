@@ -121,10 +121,13 @@ class PartitionInFlight:
         """Implicit mode: every record handed out and not acknowledged explicitly is accepted
         (except ``skip``: handed out but not seen by the application yet)."""
         keep = self.delivered.intersection(skip)
-        accepted: dict[int, int] = dict.fromkeys(self.delivered - keep if keep else self.delivered,
-                                                 int(AcknowledgeType.ACCEPT))
-        accepted.update(self.pending)  # an ack already queued for an offset stays
-        self.pending = accepted
+        seen = self.delivered - keep if keep else self.delivered
+        pending = self.pending
+        if pending:  # an ack already queued for an offset stays
+            seen = seen.difference(pending)
+        # added in place: the acks of one ShareFetch answer are taken once, after several polls,
+        # and copying the ones queued so far at every poll made handing out a big answer quadratic
+        pending.update(dict.fromkeys(seen, int(AcknowledgeType.ACCEPT)))
         self.delivered = keep
 
     def take_pending(self) -> list[AckBatch]:
