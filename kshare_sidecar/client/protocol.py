@@ -27,7 +27,8 @@ from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i8, i32
 
 from ..protocol.constants import ApiKey
-from ..protocol.requests import decode_response, decode_response_to, request_payload, response_class_of
+from ..protocol.requests import (decode_response, decode_response_to, header_of, request_payload,
+                                 response_class_of)
 from ..protocol.types import TopicIdPartition
 from ..protocol.varint import compact_string, uvarint
 from .acks import AckBatch
@@ -136,7 +137,6 @@ def share_fetch(version: int, *, group_id: str, member_id: str, epoch: int, max_
 
 
 _I32 = struct.Struct(">i")
-_HEAD = struct.Struct(">hhi")  # api key, version, correlation id
 _FETCH_FIELDS = struct.Struct(">iiiiii")  # epoch, MaxWaitMs, MinBytes, MaxBytes, MaxRecords, BatchSize
 _BATCH = struct.Struct(">qq")
 _FETCH_ANSWER = {v: response_class_of(m.ShareFetchRequest) for v, m in _FETCH.items()}
@@ -149,9 +149,8 @@ def share_fetch_wire(version: int, client_id: str, *, group_id: str, member_id: 
     """:func:`share_fetch` written straight to its wire form, the same bytes kio writes (a
     property test holds them equal): the consumer sends one per poll, and building kio's entities
     and writing them cost ~75 µs of a poll in a timed drain, this ~25 µs."""
-    client = client_id.encode()
-    out = [_HEAD.pack(SHARE_FETCH, version, 0), len(client).to_bytes(2, "big"), client, b"\x00",
-           compact_string(group_id), compact_string(member_id),
+    out = [header_of(_FETCH[version].ShareFetchRequest, 0, client_id), compact_string(group_id),
+           compact_string(member_id),
            _FETCH_FIELDS.pack(epoch, max_wait_ms, min_bytes, max_bytes, max_records, batch_size)]
     if version >= 2:
         out.append(bytes((acquire_mode, 0)))  # ShareAcquireMode, IsRenewAck (false: RENEW goes by ShareAcknowledge)
