@@ -11,7 +11,7 @@ from aiokafka.client import ConnectionGroup
 
 from ..protocol.types import TopicPartition
 from . import errors as E
-from .errors import BackendError, BackendUnavailableError, error_for
+from .errors import BackendError, BackendUnavailableError, UnknownTopicError, error_for
 from .kio_bridge import KioRequest
 from .reads import EARLIEST, LATEST, empty_result, list_offsets_request, list_offsets_timestamp
 from .types import FetchResult
@@ -73,7 +73,15 @@ class OffsetLookups:
     async def _list_offset(self, topic: str, partition: int, timestamp: int, isolation_level: int) -> int:
         for attempt in (0, 1):
             await self._ensure_known({topic})
-            node = self._leader(topic, partition)  # raises UnknownTopicError
+            try:
+                node = self._leader(topic, partition)
+            except UnknownTopicError:
+                # the cache may predate the topic's creation reaching every broker or a partition
+                # added since: asked again after a refresh, as a broker's own answer would be
+                if attempt:
+                    raise
+                await self._refresh_after_error({topic})
+                continue
             code = E.LEADER_NOT_AVAILABLE
             offset = -1
             if node >= 0:

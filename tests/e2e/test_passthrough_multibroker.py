@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from tests.e2e.conftest import SidecarProcess
@@ -139,7 +139,12 @@ def test_acks0_then_leader_killed_mid_produce(cluster, tmp_path):
         deadline = time.monotonic() + 30
         while True:  # acks=0: nothing answers; the records show up in the log end offsets
             ends = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in range(PARTITIONS)})
-            total = sum(f.result(30).offset for f in ends.values())
+            try:
+                total = sum(f.result(30).offset for f in ends.values())
+            except KafkaException as exc:  # a broker that has not learned the new topic yet: retriable
+                if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART or time.monotonic() > deadline:
+                    raise
+                total = -1
             if total >= 600 or time.monotonic() > deadline:
                 break
             time.sleep(0.2)

@@ -272,6 +272,28 @@ async def test_read_committed_bounds_at_lso_and_lists_aborted(kafka_39, backend)
 # ---------------------------------------------------------------------------- offsets
 
 
+async def test_list_offsets_of_a_partition_added_after_the_cache_learned_the_topic(kafka_39):
+    """A cached topic whose partition count grew since (CreatePartitions): its new partition's
+    offsets are asked for after a refresh, not refused until the cache ages out."""
+    from confluent_kafka.admin import NewPartitions
+
+    topic = unique("grow")
+    create_topic(kafka_39.bootstrap, topic)
+    async with Backend(kafka_39.bootstrap, metadata_max_age_s=300) as backend:
+        await wait_for_topic(backend, topic)
+        assert await backend.list_offsets(topic, 0, "latest") == 0
+        admin = AdminClient({"bootstrap.servers": kafka_39.bootstrap})
+        admin.create_partitions([NewPartitions(topic, 2)])[topic].result(timeout=30)
+        deadline = time.monotonic() + 15
+        while len(admin.list_topics(topic, timeout=10).topics[topic].partitions) < 2:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.1)
+        assert await backend.list_offsets(topic, 1, "latest") == 0
+        with pytest.raises(UnknownTopicError):
+            await backend.list_offsets(topic, 7, "latest")
+
+
+
 async def test_list_offsets_earliest_latest_and_by_timestamp(kafka_39, backend):
     topic = unique("lo")
     create_topic(kafka_39.bootstrap, topic)
