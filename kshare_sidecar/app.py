@@ -157,7 +157,7 @@ class Sidecar:
         self._tasks.append(asyncio.create_task(self._expire_members(), name="kshare-member-expiry"))
         if cfg.server.metrics_port > 0:  # Prometheus /metrics
             from .metrics import MetricsServer
-            self.metrics = MetricsServer(self, cfg.server.metrics_port)
+            self.metrics = MetricsServer(self, cfg.server.metrics_port, cfg.server.metrics_host or specs[0].host)
             self.metrics.start()
         if cfg.console.listen:  # the web console (docs/console.md)
             await self._start_console()

@@ -402,7 +402,7 @@ REGISTRY.register(COLLECTOR)
 class MetricsServer:
     """The ``/metrics`` HTTP endpoint for one sidecar (a daemon thread, as prometheus-client does)."""
 
-    def __init__(self, sidecar, port: int, host: str = "0.0.0.0") -> None:
+    def __init__(self, sidecar, port: int, host: str) -> None:
         self.sidecar = sidecar
         self.port = port
         self.host = host

@@ -109,6 +109,7 @@ class ServerSettings:
     node_id: int = _key("node.id")
     cluster_id: str = _key("cluster.id")
     metrics_port: int = _key("metrics.port")
+    metrics_host: str = _key("metrics.host")
     read_ahead_enable: bool = _key("read.ahead.enable")
     partition_idle_eviction_ms: int = _key("share.partition.idle.eviction.ms")
 

@@ -225,6 +225,8 @@ SETTINGS: tuple[Setting, ...] = (
     _S("max.inflight.requests.per.connection", 64, int, "Outstanding responses per connection before it stops reading.",
        1, 10000),
     _S("metrics.port", 0, int, "Prometheus metrics port (0 = off).", 0, 65535),
+    _S("metrics.host", "", str, "Address the metrics port binds ('' = the first listener's host: a sidecar "
+       "listening on loopback serves its metrics on loopback only; 0.0.0.0 = every interface)."),
     # -- client quotas: the backend's consumer_byte_rate applied to ShareFetch (docs/compatibility.md)
     _S("client.quota.enable", True, bool, "Apply the backend's consumer_byte_rate quotas (user and client-id "
        "entities, read with DescribeClientQuotas) to ShareFetch as a broker does: ThrottleTimeMs and a muted "

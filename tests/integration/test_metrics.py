@@ -68,6 +68,8 @@ async def test_metrics_move_with_a_share_group_run(kafka_39):
         "state.topic": unique("__kshare_state_metrics")}))
     await sidecar.start()
     try:
+        # a sidecar listening on loopback serves its metrics on loopback only (metrics.host unset)
+        assert sidecar.metrics.host == "127.0.0.1"
         topic, group = unique("metrics"), unique("metrics-g")
         await asyncio.to_thread(create_topic, kafka_39.bootstrap, topic, 2)
         await asyncio.to_thread(produce, kafka_39.bootstrap, topic, 200, partitions=2)
