@@ -331,8 +331,11 @@ class DeadLetterService:
                                       slot.key.partition, attempt, exc)
                         await asyncio.sleep(backoff_s(attempt))
                         continue
-                    log.error("dead-letter write for group=%s partition=%s-%d failed, archiving %d record(s) "
-                              "without writing them: %s", group, slot.topic, slot.key.partition, held, exc)
+                    # once per batch of rejects while the cause lasts (a DLQ topic not enabled): rate
+                    # limited per group, the rest counted (kshare_dlq_*, the console's dead letters)
+                    _failures.log(f"archived {group}", logging.ERROR, "dead-letter write for group=%s "
+                                  "partition=%s-%d failed, archiving %d record(s) without writing them: %s",
+                                  group, slot.topic, slot.key.partition, held, exc)
                     n = -held
                 await self._archive(slot, pending)
                 if n >= 0:
