@@ -78,6 +78,10 @@ class SharePartitionCache(Leadership, IdleEviction, StateWrites, MetricWatch):
         self._sweeper: asyncio.Task | None = None
         # (deadline, tie-breaker, key): keys have no order, so equal deadlines must never compare them
         self._deadlines: list[tuple[int, int, SharePartitionKey]] = []
+        #: per share-partition, the earliest deadline it has in the heap: one entry wakes the timer,
+        #: which tracks the share-partition again (an entry per acquisition woke it once per ShareFetch
+        #: a lock duration later, in any run longer than that)
+        self._tracked: dict[SharePartitionKey, int] = {}
         self._seq = itertools.count()
         self._rearm = asyncio.Event()
         self._timer: asyncio.Task | None = None
@@ -358,10 +362,15 @@ class SharePartitionCache(Leadership, IdleEviction, StateWrites, MetricWatch):
     def track(self, slot: Slot) -> None:
         """Register the share-partition's earliest lock deadline with the expiry timer."""
         deadline = slot.partition.next_lock_deadline()
-        if deadline is not None:
-            if not self._deadlines or deadline < self._deadlines[0][0]:
-                self._rearm.set()
-            heapq.heappush(self._deadlines, (deadline, next(self._seq), slot.key))
+        if deadline is None:
+            return
+        tracked = self._tracked.get(slot.key)
+        if tracked is not None and tracked <= deadline:
+            return  # its entry comes due first; the timer then tracks it again
+        self._tracked[slot.key] = deadline
+        if not self._deadlines or deadline < self._deadlines[0][0]:
+            self._rearm.set()
+        heapq.heappush(self._deadlines, (deadline, next(self._seq), slot.key))
 
     async def _expiry_loop(self) -> None:
         """Expire acquisition locks as their deadlines pass. Never dies: a failure is logged and the
@@ -382,7 +391,10 @@ class SharePartitionCache(Leadership, IdleEviction, StateWrites, MetricWatch):
         now = self.clock()
         due: set[SharePartitionKey] = set()
         while self._deadlines and self._deadlines[0][0] <= now:
-            due.add(heapq.heappop(self._deadlines)[2])
+            deadline, _, key = heapq.heappop(self._deadlines)
+            if self._tracked.get(key) == deadline:  # else superseded by an earlier entry, already due
+                del self._tracked[key]
+                due.add(key)
         for key in due:
             slot = self.slots.get(key)
             if slot is None:
