@@ -31,7 +31,8 @@ ShareGroupMetrics DeadLetterQueueFailedProduceRequestsPerSec{group} -> kshare_de
 
 kshare's own (no Kafka counterpart; the console's figures and the shipped alert rules use them):
 kshare_share_group_delivered_records_total{group}, kshare_share_group_redelivered_records_total{group},
-kshare_share_group_dead_lettered_records_total{group}, kshare_state_write_failures_total,
+kshare_share_group_dead_lettered_records_total{group}, kshare_dead_letter_queue_unwritten_records_total{group},
+kshare_state_write_failures_total,
 kshare_share_partition_oldest_in_flight_age_seconds{group,topic,partition}, kshare_cluster_members.
 """
 
@@ -88,8 +89,9 @@ class Stats:
         self.group_redelivered: dict[str, int] = {}
         self.group_dead_lettered: dict[str, int] = {}
         self.state_write_failures = 0  # share-state writes that failed (the change was rolled back)
-        # group -> dead-letter records written / produce requests sent / failed (Kafka 4.4's ShareGroupMetrics)
-        self.dlq: dict[str, dict[str, int]] = {"records": {}, "produce": {}, "failed": {}}
+        # group -> dead-letter records written / produce requests sent / failed (Kafka 4.4's
+        # ShareGroupMetrics), and kshare's: records archived without a write
+        self.dlq: dict[str, dict[str, int]] = {"records": {}, "produce": {}, "failed": {}, "unwritten": {}}
 
     def count_delivered(self, group: str, acquired) -> None:
         """Count one acquisition's records for ``group``; ``acquired`` are AcquiredRecords."""
@@ -104,7 +106,8 @@ class Stats:
             self.group_redelivered[group] = self.group_redelivered.get(group, 0) + redelivered
 
     def count_dlq(self, group: str, what: str, n: int) -> None:
-        """Count dead-letter ``records`` written, ``produce`` requests sent or ``failed`` writes."""
+        """Count dead-letter ``records`` written, ``produce`` requests sent, ``failed`` writes or
+        records archived ``unwritten``."""
         counts = self.dlq[what]
         counts[group] = counts.get(group, 0) + n
 
@@ -289,7 +292,10 @@ class KshareCollector:
                 ("produce", "kshare_dead_letter_queue_total_produce_requests", ("Produce requests sent to "
                  "dead-letter topics (DeadLetterQueueTotalProduceRequestsPerSec), per share group.")),
                 ("failed", "kshare_dead_letter_queue_failed_produce_requests", ("Dead-letter writes that failed "
-                 "(DeadLetterQueueFailedProduceRequestsPerSec), per share group."))):
+                 "(DeadLetterQueueFailedProduceRequestsPerSec), per share group.")),
+                ("unwritten", "kshare_dead_letter_queue_unwritten_records", ("Records archived without reaching "
+                 "their dead-letter topic (missing, not opted in, a name refused, writes that kept failing), "
+                 "per share group: kshare's."))):
             c = CounterMetricFamily(name, doc, labels=["group"])
             for group, n in sorted(s.dlq[what].items()):
                 c.add_metric([group], n)

@@ -336,6 +336,7 @@ class DeadLetterService:
                     _failures.log(f"archived {group}", logging.ERROR, "dead-letter write for group=%s "
                                   "partition=%s-%d failed, archiving %d record(s) without writing them: %s",
                                   group, slot.topic, slot.key.partition, held, exc)
+                    STATS.count_dlq(group, "unwritten", held)
                     n = -held
                 await self._archive(slot, pending)
                 if n >= 0:

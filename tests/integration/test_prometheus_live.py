@@ -85,7 +85,13 @@ scrape_configs:
         with urllib.request.urlopen(f"http://127.0.0.1:{prom_port}/api/v1/rules", timeout=10) as r:
             groups = json.loads(r.read())["data"]["groups"]
         rules = [rule for g in groups for rule in g["rules"]]
-        assert len(rules) == 7 and all(rule["health"] == "ok" for rule in rules), rules
+        assert len(rules) == 8 and all(rule["health"] == "ok" for rule in rules), rules
+        # the dead-letter topic was created without the opt-in: its dead letters are archived
+        # unwritten, and the alert made for that fires for the group
+        with urllib.request.urlopen(f"http://127.0.0.1:{prom_port}/api/v1/alerts", timeout=10) as r:
+            alerts = json.loads(r.read())["data"]["alerts"]
+        assert any(a["labels"]["alertname"] == "KshareDeadLettersNotWritten" and a["labels"].get("group") == group
+                   and a["state"] == "firing" for a in alerts), alerts
         print(f"\n[kshare] {len(dashboard_queries())} dashboard queries returned series; {len(rules)} rules healthy "
               f"(prometheus {_version()})")
     finally:

@@ -14,6 +14,7 @@ import time
 import pytest
 from kio.schema.errors import ErrorCode
 
+from kshare_sidecar.metrics import STATS
 from kshare_sidecar.persist.memory import MemoryPersister
 from kshare_sidecar.persist.model import DeliveryState
 from kshare_sidecar.share import dead_letter as deadletter
@@ -144,10 +145,13 @@ async def _reject_three(writer, *, hold: bool = False):
 async def test_a_topic_that_may_not_be_written_archives_at_once_unwritten(kind):
     """Kafka 4.4: a missing topic, one without the opt-in or a name outside the prefix: archived, never written."""
     writer = FlakyWriter(None, failures=10**6, kind=kind)
+    before = dict(STATS.dlq["unwritten"])
     dlq, slot, durable = await _reject_three(writer)
     assert writer.calls == 1 and not writer.written
     assert slot.partition.spso == 10 and durable.start_offset == 10
     assert dlq.archived_unwritten == 3 and dlq.written == 0
+    group = slot.key.group_id  # kshare_dead_letter_queue_unwritten_records_total: the operator sees it
+    assert STATS.dlq["unwritten"][group] - before.get(group, 0) == 3
 
 
 @pytest.mark.parametrize("hold", [False, True])
