@@ -22,11 +22,15 @@ from ..metrics import STATS as _METRICS
 from ..metrics import WRITE_LATENCY as _WRITE_LATENCY
 from ..persist.errors import PersistError
 from ..persist.model import SharePartitionKey
+from ..ratelog import RateLimitedLog
 from .engine.holds import DEAD_LETTER, HOLDERS
 from .leadership import _name
 from .slot import Slot
 
 log = logging.getLogger("kshare.partitions")
+#: a failed state write repeats with every request while the backend or the state partition is
+#: unavailable: a few lines a minute per kind, the rest counted (kshare_state_write_failures_total)
+_write_failures = RateLimitedLog(log)
 
 
 class StateWrites:
@@ -64,8 +68,8 @@ class StateWrites:
                     await self.persister.write(slot.key, plan.state, self._writer_epoch(slot))
             except PersistError as exc:
                 _METRICS.state_write_failures += 1  # the alert rules (compose/prometheus/)
-                log.warning("state write for %s failed, acknowledgement rolled back: %s", _name(slot.key, slot.topic),
-                            exc)
+                _write_failures.log("ack", logging.WARNING, "state write for %s failed, acknowledgement rolled "
+                                    "back: %s", _name(slot.key, slot.topic), exc)
                 return slot.key, _ack_error(exc)
             slot.start_unset = slot.dirty = False  # the snapshot written carries the resolved SPSO
             # ... and, once committed, everything memory holds (a lock expiry whose write had failed)
@@ -107,7 +111,8 @@ class StateWrites:
                 except PersistError as exc:
                     slot.dirty = True  # kept in memory (never evicted) until a write succeeds
                     _METRICS.state_write_failures += 1  # the alert rules (compose/prometheus/)
-                    log.warning("state write for %s failed: %s", _name(slot.key, slot.topic), exc)
+                    _write_failures.log("current", logging.WARNING, "state write for %s failed: %s",
+                                        _name(slot.key, slot.topic), exc)
         finally:
             slot.unsaved -= 1
 
@@ -136,8 +141,8 @@ class StateWrites:
             except PersistError as exc:
                 slot.dirty = True
                 _METRICS.state_write_failures += 1
-                log.warning("state write for %s failed; its released records wait for it: %s",
-                            _name(slot.key, slot.topic), exc)
+                _write_failures.log("release", logging.WARNING, "state write for %s failed; its released "
+                                    "records wait for it: %s", _name(slot.key, slot.topic), exc)
                 return False
             slot.start_unset = slot.dirty = False
             return True
