@@ -201,9 +201,10 @@ def test_batches_grow_with_the_groups_in_flight_window(spark, target, record_pro
     partition (default 2000: 4,000-record batches through kshare on 2 partitions). A group that
     raises it (here to 4000, the default group.share.max.partition.max.record.locks) gets
     batches past 4,000 up to maxRecordsPerTrigger. Through kshare every batch but the last holds
-    at least the whole window of both partitions (8,000): the sidecar used to serve only what its
-    cached read held, cutting a poll short wherever that read ended inside the window (whereas
-    Kafka reads the whole window at once). Like Kafka, the log batch that crosses the window or
+    at least the whole window of both partitions (8,000), or of one where a poll's acknowledgement
+    of the other landed after its acquisition: the sidecar used to serve only what its cached read
+    held, cutting a poll short wherever that read ended inside the window (whereas Kafka reads the
+    whole window at once). Like Kafka, the log batch that crosses the window or
     maxRecordsPerTrigger is acquired whole, so batches can be a little larger.
     100-byte values, so that the sidecar's reads (sized in bytes: ~3 windows, the first 1 MiB)
     end inside windows."""
@@ -224,4 +225,9 @@ def test_batches_grow_with_the_groups_in_flight_window(spark, target, record_pro
     assert sum(sizes) == total
     assert max(sizes) > 4_000, sizes
     if not target.native:  # the log batch crossing a limit is acquired whole, as Kafka does
-        assert all(size >= 8_000 for size in sizes[:-1]), sizes
+        # A poll's acknowledgements and its acquisition run side by side (as in Kafka): when one
+        # partition's acknowledgement is written after the acquisition found the other's window
+        # free, that poll holds one partition's window only (seen once under a loaded host). A
+        # poll cut where a cached read ended would be shorter than a window, and often.
+        assert all(size >= 4_000 for size in sizes[:-1]), sizes
+        assert sum(size < 8_000 for size in sizes[:-1]) <= 1, sizes
