@@ -171,6 +171,8 @@ def group_summary(services: Services, group_id: str, now_ms: int) -> dict[str, A
             "delivered_total": STATS.group_delivered.get(group_id, 0),
             "redelivered_total": STATS.group_redelivered.get(group_id, 0),
             "dead_lettered_total": STATS.group_dead_lettered.get(group_id, 0),
+            # of those, archived without reaching the topic (missing, no opt-in, writes that failed)
+            "dead_letters_unwritten_total": STATS.dlq["unwritten"].get(group_id, 0),
             "dead_letter_topic": dlq_topic(services, group_id)}
 
 

@@ -115,6 +115,8 @@ def _summary(d: dict[str, Any]) -> Html:
              ("deliveries", f"{d['delivered_total']:,} ({_num(d.get('delivery_rate'), '/s')})"),
              ("redeliveries", f"{d['redelivered_total']:,} ({_num(d.get('redelivery_rate'), '/s')})"),
              ("dead-lettered", d["dead_lettered_total"]), ("dead-letter topic", d["dead_letter_topic"] or "none")]
+    if d.get("dead_letters_unwritten_total"):  # records gone from the queue and not in the topic: the log says why
+        items.append(("archived unwritten", d["dead_letters_unwritten_total"]))
     return tag("dl", *(Html(tag("dt", k) + tag("dd", v, data_field=k.replace(" ", "_"))) for k, v in items),
                class_="summary")
 

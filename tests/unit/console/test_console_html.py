@@ -86,3 +86,13 @@ def test_pictures():
     assert s.count("<rect") == 2 and 'class="k-acquired"' in s and 'width="10.00"' in s
     h = histogram({0: 4, 1: 2, 5: 1}, 5)
     assert h.count("<rect") == 6 and 'class="bar limit"' in h
+
+
+def test_the_group_summary_names_dead_letters_archived_unwritten():
+    d = {"state": "Stable", "group_epoch": 3, "coordinator": 1, "coordinated_here": True, "members": 1,
+         "assigned_partitions": 2, "lag": 0, "records_in_flight": 0, "oldest_acquisition_age_ms": 0,
+         "oldest_in_flight_age_s": 0.0, "delivered_total": 100, "redelivered_total": 4, "dead_lettered_total": 7,
+         "dead_letter_topic": "dlq.orders", "dead_letters_unwritten_total": 0}
+    assert "archived unwritten" not in pages._summary(d)
+    shown = pages._summary({**d, "dead_letters_unwritten_total": 7})
+    assert "archived unwritten" in shown and 'data-field="archived_unwritten">7<' in shown
