@@ -332,7 +332,7 @@ class DeadLetterService:
                         await asyncio.sleep(backoff_s(attempt))
                         continue
                     # once per batch of rejects while the cause lasts (a DLQ topic not enabled): rate
-                    # limited per group, the rest counted (kshare_dlq_*, the console's dead letters)
+                    # limited per group; every record counted (kshare_dead_letter_queue_unwritten_records)
                     _failures.log(f"archived {group}", logging.ERROR, "dead-letter write for group=%s "
                                   "partition=%s-%d failed, archiving %d record(s) without writing them: %s",
                                   group, slot.topic, slot.key.partition, held, exc)
