@@ -73,17 +73,14 @@ class OffsetLookups:
     async def _list_offset(self, topic: str, partition: int, timestamp: int, isolation_level: int) -> int:
         for attempt in (0, 1):
             await self._ensure_known({topic})
+            offset = -1
             try:
                 node = self._leader(topic, partition)
+                code = E.LEADER_NOT_AVAILABLE
             except UnknownTopicError:
-                # the cache may predate the topic's creation reaching every broker or a partition
-                # added since: asked again after a refresh, as a broker's own answer would be
-                if attempt:
-                    raise
-                await self._refresh_after_error({topic})
-                continue
-            code = E.LEADER_NOT_AVAILABLE
-            offset = -1
+                # the cache may predate the topic reaching every broker, or a partition added since:
+                # retried after a refresh below, as the broker's own UNKNOWN_TOPIC_OR_PARTITION is
+                node, code = -1, E.UNKNOWN_TOPIC_OR_PARTITION
             if node >= 0:
                 try:
                     response = await self._send(node, list_offsets_request(topic, partition, timestamp, isolation_level))
