@@ -76,33 +76,55 @@ class PartitionInFlight:
     #: the last add_acquired took offsets this member already held (their locks had run out and
     #: the broker handed them to it again): older copies still buffered are stale
     reacquired: bool = False
+    #: the highest offset of any range these books took (the overlap checks' bound)
+    high: int = -1
 
-    def add_acquired(self, ranges: Iterable[tuple[int, int, int]], record_offsets: Iterable[int]) -> list[int]:
+    def add_acquired(self, ranges: Iterable[tuple[int, int, int]], record_offsets: Iterable[int], *,
+                     ascending: bool = False) -> list[int]:
         """Take the broker's AcquiredRecords ``(first, last, delivery_count)``; offsets in them
         without a data record are queued as GAP at once. Returns the record offsets that are
         acquired (records outside every acquired range belong to someone else: drop them).
-        Per range a few set and dict operations on whole slices, not a Python step per offset."""
-        present = sorted(record_offsets)
+        ``ascending``: ``record_offsets`` is a list already in order (the record walk's).
+        Per range a few set and dict operations on whole slices, not a Python step per offset;
+        a range wholly above every offset these books ever held (fresh records: the usual case)
+        skips the overlap checks, each a lookup per offset."""
+        present = record_offsets if ascending and isinstance(record_offsets, list) else sorted(record_offsets)
         kept: list[int] = []
         self.reacquired = False
+        ranges = list(ranges)
         for first, last, count in ranges:
             run = present[bisect.bisect_left(present, first):bisect.bisect_right(present, last)]
-            if self.acquired and not self.reacquired:
-                self.reacquired = not self.acquired.keys().isdisjoint(run)
-            self.acquired.update(dict.fromkeys(run, count))
-            if self.delivered:
-                self.delivered.difference_update(run)
-            if self.pending and not self.pending.keys().isdisjoint(run):
-                stale = self.pending.keys() & run  # rare: a queued ack whose record came again
-                self.superseded += len(stale)
-                for offset in stale:
-                    del self.pending[offset]
+            if first <= self.high:  # records this member may hold already: their copies are stale
+                if self.acquired and not self.reacquired:
+                    self.reacquired = not self.acquired.keys().isdisjoint(run)
+                if self.delivered:
+                    self.delivered.difference_update(run)
+                if self.pending and not self.pending.keys().isdisjoint(run):
+                    stale = self.pending.keys() & run  # rare: a queued ack whose record came again
+                    self.superseded += len(stale)
+                    for offset in stale:
+                        del self.pending[offset]
+            if last > self.high:
+                self.high = last
+            if self.acquired:
+                self.acquired.update(dict.fromkeys(run, count))
+            else:
+                self.acquired = dict.fromkeys(run, count)
             if len(run) < last - first + 1:
                 gaps = set(range(first, last + 1)).difference(run)
                 self.pending.update(dict.fromkeys(gaps, AcknowledgeType.GAP))
+            if len(ranges) == 1:
+                return run
             kept += run
         kept.sort()
         return kept
+
+    def release(self, ranges: Iterable[tuple[int, int, int]]) -> None:
+        """Acquired ranges whose records cannot be decoded: queue RELEASE for all of them, so
+        that another consumer (one with the codec, say) gets them."""
+        for first, last, _ in ranges:
+            self.pending.update(dict.fromkeys(range(first, last + 1), int(AcknowledgeType.RELEASE)))
+            self.high = max(self.high, last)
 
     def deliver(self, offset: int) -> None:
         if offset in self.acquired:
@@ -127,7 +149,10 @@ class PartitionInFlight:
             seen = seen.difference(pending)
         # added in place: the acks of one ShareFetch answer are taken once, after several polls,
         # and copying the ones queued so far at every poll made handing out a big answer quadratic
-        pending.update(dict.fromkeys(seen, int(AcknowledgeType.ACCEPT)))
+        if pending:
+            pending.update(dict.fromkeys(seen, int(AcknowledgeType.ACCEPT)))
+        else:
+            self.pending = dict.fromkeys(seen, int(AcknowledgeType.ACCEPT))
         self.delivered = keep
 
     def take_pending(self) -> list[AckBatch]:
@@ -135,16 +160,18 @@ class PartitionInFlight:
         answer: a failed ack is not retried, as in Kafka's and librdkafka's clients)."""
         if not self.pending:
             return []
-        batches = ack_batches(self.pending)
+        pending = self.pending
+        batches = ack_batches(pending)
         acquired = self.acquired
         # set operations in C, not a Python step per offset: the acked offsets are usually all
-        # of them, or all but a batch fetched ahead
-        rest = acquired.keys() - self.pending.keys()
-        if not rest:
+        # of them (a subset test: lookups, no set built), or all but a batch fetched ahead
+        if pending.keys() >= acquired.keys():
             acquired.clear()
-        elif len(rest) < len(acquired):
-            self.acquired = dict(zip(rest, map(acquired.__getitem__, rest)))
-        self.pending.clear()
+        else:
+            rest = acquired.keys() - pending.keys()
+            if len(rest) < len(acquired):
+                self.acquired = dict(zip(rest, map(acquired.__getitem__, rest)))
+        self.pending = {}
         return batches
 
     def drop(self) -> int:

@@ -26,7 +26,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from aiokafka.errors import KafkaError
 from aiokafka.structs import TopicPartition
 from kio.schema.errors import ErrorCode
 
@@ -37,7 +36,7 @@ from .cluster import Cluster, Tp
 from .conn import NodeConn
 from .errors import AcknowledgementError, AckStateError, UnsupportedVersionError
 from .membership import Membership
-from .records import RecordDecodeError, ShareRecord, batches
+from .records import RecordDecodeError, ShareRecord, share_records
 from .session import SESSION_ERRORS, ShareSession
 
 log = logging.getLogger("kshare.client")
@@ -176,15 +175,12 @@ class ShareConsumeRequestManager:
         topic = self._cluster.names.get(tp[0], str(tp[0]))
         self._cluster.ids.setdefault(topic, tp[0])
         try:
-            records = self._records(topic, tp[1], part.records or b"", sorted(ranges))
+            records, offsets = self._records(topic, tp[1], part.records or b"", sorted(ranges))
         except RecordDecodeError as exc:
             log.error("cannot decode records of %s-%s (released for another consumer): %s", topic, tp[1], exc)
-            for first, last, _ in ranges:
-                for offset in range(first, last + 1):
-                    inf.pending[offset] = AcknowledgeType.RELEASE
+            inf.release(ranges)
             return
-        offsets = [r.offset for r in records]
-        inf.add_acquired(ranges, offsets)
+        inf.add_acquired(ranges, offsets, ascending=True)
         if inf.reacquired:  # copies of the earlier acquisition not handed out yet: they would come twice
             self._drop_stale(tp, inf, set(offsets))
         if inf.superseded:  # never sent: the application must not take them for accepted
@@ -194,36 +190,12 @@ class ShareConsumeRequestManager:
         if records:
             self.buffer.append(_Chunk(tp, TopicPartition(topic, tp[1]), records, offsets, inf))
 
-    def _records(self, topic: str, partition: int, data: bytes, ranges: list[tuple[int, int, int]]
-                 ) -> list[ShareRecord]:
-        """The records of ``data`` inside the acquired ``ranges`` (sorted), built straight from
-        aiokafka's C record reader: the one object per record is the ShareRecord asked for (made
-        in C); no headers are the shared ``()``."""
-        key_de, value_de = self.config.key_deserializer, self.config.value_deserializer
-        out: list[ShareRecord] = []
-        append, new = out.append, ShareRecord
-        i, n = 0, len(ranges)
-        if not n:
-            return out
-        first, last, count = ranges[0]
-        try:
-            for batch in batches(data, check_crcs=self.config.check_crcs):
-                for r in batch:
-                    offset = r.offset
-                    while offset > last:
-                        i += 1
-                        if i == n:
-                            return out
-                        first, last, count = ranges[i]
-                    if offset < first:
-                        continue  # someone else's: the broker sends whole batches
-                    key, value, headers = r.key, r.value, r.headers
-                    append(new(topic, partition, offset, r.timestamp, r.timestamp_type,
-                               key_de(key) if key_de else key, value_de(value) if value_de else value,
-                               tuple(headers) if headers else (), count))
-        except (KafkaError, ValueError, UnicodeDecodeError) as exc:  # aiokafka's reader: a codec not installed,
-            raise RecordDecodeError(str(exc)) from None                 # a record it cannot read
-        return out
+    def _records(self, topic: str, partition: int, data: bytes | memoryview, ranges: list[tuple[int, int, int]]
+                 ) -> tuple[list[ShareRecord], list[int]]:
+        """The records of ``data`` inside the acquired ``ranges`` (sorted), and their offsets."""
+        config = self.config
+        return share_records(topic, partition, data, ranges, key_deserializer=config.key_deserializer,
+                             value_deserializer=config.value_deserializer, check_crcs=config.check_crcs)
 
     # -- acknowledgements ------------------------------------------------------------------------
     def take_acks(self, node: int) -> dict[Tp, list[AckBatch]]:

@@ -34,8 +34,11 @@ def _manager() -> ShareConsumeRequestManager:
                          backoff_s=0.1, check_crcs=False, key_deserializer=None, value_deserializer=None)
     mgr = ShareConsumeRequestManager("g", membership=None, cluster=SimpleNamespace(names={TID: "t"}, ids={}),  # type: ignore[arg-type]
                                      config=config)
-    mgr._records = lambda topic, p, data, ranges: [  # type: ignore[method-assign]
-        ShareRecord(topic, p, o, 0, 0, None, None, [], c) for f, last, c in ranges for o in range(f, last + 1)]
+    def records(topic, p, data, ranges):
+        out = [ShareRecord(topic, p, o, 0, 0, None, None, [], c) for f, last, c in ranges for o in range(f, last + 1)]
+        return out, [r.offset for r in out]
+
+    mgr._records = records  # type: ignore[method-assign]
     return mgr
 
 
