@@ -71,6 +71,8 @@ class _Chunk:
     records: list[ShareRecord]
     offsets: list[int]
     books: Any
+    #: the books' block of these records (acks.Block; None: they went into the per-offset dicts)
+    block: Any = None
     #: records before it are handed out: a poll takes its share by this index, not by copying
     #: what is left (an answer of ~8,000 100-byte records is handed out 500 at a time)
     start: int = 0
@@ -141,7 +143,7 @@ class ShareConsumeRequestManager:
             inf = self.inflight.get(chunk.tp)
             if inf is None or inf is not chunk.books:
                 continue  # its session ended meanwhile: the broker released them
-            inf.delivered.update(offsets)
+            inf.hand_out(chunk.block, offsets)
             out.setdefault(chunk.key, []).extend(take)
             n += len(take)
         return out
@@ -188,7 +190,7 @@ class ShareConsumeRequestManager:
                          "not sent: their records were delivered again (their acquisition locks had run out)"))
             inf.superseded = 0
         if records:
-            self.buffer.append(_Chunk(tp, TopicPartition(topic, tp[1]), records, offsets, inf))
+            self.buffer.append(_Chunk(tp, TopicPartition(topic, tp[1]), records, offsets, inf, inf.last_block))
 
     def _records(self, topic: str, partition: int, data: bytes | memoryview, ranges: list[tuple[int, int, int]]
                  ) -> tuple[list[ShareRecord], list[int]]:
@@ -202,7 +204,7 @@ class ShareConsumeRequestManager:
         """The pending acks of ``node``'s partitions, taken out of their books."""
         out: dict[Tp, list[AckBatch]] = {}
         for tp, inf in list(self.inflight.items()):
-            if inf.node == node and inf.pending:
+            if inf.node == node and inf.has_pending:
                 out[tp] = inf.take_pending()
             if inf.empty:
                 del self.inflight[tp]
@@ -223,7 +225,7 @@ class ShareConsumeRequestManager:
 
     async def commit(self) -> dict[TopicPartition, Exception | None]:
         """Send every pending ack now; the outcomes of all acks sent since the last commit."""
-        nodes = {inf.node for inf in self.inflight.values() if inf.pending}
+        nodes = {inf.node for inf in self.inflight.values() if inf.has_pending}
         for node in nodes:
             async with self.lock(node):
                 acks = self.take_acks(node)
@@ -317,7 +319,7 @@ class ShareConsumeRequestManager:
                 by_node.setdefault(leader, set()).add(tp)
             else:
                 self._cluster.stale = True
-        nodes = set(by_node) | {inf.node for inf in self.inflight.values() if inf.pending}
+        nodes = set(by_node) | {inf.node for inf in self.inflight.values() if inf.has_pending}
         if not by_node:
             # nothing to fetch: still flush acks
             if nodes:

@@ -191,6 +191,9 @@ class _NaiveInFlight:
                     self.pending[offset] = T.GAP
         return sorted(kept)
 
+    def snapshot_acquired(self) -> dict[int, int]:
+        return self.acquired
+
     def take_pending(self) -> dict[int, int]:
         sent = dict(self.pending)
         for offset in sent:
@@ -199,51 +202,102 @@ class _NaiveInFlight:
         return sent
 
 
-_OFFSET = st.integers(0, 20)
-_OPS = st.lists(st.one_of(
-    st.tuples(st.just("acquire"), st.integers(0, 16), st.integers(0, 6), st.integers(1, 4),
+_OFFSET = st.integers(0, 40)
+# fresh records above everything held (the usual case: the books keep them as a block), with
+# holes (compaction, transaction markers) and some outside the range (someone else's)
+_FRESH = st.tuples(st.just("fresh"), st.integers(1, 3), st.integers(0, 8), st.sampled_from([1, 1, 2]),
+                   st.frozensets(st.integers(0, 8), max_size=2), st.booleans())
+_HAND = st.tuples(st.just("hand"), st.integers(1, 6))
+_ACCEPT_TAIL = st.tuples(st.just("accept_tail"), st.integers(0, 3))
+_TAKE = st.tuples(st.just("take"))
+_STEP = st.one_of(
+    st.tuples(st.just("acquire"), st.integers(0, 30), st.integers(0, 6), st.integers(1, 4),
               st.frozensets(_OFFSET, min_size=2)),
+    _FRESH, _HAND,
     st.tuples(st.just("deliver"), _OFFSET),
     st.tuples(st.just("ack"), _OFFSET, st.sampled_from([1, 2, 3])),
     st.tuples(st.just("accept"), st.frozensets(_OFFSET, max_size=3)),
-    st.tuples(st.just("release"), st.integers(0, 16), st.integers(0, 6)),
-    st.tuples(st.just("take"))), max_size=30)
+    _ACCEPT_TAIL,
+    st.tuples(st.just("release"), st.integers(0, 30), st.integers(0, 6)),
+    _TAKE)
+_OPS = st.lists(_STEP, max_size=40)
+#: implicit mode's steps only (what keeps the books in blocks)
+_IMPLICIT_OPS = st.lists(st.one_of(_FRESH, _HAND, _ACCEPT_TAIL, _TAKE), max_size=40)
 
 
-@settings(max_examples=400)
+@settings(max_examples=600)
 @given(_OPS)
 def test_partition_in_flight_agrees_with_a_model_that_walks_every_offset(ops):
-    """The books keep whole runs with set and dict operations; a model that takes every offset
-    one at a time must end every step in the same state, send the same acks and count the same
-    superseded ones."""
+    """The books keep fresh acquisitions as blocks and the rest with set and dict operations on
+    whole runs; a model that takes every offset one at a time must end every step in the same
+    state, send the same acks and count the same superseded ones. Records are handed out as the
+    fetcher does: its chunks in order, a few at a time."""
+    _agree(ops)
+
+
+@settings(max_examples=600)
+@given(_IMPLICIT_OPS, st.lists(_STEP, max_size=3), st.integers(0, 40))
+def test_implicit_mode_books_agree_with_the_model_and_any_other_step_between(ops, others, at):
+    """The same with implicit mode's steps (fresh records, handed out, accepted but the tail
+    not yet seen, taken), where the blocks live long, and up to three other steps in between."""
+    _agree(ops[:at] + others + ops[at:])
+
+
+def _agree(ops) -> None:
     inf, model = PartitionInFlight(node=1), _NaiveInFlight()
+    chunks: list[list] = []  # [offsets, block, handed so far], as the fetcher's _Chunk
+    handed: list[int] = []  # every offset handed out, in order
+    high = -1
     for op in ops:
-        if op[0] == "acquire":
-            _, first, length, count, records = op
+        if op[0] in ("acquire", "fresh"):
+            if op[0] == "acquire":
+                _, first, length, count, records = op
+            else:
+                _, gap, length, count, holes, outside = op
+                first = high + gap
+                records = frozenset(range(first, first + length + 1)) - {first + h for h in holes}
+                records |= {first + length + 2} if outside else set()
             ranges = [(first, first + length, count)]
-            ascending = count % 2 == 0  # the record walk's sorted list, or any iterable
+            high = max(high, first + length)
+            ascending = op[0] == "fresh" or count % 2 == 0  # the record walk's sorted list, or any iterable
             got = inf.add_acquired(ranges, sorted(records) if ascending else records, ascending=ascending)
             assert got == model.add_acquired(ranges, records)
+            if got:
+                chunks.append([got, inf.last_block, 0])
+        elif op[0] == "hand":  # the fetcher's drain
+            k = op[1]
+            while k and chunks:
+                offsets, block, start = chunks[0]
+                take = offsets[start:start + k]
+                chunks[0][2] += len(take)
+                if chunks[0][2] == len(offsets):
+                    chunks.pop(0)
+                k -= len(take)
+                inf.hand_out(block, take)
+                model.delivered.update(take)
+                handed += take
         elif op[0] == "release":  # records that could not be decoded
             _, first, length = op
             inf.release([(first, first + length, 1)])
             model.pending.update(dict.fromkeys(range(first, first + length + 1), int(T.RELEASE)))
+            high = max(high, first + length)
         elif op[0] == "deliver":
             inf.deliver(op[1])
             if op[1] in model.acquired:
                 model.delivered.add(op[1])
         elif op[0] == "ack":
             _, offset, kind = op
-            if offset in model.acquired:
+            if offset in model.snapshot_acquired():
                 inf.acknowledge(offset, kind)
                 model.pending[offset] = kind
                 model.delivered.discard(offset)
             else:
                 with pytest.raises(AckStateError):
                     inf.acknowledge(offset, kind)
-        elif op[0] == "accept":
-            inf.accept_delivered(op[1])
-            keep = model.delivered & op[1]
+        elif op[0] in ("accept", "accept_tail"):
+            skip = op[1] if op[0] == "accept" else frozenset(handed[len(handed) - op[1]:] if op[1] else ())
+            inf.accept_delivered(skip)
+            keep = model.delivered & skip
             for offset in model.delivered - keep:
                 model.pending.setdefault(offset, int(T.ACCEPT))
             model.delivered = keep
@@ -251,5 +305,7 @@ def test_partition_in_flight_agrees_with_a_model_that_walks_every_offset(ops):
             batches = inf.take_pending()
             sent = model.take_pending()
             assert batches == ack_batches(sent)
-        assert (inf.acquired, inf.delivered, inf.pending, inf.superseded) == \
+        assert (*inf.snapshot(), inf.superseded) == \
             (model.acquired, model.delivered, model.pending, model.superseded)
+        assert inf.has_pending == bool(model.pending) and inf.empty == (not (model.acquired or model.pending))
+    assert (inf.acquired, inf.delivered, inf.pending) == (model.acquired, model.delivered, model.pending)
