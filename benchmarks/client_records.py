@@ -8,6 +8,7 @@ Compare two checkouts with ``PYTHONPATH=<other checkout> python benchmarks/clien
 
 Prints one line, then the JSON summary as the LAST line.
 Usage: python benchmarks/client_records.py [--records-per-poll 500] [--record-bytes 1024] [--polls 200]
+       [--records-per-ms 1]
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ def main() -> None:
     ap.add_argument("--records-per-poll", type=int, default=500)
     ap.add_argument("--record-bytes", type=int, default=1024)
     ap.add_argument("--polls", type=int, default=200)
+    ap.add_argument("--records-per-ms", type=int, default=1,
+                    help="records sharing a timestamp (a producer stamps in milliseconds)")
     args = ap.parse_args()
     from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
@@ -35,7 +38,7 @@ def main() -> None:
     builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=0, producer_id=-1,
                                         producer_epoch=-1, base_sequence=-1, batch_size=1 << 30)
     for i in range(n):
-        builder.append(i, timestamp=1_700_000_000_000 + i, key=None, value=value, headers=[])
+        builder.append(i, timestamp=1_700_000_000_000 + i // args.records_per_ms, key=None, value=value, headers=[])
     records = bytes(builder.build())
     topic_id = uuid.uuid4()
     cluster = types.SimpleNamespace(names={topic_id: "t"}, ids={})
@@ -55,7 +58,7 @@ def main() -> None:
     us = cpu / args.polls / n * 1e6
     print(f"{us:.2f} µs CPU per record ({n} records of {args.record_bytes} B per poll, {handed} handed out)")
     print(json.dumps({"scenario": "client_records", "records_per_poll": n, "record_bytes": args.record_bytes,
-                      "polls": args.polls, "cpu_us_per_record": round(us, 3)}))
+                      "records_per_ms": args.records_per_ms, "polls": args.polls, "cpu_us_per_record": round(us, 3)}))
 
 
 if __name__ == "__main__":

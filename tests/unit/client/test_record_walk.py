@@ -23,11 +23,12 @@ _INSTALLED = [0] + [c for c, has in ((1, aiokafka_codec.has_gzip), (2, aiokafka_
 
 
 def _batch(base: int, records, *, compression: int = 0, log_append_time: int | None = None,
-           control: bool = False) -> bytes:
+           control: bool = False, per_stamp: int = 1) -> bytes:
+    """``per_stamp``: consecutive records sharing a timestamp, as a producer stamps in milliseconds."""
     b = DefaultRecordBatchBuilder(magic=2, compression_type=compression, is_transactional=int(control),
                                   producer_id=-1, producer_epoch=-1, base_sequence=-1, batch_size=1 << 22)
     for i, (key, value, headers) in enumerate(records):
-        b.append(i, timestamp=1_700_000_000_000 + 7 * i, key=key, value=value, headers=headers)
+        b.append(i, timestamp=1_700_000_000_000 + 7 * (i // per_stamp), key=key, value=value, headers=headers)
     raw = bytearray(b.build())
     raw[0:8] = struct.pack(">q", base)
     attributes = struct.unpack_from(">h", raw, 21)[0]
@@ -53,16 +54,18 @@ _RECORD = st.tuples(st.none() | st.binary(max_size=12), st.none() | st.binary(ma
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batches=st.lists(st.tuples(st.lists(_RECORD, min_size=1, max_size=20), st.sampled_from(_INSTALLED),
-                                  st.booleans(), st.integers(0, 3)), min_size=1, max_size=4),
+                                  st.booleans(), st.integers(0, 3), st.integers(1, 3)), min_size=1, max_size=4),
        data=st.data())
 def test_the_compiled_walk_builds_what_aiokafkas_reader_builds(batches, data):
-    """Any batches (codecs, LogAppendTime, control batches, holes between them) and any acquired
-    ranges: the same ShareRecords, in the same order, with the same offsets."""
+    """Any batches (codecs, LogAppendTime, control batches, holes between them, records sharing
+    timestamps) and any acquired ranges: the same ShareRecords, in the same order, with the same
+    offsets."""
     blob, base = b"", 0
-    for records, codec, log_append, hole in batches:
+    for records, codec, log_append, hole, per_stamp in batches:
         control = log_append and hole == 3
         blob += _batch(base, records if not control else [(b"\0\0\0\0", b"\0" * 6, [])], compression=codec,
-                       log_append_time=1_699_999_999_999 if log_append else None, control=control)
+                       log_append_time=1_699_999_999_999 if log_append else None, control=control,
+                       per_stamp=per_stamp)
         base += len(records) + hole
     cuts = sorted(data.draw(st.lists(st.integers(-2, base + 2), max_size=6)))
     ranges = [(a, b, 1 + i % 4) for i, (a, b) in enumerate(zip(cuts[::2], cuts[1::2]))]
