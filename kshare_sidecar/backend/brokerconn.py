@@ -70,9 +70,12 @@ _CONNECT_TIMEOUT_S = 10.0
 #: answer of a few MB otherwise arrived in a dozen or more wake-ups, each an epoll round, a
 #: ``recv`` and a pass of the event loop; a sidecar with little else to do paid each one alone (the
 #: cluster benchmark's sidecars serving one consumer blocked in epoll 8.9 times per ShareFetch, a
-#: sidecar serving four 3.3 times: docs/capacity.md).
+#: sidecar serving four 3.3 times: docs/capacity.md). The cap is 4 MiB, about a whole read-ahead
+#: answer at 1 KiB records: each wake-up of a sidecar with little else to do costs more than the
+#: bytes it reads (benchmarks/wake_cost.py). Linux caps a mark at half of what the receive buffer
+#: may grow to and grows the buffer to hold it, so a mark never waits for bytes it could not take.
 _LOWAT_MIN = 256 * 1024
-_LOWAT_CAP = 1024 * 1024
+_LOWAT_CAP = 4 * 1024 * 1024
 
 #: why the first answer on a connection is refused when it starts like a TLS record (alert 0x15 or
 #: handshake 0x16, version 3.x): a plaintext request to a TLS listener

@@ -83,14 +83,14 @@ def test_large_and_small_answers_arrive_whole_and_the_mark_returns_to_one_byte()
 
 
 def test_the_mark_is_raised_while_a_large_answer_is_half_received():
-    size = 3 * 1024 * 1024
+    size = brokerconn._LOWAT_CAP + 2 * 1024 * 1024
     broker = _Broker({0: size}, hold_at={0: 512 * 1024})
 
     async def run(conn: BrokerConn) -> None:
         fut = await conn.send(_request(0))
         await broker.held.wait()
         await asyncio.sleep(0.05)  # what was written before the hold is in (or on its way)
-        assert _lowat(conn) == brokerconn._LOWAT_CAP  # more than a megabyte still to come
+        assert _lowat(conn) == brokerconn._LOWAT_CAP  # more than the cap still to come
         broker.gate.set()
         assert (await asyncio.wait_for(fut, 15))[4:] == _expected(0, size)
         assert _lowat(conn) == 1
