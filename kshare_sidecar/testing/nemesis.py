@@ -67,7 +67,8 @@ class Delivery:
 
     @property
     def earliest(self) -> float:
-        return self.t if self.lo is None else min(self.lo, self.t)
+        # never after ``latest``: without ``lo`` the hand-out is known only to precede ``hi``
+        return min(self.t if self.lo is None else self.lo, self.latest)
 
     @property
     def latest(self) -> float:

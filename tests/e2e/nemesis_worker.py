@@ -143,7 +143,7 @@ def _stamp_arrivals(requests) -> dict[tuple, tuple[float | None, float]]:
             async def stamped_call(req, *args, **kwargs):
                 t = round(time.time(), 3)
                 resp = await call(req, *args, **kwargs)
-                if type(req).__name__.startswith("ShareFetch"):
+                if _is_share_fetch(req):
                     sent[node] = t
                 return resp
 
@@ -159,6 +159,13 @@ def _stamp_arrivals(requests) -> dict[tuple, tuple[float | None, float]]:
 
     requests.conn, requests._take_records = conn, stamped
     return arrived
+
+
+def _is_share_fetch(req) -> bool:
+    """A kio ShareFetchRequest, or the client's ShareFetch in its wire form (``protocol.WireRequest``,
+    which names the class its answer is read with)."""
+    answer = getattr(req, "response", None)
+    return (answer.__name__ if isinstance(answer, type) else type(req).__name__).startswith("ShareFetch")
 
 
 def _held(args: argparse.Namespace, key: bytes | None) -> bool:

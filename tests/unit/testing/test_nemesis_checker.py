@@ -160,6 +160,16 @@ def test_a_record_handed_out_before_a_stall_is_judged_at_its_hand_out_not_at_its
         "count repeated without an unplanned owner change"}
 
 
+def test_a_hand_out_known_only_to_precede_its_answer_is_never_judged_after_it():
+    """Without the ShareFetch's send time (``lo``) the hand-out is bounded by the answer (``hi``)
+    alone: the window of a stalled consumer's record must not start at its poll, after ``hi``."""
+    tenures = {3: [Tenure(1, 1, T0 - 100, T0 + 10), Tenure(2, 2, T0 + 10)]}
+    stalled = Delivery("a", 0, 0, 1, T0 + 30, node=1, hi=T0 + 2)
+    assert stalled.earliest == stalled.latest == T0 + 2
+    assert check(history([stalled], [Ack("a", 0, 0, 1, True, T0 + 31)], ends={0: 1}, snapshots={},
+                         tenures=tenures)).ok
+
+
 def test_a_record_handed_out_after_its_acceptance_was_answered_fails():
     """The run of a backend broker isolated: a record accepted without error came back (to the same
     consumer, count 1). A copy the sidecar may have handed out before the answer is not judged."""
