@@ -74,8 +74,9 @@ def main() -> None:
     for idle in idles[1:]:
         alone, after = mean(idle, False), mean(idle, True)
         # what the wake-up itself costs, and how much dearer the same work is right after it
-        summary["idle"][f"{idle * 1000:g}ms"] = {"wake_us": round(alone, 1), "work_after_wake_us": round(after - alone, 1),
-                                                  "work_slowdown": round((after - alone) / hot, 2) if hot else None}
+        summary["idle"][f"{idle * 1000:g}ms"] = {
+            "wake_us": round(alone, 1), "work_after_wake_us": round(after - alone, 1),
+            "work_slowdown": round((after - alone) / hot, 2) if hot else None}
     print(json.dumps(summary))
 
 

@@ -37,10 +37,11 @@ def history_of(run_dir: Path) -> History:
     # The asyncio worker bounds each hand-out by its ShareFetch's send (lo) and answer (hi); a worker
     # whose instrument stopped seeing its ShareFetches would leave every lo out, and the rules would
     # judge its records by when the application got them: refuse such a history, do not judge it.
-    for host in {d.consumer for d in deliveries if d.node is not None}:
-        if all(d.lo is None for d in deliveries if d.consumer == host):
-            raise ValueError(f"{host}: no delivery carries the send time of its ShareFetch (lo): the asyncio "
-                             "worker's stamps (tests/e2e/nemesis_worker.py) no longer see its ShareFetches")
+    blind = {d.consumer for d in deliveries if d.node is not None} - {
+        d.consumer for d in deliveries if d.lo is not None}
+    if blind:
+        raise ValueError(f"{sorted(blind)}: no delivery carries the send time of its ShareFetch (lo): the asyncio "
+                         "worker's stamps (tests/e2e/nemesis_worker.py) no longer see its ShareFetches")
     marks: dict[int, list] = {}
     snaps: dict[int, list[Snapshot]] = {}
     topic_id = None

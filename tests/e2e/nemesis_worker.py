@@ -163,9 +163,12 @@ def _stamp_arrivals(requests) -> dict[tuple, tuple[float | None, float]]:
 
 def _is_share_fetch(req) -> bool:
     """A kio ShareFetchRequest, or the client's ShareFetch in its wire form (``protocol.WireRequest``,
-    which names the class its answer is read with)."""
-    answer = getattr(req, "response", None)
-    return (answer.__name__ if isinstance(answer, type) else type(req).__name__).startswith("ShareFetch")
+    whose ``response`` is the kio class its answer is read with): by the API key kio classes carry."""
+    from kshare_sidecar.client.protocol import WireRequest
+    from kshare_sidecar.protocol.constants import ApiKey
+
+    kio_class = req.response if isinstance(req, WireRequest) else type(req)
+    return getattr(kio_class, "__api_key__", None) == ApiKey.SHARE_FETCH
 
 
 def _held(args: argparse.Namespace, key: bytes | None) -> bool:
