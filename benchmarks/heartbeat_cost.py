@@ -24,6 +24,7 @@ Usage: python benchmarks/heartbeat_cost.py [--quick] [--members 2000] [--groups 
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 import uuid
@@ -31,10 +32,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import SidecarProcess, base_parser, finish, free_port, loadavg, machine, percentile  # noqa: E402
-from scale import LoadGens, cpu_s, join, sidecar_env  # noqa: E402
+from common import SidecarProcess, base_parser, finish, free_port, loadavg, machine, percentile
+from scale import LoadGens, cpu_s, join, sidecar_env
 
-from kshare_sidecar.testing.kafka import KafkaBroker  # noqa: E402
+from kshare_sidecar.testing.kafka import KafkaBroker
 
 NAMES = {"a": "kshare_on_kafka_3_9", "c": "native_kafka_4_4"}
 
@@ -56,15 +57,13 @@ def all_threads_switches(pid: int) -> int:
 def ensure_coordinator(bootstrap: str) -> None:
     """A FindCoordinator makes a native broker create its group-metadata topic, which a bare
     ShareGroupHeartbeat does not; the members would otherwise retry until something else did."""
+    from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.describe_consumer_groups(["heartbeat-cost-probe"])
-    for future in futures.values():
-        try:
+    for future in admin.describe_consumer_groups(["heartbeat-cost-probe"]).values():
+        with contextlib.suppress(KafkaException):  # an unknown group is an answer: the topic exists now
             future.result(timeout=60)
-        except Exception:  # noqa: BLE001 - an unknown group is an answer; the topic now exists
-            pass
 
 
 def measure(bootstrap: str, pids: dict[str, int], args, run: str) -> dict:
