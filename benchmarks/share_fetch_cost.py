@@ -10,7 +10,9 @@ the first record to the last: records/s, ShareFetches (the sidecar's /metrics), 
 seconds (/proc), and the CPU per ShareFetch — with the model's share of it for the records
 themselves subtracted, the figure ``UnitCosts.cpu_us_per_share_fetch`` is.
 
-``--pyspy FILE``: a py-spy profile of the sidecar while it serves (speedscope JSON).
+``--pyspy FILE``: a py-spy profile of the sidecar while it serves (speedscope JSON; with
+``--pyspy-python`` Python frames only, sampled without stopping the sidecar — the native mode's
+stops over-sample system calls: benchmarks/common.py, ``PySpy``).
 Prints one line per round, then one JSON object as the LAST line; writes share_fetch_cost.json into
 --out (default: $TMPDIR/kshare-bench).
 Usage: python benchmarks/share_fetch_cost.py [--records 20000] [--records-per-fetch 5] [--consumers 4]
@@ -49,7 +51,7 @@ def _worker(bootstrap: str, group: str, topic: str, per_fetch: int, total, stop)
 
 
 def one_round(sc: SidecarProcess, backend: str, records: int, per_fetch: int, consumers: int, size: int,
-              pyspy: Path | None) -> dict:
+              pyspy: Path | None, python_only: bool = False) -> dict:
     from kshare_sidecar.capacity import UnitCosts
 
     topic, group = f"fetchcost-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
@@ -65,7 +67,7 @@ def one_round(sc: SidecarProcess, backend: str, records: int, per_fetch: int, co
     deadline = time.monotonic() + 120
     while total.value == 0 and time.monotonic() < deadline:
         time.sleep(0.005)
-    spy = PySpy(sc.proc.pid, pyspy) if pyspy is not None else None
+    spy = PySpy(sc.proc.pid, pyspy, native=not python_only) if pyspy is not None else None
     cpu, before, n0, t0 = CpuMeter(sidecar=sc.proc.pid).start(), sc.samples(), total.value, time.monotonic()
     while total.value < records and time.monotonic() - t0 < 300:
         time.sleep(0.02)
@@ -98,6 +100,8 @@ def main() -> None:
     ap.add_argument("--record-size", type=int, default=1024)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--pyspy", type=Path, default=None, help="a py-spy profile of the sidecar (the last round)")
+    ap.add_argument("--pyspy-python", action="store_true",
+                    help="that profile with Python frames only, the sidecar not stopped per sample (unbiased shares)")
     args = ap.parse_args()
     if args.quick:
         args.records, args.rounds = 5_000, 1
@@ -109,7 +113,7 @@ def main() -> None:
         try:
             for i in range(args.rounds):
                 r = one_round(sc, broker.bootstrap, args.records, args.records_per_fetch, args.consumers,
-                              args.record_size, args.pyspy if i == args.rounds - 1 else None)
+                              args.record_size, args.pyspy if i == args.rounds - 1 else None, args.pyspy_python)
                 rounds.append(r)
                 print(f"round {i + 1}: {r['records']} records in {r['seconds']} s ({r['records_per_s']:,.0f}/s), "
                       f"{r['share_fetches']} ShareFetches of {r['records_per_share_fetch']} records; sidecar "

@@ -190,11 +190,11 @@ def consume(kind: str, bootstrap: str, group: str, topic: str, target: int, time
 
 def kshare_consume(sc: SidecarProcess, broker, group: str, topic: str, target: int, timeout_s: float,
                    record_bytes: int, kind: str = "share", pyspy: Path | None = None,
-                   perf: Path | None = None) -> dict:
+                   perf: Path | None = None, pyspy_python: bool = False) -> dict:
     """:func:`consume` through a kshare sidecar, plus its read-path figures (metrics scraped
     before and after: read amplification, bytes copied, peak RSS)."""
     before = sc.samples()
-    spy = PySpy(sc.proc.pid, pyspy) if pyspy else None
+    spy = PySpy(sc.proc.pid, pyspy, native=not pyspy_python) if pyspy else None
     rec = PerfRecord(sc.proc.pid, perf) if perf else None
     try:
         result = consume(kind, sc.bootstrap, group, topic, target, timeout_s, record_bytes,
@@ -348,6 +348,9 @@ def main() -> None:
     ap.add_argument("--pyspy", action="store_true",
                     help="py-spy record (native frames) on scenario (a)'s sidecar while it serves: "
                          "pyspy_a_<size>.json (speedscope) in --out; see benchmarks/pyspy_top.py")
+    ap.add_argument("--pyspy-python", action="store_true",
+                    help="with --pyspy: Python frames only, the sidecar not stopped per sample (the native mode's "
+                         "stops over-sample system calls; benchmarks/common.py, PySpy)")
     ap.add_argument("--perf", action="store_true",
                     help="perf record -g on scenario (a)'s sidecar while it serves (CPU samples with native and "
                          "kernel stacks): perf_a_<size>.data in --out")
@@ -431,7 +434,7 @@ def main() -> None:
                 spy = args.out / f"pyspy_{key}_{size}_{kind}.json" if args.pyspy and key == "a" else None
                 perf = args.out / f"perf_{key}_{size}_{kind}.data" if args.perf and key == "a" else None
                 report(key, size, kshare_consume(sc, broker, unique("kshare-g"), topic, n, timeout, size, kind,
-                                                 pyspy=spy, perf=perf), kind)
+                                                 pyspy=spy, perf=perf, pyspy_python=args.pyspy_python), kind)
             if args.metrics and key == "a":
                 sc.scrape(args.out / f"kshare_metrics_a_{size}.txt")
         finally:
