@@ -225,7 +225,7 @@ def run(bootstrap: str, topic: str, n: int, count: int, timeout_s: float, broker
 
 
 def native_run(count: int, n: int, partitions: int, record_bytes: int, timeout_s: float, warmup: bool,
-               client: str = "confluent") -> dict:
+               client: str = "confluent", idle_s: float = 10.0) -> dict:
     """The same consume on a native Kafka 4.4 cluster of ``count`` brokers: records/s and the
     brokers' CPU seconds summed, per 1M records."""
     from kshare_sidecar.testing.multibroker import KafkaCluster
@@ -241,13 +241,21 @@ def native_run(count: int, n: int, partitions: int, record_bytes: int, timeout_s
         topic, group = unique("cl-native"), unique("cl-native-g")
         produce_records(cluster.bootstrap, topic, n, partitions=partitions, record_bytes=record_bytes)
         set_group_config(cluster.bootstrap, group, {"share.auto.offset.reset": "earliest"})
-        load, before = loadavg(), sum(_cpu_seconds(p) for p in pids)
+        # the brokers' background (a JVM's timers, the KRaft quorum's heartbeats) over the same
+        # idle time as the sidecars', so that both clusters' figures can be had less idle
+        idle_before, idle_t0 = sum(_cpu_seconds(p) for p in pids), time.monotonic()
+        time.sleep(idle_s)
+        idle_rate = (sum(_cpu_seconds(p) for p in pids) - idle_before) / max(time.monotonic() - idle_t0, 1e-9)
+        load, before, t0 = loadavg(), sum(_cpu_seconds(p) for p in pids), time.monotonic()
         cpu = CpuSampler().start()
         result = consume_with(client, cluster.bootstrap, group, topic, n, timeout_s, record_bytes)
         result["machine_cpu_utilisation"] = cpu.stop()
-        brokers = sum(_cpu_seconds(p) for p in pids) - before
+        brokers, wall = sum(_cpu_seconds(p) for p in pids) - before, time.monotonic() - t0
+        per_1m = 1e6 / max(result["records"], 1)
         result["cpu_s"] = {"brokers": round(brokers, 2)}
-        result["cpu_s_per_1m_records"] = {"brokers": round(brokers / max(result["records"], 1) * 1e6, 2)}
+        result["brokers_idle_cpu_per_s"] = round(idle_rate, 4)
+        result["cpu_s_per_1m_records"] = {"brokers": round(brokers * per_1m, 2),
+                                          "brokers_less_idle": round((brokers - idle_rate * wall) * per_1m, 2)}
         result["loadavg_before"], result["loadavg_after"] = load, loadavg()
         return result
 
@@ -310,7 +318,10 @@ def main() -> None:
         r["kshare_to_native"] = round(mine["records_per_s"] / r["records_per_s"], 3) if r["records_per_s"] else None
         print(f"native 4.4, {count} broker(s): {r['records']:>9} records in {r['seconds']:>8.2f} s  "
               f"{r['records_per_s']:>10,.0f} rec/s  machine CPU {r['machine_cpu_utilisation']}, brokers "
-              f"{r['cpu_s_per_1m_records']['brokers']} CPU s per 1M; kshare with {count} sidecar(s) ÷ native "
+              f"{r['cpu_s_per_1m_records']['brokers']} CPU s per 1M ({r['cpu_s_per_1m_records']['brokers_less_idle']} "
+              f"less idle {r['brokers_idle_cpu_per_s']}/s); kshare's sidecars + broker "
+              f"{mine['cpu_s_per_1m_records']['sidecars'] + mine['cpu_s_per_1m_records']['broker']:.2f}; kshare with "
+              f"{count} sidecar(s) ÷ native "
               f"{r['kshare_to_native']}, load {r['loadavg_before']}"
               + ("" if r["complete"] else "  INCOMPLETE (timed out)"), flush=True)
 
@@ -335,6 +346,17 @@ def main() -> None:
         summary["native_scaling"] = {
             f"{k}_to_1": round(native[f"{k}_brokers"]["records_per_s"] / one["records_per_s"], 3)
             for k in sizes if k != 1 and one and one["records_per_s"]}
+
+        def native_cost(k: int, key: str) -> float | None:
+            a = native.get(f"{k}_brokers")
+            if not a or not one or not one["cpu_s_per_1m_records"][key]:
+                return None
+            return round(a["cpu_s_per_1m_records"][key] / one["cpu_s_per_1m_records"][key], 3)
+
+        # the same question of native brokers: does a record cost more when the load is spread?
+        summary["native_cost_scaling"] = {f"{k}_to_1": native_cost(k, "brokers") for k in sizes if k != 1}
+        summary["native_cost_scaling_less_idle"] = {f"{k}_to_1": native_cost(k, "brokers_less_idle")
+                                                    for k in sizes if k != 1}
     finish(summary, args.out, "cluster")
 
 
