@@ -89,6 +89,15 @@ def _cpu_seconds(pid: int) -> float:
     return sum(_user_system(pid))
 
 
+def _idle_rates(pids: list[int], seconds: float) -> list[float]:
+    """Each process's CPU seconds per second while nothing is consumed (timers, tails, a JVM's
+    background), so that a figure per record can be had without it."""
+    before, t0 = [_cpu_seconds(p) for p in pids], time.monotonic()
+    time.sleep(seconds)
+    wall = max(time.monotonic() - t0, 1e-9)
+    return [(_cpu_seconds(p) - b) / wall for p, b in zip(pids, before)]
+
+
 def _requests(before: list[dict], after: list[dict], records: int) -> dict:
     """Requests the sidecars served and sent, summed over them, per 1M records consumed: what the
     per-record CPU follows (a consumer sends a ShareFetch to every sidecar leading one of its
@@ -176,10 +185,7 @@ def run(bootstrap: str, topic: str, n: int, count: int, timeout_s: float, broker
         leaders = settled(sidecars, topic)
         # a sidecar's cost while nothing is consumed (group membership, its tail of the state topic,
         # timers): measured first, so the per-record cost can be read without it
-        idle_before, idle_t0 = [_cpu_seconds(sc.proc.pid) for sc in sidecars], time.monotonic()
-        time.sleep(idle_s)
-        idle_rate = [(_cpu_seconds(sc.proc.pid) - b) / max(time.monotonic() - idle_t0, 1e-9)
-                     for sc, b in zip(sidecars, idle_before)]
+        idle_rate = _idle_rates([sc.proc.pid for sc in sidecars], idle_s)
         before = [_cpu_seconds(sc.proc.pid) for sc in sidecars]
         switches = [sum(context_switches(sc.proc.pid)) for sc in sidecars]
         user_system = [_user_system(sc.proc.pid) for sc in sidecars]
@@ -243,9 +249,7 @@ def native_run(count: int, n: int, partitions: int, record_bytes: int, timeout_s
         set_group_config(cluster.bootstrap, group, {"share.auto.offset.reset": "earliest"})
         # the brokers' background (a JVM's timers, the KRaft quorum's heartbeats) over the same
         # idle time as the sidecars', so that both clusters' figures can be had less idle
-        idle_before, idle_t0 = sum(_cpu_seconds(p) for p in pids), time.monotonic()
-        time.sleep(idle_s)
-        idle_rate = (sum(_cpu_seconds(p) for p in pids) - idle_before) / max(time.monotonic() - idle_t0, 1e-9)
+        idle_rate = sum(_idle_rates(pids, idle_s))
         load, before, t0 = loadavg(), sum(_cpu_seconds(p) for p in pids), time.monotonic()
         cpu = CpuSampler().start()
         result = consume_with(client, cluster.bootstrap, group, topic, n, timeout_s, record_bytes)
@@ -329,8 +333,9 @@ def main() -> None:
         a, b = results.get(f"{k}_sidecars"), results.get("1_sidecars")
         return round(a["records_per_s"] / b["records_per_s"], 3) if a and b and b["records_per_s"] else None
 
-    def cost_ratio(k: int, key: str = "sidecars") -> float | None:
-        a, b = results.get(f"{k}_sidecars"), results.get("1_sidecars")
+    def cost_ratio(k: int, key: str = "sidecars", table: dict = results, unit: str = "sidecars") -> float | None:
+        """CPU per record with ``k`` servers ÷ with one (sidecars, or native brokers)."""
+        a, b = table.get(f"{k}_{unit}"), table.get(f"1_{unit}")
         if not a or not b or not b["cpu_s_per_1m_records"][key]:
             return None
         return round(a["cpu_s_per_1m_records"][key] / b["cpu_s_per_1m_records"][key], 3)
@@ -346,17 +351,11 @@ def main() -> None:
         summary["native_scaling"] = {
             f"{k}_to_1": round(native[f"{k}_brokers"]["records_per_s"] / one["records_per_s"], 3)
             for k in sizes if k != 1 and one and one["records_per_s"]}
-
-        def native_cost(k: int, key: str) -> float | None:
-            a = native.get(f"{k}_brokers")
-            if not a or not one or not one["cpu_s_per_1m_records"][key]:
-                return None
-            return round(a["cpu_s_per_1m_records"][key] / one["cpu_s_per_1m_records"][key], 3)
-
         # the same question of native brokers: does a record cost more when the load is spread?
-        summary["native_cost_scaling"] = {f"{k}_to_1": native_cost(k, "brokers") for k in sizes if k != 1}
-        summary["native_cost_scaling_less_idle"] = {f"{k}_to_1": native_cost(k, "brokers_less_idle")
-                                                    for k in sizes if k != 1}
+        summary["native_cost_scaling"] = {f"{k}_to_1": cost_ratio(k, "brokers", native, "brokers")
+                                          for k in sizes if k != 1}
+        summary["native_cost_scaling_less_idle"] = {
+            f"{k}_to_1": cost_ratio(k, "brokers_less_idle", native, "brokers") for k in sizes if k != 1}
     finish(summary, args.out, "cluster")
 
 

@@ -311,17 +311,24 @@ def process_user_system_s(pid: int | None) -> tuple[float, float] | None:
     return int(fields[11]) / _TICKS, int(fields[12]) / _TICKS
 
 
-def context_switches(pid: int) -> tuple[int, int]:
+def context_switches(pid: int, *, all_threads: bool = False) -> tuple[int, int]:
     """Voluntary and involuntary context switches of a process's main thread so far (from /proc).
     A sidecar's event loop runs there and gives up the CPU voluntarily once per wait in epoll, so
     the voluntary count is the loop's wake-ups; the involuntary, the times another process took
-    the core from it."""
+    the core from it. ``all_threads``: summed over every thread (a JVM hands a request between
+    several)."""
+    files = sorted(Path(f"/proc/{pid}/task").glob("*/status")) if all_threads else [Path(f"/proc/{pid}/status")]
     vol = invol = 0
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("voluntary_ctxt_switches"):
-            vol = int(line.split()[1])
-        elif line.startswith("nonvoluntary_ctxt_switches"):
-            invol = int(line.split()[1])
+    for status in files:
+        try:
+            lines = status.read_text().splitlines()
+        except OSError:  # a thread ended between the listing and the read
+            continue
+        for line in lines:
+            if line.startswith("voluntary_ctxt_switches"):
+                vol += int(line.split()[1])
+            elif line.startswith("nonvoluntary_ctxt_switches"):
+                invol += int(line.split()[1])
     return vol, invol
 
 

@@ -32,8 +32,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import SidecarProcess, base_parser, finish, free_port, loadavg, machine, percentile
-from scale import LoadGens, cpu_s, join, sidecar_env
+from common import (
+    SidecarProcess,
+    base_parser,
+    context_switches,
+    finish,
+    free_port,
+    loadavg,
+    machine,
+    percentile,
+)
+from scale import LoadGens, _r, cpu_s, join, merged_errors, sidecar_env
 
 from kshare_sidecar.testing.kafka import KafkaBroker
 
@@ -41,17 +50,8 @@ NAMES = {"a": "kshare_on_kafka_3_9", "c": "native_kafka_4_4"}
 
 
 def all_threads_switches(pid: int) -> int:
-    """Voluntary context switches summed over every thread of a process (a JVM's request passes
-    through several threads; a sidecar's loop is its main thread)."""
-    total = 0
-    for status in Path(f"/proc/{pid}/task").glob("*/status"):
-        try:
-            for line in status.read_text().splitlines():
-                if line.startswith("voluntary_ctxt_switches"):
-                    total += int(line.split()[1])
-        except OSError:  # a thread ended between the listing and the read
-            continue
-    return total
+    """Voluntary context switches of every thread (a JVM's request passes through several)."""
+    return context_switches(pid, all_threads=True)[0]
 
 
 def ensure_coordinator(bootstrap: str) -> None:
@@ -96,10 +96,7 @@ def measure(bootstrap: str, pids: dict[str, int], args, run: str) -> dict:
     finally:
         gens.close()
     lat = sorted(x for s in stats for x in s["hb_ms"])
-    errors: dict[str, int] = {}
-    for s in stats:
-        for k, v in s["errors"].items():
-            errors[k] = errors.get(k, 0) + v
+    errors = merged_errors(stats)
     beats = len(lat)
     out: dict = {"members": args.members, "groups": args.groups, "join_s": round(join_s, 2),
                  "heartbeats": beats, "heartbeats_per_s": round(beats / wall, 1),
@@ -138,10 +135,6 @@ def _pid(broker) -> int:
     if proc is None:
         raise RuntimeError(f"no process for {broker!r}")
     return proc.pid
-
-
-def _r(x: float | None) -> float | None:
-    return None if x is None else round(x, 2)
 
 
 def main() -> None:

@@ -225,6 +225,15 @@ def gc_figures(before: dict[str, float], after: dict[str, float]) -> dict:
     return out
 
 
+def merged_errors(stats: list[dict]) -> dict[str, int]:
+    """The load generators' heartbeat errors by name, summed."""
+    errors: dict[str, int] = {}
+    for s in stats:
+        for k, v in s["errors"].items():
+            errors[k] = errors.get(k, 0) + v
+    return errors
+
+
 def _r(x: float | None) -> float | None:
     return None if x is None else round(x, 2)
 
@@ -267,10 +276,7 @@ def heartbeat_window(gens: LoadGens, sidecar: SidecarProcess, seconds: float, ar
         spy.wait()
     after_m = sidecar.samples()
     lat = sorted(x for s in stats for x in s["hb_ms"])
-    errors: dict[str, int] = {}
-    for s in stats:
-        for k, v in s["errors"].items():
-            errors[k] = errors.get(k, 0) + v
+    errors = merged_errors(stats)
     writes = metric_sum(after_m, "kshare_state_records_written_total") - \
         metric_sum(before_m, "kshare_state_records_written_total")
     return {"heartbeats": len(lat), "heartbeats_per_s": round(len(lat) / wall, 1),
