@@ -14,6 +14,14 @@ the asyncio÷confluent ratio per target. The clock runs from the first record an
 receives to the moment the last of the N records is received (group join time is excluded for
 every scenario alike). Everything (brokers, sidecar, consumers) shares one machine.
 
+Warm-up (``--warmup-records``, Kafka's name from ``kafka-producer-perf-test``): before the measured
+pass of a scenario and record size, that many records of the same size, on a topic of their own,
+are consumed through a group of their own by the same servers (the same sidecar process, the same
+broker JVM), so the measured pass sees servers past their start-up: the brokers' JIT compilation,
+the sidecar's receive pool filling and its heap growing. Default: half of ``--records``; 0 measures
+servers cold, as every run before 2026-12-02 15:00 UTC did. The warm-up pass is reported too
+(``warm-up`` lines, the JSON's ``warmup``): those are the cold figures.
+
 The cost of a record: CPU seconds per million records of the sidecar process and of the backend
 broker's JVM (every scenario: the backend broker behind kshare, the native 4.x broker), from
 /proc over the whole consume (group join included, the same for every scenario) and again from
@@ -34,7 +42,7 @@ reported as ``kshare_on_kafka_3_9`` and ``kshare_on_kafka_3_9_console`` with the
 Prints one line per scenario, then one JSON object as the LAST line; writes throughput.png
 (matplotlib, if importable) and throughput.json into --out (default: $TMPDIR/kshare-bench).
 Usage: python benchmarks/throughput.py [--quick] [--records N] [--record-size 1024,100] [--only a,c]
-       [--client confluent|asyncio|both] [--pyspy] [--perf] [--backend 3.9] [--native 4] [--out DIR]
+       [--warmup-records N] [--client confluent|asyncio|both] [--pyspy] [--perf] [--backend 3.9] [--native 4] [--out DIR]
        python benchmarks/throughput.py --console [--quick] [--console-rounds N]
 """
 
@@ -343,6 +351,9 @@ def main() -> None:
     ap.add_argument("--record-size", help="record value sizes in bytes, comma-separated (default 1024,100; "
                                           "--quick: 1024)")
     ap.add_argument("--timeout", type=float, default=None, help="per-scenario limit in seconds")
+    ap.add_argument("--warmup-records", type=int, default=None,
+                    help="records consumed through the same servers before each measured pass, on a topic and "
+                         "group of their own, not measured (default: half of --records; 0: cold servers)")
     ap.add_argument("--only", default="a,b,c", help="scenarios to run, e.g. a,c")
     ap.add_argument("--profile", help="run the kshare sidecar of scenario (a) under pyinstrument, text to FILE")
     ap.add_argument("--pyspy", action="store_true",
@@ -368,6 +379,9 @@ def main() -> None:
     n = args.records or (100_000 if args.quick else 1_000_000)
     sizes = [int(s) for s in (args.record_size or ("1024" if args.quick else "1024,100")).split(",")]
     timeout = args.timeout or (120 if args.quick else 900)
+    warmup = n // 2 if args.warmup_records is None else args.warmup_records
+    if warmup < 0:
+        ap.error(f"--warmup-records takes 0 or more; got {warmup}")
     only = set(args.only.split(","))
     if only - set(NAMES):
         ap.error(f"--only takes scenarios among {','.join(NAMES)}; got {args.only}")
@@ -377,18 +391,20 @@ def main() -> None:
     from tests.support import set_group_config, unique
 
     by_size: dict[int, dict[str, dict]] = {size: {} for size in sizes}
+    warmups: dict[int, dict[str, dict]] = {size: {} for size in sizes}  # the cold figures
     from kshare_sidecar.testing.kafka import resolve_version
 
     backend, native = resolve_version(args.backend), resolve_version(args.native)
     names = {**NAMES, "a": f"kshare_on_kafka_{args.backend.replace('.', '_')}"}
 
-    def report(key: str, size: int, r: dict, kind: str = "share", suffix: str = "", round_: int | None = None) -> None:
+    def report(key: str, size: int, r: dict, kind: str = "share", suffix: str = "", round_: int | None = None,
+               warm_up: bool = False) -> None:
         name = names[key] + ("_asyncio" if kind == "asyncio" else "") + suffix
         if round_ is not None:
             name += f"_round{round_ + 1}"
         r["client"] = "kshare asyncio" if kind == "asyncio" else "confluent-kafka"
-        by_size[size][name] = r
-        print(f"({key}) {size:>5} B {name:<28} {r['records']:>9} records in {r['seconds']:>7.2f} s  "
+        (warmups if warm_up else by_size)[size][name] = r
+        print(f"({key}) {size:>5} B {name:<28}{' warm-up' if warm_up else ''} {r['records']:>9} records in {r['seconds']:>7.2f} s  "
               f"{r['records_per_s']:>10,.0f} rec/s  {r['mb_per_s']:>7.2f} MB/s  load {r['loadavg_before'][:1]}"
               + ("" if r["complete"] else "  INCOMPLETE (timed out)"), flush=True)
         cpu = "  ".join(f"{k.removesuffix('_cpu_s_per_1m_records')} {v} s "
@@ -426,10 +442,20 @@ def main() -> None:
         finish(summary, args.out, "throughput_console", lambda png: plot({CONSOLE_BYTES: results}, png))
         return
 
+    def warmup_topic(broker, size: int) -> str:
+        """A topic of ``warmup`` records of ``size`` bytes on ``broker``, for one warm-up pass."""
+        topic = unique("tput-warmup")
+        produce_records(broker.bootstrap, topic, warmup, partitions=PARTITIONS, record_bytes=size)
+        return topic
+
     def sidecar_scenario(key: str, broker, size: int, topic: str) -> None:
         sc = SidecarProcess(broker.bootstrap, profile=args.profile if key == "a" else None,
                             metrics_port=free_port())
         try:
+            if warmup:
+                warm_topic = warmup_topic(broker, size)
+                report(key, size, kshare_consume(sc, broker, unique("kshare-warmup-g"), warm_topic, warmup, timeout,
+                                                 size, kinds[0]), kinds[0], warm_up=True)
             for kind in kinds:
                 spy = args.out / f"pyspy_{key}_{size}_{kind}.json" if args.pyspy and key == "a" else None
                 perf = args.out / f"perf_{key}_{size}_{kind}.data" if args.perf and key == "a" else None
@@ -454,6 +480,12 @@ def main() -> None:
                 if "b" in only:
                     sidecar_scenario("b", b4, size, topic)
                 if "c" in only:
+                    if warmup:
+                        group = unique("native-warmup-g")
+                        set_group_config(b4.bootstrap, group, {"share.auto.offset.reset": "earliest"})
+                        report("c", size, consume(kinds[0], b4.bootstrap, group, warmup_topic(b4, size), warmup,
+                                                  timeout, size, CpuMeter(backend_broker=_pid(b4))), kinds[0],
+                               warm_up=True)
                     for kind in kinds:
                         group = unique("native-g")
                         set_group_config(b4.bootstrap, group, {"share.auto.offset.reset": "earliest"})
@@ -471,7 +503,9 @@ def main() -> None:
         print(line, flush=True)
     summary = {"scenario": "throughput", "records": n, "record_sizes": sizes, "partitions": PARTITIONS,
                "consumers": CONSUMERS, "machine": machine(), "backend": backend, "native": native,
-               "sizes": sizes_out}
+               "warmup_records": warmup, "sizes": sizes_out,
+               "warmup": {str(size): {"results": results, **summarize(results, kinds[:1], names)}
+                          for size, results in warmups.items() if results}}
     finish(summary, args.out, "throughput", lambda png: plot(by_size, png))
 
 
