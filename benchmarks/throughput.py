@@ -60,7 +60,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (CpuMeter, PerfRecord, PySpy, SidecarProcess, base_parser, finish, free_port, loadavg, machine,  # noqa: E402
-                    produce_records, pyplot, read_path_figures)
+                    native_share_group, produce_records, pyplot, read_path_figures)
 
 PARTITIONS = 4
 CONSUMERS = 4
@@ -388,7 +388,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
 
     from kshare_sidecar.testing import KafkaBroker
-    from tests.support import set_group_config, unique
+    from tests.support import unique
 
     by_size: dict[int, dict[str, dict]] = {size: {} for size in sizes}
     warmups: dict[int, dict[str, dict]] = {size: {} for size in sizes}  # the cold figures
@@ -481,14 +481,12 @@ def main() -> None:
                     sidecar_scenario("b", b4, size, topic)
                 if "c" in only:
                     if warmup:
-                        group = unique("native-warmup-g")
-                        set_group_config(b4.bootstrap, group, {"share.auto.offset.reset": "earliest"})
+                        group = native_share_group(b4.bootstrap, unique("native-warmup-g"))
                         report("c", size, consume(kinds[0], b4.bootstrap, group, warmup_topic(b4, size), warmup,
                                                   timeout, size, CpuMeter(backend_broker=_pid(b4))), kinds[0],
                                warm_up=True)
                     for kind in kinds:
-                        group = unique("native-g")
-                        set_group_config(b4.bootstrap, group, {"share.auto.offset.reset": "earliest"})
+                        group = native_share_group(b4.bootstrap, unique("native-g"))
                         report("c", size, consume(kind, b4.bootstrap, group, topic, n, timeout, size,
                                                   CpuMeter(backend_broker=_pid(b4))), kind)
 

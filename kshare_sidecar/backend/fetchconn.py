@@ -20,6 +20,7 @@ highest both sides know, from the broker's ApiVersions on each new connection.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -65,7 +66,7 @@ class FetchConns:
         self._versions: dict[BrokerConn, int] = {}
         #: (node, lane) -> fetches that chose it and have not ended (a connection still being
         #: opened shows no request in flight yet)
-        self._lane_users: dict[tuple[int, int], int] = {}
+        self._lane_users: collections.Counter[tuple[int, int]] = collections.Counter()  # at most 17 keys a broker
         self._lock = asyncio.Lock()
         self.pool = FramePool()  # answers received into reused buffers (see FramePool)
 
@@ -76,7 +77,7 @@ class FetchConns:
         broker cannot be reached or answers nonsense."""
         lane = self._poll_lane(node) if max_wait_ms > 0 else 0
         key = (node, lane)
-        self._lane_users[key] = self._lane_users.get(key, 0) + 1
+        self._lane_users[key] += 1
         try:
             conn = await self._conn(node, lane)
             version = self._versions[conn]
@@ -96,11 +97,7 @@ class FetchConns:
             raise BackendUnavailableError(E.NETWORK_EXCEPTION, f"broker {node}: unreadable Fetch answer: {exc}") \
                 from None
         finally:
-            left = self._lane_users[key] - 1
-            if left:
-                self._lane_users[key] = left
-            else:
-                del self._lane_users[key]
+            self._lane_users[key] -= 1
         STATS.backend_fetch_requests += 1  # read amplification: backend bytes ÷ delivered bytes
         STATS.backend_fetch_bytes += len(frame)
         for r in reads:
@@ -114,7 +111,7 @@ class FetchConns:
         best, best_load = 1, None
         for lane in range(1, LONG_POLL_CONNS + 1):
             conn = self._conns.get((node, lane))
-            load = max(self._lane_users.get((node, lane), 0), conn.in_flight if conn is not None else 0)
+            load = max(self._lane_users[node, lane], conn.in_flight if conn is not None else 0)
             if not load:
                 return lane
             if best_load is None or load < best_load:

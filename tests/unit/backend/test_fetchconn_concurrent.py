@@ -33,9 +33,9 @@ async def test_a_connection_is_shared_only_once_its_fetch_version_is_known(monke
         return 16
 
     conns._version = version  # type: ignore[method-assign]
-    first = asyncio.create_task(conns._conn(1, False))
+    first = asyncio.create_task(conns._conn(1, 0))
     await asked.wait()
-    b = await conns._conn(1, False)
+    b = await conns._conn(1, 0)
     assert conns._versions.get(b) == 16  # fetch() reads it right away
     assert await first is b
 
