@@ -276,6 +276,9 @@ def read_path_figures(before: dict[str, float], after: dict[str, float]) -> dict
         "backend_fetch_requests": int(d("kshare_backend_fetch_requests_total")),
         "backend_fetch_bytes": int(backend), "delivered_bytes": int(delivered), "delivered_records": int(records),
         "read_amplification": round(backend / delivered, 3) if delivered else None,
+        # of the backend bytes, trailing batches cut at a read's size limit (received again by the next read)
+        "cut_bytes": int(d("kshare_backend_fetch_cut_bytes_total")),
+        "cut_per_delivered_byte": round(d("kshare_backend_fetch_cut_bytes_total") / delivered, 3) if delivered else None,
         "record_bytes_copied": int(copied) if copied is not None else None,
         "copies_per_delivered_byte": round(copied / delivered, 2) if delivered and copied is not None else None,
         "cache_hits": int(d("kshare_read_cache_hits_total")), "cache_misses": int(d("kshare_read_cache_misses_total")),
@@ -338,24 +341,55 @@ def process_cpu_s(pid: int | None) -> float | None:
     return None if split is None else split[0] + split[1]
 
 
+#: HotSpot's JIT compiler threads, as /proc names them (15 characters: "C2 CompilerThre")
+_JIT_THREADS = ("C1 CompilerThre", "C2 CompilerThre")
+
+
+def jit_cpu_s(pid: int | None) -> float | None:
+    """CPU seconds a JVM's JIT compiler threads have used so far (0.0 for a process without
+    them); None when the process cannot be read."""
+    if not pid:
+        return None
+    total, seen = 0.0, False
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # a thread ended between the listing and the read
+            continue
+        seen = True
+        if text[text.index("(") + 1:text.rindex(")")] in _JIT_THREADS:
+            fields = text[text.rindex(")") + 2:].split()
+            total += (int(fields[11]) + int(fields[12])) / _TICKS
+    return total if seen else None
+
+
 class CpuMeter:
-    """CPU seconds of some processes between ``start()`` and ``stop()``: ``{name: seconds}``."""
+    """CPU seconds of some processes between ``start()`` and ``stop()``: ``{name: seconds}``, and
+    for a JVM also ``{name}_jit``: its JIT compiler threads' part of them."""
 
     def __init__(self, **pids: int | None) -> None:
         self._pids = pids
+        self._jvms: set[str] = set()
         self._start: dict[str, float | None] = {}
 
+    def _now(self) -> dict[str, float | None]:
+        now: dict[str, float | None] = {}
+        for name, pid in self._pids.items():
+            now[name] = process_cpu_s(pid)
+            if name in self._jvms:
+                now[name + "_jit"] = jit_cpu_s(pid)
+        return now
+
     def start(self) -> CpuMeter:
-        self._start = {name: process_cpu_s(pid) for name, pid in self._pids.items()}
+        self._jvms = {name for name, pid in self._pids.items() if jit_cpu_s(pid)}
+        self._start = self._now()
         return self
 
     def stop(self) -> dict[str, float | None]:
         """CPU seconds since ``start()`` (also usable as a lap: the meter keeps running)."""
-        out: dict[str, float | None] = {}
-        for name, pid in self._pids.items():
-            now, then = process_cpu_s(pid), self._start.get(name)
-            out[name] = round(now - then, 2) if now is not None and then is not None else None
-        return out
+        now = self._now()
+        return {name: round(now[name] - then, 2) if now.get(name) is not None and then is not None else None
+                for name, then in self._start.items()}
 
 
 class PySpy:

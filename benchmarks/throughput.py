@@ -317,12 +317,16 @@ def summarize(results: dict, kinds: list[str], names: dict[str, str]) -> dict:
         a, b = results.get(x, {}).get(field), results.get(y, {}).get(field)
         return round(a / b, 3) if a and b else None
 
-    def server_cpu(name: str, window: str = "") -> float | None:
+    def server_cpu(name: str, window: str = "", without_jit: bool = False) -> float | None:
         r = results.get(name)
         if r is None:
             return None
         parts = [r.get(f"sidecar_cpu_s_per_1m_records{window}"), r.get(f"backend_broker_cpu_s_per_1m_records{window}")]
-        return round(sum(p for p in parts if p is not None), 2) if parts[1] is not None else None
+        if parts[1] is None:
+            return None
+        if without_jit:  # the broker's JIT compiler threads left out: what serving costs once compiled
+            parts.append(-(r.get(f"backend_broker_jit_cpu_s_per_1m_records{window}") or 0.0))
+        return round(sum(p for p in parts if p is not None), 2)
 
     out: dict = {"ratio_kshare_to_native": ratio(names["a"], names["c"]),
                  "ratio_kshare_on_4_to_native": ratio(names["b"], names["c"])}
@@ -334,6 +338,11 @@ def summarize(results: dict, kinds: list[str], names: dict[str, str]) -> dict:
                 out[f"ratio_server_cpu_{key}_to_native{window}"] = round(total / native, 2)
         if "c" in {k for k, n in names.items() if n in results}:
             out[f"server_cpu_per_1m_native_s{window}"] = server_cpu(names["c"], window)
+    total, native = server_cpu(names["a"], "_steady", True), server_cpu(names["c"], "_steady", True)
+    if total is not None and native:
+        out["server_cpu_per_1m_a_s_steady_without_jit"] = total
+        out["server_cpu_per_1m_native_s_steady_without_jit"] = native
+        out["ratio_server_cpu_a_to_native_steady_without_jit"] = round(total / native, 2)
     if "asyncio" in kinds:
         out["ratio_asyncio_kshare_to_native_asyncio"] = ratio(names["a"] + "_asyncio", names["c"] + "_asyncio")
         out["ratio_asyncio_to_confluent"] = {
@@ -418,7 +427,8 @@ def main() -> None:
         print(f"    CPU before the first record (join, first requests): {before}", flush=True)
         if "sidecar" in r:
             f = r["sidecar"]
-            print(f"    read amplification {f['read_amplification']}, bytes copied per byte delivered "
+            print(f"    read amplification {f['read_amplification']} (of which cut trailing batches "
+                  f"{f['cut_per_delivered_byte']}), bytes copied per byte delivered "
                   f"{f['copies_per_delivered_byte']}, backend Fetches {f['backend_fetch_requests']}, "
                   f"ShareFetches {f['share_fetch_requests']}, peak RSS {f['sidecar_max_rss_mb']} MB, "
                   f"cache hits/misses {f['cache_hits']}/{f['cache_misses']}", flush=True)
@@ -497,7 +507,10 @@ def main() -> None:
             line += (f"; server CPU per 1M records: kshare + {backend} broker {s['server_cpu_per_1m_a_s']} s, native "
                      f"{s['server_cpu_per_1m_native_s']} s, ratio {s['ratio_server_cpu_a_to_native']} "
                      f"(from the first record: {s.get('server_cpu_per_1m_a_s_steady')} s, "
-                     f"{s.get('server_cpu_per_1m_native_s_steady')} s, ratio {s.get('ratio_server_cpu_a_to_native_steady')})")
+                     f"{s.get('server_cpu_per_1m_native_s_steady')} s, ratio {s.get('ratio_server_cpu_a_to_native_steady')}; "
+                     f"without the brokers' JIT compilation: {s.get('server_cpu_per_1m_a_s_steady_without_jit')} s, "
+                     f"{s.get('server_cpu_per_1m_native_s_steady_without_jit')} s, ratio "
+                     f"{s.get('ratio_server_cpu_a_to_native_steady_without_jit')})")
         print(line, flush=True)
     summary = {"scenario": "throughput", "records": n, "record_sizes": sizes, "partitions": PARTITIONS,
                "consumers": CONSUMERS, "machine": machine(), "backend": backend, "native": native,

@@ -74,6 +74,7 @@ class Stats:
         # read path: read amplification = backend_fetch_bytes / delivered_bytes
         self.backend_fetch_requests = 0
         self.backend_fetch_bytes = 0  # record bytes received from backend Fetches (incl. cut-off tails)
+        self.backend_fetch_cut_bytes = 0  # of those, trailing batches cut at a read's size limit
         self.delivered_bytes = 0  # record bytes sent to clients in ShareFetch responses
         self.delivered_records = 0
         self.record_bytes_copied = 0  # copies of record bytes in user space (sockets not counted)
@@ -223,6 +224,8 @@ class KshareCollector:
              s.backend_fetch_requests),
             ("kshare_backend_fetch_bytes", "Record bytes received from backend Fetches (including cut-off "
              "trailing batches).", s.backend_fetch_bytes),
+            ("kshare_backend_fetch_cut_bytes", "Of those, bytes of trailing batches the backend cut at a read's "
+             "size limit (read again by the next read).", s.backend_fetch_cut_bytes),
             ("kshare_share_fetch_delivered_bytes", "Record bytes delivered to clients in ShareFetch responses.",
              s.delivered_bytes),
             ("kshare_share_fetch_delivered_records", "Records delivered (acquired) to clients in ShareFetch "

@@ -429,7 +429,8 @@ class Backend(OffsetLookups):
         for t in response.responses:
             for p in t.partitions:
                 STATS.backend_fetch_bytes += len(p.records or b"")
-                out[(t.topic, int(p.partition_index))] = to_result(p)
+                result = out[(t.topic, int(p.partition_index))] = to_result(p)
+                STATS.backend_fetch_cut_bytes += result.cut_bytes
         for r in reads:
             out.setdefault((r.topic, r.partition), empty_result(top_error or E.UNKNOWN_SERVER_ERROR))
         return out

@@ -100,6 +100,7 @@ class FetchConns:
             self._lane_users[key] -= 1
         STATS.backend_fetch_requests += 1  # read amplification: backend bytes ÷ delivered bytes
         STATS.backend_fetch_bytes += len(frame)
+        STATS.backend_fetch_cut_bytes += sum(r.cut_bytes for r in results.values())
         for r in reads:
             results.setdefault((r.topic, r.partition), empty_result(error or E.UNKNOWN_SERVER_ERROR))
         return results

@@ -159,4 +159,4 @@ def _result(p: FetchedPartition) -> FetchResult:
     batches = parse_batches(p.records)
     end = batches[-1].end if batches else 0
     return FetchResult(p.records[:end], batches, p.high_watermark, p.last_stable_offset, p.log_start_offset,
-                       p.aborted, 0)
+                       p.aborted, 0, len(p.records) - end)

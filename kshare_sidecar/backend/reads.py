@@ -112,7 +112,7 @@ def to_result(p) -> FetchResult:
     else:
         records = b""
     aborted = tuple((int(a.producer_id), int(a.first_offset)) for a in (p.aborted_transactions or ()))
-    return FetchResult(records, batches, hwm, lso, log_start, aborted, 0)
+    return FetchResult(records, batches, hwm, lso, log_start, aborted, 0, len(raw) - len(records))
 
 
 def list_offsets_request(topic: str, partition: int, timestamp: int, isolation_level: int) -> KioRequest:

@@ -48,3 +48,6 @@ class FetchResult:
     log_start_offset: int
     aborted_transactions: tuple[tuple[int, int], ...] = field(default=())  # (producer_id, first_offset)
     error_code: int = 0
+    #: bytes of a trailing batch the backend cut at the read's size limit, dropped from
+    #: ``records``: the next read fetches that batch again from its start
+    cut_bytes: int = 0

@@ -49,6 +49,7 @@ parts = st.lists(st.tuples(st.sampled_from(["a", "topic-b", "ü"]), st.integers(
 def test_reads_every_version_as_kio(version, parts):
     rows = [(t, p, code, b"".join(BATCHES[:n]) + (BATCHES[n][:cut] if n < len(BATCHES) else b""), aborted)
             for t, p, code, n, cut, aborted in parts]
+    cuts = {(t, p): cut if n < len(BATCHES) else 0 for t, p, code, n, cut, aborted in parts}
     frame = answer(version, rows)
     cid, error, results = parse_fetch(bytearray(frame), version, 4)
     assert (cid, error) == (77, 0)
@@ -59,8 +60,10 @@ def test_reads_every_version_as_kio(version, parts):
     for key, got in results.items():
         w = want[key]
         assert isinstance(got.records, memoryview) and got.records.readonly
-        assert (bytes(got.records), got.batches, got.high_watermark, got.error_code) == \
-            (bytes(w.records), w.batches, w.high_watermark, w.error_code)
+        assert (bytes(got.records), got.batches, got.high_watermark, got.error_code, got.cut_bytes) == \
+            (bytes(w.records), w.batches, w.high_watermark, w.error_code, w.cut_bytes)
+        # the bytes of a trailing batch cut at the read's size limit are counted, not kept
+        assert got.cut_bytes == (0 if got.error_code else cuts[key])
         if version >= 5:
             assert got.log_start_offset == w.log_start_offset
         if not got.error_code:
