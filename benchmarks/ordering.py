@@ -73,6 +73,7 @@ def run(sc: SidecarProcess, backend: str, keys: int, ordered: bool, records: int
     out["share_fetches"] = int(fetches)
     out["share_acknowledges"] = int(d("kshare_total_share_acknowledgement_requests_total"))
     out["records_per_share_fetch"] = round(delivered / fetches, 2) if fetches else None
+    out["backend_fetches"] = int(d("kshare_backend_fetch_requests_total"))  # reads and long polls
     out["sidecar_cpu_ms_per_1k_records"] = round(d("kshare_process_cpu_seconds_total") / max(out["records"], 1) * 1e6, 1)
     return out
 
@@ -180,7 +181,7 @@ def main() -> None:
                 print(f"{k:>6} keys {r['mode']:<12} {r['records_per_s']:>8,.1f} rec/s  {r['records']} records in "
                       f"{r['seconds']} s{'' if r['complete'] else ' (cut at the cap)'}, "
                       f"{r['consumers_active']}/{CONSUMERS} consumers active, {r['records_per_share_fetch']} records "
-                      f"per ShareFetch, {r['share_acknowledges']} ShareAcknowledges, sidecar CPU {r['sidecar_cpu_ms_per_1k_records']} ms per 1k records, "
+                      f"per ShareFetch, {r['share_acknowledges']} ShareAcknowledges, {r['backend_fetches']} backend Fetches, sidecar CPU {r['sidecar_cpu_ms_per_1k_records']} ms per 1k records, "
                       f"load {r['loadavg_after']}", flush=True)
     ratios = {}
     for k in keys:

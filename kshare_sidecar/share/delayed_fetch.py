@@ -219,8 +219,13 @@ class DelayedShareFetch:
         pending: list[asyncio.Future[None]] = [waiter]
         for slot in slots:
             offset = slot.partition.next_fetch_offset()
-            if offset is not None and slot.partition.can_acquire() and not slot.dirty:  # dirty: nothing to read for
-                poll = self.reader.long_poll(slot, offset, remaining_ms, self.isolation)
+            # A long poll waits for records not yet in the log; below its end the records are
+            # there and what keeps them (keys in flight under key ordering, the window) changes
+            # only through the share-partition, which wakes ``waiter``. Polling there came back at
+            # once with bytes already read, the fetch parked again and polled again: with a
+            # connection per poll, a key-ordered partition's parked fetches spun through the backend.
+            if offset is not None and offset >= slot.log_end and slot.partition.can_acquire() and not slot.dirty:
+                poll = self.reader.long_poll(slot, offset, remaining_ms, self.isolation)  # dirty: nothing to read for
                 pending.append(asyncio.ensure_future(poll))
         try:
             await asyncio.wait(pending, timeout=remaining_ms / 1000, return_when=asyncio.FIRST_COMPLETED)

@@ -97,6 +97,7 @@ class ShareLogReader:
                 await self._forget_if_deleted(slot.topic)
             raise PartitionError(_share_error(exc), str(exc)) from exc
         _METRICS.high_watermarks[slot.key] = result.high_watermark  # metrics: lag
+        _saw_log_end(slot, result, isolation)
         sp.move_log_start(result.log_start_offset)
         if result.error_code:  # OFFSET_OUT_OF_RANGE: the log start moved past us; archived above
             self.cache.drop(log_key)
@@ -188,6 +189,8 @@ class ShareLogReader:
         except BackendError as exc:  # the acquisition that needs these bytes reads them itself
             log.debug("read-ahead of %s-%d at %d failed: %s", slot.topic, slot.key.partition, offset, exc)
             return
+        if not result.error_code:
+            _saw_log_end(slot, result, isolation)
         if result.batches and not result.error_code:
             self.cache.put(log_key, isolation, result, ahead=True)
 
@@ -201,6 +204,8 @@ class ShareLogReader:
             if exc.code in _GONE:
                 await self._forget_if_deleted(slot.topic)
             raise
+        if not result.error_code:
+            _saw_log_end(slot, result, isolation)
         if result.batches and not result.error_code:
             self.cache.put((slot.key.topic_id, slot.key.partition), isolation, result)
 
@@ -210,6 +215,11 @@ class ShareLogReader:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _saw_log_end(slot: Slot, result: FetchResult, isolation: int) -> None:
+    if result.high_watermark >= 0:  # an answer without one (an error) says nothing of the log
+        slot.log_end = result.last_stable_offset if isolation else result.high_watermark
 
 
 def _short_of(slot: Slot, result: FetchResult, offset: int, budget: _Budget, isolation: int) -> bool:

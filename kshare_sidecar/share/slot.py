@@ -35,6 +35,9 @@ class Slot:
     bytes_per_record: float = 0.0
     #: Log bytes per batch seen in them (reads are sized in whole batches: log_reader._in_whole_batches).
     bytes_per_batch: float = 0.0
+    #: where the readable log ended at the last read (the high watermark, or the LSO under
+    #: read_committed); -1 before any: a parked fetch waits in the backend only for offsets from here on
+    log_end: int = -1
     #: the manager's clock when a request last asked for it (idle eviction)
     last_used: int = 0
     #: writes of its current state queued with nobody awaiting them (lock expiry, a release)
