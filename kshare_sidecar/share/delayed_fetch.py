@@ -219,13 +219,12 @@ class DelayedShareFetch:
         pending: list[asyncio.Future[None]] = [waiter]
         for slot in slots:
             offset = slot.partition.next_fetch_offset()
-            # A long poll waits for records not yet in the log; below its end the records are
-            # there and what keeps them (keys in flight under key ordering, the window) changes
-            # only through the share-partition, which wakes ``waiter``. Polling there came back at
-            # once with bytes already read, the fetch parked again and polled again: with a
-            # connection per poll, a key-ordered partition's parked fetches spun through the backend.
+            # A long poll waits for records not yet in the log. Below its end the records are
+            # there, and what keeps them (keys in flight, the window) changes only through the
+            # share-partition, which wakes ``waiter``: a poll there would answer at once with bytes
+            # already read, and the fetch would park and poll again. Dirty: nothing to read for.
             if offset is not None and offset >= slot.log_end and slot.partition.can_acquire() and not slot.dirty:
-                poll = self.reader.long_poll(slot, offset, remaining_ms, self.isolation)  # dirty: nothing to read for
+                poll = self.reader.long_poll(slot, offset, remaining_ms, self.isolation)
                 pending.append(asyncio.ensure_future(poll))
         try:
             await asyncio.wait(pending, timeout=remaining_ms / 1000, return_when=asyncio.FIRST_COMPLETED)

@@ -189,8 +189,7 @@ class ShareLogReader:
         except BackendError as exc:  # the acquisition that needs these bytes reads them itself
             log.debug("read-ahead of %s-%d at %d failed: %s", slot.topic, slot.key.partition, offset, exc)
             return
-        if not result.error_code:
-            _saw_log_end(slot, result, isolation)
+        _saw_log_end(slot, result, isolation)
         if result.batches and not result.error_code:
             self.cache.put(log_key, isolation, result, ahead=True)
 
@@ -204,8 +203,7 @@ class ShareLogReader:
             if exc.code in _GONE:
                 await self._forget_if_deleted(slot.topic)
             raise
-        if not result.error_code:
-            _saw_log_end(slot, result, isolation)
+        _saw_log_end(slot, result, isolation)
         if result.batches and not result.error_code:
             self.cache.put((slot.key.topic_id, slot.key.partition), isolation, result)
 
@@ -217,9 +215,15 @@ class ShareLogReader:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+def _log_end(result: FetchResult, isolation: int) -> int:
+    """Where the readable log ended when ``result`` was read: the LSO for read_committed, else the
+    high watermark."""
+    return result.last_stable_offset if isolation else result.high_watermark
+
+
 def _saw_log_end(slot: Slot, result: FetchResult, isolation: int) -> None:
-    if result.high_watermark >= 0:  # an answer without one (an error) says nothing of the log
-        slot.log_end = result.last_stable_offset if isolation else result.high_watermark
+    if result.high_watermark >= 0:  # an answer without one (a partition error) says nothing of the log
+        slot.log_end = _log_end(result, isolation)
 
 
 def _short_of(slot: Slot, result: FetchResult, offset: int, budget: _Budget, isolation: int) -> bool:
@@ -227,8 +231,7 @@ def _short_of(slot: Slot, result: FetchResult, offset: int, budget: _Budget, iso
     ``offset`` — the end of the share-partition's window room, or MaxRecords on — while the log
     went on past it when it was read (the high watermark, or the LSO for read_committed)."""
     last = result.batches[-1].last_offset
-    log_end = result.last_stable_offset if isolation else result.high_watermark
-    if last + 1 >= log_end:
+    if last + 1 >= _log_end(result, isolation):
         return False
     sp = slot.partition
     room_last = sp.speo + sp.free_locks  # the highest offset the window may reach now
